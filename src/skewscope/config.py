@@ -1,0 +1,120 @@
+"""Thresholds and the root-cause table, defined once.
+
+Scores are dimensionless ratios of a unit against the median of its peers in the same window;
+a verdict is taken from the scores with these explicit thresholds (scoring is kept apart from
+thresholding so the report can show how far from a threshold a unit was).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # Step 1: a unit is hot in a window when a load or pressure signal exceeds the peer median
+    # by this ratio (and by the absolute floors below, so near-idle noise never counts).
+    hot_ratio: float = 1.3
+    # A unit is a *persistent* hot spot when it is hot in at least this share of active windows
+    # and in a run of at least ``min_consecutive`` consecutive windows.
+    persist_share: float = 0.5
+    min_consecutive: int = 3
+    # A unit with less than this share of the peer median request rate is "starved"
+    # (failed health check, missing from the pool, joined late).
+    starved_ratio: float = 0.15
+    # Step 2: classification dead bands.
+    count_ratio: float = 1.2  # requests per window, hot / reference
+    weight_ratio: float = 1.25  # tokens per request, hot / reference
+    capability_ratio: float = 1.3  # execution time per scheduled token (or TTFT at equal load)
+    # A cause is named only when it explains at least this share of the excess token load.
+    explain_share: float = 0.5
+    # Step 3/4: impact and resource-bound checks.
+    impact_ratio: float = 1.5  # hot/idle on queue wait, TTFT, tail latency, waiting
+    kv_high: float = 0.9  # KV usage at or above this is "near exhaustion"
+    kv_free_low_share: float = 0.05  # free blocks below this share of capacity
+    alloc_over_free: float = 1.1  # blocks allocated / freed above this = KV pool filling up
+    # Minimum-volume gate: below these the service is too quiet to call imbalanced.
+    min_requests_total: int = 100
+    min_requests_per_window: float = 2.0
+    min_windows: int = 6
+    min_units: int = 2
+    # Default windowing: aim for this many windows, never shorter than ``min_window_s``.
+    target_windows: int = 24
+    min_window_s: float = 5.0
+    # Trend rule (online): gap between the hot and the idle units widening while P95/P99 rises.
+    trend_min_slope_share: float = 0.02  # per window, relative to the mean gap
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class RootCause:
+    key: str
+    title: str
+    actions: tuple[str, ...]
+
+
+ROOT_CAUSES: dict[str, RootCause] = {
+    c.key: c
+    for c in (
+        RootCause(
+            "routing_weights",
+            "Routing weights favour some units",
+            (
+                "Correct the gateway's instance weights so traffic follows capacity.",
+                "Check that every healthy unit is in the routing pool.",
+            ),
+        ),
+        RootCause(
+            "health_check",
+            "A unit gets (almost) no traffic: failed health check, service discovery or a unit "
+            "that did not rejoin after a restart, canary or scale-out",
+            (
+                "Restore the unit or remove it from the pool so traffic stops piling on the rest.",
+                "Check health-check and service-discovery state for the starved unit.",
+            ),
+        ),
+        RootCause(
+            "sticky_sessions",
+            "Long-lived connections or session stickiness pin clients to a few units",
+            (
+                "Change connection pooling or the gateway policy (limit connection reuse).",
+                "Balance on queue length or in-flight requests instead of connections.",
+            ),
+        ),
+        RootCause(
+            "dp_dispatch",
+            "The DP dispatch policy inside the instance sends more requests to some ranks",
+            (
+                "Review the DP load-balancing policy; make sure queue stats reach the balancer.",
+                "Prefer a policy that counts waiting + running requests and tokens per rank.",
+            ),
+        ),
+        RootCause(
+            "long_requests",
+            "Long requests are concentrated on some units; the balancer counts requests, "
+            "not tokens",
+            (
+                "Balance on input/output tokens, queue length or KV level instead of request count.",
+                "Isolate long requests from short ones (separate pool or length-aware routing).",
+            ),
+        ),
+        RootCause(
+            "capability_mismatch",
+            "The unit is slower at the same load: configuration, hardware or process state differs",
+            (
+                "Unify model version, launch arguments, parallel and memory configuration.",
+                "Check device health, process state and local resource contention on the unit.",
+            ),
+        ),
+        RootCause(
+            "kv_exhaustion",
+            "The hot unit is running out of KV-cache blocks",
+            (
+                "Throttle or shift traffic away from the hot unit first.",
+                "Then tune max concurrency, length limits or KV capacity (KV block shortage case).",
+            ),
+        ),
+    )
+}

@@ -1,0 +1,41 @@
+"""Error hierarchy. Every error the user can cause is a SkewscopeError with a one-line message;
+the CLI prints it and exits with ``exit_code`` instead of a traceback."""
+
+from __future__ import annotations
+
+
+class SkewscopeError(Exception):
+    """Base class: a one-line, user-facing message."""
+
+    exit_code = 1
+
+
+class UsageError(SkewscopeError):
+    """Bad command-line arguments or combinations."""
+
+    exit_code = 2
+
+
+class InputError(SkewscopeError):
+    """A path is missing, empty or not what was expected."""
+
+    exit_code = 3
+
+
+class SchemaError(InputError):
+    """A file is readable but its header, a column or a cell is not what was expected.
+
+    Messages name the file, the line (1-based, header = line 1) or column, and what was expected.
+    """
+
+
+class SourceError(SkewscopeError):
+    """An online source (Prometheus, a /metrics endpoint) failed or answered with an error."""
+
+    exit_code = 4
+
+
+class SimulationError(SkewscopeError):
+    """A scenario file or simulator argument is invalid."""
+
+    exit_code = 5

@@ -1,0 +1,124 @@
+"""UnitFrame: the one table every source produces and the analysis reads.
+
+A row per (time window, unit). Signals are totals or summaries *within the window*, with their
+unit in the name. A signal a source cannot provide is null (missing), never 0: the analysis
+abstains on missing signals instead of reading them as "idle".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # polars import is slow; keep --help fast
+    import polars as pl
+
+
+class Level(StrEnum):
+    INSTANCE = "instance"
+    DP = "dp"
+
+
+# Identity columns, always present and non-null (dp_rank is null at instance level).
+ID_COLUMNS: tuple[str, ...] = ("window_start_s", "unit", "instance", "dp_rank")
+
+# Canonical signals: name -> (meaning, how to combine DP rows into an instance row).
+# "sum": add across ranks; "mean": average across ranks; "max": worst rank (tail estimates);
+# "min": lowest rank (free capacity).
+SIGNALS: dict[str, tuple[str, str]] = {
+    "requests": ("requests that arrived (offline) or finished (online) in the window", "sum"),
+    "prompt_tokens": ("input tokens of those requests", "sum"),
+    "generation_tokens": ("output tokens of those requests", "sum"),
+    "running": ("mean running requests (decode batch occupancy)", "sum"),
+    "waiting": ("mean waiting (queued) requests", "sum"),
+    "queue_wait_mean_ms": ("mean queue wait of requests in the window", "mean"),
+    "queue_wait_p95_ms": ("p95 queue wait", "max"),
+    "ttft_mean_ms": ("mean time to first token", "mean"),
+    "ttft_p99_ms": ("p99 time to first token", "max"),
+    "e2e_mean_ms": ("mean end-to-end latency", "mean"),
+    "e2e_p99_ms": ("p99 end-to-end latency", "max"),
+    "steps": ("scheduling steps (iterations) executed", "sum"),
+    "batch_size": ("mean sequences per step", "mean"),
+    "scheduled_tokens": ("tokens scheduled over all steps", "sum"),
+    "busy_ms": ("time spent executing steps", "sum"),
+    "kv_usage": ("mean KV-cache usage, fraction 0..1", "mean"),
+    "kv_usage_max": ("peak KV-cache usage, fraction 0..1", "max"),
+    "free_blocks_min": ("lowest free KV blocks seen", "min"),
+    "blocks_allocated": ("KV blocks allocated", "sum"),
+    "blocks_freed": ("KV blocks freed", "sum"),
+    "preemptions": ("requests preempted or retracted", "sum"),
+}
+SIGNAL_COLUMNS: tuple[str, ...] = tuple(SIGNALS)
+
+
+def dp_unit_id(instance: str, dp_rank: int) -> str:
+    """Unit id of a DP rank; the JSON contract spells it ``<instance>/dp<rank>``."""
+    return f"{instance}/dp{dp_rank}"
+
+
+@dataclass(frozen=True)
+class UnitFrame:
+    """A tidy (window x unit) table plus where it came from and what it lacks."""
+
+    df: pl.DataFrame
+    level: Level
+    window_s: float
+    source: str  # "profiler", "prometheus", "scrape"
+    aliases: dict[str, str] = field(default_factory=dict)  # signal -> metric/column name found
+    missing: tuple[str, ...] = ()  # signals or files the source could not provide
+    notes: tuple[str, ...] = ()  # warnings for the report (partial data, dropped rows, ...)
+    placed_share: float | None = None  # share of requests placed on a DP rank (offline DP level)
+
+    @property
+    def units(self) -> list[str]:
+        return sorted(self.df["unit"].unique().to_list())
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a source loaded: the instance-level frame and, where ranks are known, the DP frame."""
+
+    instance: UnitFrame
+    dp: UnitFrame | None = None
+    notes: tuple[str, ...] = ()
+
+
+def empty_schema() -> dict[str, object]:
+    """Polars schema of a UnitFrame; sources build their output against it."""
+    import polars as pl
+
+    schema: dict[str, object] = {
+        "window_start_s": pl.Float64,
+        "unit": pl.Utf8,
+        "instance": pl.Utf8,
+        "dp_rank": pl.Int64,
+    }
+    schema.update({name: pl.Float64 for name in SIGNAL_COLUMNS})
+    return schema
+
+
+def conform(df: pl.DataFrame) -> pl.DataFrame:
+    """Add absent signal columns as null and cast to the canonical schema and order."""
+    import polars as pl
+
+    schema = empty_schema()
+    cols = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            cols.append(pl.col(name).cast(dtype))  # type: ignore[arg-type]
+        else:
+            cols.append(pl.lit(None, dtype=dtype).alias(name))  # type: ignore[arg-type]
+    return df.select(cols).sort("window_start_s", "unit")
+
+
+def choose_window(span_s: float, target_windows: int, min_window_s: float) -> float:
+    """Default window: enough windows to judge persistence, never shorter than ``min_window_s``.
+
+    Rounded to a readable size (1, 2, 5 x 10^k seconds) so reports and PromQL steps look sane.
+    """
+    raw = max(min_window_s, span_s / max(target_windows, 1))
+    for nice in (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600):
+        if nice >= raw:
+            return float(nice)
+    return float(int(raw))

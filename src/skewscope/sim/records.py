@@ -1,0 +1,92 @@
+"""What a simulation run produces: the contract between the model and every writer.
+
+All writers (profiler folders, OpenMetrics history, live /metrics) derive their output from these
+tables only, so the outputs can never disagree with one another or with the ground truth.
+Times are seconds since the Unix epoch (float64); the run starts at ``SimResult.start_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """One DP engine process of one instance."""
+
+    instance: str
+    dp_rank: int
+    hostname: str
+    pid: int
+    speed: float  # step-time multiplier (1.0 nominal; 2.0 = twice as slow)
+    total_blocks: int
+    block_size: int
+    max_running: int
+    token_budget: int
+
+    @property
+    def prof_id(self) -> str:
+        return f"ms_service_{self.hostname}-{self.pid}"
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """What a correct diagnosis of this run must say (written beside the output as truth.json)."""
+
+    scenario: str
+    verdict: str  # "imbalanced" | "balanced" | "insufficient_data"
+    level: str  # "instance" | "dp"
+    hot_units: tuple[str, ...] = ()  # unit ids: "inst-1" or "inst-0/dp2"
+    idle_units: tuple[str, ...] = ()  # units that get (almost) no traffic, e.g. failed health check
+    kind: str | None = None  # "count" | "weight" | "capability"
+    weight_side: str | None = None  # "input" | "output" for weight skew
+    root_cause: str | None = None  # key of ROOT_CAUSES in skewscope.config
+    kv_exhausted: bool = False  # the hot unit runs out of KV blocks
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["hot_units"] = list(self.hot_units)
+        d["idle_units"] = list(self.idle_units)
+        return d
+
+
+@dataclass
+class SimResult:
+    """Tables of one run.
+
+    ``requests`` — one row per request:
+        rid (str), instance (str), dp_rank (i64), arrival_s, input_tokens (i64),
+        output_tokens (i64), first_scheduled_s (null if never scheduled), first_token_s,
+        finish_s (null if unfinished at the end), preemptions (i64),
+        status (str: "finished" | "running" | "waiting" | "rejected").
+        queue wait = first_scheduled_s - arrival_s; TTFT = first_token_s - arrival_s;
+        e2e = finish_s - arrival_s.
+    ``steps`` — one row per engine step of a rank (scheduling + execution):
+        step_id (i64, unique in the run), instance, dp_rank, start_s, end_s (execution end),
+        batch_size, prefill_batch_size, decode_batch_size, prefill_tokens, decode_tokens
+        (all i64), running (i64, sequences in the batch), waiting (i64, queued after scheduling),
+        total_blocks, used_blocks, free_blocks, blocks_allocated, blocks_freed (i64, KV state
+        after scheduling this step; allocated/freed during this step), preempted (i64).
+    ``members`` — only when the run recorded batch membership (needed for res_list); one row per
+        (step, request): step_id, rid, iter (i64, 0 = prefill), type (0 prefill / 1 decode),
+        num_scheduled_tokens, num_prompt_tokens, num_computed_tokens (i64).
+    """
+
+    start_s: float
+    end_s: float
+    ranks: list[RankInfo]
+    requests: pl.DataFrame
+    steps: pl.DataFrame
+    members: pl.DataFrame | None
+    truth: GroundTruth
+    model_name: str = "sim-llama-8b"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def instances(self) -> list[str]:
+        return sorted({r.instance for r in self.ranks})
