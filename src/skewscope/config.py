@@ -15,6 +15,9 @@ class Thresholds:
     # Step 1: a unit is hot in a window when a load or pressure signal exceeds the peer median
     # by this ratio (and by the absolute floors below, so near-idle noise never counts).
     hot_ratio: float = 1.3
+    # Signals are smoothed with a centred rolling mean over this many windows before scoring:
+    # Poisson noise of a few dozen requests per window alone crosses 1.3x a fifth of the time.
+    smooth_windows: int = 3
     # A unit is a *persistent* hot spot when it is hot in at least this share of active windows
     # and in a run of at least ``min_consecutive`` consecutive windows.
     persist_share: float = 0.5
@@ -96,7 +99,7 @@ ROOT_CAUSES: dict[str, RootCause] = {
             "Long requests are concentrated on some units; the balancer counts requests, "
             "not tokens",
             (
-                "Balance on input/output tokens, queue length or KV level instead of request count.",
+                "Balance on input/output tokens, queue length or KV level, not request count.",
                 "Isolate long requests from short ones (separate pool or length-aware routing).",
             ),
         ),

@@ -1,0 +1,107 @@
+"""Step 2: more requests (count), heavier requests (weight) or a weaker unit (capability)?
+
+The hot unit's excess token load over its reference is split exactly into a part explained by
+more requests and a part explained by heavier requests:
+    T_h - T_r = (N_h - N_r) * w_r  +  N_h * (w_h - w_r)
+with N requests per window and w tokens per request. A kind is named only when its part
+explains at least ``explain_share`` of the excess.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from skewscope.analysis.matrix import safe_ratio
+from skewscope.config import Thresholds
+
+
+@dataclass(frozen=True)
+class Classification:
+    kind: str | None  # "count" | "weight" | "capability" | None (unexplained)
+    weight_side: str | None  # "input" | "output" for weight skew
+    count_ratio: float
+    weight_ratio: float
+    input_ratio: float
+    output_ratio: float
+    capability_ratio: float
+    capability_basis: str  # which measurement the capability ratio used
+    count_share: float  # share of the excess token load explained by more requests
+    weight_share: float  # share explained by heavier requests
+
+    def as_evidence(self) -> dict[str, float | str | None]:
+        return {
+            "count_ratio": self.count_ratio,
+            "tokens_per_request_ratio": self.weight_ratio,
+            "input_tokens_per_request_ratio": self.input_ratio,
+            "output_tokens_per_request_ratio": self.output_ratio,
+            "capability_ratio": self.capability_ratio,
+            "capability_basis": self.capability_basis,
+            "excess_from_more_requests": self.count_share,
+            "excess_from_heavier_requests": self.weight_share,
+        }
+
+
+def _capability(hot: dict[str, float], ref: dict[str, float]) -> tuple[float, str]:
+    """Slowness at equal work: execution time per token, else latency per request."""
+    for key, basis in (
+        ("cost_us_per_token", "execution time per scheduled token"),
+        ("step_time_ms", "batch execution time"),
+        ("e2e_mean_ms", "end-to-end latency at equal load"),
+        ("ttft_mean_ms", "TTFT at equal load"),
+    ):
+        r = safe_ratio(hot.get(key, math.nan), ref.get(key, math.nan))
+        if math.isfinite(r):
+            return r, basis
+    return math.nan, "not measured"
+
+
+def decompose(n_h: float, w_h: float, n_r: float, w_r: float) -> tuple[float, float]:
+    """Shares of the excess token load from more requests and from heavier requests."""
+    excess = n_h * w_h - n_r * w_r
+    if not all(map(math.isfinite, (n_h, w_h, n_r, w_r))) or excess <= 0:
+        return math.nan, math.nan
+    count_part = (n_h - n_r) * w_r
+    return count_part / excess, 1.0 - count_part / excess
+
+
+def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Classification:
+    n_h, n_r = hot["requests_per_window"], ref["requests_per_window"]
+    in_h, in_r = hot["prompt_tokens_per_request"], ref["prompt_tokens_per_request"]
+    out_h, out_r = hot["generation_tokens_per_request"], ref["generation_tokens_per_request"]
+    w_h, w_r = in_h + out_h, in_r + out_r
+    count_ratio = safe_ratio(n_h, n_r)
+    weight_ratio = safe_ratio(w_h, w_r)
+    input_ratio, output_ratio = safe_ratio(in_h, in_r), safe_ratio(out_h, out_r)
+    count_share, weight_share = decompose(n_h, w_h, n_r, w_r)
+    cap_ratio, basis = _capability(hot, ref)
+
+    heavier = max(_finite(weight_ratio), _finite(input_ratio), _finite(output_ratio))
+    kind: str | None = None
+    side: str | None = None
+    if _finite(count_ratio) >= th.count_ratio and not _finite(weight_share) > th.explain_share:
+        kind = "count"
+    elif heavier >= th.weight_ratio and not _finite(count_share) > th.explain_share:
+        kind = "weight"
+        side = "input" if _finite(input_ratio) >= _finite(output_ratio) else "output"
+    elif _finite(cap_ratio) >= th.capability_ratio:
+        kind = "capability"
+    elif _finite(count_ratio) >= th.count_ratio:
+        kind = "count"
+    return Classification(
+        kind=kind,
+        weight_side=side,
+        count_ratio=count_ratio,
+        weight_ratio=weight_ratio,
+        input_ratio=input_ratio,
+        output_ratio=output_ratio,
+        capability_ratio=cap_ratio,
+        capability_basis=basis,
+        count_share=count_share,
+        weight_share=weight_share,
+    )
+
+
+def _finite(x: float) -> float:
+    """NaN reads as 'no evidence', i.e. below every threshold."""
+    return x if math.isfinite(x) else -math.inf

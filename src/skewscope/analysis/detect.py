@@ -1,0 +1,191 @@
+"""Step 1: which units run hot (or starve), window by window, and is it persistent?
+
+Every score is a dimensionless ratio of a unit against the median of its *peers* in the same
+window (leave-one-out: the unit itself is not part of its reference). Peers are the other units
+of the same group: all instances at instance level, the ranks of the same instance at DP level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from skewscope.analysis.matrix import Array, SignalMatrix
+from skewscope.config import Thresholds
+
+# Load and pressure signals that make a unit "hot", with the floor under the peer reference
+# (in the signal's own unit, per window) so near-idle noise never yields a large ratio.
+# Requests and tokens are load; busy time and running sequences are pressure (Little's law: a
+# slower unit at the same load holds more requests in flight and stays busy longer).
+HEAT_SIGNALS: tuple[str, ...] = ("requests", "total_tokens", "busy_ms", "running")
+
+
+@dataclass(frozen=True)
+class UnitHeat:
+    unit: str
+    index: int
+    present: npt_bool  # windows where the unit reported anything
+    active: npt_bool  # present windows in which its peer group carried load
+    score: Array  # (W,) max heat ratio over the heat signals, NaN where unknown
+    hot: npt_bool  # (W,) score >= hot_ratio in an active window
+    starved: npt_bool  # (W,) request ratio below starved_ratio in an active window
+    hot_share: float
+    hot_run: int
+    starved_share: float
+    starved_run: int
+    persistent_hot: bool
+    transient_hot: bool
+    persistent_starved: bool
+    driver: str  # heat signal that was highest most often in hot windows
+
+
+npt_bool = np.ndarray  # alias for readability in the dataclass above
+
+
+def peer_reference(values: Array, groups: tuple[str, ...]) -> Array:
+    """Leave-one-out median of each unit's peers, per window (NaN when it has no peer)."""
+    ref = np.full_like(values, np.nan)
+    group_arr = np.array(groups)
+    for j in range(values.shape[1]):
+        peers = np.flatnonzero((group_arr == groups[j]) & (np.arange(values.shape[1]) != j))
+        if peers.size == 0:
+            continue
+        block = values[:, peers]
+        with np.errstate(all="ignore"):
+            have = np.isfinite(block).any(axis=1)
+            med = np.full(values.shape[0], np.nan)
+            if have.any():
+                med[have] = np.nanmedian(block[have], axis=1)
+        ref[:, j] = med
+    return ref
+
+
+def smooth(values: Array, width: int) -> Array:
+    """Centred rolling mean over ``width`` windows per unit, ignoring missing values."""
+    if width <= 1:
+        return values
+    half = width // 2
+    finite = np.isfinite(values)
+    filled = np.where(finite, values, 0.0)
+    pad = ((half, half), (0, 0))
+    sums = np.lib.stride_tricks.sliding_window_view(np.pad(filled, pad), width, axis=0).sum(-1)
+    counts = np.lib.stride_tricks.sliding_window_view(
+        np.pad(finite.astype(np.float64), pad), width, axis=0
+    ).sum(-1)
+    with np.errstate(all="ignore"):
+        out = np.where(counts > 0, sums / counts, np.nan)
+    out[~finite] = np.nan
+    return out
+
+
+def longest_run(flags: npt_bool) -> int:
+    """Longest stretch of consecutive True values."""
+    best = run = 0
+    for f in flags.tolist():
+        run = run + 1 if f else 0
+        best = max(best, run)
+    return best
+
+
+def floors(m: SignalMatrix, window_s: float, th: Thresholds) -> dict[str, float]:
+    """Absolute floors under the peer reference, per heat signal."""
+    tokens_per_request = _service_tokens_per_request(m)
+    return {
+        "requests": th.min_requests_per_window,
+        "total_tokens": th.min_requests_per_window * tokens_per_request,
+        "busy_ms": 0.05 * window_s * 1000.0,
+        "running": 1.0,
+    }
+
+
+def _service_tokens_per_request(m: SignalMatrix) -> float:
+    req = m.get("requests")
+    tok = m.get("total_tokens")
+    ok = np.isfinite(req) & np.isfinite(tok)
+    total_req = float(req[ok].sum())
+    return float(tok[ok].sum()) / total_req if total_req > 0 else 1.0
+
+
+def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
+    """(W, U) True where the unit's peer group carried enough load to judge that window."""
+    req = m.get("requests")
+    run = m.get("running")
+    group_arr = np.array(m.groups)
+    active = np.zeros(req.shape, dtype=bool)
+    for g in set(m.groups):
+        cols = np.flatnonzero(group_arr == g)
+        if np.isfinite(req[:, cols]).any():
+            per_unit = np.nansum(req[:, cols], axis=1) / cols.size
+            ok = per_unit >= th.min_requests_per_window
+        else:
+            ok = np.nansum(run[:, cols], axis=1) / cols.size >= 1.0
+        active[:, cols] = ok[:, None]
+    return active
+
+
+def detect(m: SignalMatrix, window_s: float, th: Thresholds) -> list[UnitHeat]:
+    """Score every unit in every window and apply the persistence rule."""
+    floor = floors(m, window_s, th)
+    active_group = group_activity(m, th)
+    ratios: dict[str, Array] = {}
+    for sig in HEAT_SIGNALS:
+        if not m.has(sig):
+            continue
+        vals = smooth(m.get(sig), th.smooth_windows)
+        ref = peer_reference(vals, m.groups)
+        with np.errstate(all="ignore"):
+            ratios[sig] = vals / np.maximum(ref, floor[sig])
+    req_ratio = _starve_ratio(m)
+    present = np.zeros(m.get("requests").shape, dtype=bool)
+    for v in m.values.values():
+        present |= np.isfinite(v)
+    out = []
+    names = list(ratios)
+    stack = np.stack([ratios[s] for s in names]) if names else np.full((1, *present.shape), np.nan)
+    with np.errstate(all="ignore"):
+        score = np.nanmax(np.where(np.isfinite(stack), stack, -np.inf), axis=0)
+    score[~np.isfinite(score)] = np.nan
+    driver_idx = np.argmax(np.where(np.isfinite(stack), stack, -np.inf), axis=0)
+    for j, unit in enumerate(m.units):
+        act = present[:, j] & active_group[:, j]
+        hot = act & (np.nan_to_num(score[:, j]) >= th.hot_ratio)
+        starved = act & np.isfinite(req_ratio[:, j]) & (req_ratio[:, j] < th.starved_ratio)
+        n_act = int(act.sum())
+        hot_share = float(hot.sum()) / n_act if n_act else 0.0
+        starved_share = float(starved.sum()) / n_act if n_act else 0.0
+        hot_run, starved_run = longest_run(hot[act]), longest_run(starved[act])
+        persistent = hot_share >= th.persist_share and hot_run >= th.min_consecutive
+        persistent_starved = (
+            starved_share >= th.persist_share and starved_run >= th.min_consecutive
+        )
+        drivers = driver_idx[hot, j] if names else np.array([], dtype=np.int64)
+        driver = names[int(np.bincount(drivers).argmax())] if drivers.size else ""
+        out.append(
+            UnitHeat(
+                unit=unit,
+                index=j,
+                present=present[:, j],
+                active=act,
+                score=score[:, j],
+                hot=hot,
+                starved=starved,
+                hot_share=hot_share,
+                hot_run=hot_run,
+                starved_share=starved_share,
+                starved_run=starved_run,
+                persistent_hot=persistent and not persistent_starved,
+                transient_hot=(not persistent) and hot_run > 0,
+                persistent_starved=persistent_starved,
+                driver=driver,
+            )
+        )
+    return out
+
+
+def _starve_ratio(m: SignalMatrix) -> Array:
+    """Request share against peers, without a floor: 0 traffic must read as 0."""
+    req = m.get("requests")
+    ref = peer_reference(req, m.groups)
+    with np.errstate(all="ignore"):
+        return np.where(ref > 0, np.nan_to_num(req) / ref, np.nan)

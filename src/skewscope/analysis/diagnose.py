@@ -1,0 +1,427 @@
+"""Runs the method's steps over a UnitFrame and returns a Report.
+
+Level handling (``auto``): one instance with several DP ranks is judged at DP level; several
+instances are judged at instance level first, then the DP ranks of each hot instance are
+drilled into. When the instances are balanced but DP data exists, the ranks of every instance
+are judged against their own siblings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from skewscope.analysis.classify import Classification, classify
+from skewscope.analysis.detect import UnitHeat, detect
+from skewscope.analysis.impact import Impact, Trend, gap_trend, impact
+from skewscope.analysis.matrix import SignalMatrix, build_matrix
+from skewscope.analysis.summary import METRIC_BY_KEY, reference_summary, unit_summary
+from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
+from skewscope.errors import UsageError
+from skewscope.frame import Evidence, Level, UnitFrame
+from skewscope.report.model import Finding, Report, RootCauseRef, UnitReport
+
+TAIL_METRICS = ("queue_wait_p95_ms", "ttft_p99_ms", "e2e_p99_ms")
+SIDE_BY_SIDE = (
+    "requests_per_window",
+    "prompt_tokens_per_request",
+    "generation_tokens_per_request",
+    "tokens_per_window",
+    "batch_size",
+    "step_time_ms",
+    "cost_us_per_token",
+    "running",
+    "waiting",
+    "queue_wait_p95_ms",
+    "ttft_p99_ms",
+    "e2e_p99_ms",
+    "kv_usage",
+    "kv_usage_max",
+    "free_blocks_min",
+    "preemptions",
+)
+
+
+def diagnose(
+    evidence: Evidence, level: str = "auto", th: Thresholds = DEFAULT_THRESHOLDS
+) -> Report:
+    notes = evidence.notes
+    if level == Level.INSTANCE:
+        return diagnose_frame(evidence.instance, th, extra_notes=notes)
+    if level == Level.DP:
+        if evidence.dp is None:
+            raise UsageError("--level dp: the input has no DP ranks (one rank per instance)")
+        return diagnose_frame(evidence.dp, th, extra_notes=notes)
+    if level != "auto":
+        raise UsageError(f"--level: expected instance, dp or auto, got {level!r}")
+    n_instances = evidence.instance.df["instance"].n_unique()
+    if evidence.dp is not None and n_instances == 1:
+        return diagnose_frame(evidence.dp, th, extra_notes=notes)
+    top = diagnose_frame(evidence.instance, th, extra_notes=notes)
+    if evidence.dp is None:
+        return top
+    if top.hot_units:
+        drill = tuple(
+            diagnose_frame(_only_instance(evidence.dp, inst), th)
+            for inst in top.hot_units
+            if _ranks(evidence.dp, inst) >= 2
+        )
+        return _replace(top, drilldown=drill)
+    if top.verdict == "balanced":
+        inside = diagnose_frame(
+            evidence.dp,
+            th,
+            extra_notes=(*notes, "instances are balanced; DP ranks judged within each instance"),
+        )
+        if inside.verdict == "imbalanced":
+            return inside
+    return top
+
+
+def _ranks(frame: UnitFrame, instance: str) -> int:
+    return int(frame.df.filter(frame.df["instance"] == instance)["unit"].n_unique())
+
+
+def _only_instance(frame: UnitFrame, instance: str) -> UnitFrame:
+    return UnitFrame(
+        df=frame.df.filter(frame.df["instance"] == instance),
+        level=frame.level,
+        window_s=frame.window_s,
+        source=frame.source,
+        aliases=frame.aliases,
+        missing=frame.missing,
+        notes=(),
+        placed_share=frame.placed_share,
+    )
+
+
+def _replace(report: Report, **changes: object) -> Report:
+    from dataclasses import replace
+
+    return replace(report, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _HotResult:
+    heat: UnitHeat
+    cls: Classification
+    imp: Impact
+    trend: Trend
+    hot: dict[str, float]
+    ref: dict[str, float]
+    ref_units: tuple[str, ...]
+    count_ratio_cv: float
+
+
+def diagnose_frame(
+    frame: UnitFrame, th: Thresholds = DEFAULT_THRESHOLDS, extra_notes: tuple[str, ...] = ()
+) -> Report:
+    """Steps 1-4 on one frame; DP frames compare ranks only with ranks of the same instance."""
+    notes = (*extra_notes, *frame.notes)
+    base = {
+        "level": str(frame.level),
+        "source": frame.source,
+        "window_s": frame.window_s,
+        "missing": frame.missing,
+        "placed_share": frame.placed_share,
+        "aliases": dict(frame.aliases),
+    }
+    if frame.df.height == 0:
+        return _insufficient(base, notes, "the input holds no data in the analysed range")
+    m = build_matrix(
+        frame.df,
+        group_by_instance=frame.level == Level.DP,
+        absent_counts_are_zero=frame.source == "profiler",
+    )
+    span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
+    base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
+    reason = _gate(m, th)
+    if reason:
+        units = tuple(_unit_report(m, j, None, "normal", np.ones(len(m.windows), bool))
+                      for j in range(len(m.units)))
+        return _insufficient(base, notes, reason, units)
+
+    heats = detect(m, frame.window_s, th)
+    hot_idx = [h.index for h in heats if h.persistent_hot]
+    starved_idx = [h.index for h in heats if h.persistent_starved]
+    results = [
+        r for r in (_judge_hot(m, heats, j, hot_idx, starved_idx, th) for j in hot_idx) if r
+    ]
+    hot_units = tuple(r.heat.unit for r in results)
+    findings = [_hot_finding(r, frame.level, th) for r in results]
+    if starved_idx:
+        findings.append(_starved_finding(m, heats, starved_idx, frame.level))
+    transient = tuple(_transient_note(m, h, frame.window_s) for h in heats if h.transient_hot
+                      and h.index not in hot_idx)
+    unexplained = [heats[j].unit for j in hot_idx if heats[j].unit not in hot_units]
+    if unexplained:
+        notes = (*notes, "ran hotter on pressure signals but no load or capability difference "
+                 f"explains it: {', '.join(unexplained)}")
+    units = tuple(
+        _unit_report(
+            m,
+            h.index,
+            h,
+            "hot" if h.unit in hot_units else "starved" if h.persistent_starved else "normal",
+            h.active,
+        )
+        for h in heats
+    )
+    return Report(
+        verdict="imbalanced" if findings else "balanced",
+        hot_units=hot_units,
+        starved_units=tuple(m.units[j] for j in starved_idx),
+        units=units,
+        findings=tuple(findings),
+        transient=transient,
+        notes=notes,
+        **base,  # type: ignore[arg-type]
+    )
+
+
+def _insufficient(
+    base: dict[str, object],
+    notes: tuple[str, ...],
+    reason: str,
+    units: tuple[UnitReport, ...] = (),
+) -> Report:
+    return Report(
+        verdict="insufficient_data",
+        hot_units=(),
+        starved_units=(),
+        units=units,
+        findings=(),
+        notes=(reason, *notes),
+        **{"windows": 0, "start_s": math.nan, "end_s": math.nan, **base},  # type: ignore[arg-type]
+    )
+
+
+def _gate(m: SignalMatrix, th: Thresholds) -> str:
+    """Minimum-volume and minimum-shape gates; a reason string when the data cannot be judged."""
+    sizes = {g: m.groups.count(g) for g in set(m.groups)}
+    if max(sizes.values()) < th.min_units:
+        return (
+            f"only one unit ({m.units[0]}): skew needs at least {th.min_units} units to compare"
+        )
+    if len(m.windows) < th.min_windows:
+        return (
+            f"only {len(m.windows)} time windows; at least {th.min_windows} are needed to tell "
+            "a persistent hot unit from jitter (use a shorter --window or a longer range)"
+        )
+    if m.has("requests"):
+        total = float(np.nansum(m.get("requests")))
+        if total < th.min_requests_total:
+            return (
+                f"near-idle service: {total:.0f} requests in the range, fewer than the "
+                f"{th.min_requests_total} needed to call it imbalanced"
+            )
+    return ""
+
+
+def _reference(heats: list[UnitHeat], m: SignalMatrix, j: int, exclude: set[int]) -> list[int]:
+    peers = [h.index for h in heats if h.index != j and m.groups[h.index] == m.groups[j]]
+    calm = [p for p in peers if p not in exclude]
+    return calm or peers
+
+
+def _judge_hot(
+    m: SignalMatrix,
+    heats: list[UnitHeat],
+    j: int,
+    hot_idx: list[int],
+    starved_idx: list[int],
+    th: Thresholds,
+) -> _HotResult | None:
+    heat = heats[j]
+    ref_cols = _reference(heats, m, j, set(hot_idx) | set(starved_idx))
+    if not ref_cols:
+        return None
+    mask = heat.active
+    hot = unit_summary(m, j, mask)
+    ref = reference_summary([unit_summary(m, k, mask) for k in ref_cols])
+    cls = classify(hot, ref, th)
+    if cls.kind is None:
+        return None
+    imp = impact(m, j, hot, ref, mask, th)
+    trend = gap_trend(m, j, ref_cols, mask, th)
+    req = m.get("requests")[mask]
+    with np.errstate(all="ignore"):
+        ratio = req[:, j] / np.nanmedian(req[:, ref_cols], axis=1)
+    ratio = ratio[np.isfinite(ratio)]
+    cv = float(ratio.std() / ratio.mean()) if ratio.size > 2 and ratio.mean() > 0 else math.nan
+    return _HotResult(
+        heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols), cv
+    )
+
+
+# Per-window request ratios of a sticky unit wander as sessions come and go; wrong weights
+# give a steady ratio. Above this coefficient of variation stickiness is named first.
+STICKY_CV = 0.25
+
+
+def _causes(r: _HotResult, level: Level) -> list[str]:
+    kind = r.cls.kind
+    if kind == "count":
+        if level == Level.DP:
+            causes = ["dp_dispatch"]
+        elif math.isfinite(r.count_ratio_cv) and r.count_ratio_cv > STICKY_CV:
+            causes = ["sticky_sessions", "routing_weights"]
+        else:
+            causes = ["routing_weights", "sticky_sessions"]
+    elif kind == "weight":
+        causes = ["long_requests"]
+    else:
+        causes = ["capability_mismatch"]
+    if r.imp.kv_exhausted:
+        causes.insert(0, "kv_exhaustion")
+    return causes
+
+
+def _severity(r: _HotResult) -> str:
+    tail = [r.imp.ratios.get(k, math.nan) for k in TAIL_METRICS]
+    if r.imp.kv_exhausted or any(math.isfinite(t) and t >= 2.0 for t in tail):
+        return "high"
+    return "medium" if r.imp.hurting else "low"
+
+
+def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
+    causes = _causes(r, level)
+    actions: list[str] = []
+    for key in causes:
+        actions.extend(a for a in ROOT_CAUSES[key].actions if a not in actions)
+    evidence: dict[str, object] = {
+        "hot_share": r.heat.hot_share,
+        "longest_hot_run_windows": r.heat.hot_run,
+        "driver": r.heat.driver,
+        **r.cls.as_evidence(),
+        "impact_ratios": r.imp.ratios,
+        "hurting": list(r.imp.hurting),
+        "kv_exhausted": r.imp.kv_exhausted,
+        "kv_filling": r.imp.kv_filling,
+        "queue_growing": r.imp.queue_growing,
+        "resource": list(r.imp.resource_notes),
+        "request_ratio_cv": r.count_ratio_cv,
+        "gap_widening_while_tail_rises": r.trend.widening,
+        "gap_slope_share": r.trend.gap_slope_share,
+        "tail_slope_share": r.trend.tail_slope_share,
+    }
+    return Finding(
+        kind=str(r.cls.kind),
+        weight_side=r.cls.weight_side,
+        units=(r.heat.unit,),
+        reference_units=r.ref_units,
+        severity=_severity(r),
+        summary=_summary(r, th),
+        evidence=evidence,
+        actions=tuple(actions),
+        root_causes=tuple(RootCauseRef(k, ROOT_CAUSES[k].title) for k in causes),
+        side_by_side=tuple((k, r.hot.get(k, math.nan), r.ref.get(k, math.nan))
+                           for k in SIDE_BY_SIDE),
+    )
+
+
+def _x(v: float) -> str:
+    return f"{v:.2f}x" if math.isfinite(v) else "n/a"
+
+
+def _summary(r: _HotResult, th: Thresholds) -> str:
+    c = r.cls
+    head = (
+        f"{r.heat.unit} is a persistent hot spot (hot in {r.heat.hot_share:.0%} of windows, "
+        f"{r.heat.hot_run} in a row)"
+    )
+    if c.kind == "count":
+        body = (
+            f"{_x(c.count_ratio)} the requests of its peers at {_x(c.weight_ratio)} tokens per "
+            "request: count skew"
+        )
+    elif c.kind == "weight":
+        side_ratio = c.input_ratio if c.weight_side == "input" else c.output_ratio
+        body = (
+            f"about the same request count ({_x(c.count_ratio)}) but {_x(side_ratio)} the "
+            f"{c.weight_side} tokens per request: weight skew ({c.weight_side}-heavy)"
+        )
+    else:
+        body = (
+            f"similar requests ({_x(c.count_ratio)}) and tokens per request "
+            f"({_x(c.weight_ratio)}) but {_x(c.capability_ratio)} the {c.capability_basis}: "
+            "capability skew"
+        )
+    parts = [f"{head}: {body}."]
+    if math.isfinite(c.count_share) and c.kind in ("count", "weight"):
+        parts.append(
+            f"Of its excess token load, {c.count_share:.0%} comes from more requests and "
+            f"{c.weight_share:.0%} from heavier requests."
+        )
+    hurts = [
+        f"{METRIC_BY_KEY[k].label} {_x(r.imp.ratios[k])}" for k in r.imp.hurting
+        if k in METRIC_BY_KEY
+    ]
+    if hurts:
+        parts.append("Impact against its peers: " + ", ".join(hurts) + ".")
+    else:
+        parts.append("No measurable queueing or latency impact yet.")
+    if r.imp.kv_exhausted:
+        parts.append("Its KV cache is near exhaustion.")
+    if r.trend.widening:
+        parts.append("The gap keeps widening while the service's P99 rises.")
+    return " ".join(parts)
+
+
+def _starved_finding(
+    m: SignalMatrix, heats: list[UnitHeat], starved_idx: list[int], level: Level
+) -> Finding:
+    units = tuple(m.units[j] for j in starved_idx)
+    ref_cols = [h.index for h in heats if h.index not in starved_idx]
+    shares = {heats[j].unit: heats[j].starved_share for j in starved_idx}
+    mask = np.ones(len(m.windows), dtype=bool)
+    ref = reference_summary([unit_summary(m, k, mask) for k in ref_cols])
+    starved = reference_summary([unit_summary(m, j, mask) for j in starved_idx])
+    key = "health_check" if level == Level.INSTANCE else "dp_dispatch"
+    cause = ROOT_CAUSES[key]
+    listing = ", ".join(f"{u} ({s:.0%} of windows)" for u, s in shares.items())
+    return Finding(
+        kind="count",
+        units=units,
+        reference_units=tuple(m.units[k] for k in ref_cols),
+        severity="high",
+        summary=(
+            f"{listing} received almost no traffic while their peers carried the load: "
+            "count skew from a unit missing from the routing pool."
+        ),
+        evidence={"starved_share": shares},
+        actions=cause.actions,
+        root_causes=(RootCauseRef(key, cause.title),),
+        side_by_side=tuple(
+            (k, starved.get(k, math.nan), ref.get(k, math.nan)) for k in SIDE_BY_SIDE
+        ),
+    )
+
+
+def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float) -> str:
+    idx = np.flatnonzero(h.hot)
+    first, last = float(m.windows[idx[0]]), float(m.windows[idx[-1]] + window_s)
+    return (
+        f"{h.unit} ran hot in {idx.size} window(s) ({h.hot_share:.0%}, at most {h.hot_run} in a "
+        f"row, {last - first:.0f} s span) and then returned to its peers: jitter, not a "
+        "persistent hot spot"
+    )
+
+
+def _unit_report(
+    m: SignalMatrix, j: int, heat: UnitHeat | None, role: str, mask: np.ndarray
+) -> UnitReport:
+    unit = m.units[j]
+    dp_rank = int(unit.rsplit("/dp", 1)[1]) if "/dp" in unit else None
+    instance = unit.rsplit("/dp", 1)[0] if dp_rank is not None else unit
+    return UnitReport(
+        unit=unit,
+        instance=instance,
+        dp_rank=dp_rank,
+        role=role,
+        hot_share=heat.hot_share if heat else math.nan,
+        longest_hot_run=heat.hot_run if heat else 0,
+        metrics=unit_summary(m, j, mask),
+    )

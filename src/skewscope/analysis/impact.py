@@ -1,0 +1,129 @@
+"""Steps 3 and 4: does the hot unit hurt the service, and is it stuck on a resource?"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from skewscope.analysis.matrix import Array, SignalMatrix, safe_ratio
+from skewscope.config import Thresholds
+
+# Impact metrics (step 3) and the absolute floor under the reference, so 2 ms against 1 ms of
+# queue wait is not "twice as bad".
+IMPACT_METRICS: dict[str, float] = {
+    "queue_wait_p95_ms": 50.0,
+    "queue_wait_mean_ms": 20.0,
+    "ttft_p99_ms": 100.0,
+    "ttft_mean_ms": 50.0,
+    "e2e_p99_ms": 200.0,
+    "waiting": 1.0,
+    "step_time_ms": 5.0,
+    "kv_usage": 0.1,
+}
+
+
+@dataclass(frozen=True)
+class Impact:
+    ratios: dict[str, float]  # hot / reference per impact metric (NaN = not measured)
+    hurting: tuple[str, ...]  # metrics at or above impact_ratio
+    kv_exhausted: bool
+    kv_filling: bool  # blocks allocated keep exceeding blocks freed
+    waiting_growth_per_window: float  # slope of the hot unit's waiting queue
+    queue_growing: bool
+    resource_notes: tuple[str, ...]
+
+
+def impact(
+    m: SignalMatrix,
+    j: int,
+    hot: dict[str, float],
+    ref: dict[str, float],
+    mask: Array,
+    th: Thresholds,
+) -> Impact:
+    ratios: dict[str, float] = {}
+    for key, floor in IMPACT_METRICS.items():
+        h, r = hot.get(key, math.nan), ref.get(key, math.nan)
+        ratios[key] = safe_ratio(h, max(r, floor)) if math.isfinite(r) else math.nan
+    hurting = tuple(k for k, v in ratios.items() if math.isfinite(v) and v >= th.impact_ratio)
+
+    notes: list[str] = []
+    kv_peak = hot.get("kv_usage_max", math.nan)
+    preempt = hot.get("preemptions", math.nan)
+    kv_exhausted = math.isfinite(kv_peak) and kv_peak >= th.kv_high
+    if kv_exhausted:
+        notes.append(f"KV usage peaks at {kv_peak:.0%} (>= {th.kv_high:.0%}: near exhaustion)")
+    if math.isfinite(preempt) and preempt > 0 and not (ref.get("preemptions", 0.0) or 0.0) > 0:
+        notes.append(f"{preempt:.0f} requests preempted on this unit and none on its peers")
+        kv_exhausted = True
+    alloc_free = hot.get("alloc_free_ratio", math.nan)
+    kv_filling = math.isfinite(alloc_free) and alloc_free >= th.alloc_over_free
+    if kv_filling:
+        notes.append(f"KV blocks allocated outpace blocks freed ({alloc_free:.2f}x)")
+    slope = trend_slope(m.get("waiting")[mask, j])
+    queue_growing = math.isfinite(slope) and slope > 0.5
+    if queue_growing:
+        notes.append(f"waiting queue grows by {slope:.1f} requests per window")
+    return Impact(
+        ratios=ratios,
+        hurting=hurting,
+        kv_exhausted=kv_exhausted,
+        kv_filling=kv_filling,
+        waiting_growth_per_window=slope,
+        queue_growing=queue_growing,
+        resource_notes=tuple(notes),
+    )
+
+
+def trend_slope(y: Array) -> float:
+    """Least-squares slope per window over the finite points (NaN when fewer than 3)."""
+    x = np.arange(y.size, dtype=np.float64)
+    ok = np.isfinite(y)
+    if ok.sum() < 3:
+        return math.nan
+    return float(np.polyfit(x[ok], y[ok], 1)[0])
+
+
+@dataclass(frozen=True)
+class Trend:
+    gap_slope_share: float  # slope of the hot-minus-reference load gap, relative to its mean
+    tail_slope_share: float  # slope of the service's worst p99 latency, relative to its mean
+    widening: bool
+
+
+def gap_trend(
+    m: SignalMatrix, j: int, ref_cols: list[int], mask: Array, th: Thresholds
+) -> Trend:
+    """The case documents' rule: the gap keeps widening while the service's P95/P99 rises."""
+    signal = "running" if m.has("running") else "requests"
+    vals = m.get(signal)[mask]
+    if not ref_cols:
+        return Trend(math.nan, math.nan, False)
+    with np.errstate(all="ignore"):
+        gap = vals[:, j] - np.nanmedian(vals[:, ref_cols], axis=1)
+    tail_sig = "e2e_p99_ms" if m.has("e2e_p99_ms") else "ttft_p99_ms"
+    tail_vals = m.get(tail_sig)[mask]
+    with np.errstate(all="ignore"):
+        tail = np.where(
+            np.isfinite(tail_vals).any(axis=1),
+            np.nanmax(np.where(np.isfinite(tail_vals), tail_vals, -np.inf), axis=1),
+            np.nan,
+        )
+    gap_share = _relative_slope(gap)
+    tail_share = _relative_slope(tail)
+    widening = (
+        math.isfinite(gap_share)
+        and math.isfinite(tail_share)
+        and gap_share >= th.trend_min_slope_share
+        and tail_share >= th.trend_min_slope_share
+    )
+    return Trend(gap_share, tail_share, widening)
+
+
+def _relative_slope(y: Array) -> float:
+    slope = trend_slope(y)
+    finite = y[np.isfinite(y)]
+    mean = float(np.abs(finite).mean()) if finite.size else math.nan
+    return slope / mean if math.isfinite(slope) and mean > 0 else math.nan

@@ -1,0 +1,109 @@
+"""UnitFrame -> dense (window x unit) arrays, the shape every analysis step works on.
+
+Missing values are NaN so that a signal a source could not provide makes a rule abstain
+instead of reading as an idle unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from skewscope.frame import SIGNAL_COLUMNS
+
+if TYPE_CHECKING:
+    import polars as pl
+
+Array = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class SignalMatrix:
+    windows: Array  # window start, epoch seconds, shape (W,)
+    units: tuple[str, ...]
+    groups: tuple[str, ...]  # peer group of each unit: its instance at DP level, "" otherwise
+    values: dict[str, Array]  # signal -> (W, U); NaN = missing
+
+    def get(self, signal: str) -> Array:
+        return self.values[signal]
+
+    def has(self, signal: str) -> bool:
+        """True when the source provided this signal for at least one unit and window."""
+        return bool(np.isfinite(self.values[signal]).any())
+
+    def select_units(self, keep: list[int]) -> SignalMatrix:
+        return SignalMatrix(
+            windows=self.windows,
+            units=tuple(self.units[i] for i in keep),
+            groups=tuple(self.groups[i] for i in keep),
+            values={k: v[:, keep] for k, v in self.values.items()},
+        )
+
+
+# Counts that are truly zero when a unit that reports them has no row in a window.
+COUNT_SIGNALS: tuple[str, ...] = (
+    "requests",
+    "prompt_tokens",
+    "generation_tokens",
+    "steps",
+    "scheduled_tokens",
+    "busy_ms",
+)
+
+
+def build_matrix(
+    df: pl.DataFrame, *, group_by_instance: bool, absent_counts_are_zero: bool
+) -> SignalMatrix:
+    """Pivot a UnitFrame table into (window x unit) arrays, adding derived signals.
+
+    ``absent_counts_are_zero``: offline, a unit's folder covers the whole run, so a window with
+    no row for it means no requests (a starved unit). Online, a missing series means the unit
+    was not there (scaled in, series stopped) and stays missing.
+    """
+    windows = np.array(sorted(set(df["window_start_s"].to_list())), dtype=np.float64)
+    ident = df.select("unit", "instance").unique().sort("unit")
+    units = tuple(ident["unit"].to_list())
+    groups = tuple(ident["instance"].to_list()) if group_by_instance else tuple("" for _ in units)
+    w_index = {w: i for i, w in enumerate(windows.tolist())}
+    u_index = {u: j for j, u in enumerate(units)}
+    rows = np.array([w_index[w] for w in df["window_start_s"].to_list()], dtype=np.int64)
+    cols = np.array([u_index[u] for u in df["unit"].to_list()], dtype=np.int64)
+    values: dict[str, Array] = {}
+    for name in SIGNAL_COLUMNS:
+        grid = np.full((len(windows), len(units)), np.nan)
+        column = df[name].cast(float).fill_null(np.nan).to_numpy().astype(np.float64)
+        grid[rows, cols] = column
+        if absent_counts_are_zero and name in COUNT_SIGNALS:
+            reported = np.isfinite(grid).any(axis=0)
+            grid[:, reported] = np.nan_to_num(grid[:, reported])
+        values[name] = grid
+    values["total_tokens"] = _add(values["prompt_tokens"], values["generation_tokens"])
+    return SignalMatrix(windows=windows, units=units, groups=groups, values=values)
+
+
+def _add(a: Array, b: Array) -> Array:
+    """Sum that stays NaN only where both parts are missing."""
+    both_missing = np.isnan(a) & np.isnan(b)
+    out = np.nan_to_num(a) + np.nan_to_num(b)
+    out[both_missing] = np.nan
+    return out
+
+
+def safe_ratio(num: float, den: float) -> float:
+    """num / den with NaN when either is missing or den is not positive."""
+    if not (np.isfinite(num) and np.isfinite(den)) or den <= 0:
+        return float("nan")
+    return float(num / den)
+
+
+def nanmean(x: Array) -> float:
+    finite = x[np.isfinite(x)]
+    return float(finite.mean()) if finite.size else float("nan")
+
+
+def nansum(x: Array) -> float:
+    finite = x[np.isfinite(x)]
+    return float(finite.sum()) if finite.size else float("nan")

@@ -1,0 +1,101 @@
+"""Per-unit summaries over the judged windows: the numbers put side by side, hot against idle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from skewscope.analysis.matrix import Array, SignalMatrix, nanmean, nansum, safe_ratio
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    unit: str
+    step: int  # method step the metric serves: 2 = load, 3 = impact, 4 = resource
+
+
+# The catalogue of summary metrics, in report order. Renderers take labels from here.
+METRICS: tuple[Metric, ...] = (
+    Metric("requests_per_window", "requests / window", "req", 2),
+    Metric("prompt_tokens_per_request", "input tokens / request", "tok", 2),
+    Metric("generation_tokens_per_request", "output tokens / request", "tok", 2),
+    Metric("tokens_per_window", "tokens / window", "tok", 2),
+    Metric("batch_size", "batch size (mean)", "seq", 2),
+    Metric("scheduled_tokens_per_window", "scheduled tokens / window", "tok", 2),
+    Metric("step_time_ms", "batch execution time", "ms", 3),
+    Metric("cost_us_per_token", "execution time / scheduled token", "µs", 2),
+    Metric("running", "running requests (mean)", "req", 3),
+    Metric("waiting", "waiting requests (mean)", "req", 3),
+    Metric("queue_wait_mean_ms", "queue wait (mean)", "ms", 3),
+    Metric("queue_wait_p95_ms", "queue wait p95", "ms", 3),
+    Metric("ttft_mean_ms", "TTFT (mean)", "ms", 3),
+    Metric("ttft_p99_ms", "TTFT p99", "ms", 3),
+    Metric("e2e_mean_ms", "end-to-end latency (mean)", "ms", 3),
+    Metric("e2e_p99_ms", "end-to-end latency p99", "ms", 3),
+    Metric("kv_usage", "KV usage (mean)", "frac", 4),
+    Metric("kv_usage_max", "KV usage (peak)", "frac", 4),
+    Metric("free_blocks_min", "free KV blocks (lowest)", "blocks", 4),
+    Metric("alloc_free_ratio", "KV blocks allocated / freed", "x", 4),
+    Metric("preemptions", "preemptions", "req", 4),
+)
+METRIC_BY_KEY = {m.key: m for m in METRICS}
+
+
+def unit_summary(m: SignalMatrix, j: int, mask: Array) -> dict[str, float]:
+    """Summarise unit ``j`` over the windows selected by ``mask`` (NaN = not measured)."""
+
+    def col(sig: str) -> Array:
+        out: Array = m.get(sig)[mask, j]
+        return out
+
+    req, prompt, gen = nansum(col("requests")), nansum(col("prompt_tokens")), nansum(
+        col("generation_tokens")
+    )
+    busy, steps = nansum(col("busy_ms")), nansum(col("steps"))
+    scheduled = nansum(col("scheduled_tokens"))
+    work_tokens = scheduled if np.isfinite(scheduled) and scheduled > 0 else nansum(
+        col("total_tokens")
+    )
+    free = col("free_blocks_min")
+    return {
+        "requests_per_window": nanmean(col("requests")),
+        "prompt_tokens_per_request": safe_ratio(prompt, req),
+        "generation_tokens_per_request": safe_ratio(gen, req),
+        "tokens_per_window": nanmean(col("total_tokens")),
+        "batch_size": nanmean(col("batch_size")),
+        "scheduled_tokens_per_window": nanmean(col("scheduled_tokens")),
+        "step_time_ms": safe_ratio(busy, steps),
+        "cost_us_per_token": safe_ratio(busy * 1000.0, work_tokens),
+        "running": nanmean(col("running")),
+        "waiting": nanmean(col("waiting")),
+        "queue_wait_mean_ms": nanmean(col("queue_wait_mean_ms")),
+        "queue_wait_p95_ms": nanmean(col("queue_wait_p95_ms")),
+        "ttft_mean_ms": nanmean(col("ttft_mean_ms")),
+        "ttft_p99_ms": nanmean(col("ttft_p99_ms")),
+        "e2e_mean_ms": nanmean(col("e2e_mean_ms")),
+        "e2e_p99_ms": nanmean(col("e2e_p99_ms")),
+        "kv_usage": nanmean(col("kv_usage")),
+        "kv_usage_max": float(np.nanmax(col("kv_usage_max")))
+        if np.isfinite(col("kv_usage_max")).any()
+        else float("nan"),
+        "free_blocks_min": float(np.nanmin(free)) if np.isfinite(free).any() else float("nan"),
+        "alloc_free_ratio": safe_ratio(
+            nansum(col("blocks_allocated")), nansum(col("blocks_freed"))
+        ),
+        "preemptions": nansum(col("preemptions")),
+    }
+
+
+def reference_summary(summaries: list[dict[str, float]]) -> dict[str, float]:
+    """Median over the reference (idle / normal) units, metric by metric."""
+    if not summaries:
+        return {}
+    out: dict[str, float] = {}
+    for key in summaries[0]:
+        vals = np.array([s[key] for s in summaries], dtype=np.float64)
+        finite = vals[np.isfinite(vals)]
+        out[key] = float(np.median(finite)) if finite.size else float("nan")
+    return out

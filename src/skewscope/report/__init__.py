@@ -1,0 +1,1 @@
+"""The Report model and its renderers (terminal, Markdown, JSON)."""

@@ -1,0 +1,102 @@
+"""Value formatting and table layouts shared by the terminal and Markdown renderers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+from skewscope.analysis.summary import METRIC_BY_KEY
+from skewscope.report.model import Finding, Report
+
+# Columns of the per-unit table, in order (keys of UnitReport.metrics).
+UNIT_COLUMNS: tuple[str, ...] = (
+    "requests_per_window",
+    "prompt_tokens_per_request",
+    "generation_tokens_per_request",
+    "running",
+    "waiting",
+    "queue_wait_p95_ms",
+    "ttft_p99_ms",
+    "e2e_p99_ms",
+    "step_time_ms",
+    "kv_usage",
+    "kv_usage_max",
+)
+
+SHORT_LABELS: dict[str, str] = {
+    "requests_per_window": "req/win",
+    "prompt_tokens_per_request": "in tok/req",
+    "generation_tokens_per_request": "out tok/req",
+    "running": "running",
+    "waiting": "waiting",
+    "queue_wait_p95_ms": "queue p95 ms",
+    "ttft_p99_ms": "TTFT p99 ms",
+    "e2e_p99_ms": "e2e p99 ms",
+    "step_time_ms": "step ms",
+    "kv_usage": "KV mean",
+    "kv_usage_max": "KV peak",
+}
+
+
+def value(key: str, v: float | None) -> str:
+    """Format one metric value by its unit; '—' marks a value that was not measured."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    unit = METRIC_BY_KEY[key].unit if key in METRIC_BY_KEY else ""
+    if unit == "frac":
+        return f"{v:.0%}"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def ratio(hot: float, ref: float) -> str:
+    if not (math.isfinite(hot) and math.isfinite(ref)) or ref <= 0:
+        return "—"
+    return f"{hot / ref:.2f}x"
+
+
+def label(key: str) -> str:
+    m = METRIC_BY_KEY.get(key)
+    return f"{m.label} ({m.unit})" if m and m.unit not in ("frac", "x") else (m.label if m else key)
+
+
+def when(epoch_s: float) -> str:
+    if not math.isfinite(epoch_s):
+        return "—"
+    return dt.datetime.fromtimestamp(epoch_s, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def headline(report: Report) -> str:
+    """One sentence that answers 'is there a hot unit?'."""
+    if report.verdict == "insufficient_data":
+        return "Insufficient data: " + (report.notes[0] if report.notes else "nothing to judge")
+    if report.verdict == "balanced":
+        return f"Balanced: no persistent hot {report.level} unit across {len(report.units)} units."
+    kinds = sorted({f.kind for f in report.all_findings()})
+    units = list(report.hot_units) + list(report.starved_units)
+    return (
+        f"Imbalanced at {report.level} level: {', '.join(units) or 'see findings'} "
+        f"({' + '.join(kinds)} skew)."
+    )
+
+
+def scope(report: Report) -> str:
+    return (
+        f"source {report.source} · level {report.level} · {len(report.units)} units · "
+        f"{report.windows} windows of {report.window_s:g} s · "
+        f"{when(report.start_s)} → {when(report.end_s)}"
+    )
+
+
+def finding_title(f: Finding) -> str:
+    side = f" ({f.weight_side}-heavy)" if f.weight_side else ""
+    return f"[{f.severity.upper()}] {f.kind} skew{side} — {', '.join(f.units)}"
+
+
+def percentile_caveat(report: Report) -> str | None:
+    if report.source in ("prometheus", "scrape"):
+        return "Percentiles come from histogram buckets (bucket-interpolated estimates)."
+    return None

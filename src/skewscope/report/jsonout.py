@@ -1,0 +1,11 @@
+"""JSON report: exactly ``Report.to_dict()`` (contract in docs/json-report.md)."""
+
+from __future__ import annotations
+
+import json
+
+from skewscope.report.model import Report
+
+
+def render(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)

@@ -1,0 +1,143 @@
+"""The diagnosis over UnitFrames whose truth is known by construction."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from frame_builder import Spec, make_frame
+from skewscope.analysis.classify import decompose
+from skewscope.analysis.diagnose import diagnose, diagnose_frame
+from skewscope.frame import Evidence, Level
+from skewscope.report import jsonout
+
+FOUR = ("a", "b", "c", "d")
+
+
+def even(**over: Spec) -> dict[str, Spec]:
+    return {u: over.get(u, Spec()) for u in FOUR}
+
+
+def test_balanced_service_is_balanced() -> None:
+    report = diagnose_frame(make_frame(even()))
+    assert report.verdict == "balanced"
+    assert report.hot_units == ()
+    assert report.findings == ()
+    assert {u.role for u in report.units} == {"normal"}
+
+
+def test_count_skew_names_the_hot_unit_and_the_routing_causes() -> None:
+    report = diagnose_frame(make_frame(even(c=Spec(rate=44.0))))
+    assert report.verdict == "imbalanced"
+    assert report.hot_units == ("c",)
+    (f,) = report.findings
+    assert f.kind == "count"
+    assert f.evidence["count_ratio"] == pytest.approx(2.2, rel=0.15)
+    assert f.evidence["excess_from_more_requests"] > 0.8
+    assert {c.key for c in f.root_causes} >= {"routing_weights", "sticky_sessions"}
+    assert f.reference_units == ("a", "b", "d")
+
+
+@pytest.mark.parametrize(
+    ("spec", "side"),
+    [(Spec(prompt=3000.0), "input"), (Spec(output=700.0), "output")],
+)
+def test_weight_skew_says_which_side_is_heavy(spec: Spec, side: str) -> None:
+    report = diagnose_frame(make_frame(even(b=spec)))
+    assert report.hot_units == ("b",)
+    (f,) = report.findings
+    assert f.kind == "weight"
+    assert f.weight_side == side
+    assert f.evidence["excess_from_heavier_requests"] > 0.8
+    assert f.root_causes[0].key == "long_requests"
+
+
+def test_capability_skew_at_equal_load() -> None:
+    report = diagnose_frame(make_frame(even(d=Spec(speed=1.9))))
+    assert report.hot_units == ("d",)
+    (f,) = report.findings
+    assert f.kind == "capability"
+    assert f.evidence["capability_ratio"] == pytest.approx(1.9, rel=0.15)
+    assert f.root_causes[0].key == "capability_mismatch"
+
+
+def test_transient_burst_is_jitter_not_a_hot_unit() -> None:
+    burst = {8: 3.0, 9: 3.0, 10: 3.0}
+    report = diagnose_frame(make_frame(even(a=Spec(burst=burst))))
+    assert report.verdict == "balanced"
+    assert report.hot_units == ()
+    assert any(t.startswith("a ran hot") for t in report.transient)
+
+
+def test_unit_without_traffic_is_starved_with_health_check_cause() -> None:
+    report = diagnose_frame(make_frame(even(d=Spec(until=2))))
+    assert report.verdict == "imbalanced"
+    assert report.starved_units == ("d",)
+    starved = [f for f in report.findings if "d" in f.units]
+    assert starved and starved[0].root_causes[0].key == "health_check"
+
+
+def test_dp_ranks_are_compared_within_their_instance_only() -> None:
+    # i1's ranks are all twice as busy as i0's: that is an instance matter, not DP skew.
+    specs = {f"i0/dp{r}": Spec() for r in range(4)} | {f"i1/dp{r}": Spec(rate=40) for r in range(4)}
+    specs["i0/dp2"] = Spec(rate=45.0)
+    report = diagnose_frame(make_frame(specs, level=Level.DP))
+    assert report.level == "dp"
+    assert report.hot_units == ("i0/dp2",)
+    (f,) = report.findings
+    assert f.kind == "count"
+    assert f.root_causes[0].key == "dp_dispatch"
+    assert set(f.reference_units) == {"i0/dp0", "i0/dp1", "i0/dp3"}
+
+
+def test_auto_level_drills_into_the_hot_instance() -> None:
+    inst = make_frame(even(b=Spec(rate=45.0)))
+    specs = {f"{u}/dp{r}": Spec(rate=5.0) for u in FOUR for r in range(4)}
+    specs["b/dp1"] = Spec(rate=30.0)
+    dp = make_frame(specs, level=Level.DP)
+    report = diagnose(Evidence(instance=inst, dp=dp), level="auto")
+    assert report.level == "instance"
+    assert report.hot_units == ("b",)
+    (drill,) = report.drilldown
+    assert drill.level == "dp"
+    assert drill.hot_units == ("b/dp1",)
+
+
+def test_near_idle_service_is_insufficient_data() -> None:
+    report = diagnose_frame(make_frame(even(a=Spec(rate=0.5), b=Spec(rate=0.2),
+                                            c=Spec(rate=0.3), d=Spec(rate=0.1))))
+    assert report.verdict == "insufficient_data"
+    assert "near-idle" in report.notes[0]
+
+
+def test_single_unit_is_insufficient_data() -> None:
+    report = diagnose_frame(make_frame({"solo": Spec()}))
+    assert report.verdict == "insufficient_data"
+    assert "only one unit" in report.notes[0]
+
+
+def test_too_few_windows_is_insufficient_data() -> None:
+    report = diagnose_frame(make_frame(even(c=Spec(rate=60.0)), windows=4))
+    assert report.verdict == "insufficient_data"
+    assert "windows" in report.notes[0]
+
+
+def test_decomposition_splits_excess_exactly() -> None:
+    # 30 req x 1500 tok vs 20 x 1000: excess 25,000 = 10 x 1000 (count) + 30 x 500 (weight)
+    count, weight = decompose(30, 1500, 20, 1000)
+    assert count == pytest.approx(10_000 / 25_000)
+    assert weight == pytest.approx(15_000 / 25_000)
+
+
+def test_json_contract_fields() -> None:
+    report = diagnose_frame(make_frame(even(c=Spec(rate=44.0))))
+    doc = json.loads(jsonout.render(report))
+    assert doc["schema_version"] == 1
+    assert doc["verdict"] == "imbalanced"
+    assert doc["level"] == "instance"
+    assert doc["hot_units"] == ["c"]
+    assert [u["unit"] for u in doc["units"]] == list(FOUR)
+    f = doc["findings"][0]
+    assert {"kind", "units", "severity", "summary", "evidence", "actions"} <= set(f)
+    assert f["kind"] in {"count", "weight", "capability"}
