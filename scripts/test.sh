@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs everything the tests need on a fresh Debian machine, then runs lint, types and tests.
+# Real components (Prometheus, promtool, VictoriaMetrics) come from Debian; the tests start them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+for bin in prometheus promtool victoria-metrics; do
+  command -v "$bin" >/dev/null 2>&1 || need+=("$bin")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing Debian packages: prometheus victoria-metrics"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    prometheus victoria-metrics >/dev/null
+fi
+python3 -m pip install -q -e ".[test]"
+ruff check src tests benchmarks
+mypy
+python3 -m pytest -q -p no:cacheprovider "$@"
