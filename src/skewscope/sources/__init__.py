@@ -1,0 +1,1 @@
+"""Sources: everything that turns outside data (profiler folders, Prometheus, /metrics) into UnitFrames."""

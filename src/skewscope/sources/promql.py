@@ -1,0 +1,160 @@
+"""PromQL text for each canonical signal, built from the dialect tables (no execution here).
+
+Every query is plain PromQL (``increase``, ``*_over_time``, ``histogram_quantile``, ``sum by``),
+so the same text runs on Prometheus, Thanos, Mimir and VictoriaMetrics. All aggregation is pushed
+into the query: one ``query_range`` per signal and level returns every unit at once, whatever
+the fleet size. Every label value we put into a selector goes through ``quote``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from skewscope.errors import UsageError
+from skewscope.frame import Level
+from skewscope.sources.dialects import ROLES, Alias, Kind, Matcher, SignalSpec, name_regex
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_label_value(value: str) -> str:
+    """Escape ``value`` for a double-quoted PromQL string (Go string-literal rules).
+
+    Backslash, double quote and control characters are escaped; other characters (any Unicode)
+    pass through as UTF-8, which PromQL accepts inside quotes.
+    """
+    out = []
+    for ch in value:
+        if ch in _SIMPLE_ESCAPES:
+            out.append(_SIMPLE_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def quote(value: str) -> str:
+    return '"' + escape_label_value(value) + '"'
+
+
+_UNESCAPE = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def unquote(literal: str) -> str:
+    """Inverse of ``quote`` for double-quoted PromQL strings (used to check the escaper)."""
+    if len(literal) < 2 or literal[0] != '"' or literal[-1] != '"':
+        raise ValueError("not a double-quoted string")
+    body, out, i = literal[1:-1], [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == '"':
+            raise ValueError("unescaped quote")
+        if ch != "\\":
+            out.append(ch)
+            i += 1
+            continue
+        nxt = body[i + 1]
+        if nxt in _UNESCAPE:
+            out.append(_UNESCAPE[nxt])
+            i += 2
+        elif nxt in "\\\"'":
+            out.append(nxt)
+            i += 2
+        elif nxt in "xuU":
+            width = {"x": 2, "u": 4, "U": 8}[nxt]
+            out.append(chr(int(body[i + 2 : i + 2 + width], 16)))
+            i += 2 + width
+        else:  # octal \ooo
+            out.append(chr(int(body[i + 1 : i + 4], 8)))
+            i += 4
+    return "".join(out)
+
+
+def check_label_name(name: str) -> str:
+    if not _LABEL_NAME.fullmatch(name):
+        raise UsageError(f"invalid label name {name!r}")
+    return name
+
+
+def matcher_text(m: Matcher) -> str:
+    return f"{check_label_name(m.label)}{m.op}{quote(m.value)}"
+
+
+def labels_selector(labels: Mapping[str, str]) -> str:
+    """``{a="x",b="y"}`` -> ``a="x",b="y"`` with every value escaped (for callers building one)."""
+    return ",".join(matcher_text(Matcher(k, "=", v)) for k, v in sorted(labels.items()))
+
+
+def normalise_selector(selector: str) -> str:
+    """The user's extra matchers without braces (``{job="x"}`` and ``job="x"`` both accepted).
+
+    The text is the user's own PromQL and is passed through as written.
+    """
+    s = selector.strip()
+    if s.startswith("{") and s.endswith("}"):
+        s = s[1:-1].strip()
+    if "{" in s or "}" in s:
+        raise UsageError(f'selector must be label matchers like job="vllm", got {selector!r}')
+    return s.rstrip(",")
+
+
+def series_selector(sample_name: str, alias: Alias, selector: str = "") -> str:
+    """``{__name__=~"vllm[:_]x", <alias matchers>, <user selector>}`` (both name spellings)."""
+    parts = [f"__name__=~{quote(name_regex(sample_name))}"]
+    parts += [matcher_text(m) for m in alias.matchers]
+    extra = normalise_selector(selector)
+    if extra:
+        parts.append(extra)
+    return "{" + ", ".join(parts) + "}"
+
+
+def duration(seconds: float) -> str:
+    """PromQL duration literal; whole seconds when possible, else milliseconds."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise UsageError(f"window must be positive, got {seconds} s")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def group_labels(level: Level, alias: Alias) -> str | None:
+    """``instance`` or ``instance, <dp label>``; None when the metric carries no DP rank."""
+    if level is Level.INSTANCE:
+        return "instance"
+    if alias.dp_label is None:
+        return None
+    return f"instance, {check_label_name(alias.dp_label)}"
+
+
+def _scaled(expr: str, scale: float) -> str:
+    return expr if scale == 1.0 else f"{scale:g} * {expr}"
+
+
+def _increase(name: str, alias: Alias, by: str, w: str, selector: str) -> str:
+    return f"sum by ({by}) (increase({series_selector(name, alias, selector)}[{w}]))"
+
+
+def build_query(
+    spec: SignalSpec, alias: Alias, *, level: Level, window_s: float, selector: str = ""
+) -> str | None:
+    """The PromQL for ``spec`` at ``level`` over windows of ``window_s``; None if not possible."""
+    by = group_labels(level, alias)
+    if by is None:
+        return None
+    role = ROLES[spec.role]
+    w = duration(window_s)
+    if role.kind is Kind.COUNTER:
+        expr = _increase(alias.name, alias, by, w, selector)
+    elif role.kind is Kind.GAUGE:
+        sel = series_selector(alias.name, alias, selector)
+        expr = f"{spec.across} by ({by}) ({spec.over_time}_over_time({sel}[{w}]))"
+    elif spec.over_time == "quantile":
+        buckets = _increase(alias.name + "_bucket", alias, by + ", le", w, selector)
+        expr = f"histogram_quantile({spec.quantile:g}, {buckets})"
+    else:  # histogram mean: pooled sum / pooled count of the window
+        total = _increase(alias.name + "_sum", alias, by, w, selector)
+        count = _increase(alias.name + "_count", alias, by, w, selector)
+        expr = f"({total} / {count})"
+    return _scaled(expr, role.scale)
