@@ -1,0 +1,55 @@
+"""Every renderer over the same reports: they format the model, they never compute."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from rich.console import Console
+
+from frame_builder import Spec, make_frame
+from skewscope.analysis.diagnose import diagnose_frame
+from skewscope.report import jsonout, markdown, terminal
+
+HOT = diagnose_frame(make_frame({u: Spec(rate=44.0) if u == "c" else Spec() for u in "abcd"}))
+BALANCED = diagnose_frame(make_frame({u: Spec() for u in "abcd"}))
+SOLO = diagnose_frame(make_frame({"solo": Spec()}))
+
+
+def _terminal(report: object) -> str:
+    buf = io.StringIO()
+    terminal.render(report, Console(file=buf, width=160, color_system=None))  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
+def test_terminal_shows_verdict_finding_cause_and_side_by_side() -> None:
+    text = _terminal(HOT)
+    assert "Imbalanced at instance level: c (count skew)" in text
+    assert "count skew — c" in text
+    assert "Routing weights favour some units" in text
+    assert "requests / window" in text and "peers (median)" in text
+    # the ratio column agrees with the model
+    hot, ref = HOT.findings[0].side_by_side[0][1:]
+    assert f"{hot / ref:.2f}x" in text
+
+
+def test_terminal_balanced_and_insufficient() -> None:
+    assert "Balanced: no persistent hot instance unit across 4 units." in _terminal(BALANCED)
+    assert "Insufficient data: only one unit (solo)" in _terminal(SOLO)
+
+
+def test_markdown_has_headline_finding_table_and_units() -> None:
+    md = markdown.render(HOT)
+    assert md.startswith("# skewscope report")
+    assert "**Imbalanced at instance level: c (count skew).**" in md
+    assert "| metric | c | peers (median) | hot / peers |" in md
+    rows = [line for line in md.splitlines() if line.startswith("| c | hot |")]
+    assert len(rows) == 1
+
+
+def test_json_equals_model_and_has_no_nan() -> None:
+    text = jsonout.render(HOT)
+    doc = json.loads(text)
+    assert doc == json.loads(json.dumps(HOT.to_dict()))
+    assert "NaN" not in text
+    assert doc["findings"][0]["units"] == ["c"]
