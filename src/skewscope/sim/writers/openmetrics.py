@@ -1,0 +1,118 @@
+"""History of every instance's /metrics, as if Prometheus had scraped the run every ``step_s``.
+
+Two forms of the same samples (both from :mod:`exposition`, so they cannot disagree):
+- an OpenMetrics file for ``promtool tsdb create-blocks-from openmetrics`` (timestamps in
+  seconds, each family's samples contiguous, counters typed without ``_total``, ``# EOF``);
+- Prometheus text lines with millisecond timestamps for VictoriaMetrics'
+  ``/api/v1/import/prometheus``.
+The scrape-time labels ``instance`` and ``job`` are added here, as a scraper would add them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+import numpy as np
+
+from skewscope.sim.writers.exposition import (
+    ClusterModel,
+    Family,
+    format_labels,
+    format_value,
+    type_name,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    from numpy.typing import NDArray
+
+    from skewscope.sim.records import SimResult
+
+DEFAULT_JOB = "skewscope-sim"
+
+
+def default_instance_label(instance: str) -> str:
+    """The ``instance`` label a scraper would give: loopback host, the instance name as port."""
+    return f"127.0.0.1:{instance}"
+
+
+def scrape_times(start_s: float, end_s: float, step_s: float) -> NDArray[np.float64]:
+    """Scrape instants from the run start to its end (inclusive), every ``step_s`` seconds."""
+    if step_s <= 0:
+        raise ValueError("step_s must be positive")
+    n = int(np.floor((end_s - start_s) / step_s + 1e-9)) + 1
+    return start_s + step_s * np.arange(n, dtype=np.float64)
+
+
+def _scrape_labels(instances: list[str], job: str,
+                   instance_labels: Mapping[str, str] | None) -> dict[str, dict[str, str]]:
+    names = instance_labels or {}
+    return {i: {"instance": names.get(i, default_instance_label(i)), "job": job}
+            for i in instances}
+
+
+def _with(labels: tuple[tuple[str, str], ...], extra: Mapping[str, str]) -> str:
+    return format_labels(sorted({**dict(labels), **extra}.items()))
+
+
+def _history(result: SimResult, dialect: str, step_s: float
+             ) -> tuple[NDArray[np.float64], dict[str, list[Family]]]:
+    model = ClusterModel(result, dialect)
+    times = scrape_times(result.start_s, result.end_s, step_s)
+    return times, {i: m.families(times) for i, m in model.instances.items()}
+
+
+def _write_om(out: TextIO, times: NDArray[np.float64], fams: dict[str, list[Family]],
+              extra: dict[str, dict[str, str]]) -> None:
+    stamps = [f"{t:.3f}" for t in times]
+    instances = list(fams)
+    for k, first in enumerate(fams[instances[0]]):
+        name = type_name(first.spec, openmetrics=True)
+        out.write(f"# TYPE {name} {first.spec.kind}\n# HELP {name} {first.spec.help}\n")
+        for inst in instances:
+            for group in fams[inst][k].metrics:
+                # one MetricPoint per scrape: all samples of a group at time j, then j+1
+                heads = [f"{s.name}{_with(s.labels, extra[inst])} " for s in group]
+                cols = [[format_value(v) for v in s.values.tolist()] for s in group]
+                for j, stamp in enumerate(stamps):
+                    out.write("".join(f"{h}{c[j]} {stamp}\n" for h, c in zip(heads, cols,
+                                                                             strict=True)))
+    out.write("# EOF\n")
+
+
+def write_openmetrics(
+    result: SimResult, path: Path, dialect: str = "vllm", step_s: float = 15.0, *,
+    job: str = DEFAULT_JOB, instance_labels: Mapping[str, str] | None = None,
+) -> Path:
+    """Write every instance's exposition sampled every ``step_s`` over the run as OpenMetrics.
+
+    ``instance_labels`` maps instance name -> ``instance`` label value (default
+    ``127.0.0.1:<name>``).  Load it with ``promtool tsdb create-blocks-from openmetrics``.
+    """
+    times, fams = _history(result, dialect, step_s)
+    extra = _scrape_labels(list(fams), job, instance_labels)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        _write_om(out, times, fams, extra)
+    return path
+
+
+def iter_import_lines(
+    result: SimResult, dialect: str = "vllm", step_s: float = 15.0, *,
+    job: str = DEFAULT_JOB, instance_labels: Mapping[str, str] | None = None,
+) -> Iterator[str]:
+    """The same samples as ``name{labels} value ts_ms`` lines (no newline) for
+    VictoriaMetrics ``/api/v1/import/prometheus``."""
+    times, fams = _history(result, dialect, step_s)
+    extra = _scrape_labels(list(fams), job, instance_labels)
+    stamps = [str(round(t * 1000)) for t in times]
+    for inst, families in fams.items():
+        for fam in families:
+            for group in fam.metrics:
+                for s in group:
+                    head = f"{s.name}{_with(s.labels, extra[inst])} "
+                    for v, stamp in zip(s.values.tolist(), stamps, strict=True):
+                        yield f"{head}{format_value(v)} {stamp}"
