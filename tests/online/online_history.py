@@ -1,0 +1,191 @@
+"""Deterministic metric history with known per-window truth, for real Prometheus / VictoriaMetrics.
+
+Samples every 15 s over 20 min; windows of 60 s aligned to T0 (a multiple of 3600), so each
+window holds samples on both of its boundaries and ``increase`` is exact on both backends.
+Rendered as OpenMetrics (timestamps in seconds, for ``promtool tsdb create-blocks-from
+openmetrics``) and as VictoriaMetrics import lines (timestamps in milliseconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+T0 = 1_699_999_200  # 2023-11-14T22:00:00Z, a multiple of 3600
+STEP = 15
+SPAN = 1200
+WINDOW = 60
+N_WINDOWS = SPAN // WINDOW
+TTFT_BOUNDS = ("0.1", "0.5", "1.0", "+Inf")
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    t: int
+    value: float
+
+
+def _lab(**kw: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(kw.items()))
+
+
+# vLLM job: instance a (colon names) 2x the request rate of b (escaped "vllm_" names, as
+# prometheus_client 0.26 + OpenMetrics negotiation stores them); a's rank 0 runs 8 / waits 16.
+# Per 15 s step and rank: (requests length, requests stop, prompt tok/req, running, waiting, kv,
+# ttft observations (<=0.1, (0.1,0.5], (0.5,1]), steps)
+VLLM_RANKS = {
+    ("a:8000", "0"): (24.0, 6.0, 100.0, 8.0, 16.0, 0.9, (0, 15, 15), 150.0),
+    ("a:8000", "1"): (15.0, 0.0, 100.0, 0.0, 0.0, 0.25, (10, 0, 0), 75.0),
+    ("b:8000", "0"): (12.0, 0.0, 300.0, 2.0, 0.0, 0.25, (10, 0, 0), 75.0),
+    ("b:8000", "1"): (10.5, 0.0, 300.0, 2.0, 0.0, 0.25, (10, 0, 0), 75.0),
+}
+RESET = ("b:8000", "1", 600)  # b's rank 1 restarts right after the sample at T0+600
+GEN_PER_REQ = 50.0
+
+
+def _vllm(t_off: int) -> Iterator[Sample]:
+    k = t_off // STEP
+    for (inst, eng), (n_len, n_stop, ptok, run, wait, kv, ttft, steps) in VLLM_RANKS.items():
+        colon = inst.startswith("a")
+        pre = "vllm:" if colon else "vllm_"
+        kk = k
+        if (inst, eng) == RESET[:2] and t_off > RESET[2]:
+            kk = k - RESET[2] // STEP  # counted from 0 again after the restart
+        base = {"job": "vllm-dp", "instance": inst, "engine": eng, "model_name": "m"}
+
+        def s(
+            name: str, value: float, _b: dict[str, str] = base, _p: str = pre, **extra: str
+        ) -> Sample:
+            return Sample(_p + name, _lab(**_b, **extra), T0 + t_off, value)
+
+        yield s("request_success_total", n_len * kk, finished_reason="length")
+        yield s("request_success_total", n_stop * kk, finished_reason="stop")
+        reqs = n_len + n_stop
+        yield s("prompt_tokens_total", reqs * ptok * kk)
+        yield s("generation_tokens_total", reqs * GEN_PER_REQ * kk)
+        yield s("num_requests_running", run)
+        yield s("num_requests_waiting", wait)
+        yield s("kv_cache_usage_perc", kv)
+        yield s("iteration_tokens_total_count", steps * kk)
+        yield s("iteration_tokens_total_sum", steps * 10 * kk)
+        cum = 0
+        for bound, n in zip(TTFT_BOUNDS[:3], ttft, strict=True):
+            cum += n
+            yield s("time_to_first_token_seconds_bucket", cum * kk, le=bound)
+        yield s("time_to_first_token_seconds_bucket", cum * kk, le="+Inf")
+        yield s("time_to_first_token_seconds_count", cum * kk)
+        ttft_sum = ttft[0] * 0.05 + ttft[1] * 0.3 + ttft[2] * 0.75
+        yield s("time_to_first_token_seconds_sum", ttft_sum * kk)
+
+
+SUMMED = ("requests", "prompt_tokens", "generation_tokens", "running", "waiting", "kv_usage")
+SUMMED += ("steps", "scheduled_tokens")
+
+
+def vllm_truth() -> dict[str, dict[str, float]]:
+    """Per-window truth by unit id, for every window."""
+    out: dict[str, dict[str, float]] = {}
+    per_w = WINDOW // STEP
+    for (inst, eng), (n_len, n_stop, ptok, run, wait, kv, _, steps) in VLLM_RANKS.items():
+        reqs = (n_len + n_stop) * per_w
+        out[f"{inst}/dp{eng}"] = {
+            "requests": reqs,
+            "prompt_tokens": reqs * ptok,
+            "generation_tokens": reqs * GEN_PER_REQ,
+            "running": run,
+            "waiting": wait,
+            "kv_usage": kv,
+            "kv_usage_max": kv,
+            "steps": steps * per_w,
+            "scheduled_tokens": steps * 10 * per_w,
+        }
+    # TTFT (bucket-interpolated, as histogram_quantile): a/dp0 has 120 obs per window, 60 in
+    # (0.1,0.5] and 60 in (0.5,1]: rank 118.8 -> 0.5 + 0.5 * 58.8/60 = 0.99 s; mean 63/120 s.
+    out["a:8000/dp0"] |= {"ttft_p99_ms": 990.0, "ttft_mean_ms": 525.0}
+    for unit in ("a:8000/dp1", "b:8000/dp0", "b:8000/dp1"):
+        out[unit] |= {"ttft_p99_ms": 99.0, "ttft_mean_ms": 50.0}
+    for inst in ("a:8000", "b:8000"):
+        r0, r1 = out[f"{inst}/dp0"], out[f"{inst}/dp1"]
+        out[inst] = {
+            sig: (r0[sig] + r1[sig]) / (2 if sig in ("kv_usage",) else 1) for sig in SUMMED
+        }
+        out[inst]["kv_usage_max"] = max(r0["kv_usage_max"], r1["kv_usage_max"])
+    # a pooled: cumulative buckets 40, 100, 160 -> rank 158.4 in (0.5,1]: 0.5 + 0.5*58.4/60.
+    out["a:8000"] |= {"ttft_p99_ms": 1000 * (0.5 + 0.5 * 58.4 / 60), "ttft_mean_ms": 406.25}
+    out["b:8000"] |= {"ttft_p99_ms": 99.0, "ttft_mean_ms": 50.0}
+    return out
+
+
+def _scale(t_off: int) -> Iterator[Sample]:
+    """Scale in/out: c present for the first half, d joins at 300 s."""
+    k = t_off // STEP
+    for inst, lo, hi in (("c:8000", 0, 600), ("d:8000", 300, 1200)):
+        if lo <= t_off <= hi:
+            lab = _lab(job="vllm-scale", instance=inst, engine="0", model_name="m")
+            yield Sample("vllm:num_requests_running", lab, T0 + t_off, 3.0)
+            yield Sample("vllm:request_success_total", lab, T0 + t_off, 15.0 * (k - lo // STEP))
+
+
+MINDIE = {"m1:1025": (20.0, 6.0, 90.0), "m2:1025": (10.0, 3.0, 45.0)}  # req/step, running, kv %
+
+
+def _mindie(t_off: int) -> Iterator[Sample]:
+    k = t_off // STEP
+    for inst, (req, run, kv_pct) in MINDIE.items():
+        lab = _lab(job="mindie", instance=inst, model_name="m")
+        yield Sample("request_success_total", lab, T0 + t_off, req * k)
+        yield Sample("num_requests_running", lab, T0 + t_off, run)
+        yield Sample("npu_cache_usage_perc", lab, T0 + t_off, kv_pct)
+
+
+# SGLang: per dp_rank: (requests/step, running); every tp_rank repeats the series and rank 0 also
+# exports per-priority parts next to the priority="" aggregate. Neither may be double counted.
+SGLANG = {"0": (20.0, 5.0), "1": (4.0, 1.0)}
+
+
+def _sglang(t_off: int) -> Iterator[Sample]:
+    k = t_off // STEP
+    for dp, (req, run) in SGLANG.items():
+        for tp in ("0", "1"):
+            base = {"job": "sglang", "instance": "s1:30000", "dp_rank": dp, "tp_rank": tp}
+            yield Sample("sglang:num_requests_total", _lab(**base), T0 + t_off, req * k)
+            yield Sample("sglang:num_running_reqs", _lab(**base, priority=""), T0 + t_off, run)
+            if dp == "0":
+                for prio, part in (("1", 3.0), ("2", 2.0)):
+                    lab = _lab(**base, priority=prio)
+                    yield Sample("sglang:num_running_reqs", lab, T0 + t_off, part)
+
+
+def history() -> list[Sample]:
+    out: list[Sample] = []
+    for t_off in range(0, SPAN + 1, STEP):
+        for gen in (_vllm, _scale, _mindie, _sglang):
+            out.extend(gen(t_off))
+    return out
+
+
+def _labels_text(labels: tuple[tuple[str, str], ...]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in labels)
+
+
+def to_openmetrics(samples: list[Sample]) -> str:
+    """OpenMetrics text (untyped families, grouped by series, seconds, ``# EOF``)."""
+    by_series: dict[tuple[str, tuple[tuple[str, str], ...]], list[Sample]] = {}
+    for s in samples:
+        by_series.setdefault((s.name, s.labels), []).append(s)
+    lines = []
+    for name in sorted({n for n, _ in by_series}):
+        for (n, labels), pts in sorted(by_series.items()):
+            if n != name:
+                continue
+            lines += [f"{n}{{{_labels_text(labels)}}} {p.value!r} {p.t}" for p in pts]
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+def to_vm_import(samples: list[Sample]) -> str:
+    """VictoriaMetrics /api/v1/import/prometheus lines (timestamps in milliseconds)."""
+    return "".join(
+        f"{s.name}{{{_labels_text(s.labels)}}} {s.value!r} {s.t * 1000}\n" for s in samples
+    )

@@ -1,0 +1,120 @@
+"""GIVEN deterministic history in a REAL Prometheus / VictoriaMetrics, WHEN load_prometheus reads it,
+THEN every unit's per-window values equal the known truth."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+from online_history import MINDIE, N_WINDOWS, SGLANG, SPAN, STEP, T0, WINDOW, vllm_truth
+
+from skewscope.frame import Level
+from skewscope.sources.prometheus import load_prometheus
+
+
+def _by_unit(df: pl.DataFrame) -> dict[str, list[dict[str, object]]]:
+    out: dict[str, list[dict[str, object]]] = {}
+    for row in df.iter_rows(named=True):
+        out.setdefault(str(row["unit"]), []).append(row)
+    return out
+
+
+def _close(got: object, want: float) -> bool:
+    return isinstance(got, float) and math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_vllm_dp_history_matches_truth(backend: str) -> None:
+    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="vllm-dp"')
+    truth = vllm_truth()
+    assert ev.dp is not None
+    for frame in (ev.instance, ev.dp):
+        rows = _by_unit(frame.df)
+        want_units = [u for u in truth if ("/dp" in u) == (frame.level is Level.DP)]
+        assert sorted(rows) == sorted(want_units)
+        for unit in want_units:
+            assert len(rows[unit]) == N_WINDOWS, unit
+            assert [r["window_start_s"] for r in rows[unit]] == [
+                float(T0 + k * WINDOW) for k in range(N_WINDOWS)
+            ]
+            for row in rows[unit]:
+                for signal, want in truth[unit].items():
+                    assert _close(row[signal], want), (frame.level, unit, signal, row[signal], want)
+    # a gets twice b's requests; a's rank 0 is the hot DP rank
+    inst = _by_unit(ev.instance.df)
+    assert inst["a:8000"][0]["requests"] == 2 * inst["b:8000"][0]["requests"]
+    assert ev.dp.df.filter(pl.col("unit") == "a:8000/dp0")["running"].unique().to_list() == [8.0]
+    # absent signals are missing (null), never 0; found aliases recorded with their spelling
+    for frame in (ev.instance, ev.dp):
+        assert {"preemptions", "queue_wait_p95_ms", "e2e_p99_ms", "busy_ms"} <= set(frame.missing)
+        assert frame.df["preemptions"].null_count() == frame.df.height
+    assert ev.instance.aliases["running"] == "vllm:num_requests_running|vllm_num_requests_running"
+    assert "dialect: vllm (detected)" in ev.notes
+    assert any("interpolation" in n for n in ev.notes)
+    assert ev.instance.source == "prometheus" and ev.instance.window_s == WINDOW
+
+
+def test_counter_reset_is_not_a_negative_window(backend: str) -> None:
+    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="vllm-dp"')
+    assert ev.dp is not None
+    b1 = ev.dp.df.filter(pl.col("unit") == "b:8000/dp1")["requests"].to_list()
+    assert b1 == [42.0] * N_WINDOWS  # restart at T0+600 counted from 0, like rate()
+
+
+def test_units_that_come_and_go_have_rows_only_where_present(backend: str) -> None:
+    ev = load_prometheus(
+        backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="vllm-scale"'
+    )
+    rows = _by_unit(ev.instance.df)
+    c_windows = {r["window_start_s"] for r in rows["c:8000"]}
+    d_windows = {r["window_start_s"] for r in rows["d:8000"]}
+    assert float(T0) in c_windows and float(T0 + SPAN - WINDOW) not in c_windows
+    assert float(T0 + SPAN - WINDOW) in d_windows and float(T0) not in d_windows
+    assert all(r["running"] == 3.0 for r in rows["c:8000"] + rows["d:8000"])
+    assert any("c:8000" in n and "windows" in n for n in ev.instance.notes)
+    assert any("d:8000" in n and "windows" in n for n in ev.instance.notes)
+    assert ev.dp is None  # one rank per instance: nothing to compare inside an instance
+
+
+def test_mindie_is_instance_level_with_percent_kv_normalised(backend: str) -> None:
+    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="mindie"')
+    assert ev.dp is None
+    assert "dialect: mindie (detected)" in ev.notes
+    rows = _by_unit(ev.instance.df)
+    for inst, (req, run, kv_pct) in MINDIE.items():
+        assert [r["requests"] for r in rows[inst]] == [req * WINDOW / STEP] * N_WINDOWS
+        assert all(r["running"] == run for r in rows[inst])
+        assert all(_close(r["kv_usage"], kv_pct / 100) for r in rows[inst])
+    assert any("percent" in n for n in ev.notes)
+
+
+def test_sglang_tp_ranks_and_priority_parts_are_not_double_counted(backend: str) -> None:
+    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="sglang"')
+    assert ev.dp is not None
+    rows = _by_unit(ev.dp.df)
+    for dp, (req, run) in SGLANG.items():
+        unit = f"s1:30000/dp{dp}"
+        assert all(r["running"] == run for r in rows[unit])
+        assert all(r["requests"] == req * WINDOW / STEP for r in rows[unit])
+    inst = _by_unit(ev.instance.df)["s1:30000"]
+    assert all(r["running"] == 6.0 for r in inst)
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "ms-service-metric"])
+def test_dialect_override(prometheus_url: str, dialect: str) -> None:
+    ev = load_prometheus(
+        prometheus_url,
+        start=T0,
+        end=T0 + SPAN,
+        step_s=WINDOW,
+        selector='job="vllm-dp"',
+        dialect=dialect,
+    )
+    assert f"dialect: {dialect} (given)" in ev.notes
+    assert "free_blocks_min" in ev.instance.missing  # ms-service names absent in this history
+
+
+def test_default_window_comes_from_choose_window(prometheus_url: str) -> None:
+    ev = load_prometheus(prometheus_url, start=T0, end=T0 + SPAN, selector='{job="vllm-dp"}')
+    assert ev.instance.window_s == 60.0  # 1200 s / 24 target windows -> 50 -> 60
+    assert ev.instance.df.height == 2 * N_WINDOWS
