@@ -1,0 +1,105 @@
+"""Where the msServiceProfiler CSVs of each instance are: spec parsing and folder discovery.
+
+The profiler writes no instance identity into its CSVs, so an instance is a folder: the user
+points at one output folder per instance (``NAME=PATH`` or ``PATH``) or at a folder holding one
+sub-folder per instance. ``msserviceprofiler parse --output-path OUT`` often nests the CSVs one
+level down (``OUT/<something>/request.csv``), so both depths are accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from skewscope.errors import InputError
+
+# File kinds the reader understands, by file name.
+PROFILER_FILES: tuple[str, ...] = (
+    "request.csv",
+    "batch.csv",
+    "kvcache.csv",
+    "forward.csv",
+    "request_status.csv",
+)
+
+
+@dataclass(frozen=True)
+class InstanceFiles:
+    """One instance: its name and the profiler CSVs found for it (file name -> path)."""
+
+    name: str
+    folder: Path
+    files: dict[str, Path]
+
+
+def _csvs_in(folder: Path) -> dict[str, Path]:
+    """Profiler CSVs directly in ``folder``."""
+    return {f: folder / f for f in PROFILER_FILES if (folder / f).is_file()}
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir())
+
+
+def _instance_csvs(folder: Path) -> dict[str, Path] | None:
+    """CSVs of ``folder`` read as one instance: directly in it, else in exactly one sub-folder.
+
+    Two sub-folders with CSVs mean ``folder`` is a folder of instances, not one instance.
+    """
+    direct = _csvs_in(folder)
+    if direct:
+        return direct
+    nested = [c for c in (_csvs_in(sub) for sub in _subfolders(folder)) if c]
+    return nested[0] if len(nested) == 1 else None
+
+
+def _split_spec(spec: str) -> tuple[str | None, Path]:
+    """``NAME=PATH`` -> (NAME, PATH); a bare PATH (even one containing '=' that exists) -> PATH."""
+    if "=" in spec and not Path(spec).exists():
+        name, _, path = spec.partition("=")
+        if not name or not path:
+            raise InputError(f"profiler spec {spec!r}: expected PATH or NAME=PATH")
+        return name, Path(path)
+    return None, Path(spec)
+
+
+def discover(spec: str) -> list[InstanceFiles]:
+    """Instances named by one spec; raises InputError when the path holds no profiler CSV."""
+    name, path = _split_spec(spec)
+    if not path.exists():
+        raise InputError(f"{path}: no such folder")
+    if not path.is_dir():
+        raise InputError(f"{path}: not a folder (expected a msServiceProfiler output folder)")
+    single = _instance_csvs(path)
+    if single is not None:
+        return [InstanceFiles(name or path.resolve().name, path, single)]
+    found = [
+        InstanceFiles(sub.name, sub, csvs)
+        for sub in _subfolders(path)
+        if (csvs := _instance_csvs(sub)) is not None
+    ]
+    if not found:
+        expected = ", ".join(PROFILER_FILES)
+        raise InputError(
+            f"{path}: no msServiceProfiler CSV found in it or its sub-folders (expected {expected})"
+        )
+    if name is not None:  # NAME=PATH over a folder of instances: prefix the sub-folder names
+        found = [InstanceFiles(f"{name}-{i.name}", i.folder, i.files) for i in found]
+    return found
+
+
+def discover_all(specs: Sequence[str]) -> list[InstanceFiles]:
+    """Instances of all specs, in order; instance names must be unique."""
+    if not specs:
+        raise InputError("no profiler folder given")
+    instances = [inst for spec in specs for inst in discover(spec)]
+    seen: dict[str, Path] = {}
+    for inst in instances:
+        if inst.name in seen:
+            raise InputError(
+                f"instance name {inst.name!r} used by both {seen[inst.name]} and {inst.folder};"
+                " name them with NAME=PATH"
+            )
+        seen[inst.name] = inst.folder
+    return instances

@@ -1,0 +1,410 @@
+"""msServiceProfiler CSV schemas: header generations, column aliases, dirty-cell casting.
+
+Three header generations (2025 CANN toolkit, Dec 2025, current) and MindIE variants spell the
+same quantity differently, so every file is described once as canonical columns with the header
+names that may carry them. Cells are read as strings and cast here, because real files hold
+``N/A``, ``<NA>``, ``128.0`` and datetimes with a colon before the microseconds; a cell that is
+none of those is reported with its file, line and column instead of failing deep inside polars.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import polars as pl
+
+from skewscope.errors import SchemaError
+
+Kind = Literal["text", "number", "time"]
+
+# Cells that mean "no value" (pandas writes NaN/None as empty; the profiler writes N/A; pandas'
+# nullable integers print <NA>).
+NA_TOKENS: tuple[str, ...] = ("", "N/A", "NA", "<NA>", "nan", "NaN", "None", "null")
+DATETIME_PATTERN = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[:.]\d{1,9})?$"
+DATETIME_EXAMPLE = "2025-04-23 08:52:13:123456"
+BAD = "_bad"  # column naming the first unparsable canonical column of a row (null = row is fine)
+ROW = "_row"  # 0-based data row index; file line = ROW + 2 (header is line 1)
+
+
+@dataclass(frozen=True)
+class Col:
+    """A canonical column and the header names (lower case, first found wins) that carry it."""
+
+    canon: str
+    aliases: tuple[str, ...]
+    kind: Kind
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class FileSchema:
+    file: str
+    columns: tuple[Col, ...]
+
+    @property
+    def canon_names(self) -> tuple[str, ...]:
+        return tuple(c.canon for c in self.columns)
+
+
+def _numbers(*names: str) -> tuple[Col, ...]:
+    return tuple(Col(n, (n,), "number") for n in names)
+
+
+REQUEST = FileSchema(
+    "request.csv",
+    (
+        Col("rid", ("http_rid",), "text", True),
+        # "start_time" is epoch ms in Dec 2025; epoch columns are preferred over datetimes.
+        Col("start_s", ("start_time(ms)", "start_time", "start_datetime"), "time", True),
+        Col("prompt_tokens", ("recv_token_size",), "number", True),
+        Col("generation_tokens", ("reply_token_size",), "number", True),
+        Col("e2e_ms", ("execution_time(ms)",), "number", True),
+        Col("queue_wait_ms", ("queue_wait_time(ms)",), "number", True),
+        Col("ttft_ms", ("first_token_latency(ms)",), "number", True),
+    ),
+)
+
+KV_COLUMNS = _numbers("total_blocks", "used_blocks", "blocks_allocated", "blocks_freed")
+
+BATCH = FileSchema(
+    "batch.csv",
+    (
+        Col("name", ("name",), "text", True),
+        Col("res_list", ("res_list",), "text"),
+        Col("prof_id", ("prof_id",), "text"),
+        Col("dp_rank", ("dp_rank",), "number"),
+        # Dec 2025 renamed start_datetime -> start_time (a datetime string there).
+        Col("start_s", ("start_time(ms)", "start_datetime", "start_time"), "time", True),
+        Col("end_s", ("end_time(ms)", "end_datetime", "end_time"), "time"),
+        Col("during_ms", ("during_time(ms)",), "number"),
+        Col("batch_size", ("batch_size", "total_batch_size"), "number", True),
+        *_numbers(
+            "prefill_batch_size",
+            "decode_batch_size",
+            "prefill_scheduled_tokens",
+            "decode_scheduled_tokens",
+            "total_scheduled_tokens",
+            "free_blocks",
+            "kvcache_usage_rate",
+        ),
+        *KV_COLUMNS,
+    ),
+)
+
+KVCACHE = FileSchema(
+    "kvcache.csv",
+    (
+        Col("start_s", ("start_time", "start_datetime", "start_time(ms)"), "time", True),
+        Col("kvcache_usage_rate", ("kvcache_usage_rate",), "number", True),
+        # MindIE reports the free blocks left on the device.
+        Col("free_blocks", ("free_blocks", "device_kvcache_left"), "number"),
+        *KV_COLUMNS,
+    ),
+)
+
+FORWARD = FileSchema(
+    "forward.csv",
+    (
+        Col("start_s", ("start_time(ms)", "start_datetime"), "time", True),
+        Col("during_ms", ("during_time(ms)",), "number", True),
+        Col("prof_id", ("prof_id",), "text"),
+        Col("dp_rank", ("dp_rank",), "number"),
+    ),
+)
+
+REQUEST_STATUS = FileSchema(
+    "request_status.csv",
+    (
+        Col("pid", ("pid",), "text", True),
+        Col("start_s", ("timestamp(ms)", "start_datetime"), "time", True),
+        Col("waiting", ("waiting",), "number", True),
+        Col("running", ("running",), "number"),
+    ),
+)
+
+SCHEMAS: dict[str, FileSchema] = {
+    s.file: s for s in (REQUEST, BATCH, KVCACHE, FORWARD, REQUEST_STATUS)
+}
+
+
+# --------------------------------------------------------------------------- file preparation
+@dataclass(frozen=True)
+class Prepared:
+    """What a cheap look at a file found: header, how many rows to read, what was dropped."""
+
+    path: Path
+    header: list[str]
+    n_rows: int | None  # None = read to the end
+    notes: tuple[str, ...] = ()
+
+
+def _read_header(path: Path) -> list[str]:
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as fh:
+        line = fh.readline()
+    return next(csv.reader([line]), [])
+
+
+def _tail_line(path: Path, size: int) -> bytes:
+    """The last line of a file (after its last newline), read from the end in blocks."""
+    with path.open("rb") as fh:
+        block, pos, tail = 1 << 16, size, b""
+        while pos > 0:
+            step = min(block, pos)
+            pos -= step
+            fh.seek(pos)
+            tail = fh.read(step) + tail
+            if b"\n" in tail:
+                return tail.rsplit(b"\n", 1)[1]
+    return tail
+
+
+def _count_newlines(path: Path) -> int:
+    with path.open("rb") as fh:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 24), b""))
+
+
+def _is_truncated(last: bytes, n_fields: int) -> bool:
+    """A last line without newline is a stopped write when a quote is open or fields are short."""
+    text = last.decode("utf-8", errors="replace")
+    if text.count('"') % 2:
+        return True
+    return len(next(csv.reader([text]), [])) < n_fields
+
+
+def prepare(path: Path) -> Prepared | None:
+    """Header and readable row count of ``path``; None when the file is empty (0 bytes)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return None
+    header = _read_header(path)
+    with path.open("rb") as fh:
+        fh.seek(size - 1)
+        ends_with_newline = fh.read(1) == b"\n"
+    if ends_with_newline:
+        return Prepared(path, header, None)
+    last = _tail_line(path, size)
+    lines = _count_newlines(path)
+    if lines == 0:  # only a header, without newline
+        return Prepared(path, header, 0)
+    if not _is_truncated(last, len(header)):
+        return Prepared(path, header, None)
+    note = f"{path.name}: last line {lines + 1} is truncated (profiler stopped mid-write) — dropped"
+    return Prepared(path, header, lines - 1, (note,))
+
+
+# --------------------------------------------------------------------------- header resolution
+def _normalise(name: str) -> str:
+    return name.strip().lstrip("\ufeff").lower()
+
+
+def _looks_like_datetime(values: list[str | None]) -> bool:
+    sample = [v.strip() for v in values if v is not None and v.strip() not in NA_TOKENS]
+    return bool(sample) and pl.Series(sample[:20]).str.contains(DATETIME_PATTERN).all()
+
+
+@dataclass(frozen=True)
+class TimeSource:
+    """How a canonical time column is read: epoch number (unit by magnitude) or local datetime."""
+
+    raw: str
+    is_datetime: bool
+    paired_datetime: str | None = None  # a datetime column of the same instant (for the TZ)
+
+
+@dataclass
+class Resolved:
+    """A header mapped onto a schema: canonical name -> header name, time columns classified."""
+
+    schema: FileSchema
+    raw: dict[str, str] = field(default_factory=dict)
+    times: dict[str, TimeSource] = field(default_factory=dict)
+
+
+def _describe(col: Col) -> str:
+    return " or ".join(col.aliases)
+
+
+def _head(prep: Prepared, names: list[str]) -> pl.DataFrame:
+    n = 50 if prep.n_rows is None else min(50, prep.n_rows)
+    return pl.read_csv(
+        prep.path, n_rows=n, infer_schema=False, columns=names, encoding="utf8-lossy"
+    )
+
+
+def _classify_time(col: Col, present: list[str], head: pl.DataFrame) -> TimeSource:
+    kinds = {raw: _looks_like_datetime(head[raw].to_list()) for raw in present}
+    epoch = [r for r in present if not kinds[r]]
+    dates = [r for r in present if kinds[r]]
+    if epoch:
+        return TimeSource(epoch[0], False, dates[0] if dates else None)
+    return TimeSource(dates[0], True)
+
+
+def resolve(prep: Prepared, schema: FileSchema) -> Resolved:
+    """Map the header of ``prep`` onto ``schema``; SchemaError names missing columns."""
+    by_name = {_normalise(h): h for h in prep.header}
+    found = {c.canon: [by_name[a] for a in c.aliases if a in by_name] for c in schema.columns}
+    if not any(found.values()):
+        expected = ", ".join(c.aliases[0] for c in schema.columns if c.required)
+        raise SchemaError(
+            f"{prep.path}: line 1: not a msServiceProfiler {schema.file} header "
+            f"(expected columns {expected}; found {','.join(prep.header)[:200]})"
+        )
+    missing = [_describe(c) for c in schema.columns if c.required and not found[c.canon]]
+    if missing:
+        raise SchemaError(
+            f"{prep.path}: line 1: header lacks column(s) {', '.join(missing)}"
+            f" (a {schema.file} header of any known generation has them)"
+        )
+    res = Resolved(schema)
+    time_cols = [c for c in schema.columns if c.kind == "time" and found[c.canon]]
+    all_time_raw = sorted({r for c in time_cols for r in found[c.canon]})
+    head = _head(prep, all_time_raw) if all_time_raw else pl.DataFrame()
+    for col in schema.columns:
+        if not found[col.canon]:
+            continue
+        if col.kind == "time":
+            res.times[col.canon] = _classify_time(col, found[col.canon], head)
+            res.raw[col.canon] = res.times[col.canon].raw
+        else:
+            res.raw[col.canon] = found[col.canon][0]
+    return res
+
+
+# --------------------------------------------------------------------------- cell casting
+def _is_na(raw: pl.Expr) -> pl.Expr:
+    return raw.is_null() | raw.is_in(list(NA_TOKENS))
+
+
+def datetime_to_us(raw: pl.Expr) -> pl.Expr:
+    """Datetime text (colon or dot before the fraction, or none) -> µs since epoch, naive = UTC.
+
+    The profiler prints ``%Y-%m-%d %H:%M:%S:%f``, which no standard parser accepts: the colon is
+    rewritten to a dot first. Unparsable text gives null.
+    """
+    text = (
+        raw.str.strip_chars()
+        .str.replace(r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})[:.](\d{1,9})$", "${1} ${2}.${3}")
+        .str.replace(r"^(\d{4}-\d{2}-\d{2})T", "${1} ")
+    )
+    parsed = text.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
+    return parsed.dt.epoch("us")
+
+
+def _cast(col: Col, source: str, is_datetime: bool) -> tuple[pl.Expr, pl.Expr]:
+    """(value expression, bad-cell flag) of one canonical column."""
+    raw = pl.col(source).str.strip_chars()
+    na = _is_na(raw)
+    if col.kind == "text":
+        return pl.when(na).then(None).otherwise(raw).alias(col.canon), pl.lit(False)
+    if is_datetime:
+        value = pl.when(na).then(None).otherwise(datetime_to_us(raw).cast(pl.Float64) / 1e6)
+    else:  # epoch numbers stay in their unit until the whole column is known (see finish)
+        value = pl.when(na).then(None).otherwise(raw.cast(pl.Float64, strict=False))
+    return value.alias(col.canon), (~na & value.is_null())
+
+
+def expected_type(res: Resolved, canon: str) -> str:
+    ts = res.times.get(canon)
+    if ts is not None and ts.is_datetime:
+        return f"a datetime like {DATETIME_EXAMPLE}"
+    if ts is not None:
+        return "an epoch time (ms or µs)"
+    return "a number"
+
+
+def scan(prep: Prepared, res: Resolved) -> pl.LazyFrame:
+    """Lazy scan with canonical, cast columns, a row index and the ``_bad`` marker column.
+
+    Nothing is read until collected, so callers select only the columns they need (res_list is
+    never materialised by queries that do not ask for it).
+    """
+    lf = pl.scan_csv(
+        prep.path, infer_schema=False, n_rows=prep.n_rows, encoding="utf8-lossy"
+    ).with_row_index(ROW)
+    values, flags = [], []
+    for col in res.schema.columns:
+        if col.canon not in res.raw:
+            continue
+        ts = res.times.get(col.canon)
+        value, bad = _cast(col, res.raw[col.canon], ts is not None and ts.is_datetime)
+        values.append(value)
+        flags.append(pl.when(bad).then(pl.lit(col.canon)))
+    marker = pl.coalesce(flags) if flags else pl.lit(None, dtype=pl.Utf8)
+    return lf.select(pl.col(ROW), *values, marker.alias(BAD))
+
+
+def raise_first_bad(df: pl.DataFrame, prep: Prepared, res: Resolved) -> None:
+    """SchemaError for the first row whose ``_bad`` marker is set (file, line, column, value)."""
+    if BAD not in df.columns:
+        return
+    bad = df.filter(pl.col(BAD).is_not_null()).head(1)
+    if bad.is_empty():
+        return
+    row, canon = int(bad[ROW][0]), str(bad[BAD][0])
+    raw_name = res.raw[canon]
+    cell = (
+        pl.scan_csv(prep.path, infer_schema=False, n_rows=row + 1, encoding="utf8-lossy")
+        .select(raw_name)
+        .tail(1)
+        .collect()[raw_name][0]
+    )
+    raise SchemaError(
+        f"{prep.path}: line {row + 2}, column '{raw_name}': {cell!r} is not "
+        f"{expected_type(res, canon)}"
+    )
+
+
+EPOCH_SCALE: tuple[tuple[float, float], ...] = ((1e17, 1e-9), (1e14, 1e-6), (1e11, 1e-3))
+
+
+def epoch_scale(median: float) -> float:
+    """Factor to seconds of an epoch column from its magnitude: ns, µs, ms or s.
+
+    ``start_time(ms)`` in batch.csv holds µs in current profiler versions despite its label.
+    """
+    for bound, factor in EPOCH_SCALE:
+        if abs(median) >= bound:
+            return factor
+    return 1.0
+
+
+def finish(df: pl.DataFrame, res: Resolved) -> pl.DataFrame:
+    """Epoch-number time columns to seconds, each by its own magnitude."""
+    exprs = []
+    for canon, ts in res.times.items():
+        if ts.is_datetime or canon not in df.columns:
+            continue
+        median = df[canon].median()
+        factor = epoch_scale(float(median)) if isinstance(median, (int, float)) else 1.0
+        exprs.append(pl.col(canon) * factor)
+    return df.with_columns(exprs) if exprs else df
+
+
+def tz_offset_s(prep: Prepared, res: Resolved) -> float | None:
+    """Local-time offset (local wall clock - UTC, seconds) from a file with both an epoch and a
+    datetime column of the same instant, rounded to 15 minutes; None when it cannot be learnt.
+
+    Datetime-only files (kvcache.csv, Dec 2025 batch.csv) are then placed on the epoch axis.
+    """
+    for ts in res.times.values():
+        if ts.is_datetime or ts.paired_datetime is None:
+            continue
+        head = _head(prep, [ts.raw, ts.paired_datetime])
+        epoch = pl.col(ts.raw).str.strip_chars().cast(pl.Float64, strict=False)
+        local = datetime_to_us(pl.col(ts.paired_datetime)).cast(pl.Float64) / 1e6
+        pairs = head.select(epoch.alias("e"), local.alias("l")).drop_nulls()
+        if pairs.is_empty():
+            continue
+        median_epoch = pairs["e"].median()
+        if not isinstance(median_epoch, (int, float)):
+            continue
+        seconds = pairs["e"] * epoch_scale(float(median_epoch))
+        diff = (pairs["l"] - seconds).median()
+        if isinstance(diff, (int, float)):
+            return round(float(diff) / 900.0) * 900.0
+    return None
