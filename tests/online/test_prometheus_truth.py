@@ -1,4 +1,4 @@
-"""GIVEN deterministic history in a REAL Prometheus / VictoriaMetrics, WHEN load_prometheus reads it,
+"""GIVEN known history in a REAL Prometheus / VictoriaMetrics, WHEN load_prometheus reads it,
 THEN every unit's per-window values equal the known truth."""
 
 from __future__ import annotations
