@@ -49,7 +49,11 @@ ACCEPT = "text/plain; version=0.0.4"  # plain text: keeps colons in names (clien
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One scrape of one target: ``samples`` is None when the scrape failed."""
+    """One scrape of one target: ``samples`` is None when the scrape failed.
+
+    ``t`` is seconds since the first scrape (an offset, not epoch time: window arithmetic on
+    1.8e9-sized floats would misplace boundary samples by float rounding).
+    """
 
     t: float
     samples: tuple[Sample, ...] | None
@@ -81,7 +85,7 @@ def instance_of(url: str) -> str:
 
 def window_index(t: float, t0: float, window_s: float) -> int:
     """Index of the window (t0 + kW, t0 + (k+1)W] holding ``t``; the first scrape is window 0."""
-    return max(0, math.ceil((t - t0) / window_s - 1e-9) - 1)
+    return max(0, math.ceil((t - t0) / window_s - 1e-6) - 1)
 
 
 def counter_increases(
@@ -209,15 +213,15 @@ def _combine(
 
 
 def signal_values(
-    spec: SignalSpec, alias: Alias, snaps: Sequence[Snapshot], level: Level, t0: float, w: float
+    spec: SignalSpec, alias: Alias, snaps: Sequence[Snapshot], level: Level, w: float
 ) -> dict[tuple[int | None, int], float]:
     """{(dp rank or None, window index): value} of one signal for one target."""
     role = ROLES[spec.role]
-    inc = lambda pts: counter_increases(pts, t0, w)  # noqa: E731
+    inc = lambda pts: counter_increases(pts, 0.0, w)  # noqa: E731
     if role.kind is Kind.COUNTER:
         vals = _combine(_grouped(snaps, alias.name, alias, level, inc), "sum")
     elif role.kind is Kind.GAUGE:
-        red = lambda pts: gauge_reduce(pts, t0, w, spec.over_time)  # noqa: E731
+        red = lambda pts: gauge_reduce(pts, 0.0, w, spec.over_time)  # noqa: E731
         vals = _combine(_grouped(snaps, alias.name, alias, level, red), spec.across)
     elif spec.over_time == "quantile":
         per_le: dict[tuple[int | None, int], dict[float, float]] = defaultdict(dict)
@@ -245,7 +249,10 @@ def evidence_from_snapshots(
     dialect: str | None = None,
     notes: Iterable[str] = (),
 ) -> Evidence:
-    """Reduce per-target snapshots (instance -> scrapes in time order) into Evidence."""
+    """Reduce per-target snapshots (instance -> scrapes in time order) into Evidence.
+
+    Snapshot times are offsets from ``t0`` (epoch seconds of the first scrape).
+    """
     names = {s[0] for snaps in snapshots.values() for snap in snaps for s in snap.samples or ()}
     chosen: Dialect = get_dialect(dialect or detect_dialect(names))
     resolved = resolve(chosen, names)
@@ -261,7 +268,7 @@ def evidence_from_snapshots(
                 continue
             table: dict[Key, float] = {}
             for inst, snaps in snapshots.items():
-                for (dp, k), v in signal_values(spec, alias, snaps, level, t0, window_s).items():
+                for (dp, k), v in signal_values(spec, alias, snaps, level, window_s).items():
                     if k < n_windows:
                         table[(round(t0 + k * window_s, 6), inst, dp)] = v
             if table:
@@ -324,6 +331,8 @@ def collect(
 ) -> tuple[float, dict[str, list[Snapshot]], int]:
     """Scrape all targets every ``interval_s`` for ``duration_s``; (t0, snapshots, skipped ticks).
 
+    Snapshot times are offsets from ``t0``, the epoch time of the first round.
+
     Timestamps are the nominal tick times; a tick that could not start within half an interval
     of its time (a slow target held the previous one) is skipped rather than mis-stamped.
     """
@@ -349,7 +358,7 @@ def collect(
                     skipped += 1
                     advance()
                     continue
-                stamps = [t0 + k * interval_s] * len(urls)
+                stamps = [k * interval_s] * len(urls)
                 fetched = pool.map(_fetch, [client] * len(urls), urls, stamps)
                 for url, snap in zip(urls, fetched, strict=True):
                     snaps[url].append(snap)
