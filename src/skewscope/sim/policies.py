@@ -76,8 +76,9 @@ class Router:
             raise SimulationError(f"unknown routing policy {spec.policy!r}")
         self.spec = spec
         self.n = n_units
-        use_w = spec.policy == "weighted" and spec.weights is not None
-        self.weights = [float(w) for w in spec.weights] if use_w and spec.weights else [1.0] * n_units
+        # Weights only mean something to the weighted policy; the others count requests evenly.
+        use_w = spec.policy == "weighted" and spec.weights
+        self.weights = [float(w) for w in spec.weights or ()] if use_w else [1.0] * n_units
         self.assigned = [0] * n_units
         self.rng = rng
         self.pin_code = tags.index(spec.pin_tag) if spec.pin_tag in tags else -1

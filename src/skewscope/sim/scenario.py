@@ -386,13 +386,13 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
     probe = Scenario(name, "", GroundTruth(name, "balanced", "instance"), instances=n_inst,
                      dp_ranks=n_dp)
     units = probe.unit_ids()
-    overrides = []
+    overrides: list[tuple[str, RankSpec]] = []
     for ot in cl.tables("override"):
         unit = ot.get("unit", str)
         _require(ot, "unit", unit in units, f"unknown unit {unit!r}")
         overrides.append((unit, _read_rank(ot, _override_base(unit, overrides, rank))))
         ot.done()
-    health = []
+    health: list[Health] = []
     for ht in cl.tables("health"):
         h = _scalars(ht, Health)
         ht.done()

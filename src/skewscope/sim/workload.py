@@ -80,7 +80,7 @@ class Burst:
 
 @dataclass(frozen=True)
 class OnOff:
-    """On/off traffic: ``on_s`` seconds at the full rate, then ``off_s`` at ``off_factor * rate``."""
+    """On/off traffic: ``on_s`` s at the full rate, then ``off_s`` s at ``off_factor * rate``."""
 
     on_s: float
     off_s: float
@@ -168,7 +168,8 @@ def onoff_arrivals(rng: np.random.Generator, rate: float, onoff: OnOff, end: flo
     period = onoff.on_s + onoff.off_s
     off = np.mod(t, period) >= onoff.on_s
     keep = ~off | (rng.uniform(size=t.shape[0]) < onoff.off_factor)
-    return t[keep]
+    kept: np.ndarray = t[keep]
+    return kept
 
 
 def generate(spec: WorkloadSpec, duration_s: float, rng: np.random.Generator) -> Workload:

@@ -1,0 +1,168 @@
+"""Simulator throughput: one simulated hour of 8 instances x 4 DP ranks at 64 req/s.
+
+Prints simulated seconds per wall second and events (steps + requests) per wall second, and the
+same for a deliberately naive per-sequence reference engine run on a short slice of the same
+workload in the same process, so the ratio is measured on this machine, not quoted.
+
+    python benchmarks/bench_sim.py              # the full hour (about a minute)
+    python benchmarks/bench_sim.py --minutes 5  # shorter
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from skewscope.sim.engine import simulate
+from skewscope.sim.policies import RoutingSpec
+from skewscope.sim.records import GroundTruth
+from skewscope.sim.scenario import RankSpec, Scenario
+from skewscope.sim.workload import LengthDist, Workload, WorkloadSpec, generate
+
+
+def bench_scenario(minutes: float) -> Scenario:
+    """The speed-goal workload: Poisson 64 req/s, lognormal ~1,024 in / ~200 out tokens."""
+    return Scenario(
+        name="bench",
+        summary="8x4 ranks, 64 req/s",
+        truth=GroundTruth("bench", "balanced", "instance"),
+        duration_s=minutes * 60.0,
+        seed=7,
+        instances=8,
+        dp_ranks=4,
+        rank=RankSpec(),
+        gateway=RoutingSpec("round_robin"),
+        dispatcher=RoutingSpec("least_requests"),
+        workload=WorkloadSpec(
+            arrival="poisson",
+            rate=64.0,
+            input=LengthDist("lognormal", median=1024, sigma=0.5, min=16, max=8192),
+            output=LengthDist("lognormal", median=200, sigma=0.5, min=2, max=2048),
+        ),
+    )
+
+
+# --- naive reference: one Python object per sequence, every sequence touched every step ------
+
+
+@dataclass
+class _Seq:
+    q: int
+    prompt: int
+    out: int
+    done_prompt: int = 0
+    generated: int = 0
+    blocks: int = 0
+
+
+@dataclass
+class _NaiveRank:
+    spec: RankSpec
+    waiting: list[_Seq] = field(default_factory=list)
+    running: list[_Seq] = field(default_factory=list)
+    used: int = 0
+    steps: int = 0
+
+    def step(self, t: float) -> float:
+        sp, B = self.spec, self.spec.block_size
+        decode = [s for s in self.running if s.done_prompt >= s.prompt]
+        for s in decode:  # grow KV per sequence
+            need = -(-(s.prompt + s.generated) // B)
+            if need > s.blocks:
+                self.used += need - s.blocks
+                s.blocks = need
+        budget = sp.token_budget - len(decode)
+        pf = 0
+        while self.waiting and budget > 0 and len(self.running) < sp.max_running:
+            s = self.waiting[0]
+            nb = -(-s.prompt // B)
+            if self.used + nb > sp.total_blocks:
+                break
+            self.waiting.pop(0)
+            self.used += nb
+            s.blocks = nb
+            self.running.append(s)
+            c = min(s.prompt, budget)
+            s.done_prompt = c
+            budget -= c
+            pf += c
+        for s in decode:
+            s.generated += 1
+        for s in self.running:
+            if s.done_prompt >= s.prompt and s.generated == 0:
+                s.generated = 1
+        for s in [s for s in self.running if s.generated >= s.out]:
+            self.running.remove(s)
+            self.used -= s.blocks
+        self.steps += 1
+        dur = (sp.fixed_ms + sp.per_prefill_token_ms * pf + sp.per_decode_seq_ms * len(decode))
+        return t + dur * sp.speed / 1000.0 if (self.running or self.waiting) else -1.0
+
+
+def naive_run(sc: Scenario, wl: Workload) -> int:
+    """Round-robin the workload over naive ranks in time order; return steps executed."""
+    ranks = [_NaiveRank(sc.rank) for _ in range(sc.instances * sc.dp_ranks)]
+    heap: list[tuple[float, int]] = []
+    busy = [False] * len(ranks)
+    arrivals = wl.arrival_s.tolist()
+    inp, out = wl.input_tokens.tolist(), wl.output_tokens.tolist()
+    for q, ta in enumerate([*arrivals, sc.duration_s]):
+        while heap and heap[0][0] < ta:
+            t, r = heapq.heappop(heap)
+            nxt = ranks[r].step(t)
+            if nxt >= 0:
+                heapq.heappush(heap, (nxt, r))
+            else:
+                busy[r] = False
+        if q == len(arrivals):
+            break
+        r = q % len(ranks)
+        ranks[r].waiting.append(_Seq(q, inp[q], out[q]))
+        if not busy[r]:
+            busy[r] = True
+            heapq.heappush(heap, (ta, r))
+    return sum(r.steps for r in ranks)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=60.0, help="simulated minutes (default 60)")
+    ap.add_argument("--naive-minutes", type=float, default=1.0,
+                    help="simulated minutes for the naive reference (default 1)")
+    args = ap.parse_args()
+
+    sc = bench_scenario(args.minutes)
+    t0 = time.perf_counter()
+    res = simulate(sc, record_members=False)
+    wall = time.perf_counter() - t0
+    steps, nreq = res.steps.height, res.requests.height
+    sim_s = sc.duration_s
+    print(f"engine: {sim_s:.0f} simulated s of 8x4 ranks at 64 req/s in {wall:.1f} s wall")
+    print(f"  {sim_s / wall:.1f} simulated s per wall s; {steps:,} steps + {nreq:,} requests = "
+          f"{(steps + nreq) / wall:,.0f} events/s")
+    busy = res.steps["batch_size"].mean()
+    print(f"  mean batch {busy:.1f}, finished {(res.requests['status'] == 'finished').mean():.1%}")
+
+    nsc = bench_scenario(args.naive_minutes)
+    wl = generate(nsc.workload, nsc.duration_s, np.random.default_rng(nsc.seed))
+    t0 = time.perf_counter()
+    nsteps = naive_run(nsc, wl)
+    nwall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    eres = simulate(nsc, record_members=False)
+    ewall = time.perf_counter() - t0
+    naive_rate = (nsteps + len(wl)) / nwall
+    eng_rate = (eres.steps.height + eres.requests.height) / ewall
+    print(f"naive per-sequence reference, {nsc.duration_s:.0f} simulated s: {nwall:.2f} s wall, "
+          f"{nsc.duration_s / nwall:.1f} sim s/s, {naive_rate:,.0f} events/s")
+    print(f"engine on the same slice: {ewall:.2f} s wall, {eng_rate:,.0f} events/s "
+          f"-> {eng_rate / naive_rate:.1f}x the naive reference "
+          f"({(args.minutes * 60 / wall) / (nsc.duration_s / nwall):.1f}x in sim s/s, full run)")
+
+
+if __name__ == "__main__":
+    main()
