@@ -15,10 +15,11 @@ if TYPE_CHECKING:
 
 
 def truth_dict(result: SimResult) -> dict[str, Any]:
-    """``GroundTruth.to_dict()`` plus the scenario meta and the run's shape (units, span)."""
+    """``GroundTruth.to_dict()`` plus the scenario meta (``meta``) and the run's shape
+    (``run``: span, instances, units with prof_id), so a checker needs no other file."""
     d = result.truth.to_dict()
-    d["meta"] = {
-        **result.meta,
+    d["meta"] = dict(result.meta)  # the scenario's own meta, untouched
+    d["run"] = {
         "start_s": result.start_s,
         "end_s": result.end_s,
         "model_name": result.model_name,
