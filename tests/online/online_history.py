@@ -140,17 +140,16 @@ def _mindie(t_off: int) -> Iterator[Sample]:
         yield Sample("npu_cache_usage_perc", lab, T0 + t_off, kv_pct)
 
 
-# SGLang: per dp_rank: (requests/step, running); every tp_rank repeats the series and rank 0 also
-# exports per-priority parts next to the priority="" aggregate. Neither may be double counted.
+# SGLang: per dp_rank: (requests/step, running); every tp_rank repeats the scheduler series and
+# rank 0 also exports per-priority parts next to the priority="" aggregate. Neither may be double
+# counted. Finished requests are a tokenizer-side counter: one series per instance, no dp_rank.
 SGLANG = {"0": (20.0, 5.0), "1": (4.0, 1.0)}
 
 
 def _sglang(t_off: int) -> Iterator[Sample]:
-    k = t_off // STEP
-    for dp, (req, run) in SGLANG.items():
+    for dp, (_, run) in SGLANG.items():
         for tp in ("0", "1"):
             base = {"job": "sglang", "instance": "s1:30000", "dp_rank": dp, "tp_rank": tp}
-            yield Sample("sglang:num_requests_total", _lab(**base), T0 + t_off, req * k)
             yield Sample("sglang:num_running_reqs", _lab(**base, priority=""), T0 + t_off, run)
             if dp == "0":
                 for prio, part in (("1", 3.0), ("2", 2.0)):
@@ -158,10 +157,16 @@ def _sglang(t_off: int) -> Iterator[Sample]:
                     yield Sample("sglang:num_running_reqs", lab, T0 + t_off, part)
 
 
+def _sglang_tokenizer(t_off: int) -> Iterator[Sample]:
+    total = sum(req for req, _ in SGLANG.values())
+    lab = _lab(job="sglang", instance="s1:30000")
+    yield Sample("sglang:num_requests_total", lab, T0 + t_off, total * (t_off // STEP))
+
+
 def history() -> list[Sample]:
     out: list[Sample] = []
     for t_off in range(0, SPAN + 1, STEP):
-        for gen in (_vllm, _scale, _mindie, _sglang):
+        for gen in (_vllm, _scale, _mindie, _sglang, _sglang_tokenizer):
             out.extend(gen(t_off))
     return out
 

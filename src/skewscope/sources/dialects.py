@@ -180,9 +180,10 @@ _MS_EXTRA: dict[str, tuple[Alias, ...]] = {
 # per-priority series and is also what an engine without priorities exports, so keep only it.
 _SG = (Matcher("tp_rank", "=~", "0|"), Matcher("priority", "=", ""))
 _SGLANG_ROLES: dict[str, tuple[Alias, ...]] = {
-    "finished_requests": (Alias("sglang:num_requests_total", "dp_rank", _SG),),
-    "prompt_tokens": (Alias("sglang:prompt_tokens_total", "dp_rank", _SG),),
-    "generation_tokens": (Alias("sglang:generation_tokens_total", "dp_rank", _SG),),
+    # tokenizer-side counters: one series per instance, no dp_rank
+    "finished_requests": (Alias("sglang:num_requests_total", None, _SG),),
+    "prompt_tokens": (Alias("sglang:prompt_tokens_total", None, _SG),),
+    "generation_tokens": (Alias("sglang:generation_tokens_total", None, _SG),),
     "running": (Alias("sglang:num_running_reqs", "dp_rank", _SG),),
     "waiting": (Alias("sglang:num_queue_reqs", "dp_rank", _SG),),
     "kv_usage": (Alias("sglang:token_usage", "dp_rank", _SG),),
