@@ -152,7 +152,10 @@ def res_list(step: Step, opts: BatchOptions) -> str:
     items: list[dict[str, Any]] = []
     for kind, rids in ((0, step.prefill), (1, step.decode)):
         for rid in rids:
-            d: dict[str, Any] = {"rid": _suffix(rid, opts.rid_suffix), "iter": 0 if kind == 0 else 3}
+            d: dict[str, Any] = {
+                "rid": _suffix(rid, opts.rid_suffix),
+                "iter": 0 if kind == 0 else 3,
+            }
             if opts.typed:
                 d.update(type=kind, num_scheduled_tokens=step.prompt_tokens if kind == 0 else 1)
             items.append(d)
@@ -176,24 +179,71 @@ def _batch_row(s: Step, opts: BatchOptions, name: str, exec_row: bool) -> list[A
     btype = ",".join(k for k, v in (("Prefill", s.prefill), ("Decode", s.decode)) if v)
     n_pre = len(s.prefill)
     sizes = [n_pre, len(s.decode), s.prompt_tokens * n_pre, len(s.decode), s.scheduled_tokens]
-    kv = [s.total_blocks, s.used_blocks, s.total_blocks - s.used_blocks, s.allocated, s.freed,
-          round(s.usage, 6)]
+    kv = [
+        s.total_blocks,
+        s.used_blocks,
+        s.total_blocks - s.used_blocks,
+        s.allocated,
+        s.freed,
+        round(s.usage, 6),
+    ]
     if exec_row:
         kv, sizes = [0] * 6, [0] * 5
     rl = "[]" if exec_row else res_list(s, opts)
     head = [name, rl]
     batch = s.batch_size if not exec_row else 0
     if g == "current":
-        return [*head, local_dt(start), local_dt(end), dur, btype, s.prof_id, batch, *kv, *sizes,
-                _rank(s, opts), _epoch(start, opts.epoch_unit), _epoch(end, opts.epoch_unit)]
+        return [
+            *head,
+            local_dt(start),
+            local_dt(end),
+            dur,
+            btype,
+            s.prof_id,
+            batch,
+            *kv,
+            *sizes,
+            _rank(s, opts),
+            _epoch(start, opts.epoch_unit),
+            _epoch(end, opts.epoch_unit),
+        ]
     if g == "dec2025":
-        return [*head, local_dt(start), local_dt(end), dur, btype, s.prof_id, batch, *kv, *sizes,
-                _rank(s, opts)]
+        return [
+            *head,
+            local_dt(start),
+            local_dt(end),
+            dur,
+            btype,
+            s.prof_id,
+            batch,
+            *kv,
+            *sizes,
+            _rank(s, opts),
+        ]
     if g == "cann2025":
-        return [*head, _epoch(start, opts.epoch_unit), _epoch(end, opts.epoch_unit), dur, btype,
-                s.prof_id, batch, *sizes]
-    return [*head, local_dt(start), local_dt(end), dur, btype, s.prof_id, batch, *sizes,
-            _rank(s, opts), _epoch(start, opts.epoch_unit), _epoch(end, opts.epoch_unit)]
+        return [
+            *head,
+            _epoch(start, opts.epoch_unit),
+            _epoch(end, opts.epoch_unit),
+            dur,
+            btype,
+            s.prof_id,
+            batch,
+            *sizes,
+        ]
+    return [
+        *head,
+        local_dt(start),
+        local_dt(end),
+        dur,
+        btype,
+        s.prof_id,
+        batch,
+        *sizes,
+        _rank(s, opts),
+        _epoch(start, opts.epoch_unit),
+        _epoch(end, opts.epoch_unit),
+    ]
 
 
 def write_batch(path: Path, steps: Sequence[Step], opts: BatchOptions | None = None) -> Path:
@@ -212,18 +262,28 @@ def write_kvcache(path: Path, snaps: Sequence[KvSnap], variant: str = "vllm") ->
     for k in snaps:
         usage = round(k.used_blocks / k.total_blocks, 6)
         if variant == "vllm":
-            rows.append(["KVCacheStatus", local_dt(k.start_s), k.total_blocks, k.used_blocks,
-                         k.total_blocks - k.used_blocks, k.allocated, k.freed, usage])
+            rows.append(
+                [
+                    "KVCacheStatus",
+                    local_dt(k.start_s),
+                    k.total_blocks,
+                    k.used_blocks,
+                    k.total_blocks - k.used_blocks,
+                    k.allocated,
+                    k.freed,
+                    usage,
+                ]
+            )
         else:
-            rows.append(["r1", "GetCacheStatus", local_dt(k.start_s),
-                         k.total_blocks - k.used_blocks, usage])
+            rows.append(
+                ["r1", "GetCacheStatus", local_dt(k.start_s), k.total_blocks - k.used_blocks, usage]
+            )
     return _write(path, KVCACHE_HEADERS[variant], rows)
 
 
 def write_status(path: Path, samples: Sequence[tuple[float, int, int]]) -> Path:
     """``samples``: (time_s, pid, waiting)."""
-    rows = [["h1", pid, local_dt(t), 0, w, None, None, round(t * 1000, 3)]
-            for t, pid, w in samples]
+    rows = [["h1", pid, local_dt(t), 0, w, None, None, round(t * 1000, 3)] for t, pid, w in samples]
     return _write(path, STATUS_HEADER, rows)
 
 
@@ -240,8 +300,15 @@ def simple_instance(
     """An instance where request i arrives at T0 + i*period_s on rank i % ranks and is
     prefilled in one step then decoded in the next; returns the truth lists."""
     reqs = [
-        Req(f"{prefix}{i}", T0 + i * period_s, prompt=100 + i, output=10 + i, e2e_ms=100.0 + i,
-            queue_ms=float(i), ttft_ms=20.0 + i)
+        Req(
+            f"{prefix}{i}",
+            T0 + i * period_s,
+            prompt=100 + i,
+            output=10 + i,
+            e2e_ms=100.0 + i,
+            queue_ms=float(i),
+            ttft_ms=20.0 + i,
+        )
         for i in range(n_requests)
     ]
     steps = []

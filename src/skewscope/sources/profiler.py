@@ -494,7 +494,7 @@ def _load_requests(inst: Instance, table: Table, rid_ranks: pl.DataFrame | None)
         if unplaced > 0:
             inst.dp_notes.append(
                 f"{unplaced:.1%} of requests could not be placed on a DP rank"
-                " (rid not found in batch.csv res_list)"
+                " (rid not in any batch.csv res_list: never scheduled while profiled)"
             )
     elif inst.has_dp:
         inst.dp_notes.append("no res_list rids: requests cannot be placed on DP ranks")
@@ -643,18 +643,22 @@ def _aggregate(
 
 
 def _waiting(df: pl.DataFrame | None, keys: Sequence[str], grid: Grid) -> pl.DataFrame | None:
-    """Mean waiting per process and window, carried forward over windows without a sample
-    (the queue length holds until the next change), then summed over processes."""
+    """Mean waiting per process and window; a window without a sample carries the process's
+    last sample (the queue length holds until the next change). Summed over processes."""
     if df is None:
         return None
-    per_pid = _aggregate(df, [*keys, "pid"], {"waiting": pl.col("waiting").mean()}, grid)
+    aggs = {
+        "waiting": pl.col("waiting").mean(),
+        "_last": pl.col("waiting").sort_by("start_s").last(),
+    }
+    per_pid = _aggregate(df, [*keys, "pid"], aggs, grid)
     assert per_pid is not None
     procs = per_pid.select(*keys, "pid").unique()
+    carried = pl.col("_last").forward_fill().shift(1).over([*keys, "pid"], order_by=WI)
     filled = (
         procs.join(grid.windows(), how="cross")
         .join(per_pid, on=[*keys, "pid", WI], how="left", nulls_equal=True)
-        .sort(WI)
-        .with_columns(pl.col("waiting").forward_fill().over([*keys, "pid"]))
+        .with_columns(pl.coalesce(pl.col("waiting"), carried).alias("waiting"))
     )
     total = pl.when(pl.col("waiting").count() > 0).then(pl.col("waiting").sum())
     return filled.group_by([*keys, WI]).agg(total.alias("waiting"))

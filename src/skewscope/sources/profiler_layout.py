@@ -8,6 +8,7 @@ level down (``OUT/<something>/request.csv``), so both depths are accepted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,16 +43,24 @@ def _subfolders(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir())
 
 
-def _instance_csvs(folder: Path) -> dict[str, Path] | None:
-    """CSVs of ``folder`` read as one instance: directly in it, else in exactly one sub-folder.
+# Sub-folder names that are a run's output folder, not an instance: the profiler's MMDD-HHMM
+# run folders, timestamps, and the usual ``--output-path`` names.
+OUTPUT_FOLDER = re.compile(r"^[\d_.\-]+$|^(out|output|outputs|csv|result|results|analysis)$", re.I)
 
-    Two sub-folders with CSVs mean ``folder`` is a folder of instances, not one instance.
+
+def _instance_csvs(folder: Path) -> dict[str, Path] | None:
+    """CSVs of ``folder`` read as one instance: directly in it, else in its one output sub-folder.
+
+    One sub-folder with CSVs is an instance of a folder of instances (``run/inst-0/*.csv``)
+    unless its name looks like an output folder (``inst-0/0423-0852/*.csv``).
     """
     direct = _csvs_in(folder)
     if direct:
         return direct
-    nested = [c for c in (_csvs_in(sub) for sub in _subfolders(folder)) if c]
-    return nested[0] if len(nested) == 1 else None
+    nested = [(sub, c) for sub in _subfolders(folder) if (c := _csvs_in(sub))]
+    if len(nested) == 1 and OUTPUT_FOLDER.match(nested[0][0].name):
+        return nested[0][1]
+    return None
 
 
 def _split_spec(spec: str) -> tuple[str | None, Path]:
@@ -84,7 +93,9 @@ def discover(spec: str) -> list[InstanceFiles]:
         raise InputError(
             f"{path}: no msServiceProfiler CSV found in it or its sub-folders (expected {expected})"
         )
-    if name is not None:  # NAME=PATH over a folder of instances: prefix the sub-folder names
+    if name is not None and len(found) == 1:
+        found = [InstanceFiles(name, found[0].folder, found[0].files)]
+    elif name is not None:  # NAME=PATH over a folder of instances: prefix the sub-folder names
         found = [InstanceFiles(f"{name}-{i.name}", i.folder, i.files) for i in found]
     return found
 

@@ -202,8 +202,13 @@ def _normalise(name: str) -> str:
 
 
 def _looks_like_datetime(values: list[str | None]) -> bool:
+    """A time column holds datetimes when most sampled cells are datetimes (one bad cell must
+    be reported as a bad datetime, not flip the column to numbers)."""
     sample = [v.strip() for v in values if v is not None and v.strip() not in NA_TOKENS]
-    return bool(sample) and pl.Series(sample[:20]).str.contains(DATETIME_PATTERN).all()
+    if not sample:
+        return False
+    hits = pl.Series(sample).str.contains(DATETIME_PATTERN).sum()
+    return hits * 2 >= len(sample)
 
 
 @dataclass(frozen=True)

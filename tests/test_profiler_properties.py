@@ -1,0 +1,72 @@
+"""Property tests of the profiler reader's vectorised parsers against plain Python truth."""
+
+from __future__ import annotations
+
+import ast
+from datetime import datetime
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skewscope.sources.profiler import Grid, extract_rids, prefill_count
+from skewscope.sources.profiler_schema import datetime_to_us
+
+EPOCH = datetime(1970, 1, 1)
+
+
+@given(st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1)))
+def test_profiler_datetime_round_trips(dt: datetime) -> None:
+    text = dt.strftime("%Y-%m-%d %H:%M:%S:%f")  # the profiler's colon before microseconds
+    got = pl.select(datetime_to_us(pl.lit(text))).item()
+    assert got == (dt - EPOCH) // (datetime(1970, 1, 1, 0, 0, 0, 1) - EPOCH)
+
+
+RID = st.text(
+    alphabet=st.characters(whitelist_categories=("Ll", "Lu", "Nd"), whitelist_characters="-_.:'/ "),
+    min_size=1,
+    max_size=24,
+)
+
+
+@st.composite
+def res_lists(draw: st.DrawFn) -> list[dict[str, object]]:
+    typed = draw(st.booleans())  # vLLM dicts carry 'type'; MindIE only rid/iter
+    items = []
+    for rid in draw(st.lists(RID, max_size=12)):
+        d: dict[str, object] = {"rid": rid, "iter": draw(st.integers(0, 3000))}
+        if typed:
+            d["type"] = draw(st.integers(0, 1))
+            d["num_scheduled_tokens"] = draw(st.integers(0, 8192))
+            d["num_prompt_tokens"] = draw(st.integers(0, 8192))
+        items.append(d)
+    return items
+
+
+@given(st.lists(res_lists(), min_size=1, max_size=8))
+@settings(max_examples=200)
+def test_res_list_extraction_equals_literal_eval(rows: list[list[dict[str, object]]]) -> None:
+    cells = pl.Series("res_list", [repr(r) for r in rows])
+    got = pl.DataFrame(cells).select(
+        extract_rids(pl.col("res_list")).alias("rids"), prefill_count(pl.col("res_list")).alias("p")
+    )
+    for cell, rids, prefill in zip(cells, got["rids"], got["p"], strict=True):
+        parsed = ast.literal_eval(cell)  # truth, in the test only
+        assert rids.to_list() == [d["rid"] for d in parsed]
+        want = sum(1 for d in parsed if (d["type"] == 0 if "type" in d else d["iter"] == 0))
+        assert prefill == want
+
+
+@given(
+    st.lists(st.floats(1.6e9, 1.8e9, allow_nan=False), min_size=1, max_size=200),
+    st.sampled_from([1.0, 5.0, 15.0, 60.0, 300.0]),
+)
+def test_window_assignment_conserves_counts(times: list[float], window_s: float) -> None:
+    df = pl.DataFrame({"start_s": times})
+    grid = Grid(window_s, int(min(times) // window_s), int(max(times) // window_s))
+    idx = df.select(grid.index())
+    per_window = idx.group_by("_wi").len()
+    assert per_window["len"].sum() == len(times)
+    assert idx["_wi"].is_between(grid.first, grid.last).all()
+    starts = idx["_wi"] * window_s
+    assert ((df["start_s"] >= starts - 1e-6) & (df["start_s"] < starts + window_s + 1e-6)).all()
