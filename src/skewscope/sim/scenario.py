@@ -8,6 +8,7 @@ so a new field needs no parser change.
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 import types
 import typing
@@ -413,7 +414,7 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
     sc = Scenario(name, summary, truth, duration, seed, n_inst, n_dp, rank, tuple(overrides),
                   tuple(health), gateway, dispatcher, workload, model, source)
     if not summary:
-        sc = Scenario(**{**sc.__dict__, "summary": default_summary(sc)})
+        sc = dataclasses.replace(sc, summary=default_summary(sc))
     return sc
 
 
