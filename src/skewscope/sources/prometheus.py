@@ -248,6 +248,11 @@ def load_prometheus(
                 f"(e.g. {sorted(set(bad))[0]})"
             )
         notes.extend(dict.fromkeys(client.warnings))
+        if not per_level[Level.INSTANCE]:
+            raise SourceError(
+                f"Prometheus at {client.shown_url} has {chosen.name} metric names but no samples "
+                "in whole windows of the range; widen the range or check the selector"
+            )
         return build_evidence(
             per_level[Level.INSTANCE],
             per_level.get(Level.DP),
