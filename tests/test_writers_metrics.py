@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections import defaultdict
@@ -348,3 +349,46 @@ def test_live_stops_itself_after_the_run(result: SimResult) -> None:
 def test_live_is_loopback_only(result: SimResult) -> None:
     with pytest.raises(ValueError, match="loopback"):
         serve(result, "vllm", host="0.0.0.0")
+
+
+def test_victoriametrics_ingests_import_lines(result: SimResult, tmp_path: Path) -> None:
+    """Real VictoriaMetrics: import the lines, then an instant query at the end of the run
+    returns the SimResult totals (colon names kept)."""
+    vm = shutil.which("victoria-metrics")
+    assert vm, "victoria-metrics is required (Debian package victoria-metrics): install it"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [vm, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
+         "-retentionPeriod=100y"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "victoria-metrics did not start"
+            time.sleep(0.1)
+        body = "\n".join(iter_import_lines(result, "vllm", step_s=15.0)) + "\n"
+        assert httpx.post(f"{base}/api/v1/import/prometheus", content=body,
+                          timeout=30).status_code == 204
+        httpx.get(f"{base}/internal/force_flush", timeout=10)
+        got: dict[tuple[str, str], float] = {}
+        deadline = time.monotonic() + 20
+        while len(got) < len(result.ranks) and time.monotonic() < deadline:
+            time.sleep(0.3)
+            data = httpx.get(f"{base}/api/v1/query", timeout=10, params={
+                "query": 'vllm:prompt_tokens_total{job="skewscope-sim"}',
+                "time": f"{result.end_s:.3f}"}).json()
+            got = {(x["metric"]["instance"], x["metric"]["engine"]): float(x["value"][1])
+                   for x in data["data"]["result"]}
+        for r in result.ranks:
+            want = _expected_totals(result, r.instance, r.dp_rank)["prompt"]
+            assert got[(f"127.0.0.1:{r.instance}", str(r.dp_rank))] == want
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
