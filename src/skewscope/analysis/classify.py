@@ -42,18 +42,33 @@ class Classification:
         }
 
 
-def _capability(hot: dict[str, float], ref: dict[str, float]) -> tuple[float, str]:
-    """Slowness at equal work: execution time per token, else latency per request."""
-    for key, basis in (
-        ("cost_us_per_token", "execution time per scheduled token"),
-        ("step_time_ms", "batch execution time"),
-        ("e2e_mean_ms", "end-to-end latency at equal load"),
-        ("ttft_mean_ms", "TTFT at equal load"),
-    ):
+def _capability(
+    hot: dict[str, float], ref: dict[str, float], equal_load: bool, th: Thresholds
+) -> tuple[float, str]:
+    """Slowness: execution time per scheduled token; at equal load, also latency per request.
+
+    Per-token execution time understates a slow unit (its queue grows, its batches get larger
+    and amortise the fixed step cost), so when requests and tokens per request are about equal
+    the method's own test applies: same load, higher latency.
+    """
+    key = "cost_us_per_token"
+    cost = safe_ratio(hot.get(key, math.nan), ref.get(key, math.nan))
+    if not equal_load or (math.isfinite(cost) and cost >= th.capability_ratio):
+        return cost, "execution time per scheduled token" if math.isfinite(cost) else "not measured"
+    service = safe_ratio(_service_ms(hot), _service_ms(ref))
+    if math.isfinite(service):
+        return service, "service time (latency minus queue wait) at equal load"
+    for key, name in (("e2e_mean_ms", "end-to-end latency at equal load"),
+                      ("ttft_mean_ms", "TTFT at equal load")):
         r = safe_ratio(hot.get(key, math.nan), ref.get(key, math.nan))
         if math.isfinite(r):
-            return r, basis
-    return math.nan, "not measured"
+            return r, name
+    return cost, "execution time per scheduled token" if math.isfinite(cost) else "not measured"
+
+
+def _service_ms(s: dict[str, float]) -> float:
+    """Time a request spends being served, queueing excluded: the unit's own speed."""
+    return s.get("e2e_mean_ms", math.nan) - s.get("queue_wait_mean_ms", math.nan)
 
 
 def decompose(n_h: float, w_h: float, n_r: float, w_r: float) -> tuple[float, float]:
@@ -74,9 +89,10 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
     weight_ratio = safe_ratio(w_h, w_r)
     input_ratio, output_ratio = safe_ratio(in_h, in_r), safe_ratio(out_h, out_r)
     count_share, weight_share = decompose(n_h, w_h, n_r, w_r)
-    cap_ratio, basis = _capability(hot, ref)
-
     heavier = max(_finite(weight_ratio), _finite(input_ratio), _finite(output_ratio))
+    equal_load = _finite(count_ratio) < th.count_ratio and heavier < th.weight_ratio
+    cap_ratio, basis = _capability(hot, ref, equal_load, th)
+
     kind: str | None = None
     side: str | None = None
     if _finite(count_ratio) >= th.count_ratio and not _finite(weight_share) > th.explain_share:

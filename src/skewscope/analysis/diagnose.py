@@ -112,14 +112,13 @@ class _HotResult:
     hot: dict[str, float]
     ref: dict[str, float]
     ref_units: tuple[str, ...]
-    count_ratio_cv: float
 
 
 def diagnose_frame(
     frame: UnitFrame, th: Thresholds = DEFAULT_THRESHOLDS, extra_notes: tuple[str, ...] = ()
 ) -> Report:
     """Steps 1-4 on one frame; DP frames compare ranks only with ranks of the same instance."""
-    notes = (*extra_notes, *frame.notes)
+    notes = tuple(dict.fromkeys((*extra_notes, *frame.notes)))  # same note from two layers
     base = {
         "level": str(frame.level),
         "source": frame.source,
@@ -246,30 +245,15 @@ def _judge_hot(
         return None
     imp = impact(m, j, hot, ref, mask, th)
     trend = gap_trend(m, j, ref_cols, mask, th)
-    req = m.get("requests")[mask]
-    with np.errstate(all="ignore"):
-        ratio = req[:, j] / np.nanmedian(req[:, ref_cols], axis=1)
-    ratio = ratio[np.isfinite(ratio)]
-    cv = float(ratio.std() / ratio.mean()) if ratio.size > 2 and ratio.mean() > 0 else math.nan
-    return _HotResult(
-        heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols), cv
-    )
-
-
-# Per-window request ratios of a sticky unit wander as sessions come and go; wrong weights
-# give a steady ratio. Above this coefficient of variation stickiness is named first.
-STICKY_CV = 0.25
+    return _HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols))
 
 
 def _causes(r: _HotResult, level: Level) -> list[str]:
+    """Candidate causes, most likely first. Load metrics cannot tell wrong routing weights
+    from sticky connections, so a count finding at instance level names both."""
     kind = r.cls.kind
     if kind == "count":
-        if level == Level.DP:
-            causes = ["dp_dispatch"]
-        elif math.isfinite(r.count_ratio_cv) and r.count_ratio_cv > STICKY_CV:
-            causes = ["sticky_sessions", "routing_weights"]
-        else:
-            causes = ["routing_weights", "sticky_sessions"]
+        causes = ["dp_dispatch"] if level == Level.DP else ["routing_weights", "sticky_sessions"]
     elif kind == "weight":
         causes = ["long_requests"]
     else:
@@ -302,7 +286,6 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
         "kv_filling": r.imp.kv_filling,
         "queue_growing": r.imp.queue_growing,
         "resource": list(r.imp.resource_notes),
-        "request_ratio_cv": r.count_ratio_cv,
         "gap_widening_while_tail_rises": r.trend.widening,
         "gap_slope_share": r.trend.gap_slope_share,
         "tail_slope_share": r.trend.tail_slope_share,
