@@ -63,7 +63,7 @@ def test_res_list_extraction_equals_literal_eval(rows: list[list[dict[str, objec
 )
 def test_window_assignment_conserves_counts(times: list[float], window_s: float) -> None:
     df = pl.DataFrame({"start_s": times})
-    grid = Grid(window_s, int(min(times) // window_s), int(max(times) // window_s))
+    grid = Grid.spanning(min(times), max(times), window_s)
     idx = df.select(grid.index())
     per_window = idx.group_by("_wi").len()
     assert per_window["len"].sum() == len(times)

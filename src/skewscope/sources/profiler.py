@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from math import floor
 from pathlib import Path
 
 import polars as pl
@@ -157,31 +156,34 @@ class BatchRead:
     first_rows: pl.DataFrame  # rid, _row of the scheduling row where it first appears
 
 
+def first_rows(rids: pl.DataFrame) -> pl.DataFrame:
+    """rid -> first (lowest) row of a scheduling step whose res_list holds it."""
+    return rids.explode("rid").drop_nulls("rid").group_by("rid").agg(pl.col(ps.ROW).min())
+
+
 def read_batch(path: Path, notes: list[str]) -> BatchRead:
-    """batch.csv in two streamed queries over one lazy scan: the step table (res_list reduced to
-    prefill/decode counts) and the first scheduling row of every rid."""
+    """batch.csv in one streamed pass: res_list is reduced while scanning to prefill/decode
+    counts and, on scheduling rows, the list of rids; the multi-KB strings are never kept.
+
+    (Two queries over the same scan parse the file twice; one pass was 30% faster and used
+    about the file's size in memory on an 800 MB batch.csv.)
+    """
     prep, res = _open(path, ps.BATCH, notes)
     lf = ps.scan(prep, res)
-    has_res = "res_list" in res.raw
-    if has_res:
-        counts = [
+    if "res_list" in res.raw:
+        sched = pl.col("name").is_in(list(SCHED_NAMES))
+        reduced = [
             prefill_count(pl.col("res_list")).alias("res_prefill"),
             pl.col("res_list").str.count_matches("'rid': ", literal=True).alias("res_n"),
+            pl.when(sched).then(extract_rids(pl.col("res_list"))).alias("rid"),
         ]
-        steps_q = lf.with_columns(counts).drop("res_list")
-        rids_q = (
-            lf.filter(pl.col("name").is_in(list(SCHED_NAMES)))
-            .select(pl.col(ps.ROW), extract_rids(pl.col("res_list")).alias("rid"))
-            .explode("rid")
-            .drop_nulls("rid")
-            .group_by("rid")
-            .agg(pl.col(ps.ROW).min())
-        )
-        steps_df, first_rows = _collect(path, [steps_q, rids_q])
+        lf = lf.with_columns(reduced).drop("res_list")
+    (df,) = _collect(path, [lf])
+    if "rid" in df.columns:
+        rids, df = first_rows(df.select(ps.ROW, "rid")), df.drop("rid")
     else:
-        (steps_df,) = _collect(path, [lf])
-        first_rows = pl.DataFrame(schema={"rid": pl.Utf8, ps.ROW: pl.UInt32})
-    return BatchRead(_table(prep, res, steps_df, notes), first_rows)
+        rids = pl.DataFrame(schema={"rid": pl.Utf8, ps.ROW: pl.UInt32})
+    return BatchRead(_table(prep, res, df, notes), rids)
 
 
 # =========================================================================== instance model
@@ -579,6 +581,13 @@ class Grid:
     first: int
     last: int
 
+    @classmethod
+    def spanning(cls, lo: float, hi: float, window_s: float) -> Grid:
+        """Grid covering ``[lo, hi]``, computed with the same polars kernel as ``index`` (Python's
+        float division can round the other way at a window edge and drop the last event)."""
+        ends = pl.DataFrame({"start_s": [lo, hi]}).select(cls(window_s, 0, 0).index())[WI]
+        return cls(window_s, int(ends[0]), int(ends[1]))
+
     def index(self) -> pl.Expr:
         return (pl.col("start_s") / self.window_s).floor().cast(pl.Int64).alias(WI)
 
@@ -606,7 +615,7 @@ def make_grid(instances: list[Instance], window_s: float | None, th: Thresholds)
     if window_s is not None and window_s <= 0:
         raise InputError(f"window must be positive, got {window_s}")
     w = window_s or choose_window(hi - lo, th.target_windows, th.min_window_s)
-    return Grid(w, floor(lo / w), floor(hi / w))
+    return Grid.spanning(lo, hi, w)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,178 @@
+"""Benchmark the profiler reader on a large batch.csv with realistic multi-KB res_list cells.
+
+    python benchmarks/bench_profiler.py --steps 200000 --batch 30 [--dir /tmp/skewscope-bench]
+
+Writes one instance folder (4 DP ranks; a scheduling and an execution row per step; request.csv
+with every rid), then times, each in a fresh process so peak RSS is its own:
+  * load_profiler over the folder (the full pipeline: cast, res_list join, windows);
+  * a baseline: ``polars.read_csv`` of the same batch.csv (all columns as strings).
+Prints MB/s, rows/s, peak RSS / file size and the load/baseline time ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+
+T0_US = 1_745_398_333_000_000
+RANKS = 4
+
+
+def _res_list() -> pl.Expr:
+    """res_list text of a step from its member rows: vLLM-style dicts (~130 bytes each)."""
+    entry = pl.concat_str(
+        pl.lit("{'rid': 'chatcmpl-"),
+        pl.col("rid"),
+        pl.lit("', 'iter': "),
+        pl.col("iter"),
+        pl.lit(", 'type': "),
+        (pl.col("iter") > 0).cast(pl.Int8),
+        pl.lit(", 'num_scheduled_tokens': "),
+        pl.when(pl.col("iter") == 0).then(512).otherwise(1),
+        pl.lit(", 'num_prompt_tokens': 512, 'num_computed_tokens': "),
+        pl.col("iter") + 512,
+        pl.lit("}"),
+    )
+    return pl.concat_str(pl.lit("["), entry.str.join(", "), pl.lit("]"))
+
+
+def write_instance(folder: Path, steps: int, batch: int) -> Path:
+    """A batch.csv of ``2 * steps`` rows and the matching request.csv; returns batch.csv."""
+    folder.mkdir(parents=True, exist_ok=True)
+    life = 50  # steps a request stays in the batch
+    members = (
+        pl.DataFrame({"step": pl.int_range(steps, eager=True)})
+        .with_columns(pl.int_ranges(0, batch).alias("slot"))
+        .explode("slot")
+        .with_columns(
+            (pl.col("step") % RANKS).alias("rank"),
+            # requests of a rank rotate through its slots; each lives ``life`` steps
+            (
+                (pl.col("step") // RANKS + pl.col("slot")) // life * batch * RANKS
+                + pl.col("slot") * RANKS
+                + pl.col("step") % RANKS
+            ).alias("rid"),
+            ((pl.col("step") // RANKS + pl.col("slot")) % life).alias("iter"),
+        )
+    )
+    per_step = members.group_by("step", maintain_order=True).agg(
+        pl.col("rank").first(), _res_list().alias("res_list")
+    )
+    start = pl.lit(T0_US) + pl.col("step") * 5_000
+    sched = per_step.select(
+        pl.lit("batchFrameworkProcessing").alias("name"),
+        "res_list",
+        (start / 1000).alias("start_time(ms)"),
+        pl.lit(2.0).alias("during_time(ms)"),
+        pl.format("ms_service_node-{}", 31000 + pl.col("rank")).alias("prof_id"),
+        pl.lit(batch).alias("batch_size"),
+        pl.lit(1000).alias("total_blocks"),
+        (400 + pl.col("step") % 300).alias("used_blocks"),
+        (600 - pl.col("step") % 300).alias("free_blocks"),
+        pl.lit(3).alias("blocks_allocated"),
+        pl.lit(2).alias("blocks_freed"),
+        ((400 + pl.col("step") % 300) / 1000).alias("kvcache_usage_rate"),
+        pl.lit(batch - 1).alias("decode_batch_size"),
+        pl.lit(512 + batch - 1).alias("total_scheduled_tokens"),
+        pl.col("rank").cast(pl.Utf8).alias("dp_rank"),
+        pl.col("step"),
+    )
+    execs = sched.with_columns(
+        pl.lit("modelExec").alias("name"),
+        pl.lit("[]").alias("res_list"),
+        pl.lit(4.0).alias("during_time(ms)"),
+    )
+    rows = pl.concat([sched, execs]).sort("step", "name").drop("step")
+    path = folder / "batch.csv"
+    rows.write_csv(path)
+    rids = members.group_by("rid").agg(pl.col("step").min())
+    rids.select(
+        pl.format("chatcmpl-{}", "rid").alias("http_rid"),
+        ((pl.lit(T0_US) + pl.col("step") * 5_000) / 1000).alias("start_time(ms)"),
+        pl.lit(512).alias("recv_token_size"),
+        pl.lit(64).alias("reply_token_size"),
+        pl.lit(900.0).alias("execution_time(ms)"),
+        pl.lit(5.0).alias("queue_wait_time(ms)"),
+        pl.lit(80.0).alias("first_token_latency(ms)"),
+        pl.lit("N/A").alias("cache_hit_rate"),
+    ).write_csv(folder / "request.csv")
+    return path
+
+
+def _measure(kind: str, folder: Path) -> dict[str, float]:
+    """Run one measurement in this process; returns seconds and peak RSS (bytes).
+
+    Peak RSS is VmHWM of /proc/self/status: ru_maxrss survives exec on Linux and would report
+    the parent's (generator's) peak.
+    """
+    t = time.perf_counter()
+    if kind == "load":
+        from skewscope.sources.profiler import load_profiler
+
+        ev = load_profiler([str(folder)])
+        assert ev.dp is not None
+    else:
+        pl.read_csv(folder / "batch.csv", infer_schema=False)
+    seconds = time.perf_counter() - t
+    return {"seconds": seconds, "rss": _peak_rss()}
+
+
+def _peak_rss() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return float(line.split()[1]) * 1024
+    return float("nan")
+
+
+def _child(kind: str, folder: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", kind, "--dir", str(folder)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--steps", type=int, default=200_000)
+    ap.add_argument("--batch", type=int, default=30)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/skewscope-bench/inst-0"))
+    ap.add_argument("--measure", choices=["load", "baseline"])
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(_measure(args.measure, args.dir)))
+        return
+    path = args.dir / "batch.csv"
+    if not path.exists():
+        t = time.perf_counter()
+        write_instance(args.dir, args.steps, args.batch)
+        print(f"generated in {time.perf_counter() - t:.1f} s")
+    size = path.stat().st_size + (args.dir / "request.csv").stat().st_size
+    rows = pl.scan_csv(path, infer_schema=False).select(pl.len()).collect().item()
+    print(
+        f"batch.csv: {path.stat().st_size / 1e6:.0f} MB, {rows} rows "
+        f"(+ request.csv, {size / 1e6:.0f} MB in all)"
+    )
+    for kind in ("baseline", "load"):
+        m = _child(kind, args.dir)
+        print(
+            f"{kind:8s}: {m['seconds']:6.2f} s  {size / 1e6 / m['seconds']:7.1f} MB/s  "
+            f"{rows / m['seconds']:10.0f} rows/s  peak RSS {m['rss'] / 1e6:6.0f} MB "
+            f"({m['rss'] / size:.2f}x file size)"
+        )
+        if kind == "baseline":
+            base = m["seconds"]
+    print(f"load / baseline time: {m['seconds'] / base:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
