@@ -1,0 +1,73 @@
+"""End to end, offline: every built-in scenario is simulated, written as msServiceProfiler
+folders, read back and diagnosed through the CLI; the report must equal the scenario's truth."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skewscope.cli import main
+from skewscope.sim.engine import simulate
+from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.writers.profiler import write_profiler
+
+SCENARIOS = sorted(builtin_scenarios())
+
+
+def run_diagnose(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Any:
+    assert main(["diagnose", str(folder), "--format", "json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def check_against_truth(doc: dict[str, Any], truth: dict[str, Any]) -> None:
+    assert doc["verdict"] == truth["verdict"], doc["notes"]
+    if truth["verdict"] != "imbalanced":
+        assert doc["hot_units"] == [] and doc["findings"] == []
+        return
+    assert doc["level"] == truth["level"]
+    assert sorted(doc["hot_units"]) == sorted(truth["hot_units"])
+    assert sorted(doc["starved_units"]) == sorted(truth["idle_units"])
+    target = set(truth["hot_units"]) | set(truth["idle_units"])
+    matching = [f for f in doc["findings"] if set(f["units"]) & target]
+    assert matching, doc["findings"]
+    f = matching[0]
+    assert f["kind"] == truth["kind"]
+    assert f["weight_side"] == truth["weight_side"]
+    keys = [c["key"] for c in f["root_causes"]]
+    assert truth["root_cause"] in keys
+    if truth["kv_exhausted"]:
+        assert f["evidence"]["kv_exhausted"] is True
+    assert f["actions"] and f["summary"]
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_builtin_scenario_diagnosis_equals_truth(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = simulate(builtin_scenarios()[name])
+    write_profiler(result, tmp_path)
+    doc = run_diagnose(tmp_path, capsys)
+    check_against_truth(doc, result.truth.to_dict())
+
+
+@pytest.mark.parametrize("generation", ["dec2025", "cann2025", "mindie"])
+@pytest.mark.parametrize("name", ["wrong-weights", "dp-count"])
+def test_older_header_generations_give_the_same_diagnosis(
+    name: str, generation: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = simulate(builtin_scenarios()[name])
+    write_profiler(result, tmp_path, generation=generation)
+    check_against_truth(run_diagnose(tmp_path, capsys), result.truth.to_dict())
+
+
+def test_vllm_rid_suffix_in_res_list_is_stripped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = simulate(builtin_scenarios()["dp-count"])
+    write_profiler(result, tmp_path, rid_suffix=True)
+    doc = run_diagnose(tmp_path, capsys)
+    check_against_truth(doc, result.truth.to_dict())
+    assert doc["placed_share"] > 0.85
