@@ -122,7 +122,7 @@ def _collect(path: Path, queries: list[pl.LazyFrame]) -> list[pl.DataFrame]:
 
 
 def _open(path: Path, schema: ps.FileSchema, notes: list[str]) -> tuple[ps.Prepared, ps.Resolved]:
-    """Prepare and resolve a file, or None-equivalent via InputError for a 0-byte file."""
+    """Prepare and resolve a file; raises _Empty for a 0-byte file (skipped with a note)."""
     prep = ps.prepare(path)
     if prep is None:
         raise _Empty
