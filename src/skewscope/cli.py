@@ -54,10 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--dialect", choices=("vllm", "sglang", "mindie", "ms-service-metric"),
                      help="metric dialect (default: detected from the metric names)")
     auth = d.add_argument_group("Prometheus authentication and TLS (secrets are never printed)")
-    auth.add_argument("--token-env", metavar="VAR", help="bearer token from this env variable")
+    auth.add_argument("--token-env", metavar="VAR",
+                      help="bearer token from this env variable (default SKEWSCOPE_PROM_TOKEN)")
     auth.add_argument("--token-file", metavar="FILE", help="bearer token from this file")
     auth.add_argument("--user", help="basic-auth user")
-    auth.add_argument("--password-env", metavar="VAR", help="basic-auth password env variable")
+    auth.add_argument("--password-env", metavar="VAR",
+                      help="basic-auth password env variable (default SKEWSCOPE_PROM_PASSWORD)")
     auth.add_argument("--password-file", metavar="FILE", help="basic-auth password file")
     auth.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify the server")
     auth.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
@@ -163,17 +165,20 @@ def _load_prometheus(args: argparse.Namespace, window: float | None) -> Evidence
         raise UsageError("--prometheus needs a range: --last 30m, or --start T --end T")
     if end <= start:
         raise UsageError("--end must be after --start")
-    auth = HttpAuth.from_options(
-        token_env=args.token_env,
-        token_file=args.token_file,
-        user=args.user,
-        password_env=args.password_env,
-        password_file=args.password_file,
-        ca_file=args.ca_file,
-        insecure=args.insecure,
-        cert_file=args.cert,
-        key_file=args.key,
-    )
+    options: dict[str, object] = {
+        "token_file": args.token_file,
+        "username": args.user,
+        "password_file": args.password_file,
+        "ca_file": args.ca_file,
+        "insecure_skip_verify": args.insecure,
+        "client_cert": args.cert,
+        "client_key": args.key,
+    }
+    if args.token_env:
+        options["token_env"] = args.token_env
+    if args.password_env:
+        options["password_env"] = args.password_env
+    auth = HttpAuth.from_options(**options)  # type: ignore[arg-type]
     return load_prometheus(
         args.prometheus,
         start=start,
