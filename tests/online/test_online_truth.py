@@ -5,10 +5,8 @@ scenario's ground truth on both backends, exactly as the offline path does."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
