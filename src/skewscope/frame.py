@@ -51,6 +51,21 @@ SIGNALS: dict[str, tuple[str, str]] = {
 }
 SIGNAL_COLUMNS: tuple[str, ...] = tuple(SIGNALS)
 
+# Totals within a window: where a unit's source is present but saw no event, the value is 0
+# (a starved unit), not missing.
+TOTAL_SIGNALS: frozenset[str] = frozenset(
+    {
+        "requests",
+        "prompt_tokens",
+        "generation_tokens",
+        "steps",
+        "scheduled_tokens",
+        "busy_ms",
+        "blocks_allocated",
+        "blocks_freed",
+    }
+)
+
 
 def dp_unit_id(instance: str, dp_rank: int) -> str:
     """Unit id of a DP rank; the JSON contract spells it ``<instance>/dp<rank>``."""

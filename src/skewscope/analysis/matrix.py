@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from skewscope.frame import SIGNAL_COLUMNS
+from skewscope.frame import SIGNAL_COLUMNS, TOTAL_SIGNALS
 
 if TYPE_CHECKING:
     import polars as pl
@@ -43,15 +43,6 @@ class SignalMatrix:
         )
 
 
-# Counts that are truly zero when a unit that reports them has no row in a window.
-COUNT_SIGNALS: tuple[str, ...] = (
-    "requests",
-    "prompt_tokens",
-    "generation_tokens",
-    "steps",
-    "scheduled_tokens",
-    "busy_ms",
-)
 
 
 def build_matrix(
@@ -76,7 +67,7 @@ def build_matrix(
         grid = np.full((len(windows), len(units)), np.nan)
         column = df[name].cast(float).fill_null(np.nan).to_numpy().astype(np.float64)
         grid[rows, cols] = column
-        if absent_counts_are_zero and name in COUNT_SIGNALS:
+        if absent_counts_are_zero and name in TOTAL_SIGNALS:
             reported = np.isfinite(grid).any(axis=0)
             grid[:, reported] = np.nan_to_num(grid[:, reported])
         values[name] = grid

@@ -100,3 +100,16 @@ def percentile_caveat(report: Report) -> str | None:
     if report.source in ("prometheus", "scrape"):
         return "Percentiles come from histogram buckets (bucket-interpolated estimates)."
     return None
+
+
+def footer_notes(report: Report) -> list[str]:
+    """Notes shown under a report: what was missing, placed or estimated."""
+    notes = list(report.notes)
+    if report.placed_share is not None:
+        notes.append(f"{report.placed_share:.1%} of requests were placed on a DP rank")
+    if report.missing:
+        notes.append("missing: " + ", ".join(report.missing))
+    caveat = percentile_caveat(report)
+    if caveat:
+        notes.append(caveat)
+    return notes

@@ -17,14 +17,7 @@ def render(report: Report, heading: str = "#") -> str:
         out.append(f"{heading}# Dismissed as jitter")
         out.extend(f"- {t}" for t in report.transient)
         out.append("")
-    notes = list(report.notes)
-    if report.placed_share is not None:
-        notes.append(f"{report.placed_share:.1%} of requests were placed on a DP rank")
-    if report.missing:
-        notes.append("missing: " + ", ".join(report.missing))
-    caveat = fmt.percentile_caveat(report)
-    if caveat:
-        notes.append(caveat)
+    notes = fmt.footer_notes(report)
     if notes:
         out.append(f"{heading}# Notes")
         out.extend(f"- {n}" for n in notes)

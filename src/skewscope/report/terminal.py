@@ -29,15 +29,7 @@ def _body(report: Report, nested: bool = False) -> Group:
         parts.append(_units(report))
     for line in report.transient:
         parts.append(Text(f"· {line}", style="dim"))
-    extra = list(report.notes)
-    if report.placed_share is not None:
-        extra.append(f"{report.placed_share:.1%} of requests were placed on a DP rank")
-    if report.missing:
-        extra.append("missing: " + ", ".join(report.missing))
-    caveat = fmt.percentile_caveat(report)
-    if caveat:
-        extra.append(caveat)
-    for line in extra:
+    for line in fmt.footer_notes(report):
         parts.append(Text(f"note: {line}", style="yellow"))
     for d in report.drilldown:
         parts.append(_body(d, nested=True))

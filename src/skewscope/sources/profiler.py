@@ -25,6 +25,7 @@ from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import InputError, SchemaError
 from skewscope.frame import (
     SIGNAL_COLUMNS,
+    TOTAL_SIGNALS,
     Evidence,
     Level,
     UnitFrame,
@@ -59,20 +60,9 @@ REQUEST_SIGNALS: tuple[str, ...] = (
     "e2e_mean_ms",
     "e2e_p99_ms",
 )
-# Totals: a unit whose source is present but had no event in a window did 0 of it.
-ZERO_FILL: frozenset[str] = frozenset(
-    {
-        "requests",
-        "prompt_tokens",
-        "generation_tokens",
-        "steps",
-        "scheduled_tokens",
-        "busy_ms",
-        "running",
-        "blocks_allocated",
-        "blocks_freed",
-    }
-)
+# A unit whose source is present but had no event in a window did 0 of it; with no steps
+# its decode batch (running) is empty too.
+ZERO_FILL: frozenset[str] = TOTAL_SIGNALS | {"running"}
 WI = "_wi"  # integer window index: floor(t / window_s), shared by every instance
 
 
