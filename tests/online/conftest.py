@@ -53,6 +53,29 @@ def running(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
                 proc.wait(timeout=10)
 
 
+@contextlib.contextmanager
+def serve_prometheus(prom: str, blocks: Path, tmp: Path) -> Iterator[str]:
+    """A real Prometheus on a copy of promtool-backfilled ``blocks``, on a free loopback port."""
+    data = tmp / "data"
+    shutil.copytree(blocks, data)
+    (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
+    port = free_port()
+    cmd = [
+        prom,
+        f"--config.file={tmp / 'prometheus.yml'}",
+        f"--storage.tsdb.path={data}",
+        "--storage.tsdb.retention.time=100y",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with running(cmd, tmp / "prometheus.log") as proc:
+        wait_until(
+            lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code == 200,
+            f"Prometheus (log: {tmp / 'prometheus.log'})",
+        )
+        yield url
+
+
 @pytest.fixture(scope="session")
 def samples() -> list:  # type: ignore[type-arg]
     return history()
@@ -80,23 +103,7 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory, samples: list) -> I
         timeout=60,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    data = tmp / "data"
-    shutil.copytree(blocks, data)
-    (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    port = free_port()
-    cmd = [
-        prom,
-        f"--config.file={tmp / 'prometheus.yml'}",
-        f"--storage.tsdb.path={data}",
-        "--storage.tsdb.retention.time=100y",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    url = f"http://127.0.0.1:{port}"
-    with running(cmd, tmp / "prometheus.log") as proc:
-        wait_until(
-            lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code == 200,
-            f"Prometheus (log: {tmp / 'prometheus.log'})",
-        )
+    with serve_prometheus(prom, blocks, tmp) as url:
         yield url
 
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from online_servers import free_port
 
-from conftest import need, running, wait_until
+from conftest import need, running, serve_prometheus, wait_until
 from skewscope.analysis.diagnose import diagnose
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
@@ -64,21 +64,7 @@ def prometheus_scenarios(
             timeout=120,
         )
         assert done.returncode == 0, done.stderr[-2000:]
-    (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [
-        prom,
-        f"--config.file={tmp / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp / 'blocks'}",
-        "--storage.tsdb.retention.time=100y",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    with running(cmd, tmp / "prometheus.log") as proc:
-        wait_until(
-            lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code == 200,
-            "Prometheus",
-        )
+    with serve_prometheus(prom, tmp / "blocks", tmp) as url:
         yield url
 
 

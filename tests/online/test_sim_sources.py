@@ -4,17 +4,14 @@ agree with the simulator's own request table (and so find the scenario's hot uni
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import polars as pl
 import pytest
-from online_servers import free_port
 
-from conftest import need, running, wait_until
+from conftest import need, serve_prometheus
 from skewscope.frame import dp_unit_id
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
@@ -46,7 +43,6 @@ def sim_prometheus(
 
     prom, promtool = need("prometheus", "prometheus"), need("promtool", "prometheus")
     tmp = tmp_path_factory.mktemp("simprom")
-    data = tmp / "data"
     for name, dialect in CASES:
         om = write_openmetrics(
             sim_runs[name], tmp / f"{name}-{dialect}.om", dialect, STEP, job=f"{name}-{dialect}"
@@ -58,22 +54,7 @@ def sim_prometheus(
             timeout=120,
         )
         assert done.returncode == 0, done.stderr[-2000:]
-    shutil.copytree(tmp / "blocks", data)
-    (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [
-        prom,
-        f"--config.file={tmp / 'prometheus.yml'}",
-        f"--storage.tsdb.path={data}",
-        "--storage.tsdb.retention.time=100y",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    with running(cmd, tmp / "prometheus.log") as proc:
-        wait_until(
-            lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code == 200,
-            "Prometheus",
-        )
+    with serve_prometheus(prom, tmp / "blocks", tmp) as url:
         yield url
 
 
