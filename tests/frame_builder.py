@@ -23,6 +23,8 @@ class Spec:
     speed: float = 1.0  # 1.0 nominal, 2.0 = twice as slow
     burst: dict[int, float] = field(default_factory=dict)  # window index -> rate multiplier
     until: int | None = None  # no traffic from this window on (failed health check)
+    ramp: float = 0.0  # rate grows by this share of ``rate`` every window
+    tail_ramp_ms: float = 0.0  # e2e latency grows by this much every window
 
 
 def make_frame(
@@ -43,7 +45,7 @@ def make_frame(
             instance, r = name.split("/dp")
             rank = int(r)
         for w in range(windows):
-            rate = s.rate * s.burst.get(w, 1.0)
+            rate = s.rate * s.burst.get(w, 1.0) * (1.0 + s.ramp * w)
             if s.until is not None and w >= s.until:
                 rate = 0.0
             n = int(rng.poisson(rate))
@@ -54,6 +56,7 @@ def make_frame(
             util = busy / (window_s * 1000.0)
             queue = 20.0 * s.speed / max(1e-3, 1.0 - min(util, 0.95))
             e2e = s.speed * (60.0 + 0.02 * s.prompt + 15.0 * s.output) + queue
+            e2e += s.tail_ramp_ms * w
             rows.append(
                 {
                     "window_start_s": t0 + w * window_s,

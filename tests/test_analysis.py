@@ -141,3 +141,21 @@ def test_json_contract_fields() -> None:
     f = doc["findings"][0]
     assert {"kind", "units", "severity", "summary", "evidence", "actions"} <= set(f)
     assert f["kind"] in {"count", "weight", "capability"}
+
+
+def test_widening_gap_while_tail_rises_is_flagged() -> None:
+    # the hot rank's share keeps growing and its latency tail climbs with it
+    specs = {f"i0/dp{r}": Spec() for r in range(4)}
+    specs["i0/dp1"] = Spec(rate=30.0, ramp=0.08, tail_ramp_ms=400.0)
+    report = diagnose_frame(make_frame(specs, level=Level.DP))
+    (f,) = report.findings
+    assert f.units == ("i0/dp1",)
+    assert f.evidence["gap_widening_while_tail_rises"] is True
+    assert "keeps widening while the service's P99 rises" in f.summary
+
+
+def test_steady_gap_is_not_called_widening() -> None:
+    specs = {f"i0/dp{r}": Spec() for r in range(4)}
+    specs["i0/dp1"] = Spec(rate=45.0)
+    (f,) = diagnose_frame(make_frame(specs, level=Level.DP)).findings
+    assert f.evidence["gap_widening_while_tail_rises"] is False

@@ -68,7 +68,7 @@ def smooth(values: Array, width: int) -> Array:
     half = width // 2
     finite = np.isfinite(values)
     filled = np.where(finite, values, 0.0)
-    pad = ((half, half), (0, 0))
+    pad = ((half, width - 1 - half), (0, 0))  # output keeps the input's length for any width
     sums = np.lib.stride_tricks.sliding_window_view(np.pad(filled, pad), width, axis=0).sum(-1)
     counts = np.lib.stride_tricks.sliding_window_view(
         np.pad(finite.astype(np.float64), pad), width, axis=0

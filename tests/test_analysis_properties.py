@@ -1,0 +1,77 @@
+"""Property tests for the statistics under the diagnosis."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skewscope.analysis.classify import decompose
+from skewscope.analysis.detect import longest_run, peer_reference, smooth
+from skewscope.analysis.impact import trend_slope
+
+pos = st.floats(min_value=0.1, max_value=1e5, allow_nan=False)
+
+
+@given(pos, pos, pos, pos)
+def test_decomposition_is_exact_when_there_is_excess(
+    n_h: float, w_h: float, n_r: float, w_r: float
+) -> None:
+    count, weight = decompose(n_h, w_h, n_r, w_r)
+    excess = n_h * w_h - n_r * w_r
+    if excess <= 0:
+        assert math.isnan(count) and math.isnan(weight)
+        return
+    assert count + weight == 1.0 or math.isclose(count + weight, 1.0)
+    assert math.isclose(count * excess, (n_h - n_r) * w_r, rel_tol=1e-6, abs_tol=1e-6 * excess)
+
+
+matrices = st.integers(min_value=2, max_value=6).flatmap(
+    lambda u: st.lists(
+        st.lists(st.floats(0, 1e4, allow_nan=False), min_size=u, max_size=u),
+        min_size=1,
+        max_size=12,
+    )
+)
+
+
+@given(matrices)
+def test_peer_reference_leaves_the_unit_out(rows: list[list[float]]) -> None:
+    values = np.array(rows, dtype=np.float64)
+    ref = peer_reference(values, tuple("g" for _ in range(values.shape[1])))
+    for j in range(values.shape[1]):
+        others = np.delete(values, j, axis=1)
+        assert np.allclose(ref[:, j], np.median(others, axis=1))
+
+
+@given(matrices, st.randoms(use_true_random=False))
+def test_peer_reference_follows_a_permutation_of_units(rows: list[list[float]], rnd) -> None:  # type: ignore[no-untyped-def]
+    values = np.array(rows, dtype=np.float64)
+    perm = list(range(values.shape[1]))
+    rnd.shuffle(perm)
+    groups = tuple("g" for _ in perm)
+    assert np.allclose(peer_reference(values, groups)[:, perm],
+                       peer_reference(values[:, perm], groups))
+
+
+@given(st.floats(0, 1e6, allow_nan=False), st.integers(1, 30), st.integers(1, 7))
+def test_smoothing_keeps_a_constant_series(c: float, n: int, width: int) -> None:
+    values = np.full((n, 2), c)
+    assert np.allclose(smooth(values, width), c)
+
+
+@given(st.lists(st.booleans(), max_size=40))
+def test_longest_run_matches_a_plain_count(flags: list[bool]) -> None:
+    text = "".join("1" if f else "0" for f in flags)
+    expected = max((len(run) for run in text.split("0")), default=0)
+    assert longest_run(np.array(flags, dtype=bool)) == expected
+
+
+@settings(max_examples=50)
+@given(st.floats(-100, 100, allow_nan=False), st.floats(-1e3, 1e3, allow_nan=False),
+       st.integers(3, 50))
+def test_trend_slope_recovers_a_line(slope: float, intercept: float, n: int) -> None:
+    y = intercept + slope * np.arange(n, dtype=np.float64)
+    assert math.isclose(trend_slope(y), slope, rel_tol=1e-6, abs_tol=1e-6)
