@@ -31,6 +31,8 @@ from skewscope.sim.records import RankInfo, SimResult
 from skewscope.sim.workload import Workload, generate
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     import polars as pl
 
     from skewscope.sim.scenario import RankSpec, Scenario
@@ -398,22 +400,14 @@ def _run(
     steps = [r.step for r in ranks]
     busy = [False] * len(ranks)
     heap: list[tuple[float, int]] = []
-    pop, replace, push = heapq.heappop, heapq.heapreplace, heapq.heappush
+    push = heapq.heappush
     sid = 0
     arrivals = wl.arrival_s.tolist()
     tag = wl.tag.tolist()
     session = wl.session.tolist()
     p0, out = reqs.p0, reqs.out
     for q, ta in enumerate(arrivals):
-        while heap and heap[0][0] < ta:
-            t, r = heap[0]
-            nxt = steps[r](t, sid)
-            sid += 1
-            if nxt >= 0.0:
-                replace(heap, (nxt, r))
-            else:
-                pop(heap)
-                busy[r] = False
+        sid = _steps_before(ta, heap, steps, busy, sid)
         up = avail.at(ta)
         if not up:
             reqs.rejected[q] = True  # no healthy instance: the gateway refuses the request
@@ -428,7 +422,18 @@ def _run(
         if not busy[r]:
             busy[r] = True
             push(heap, (ta, r))
-    while heap and heap[0][0] < duration:
+    return _steps_before(duration, heap, steps, busy, sid)
+
+
+def _steps_before(
+    until: float, heap: list[tuple[float, int]], steps: Sequence[Callable[[float, int], float]],
+    busy: list[bool], sid: int,
+) -> int:
+    """Execute, in time order, every step of the ``heap`` (start time, rank) that starts before
+    ``until``; a rank whose step returns a negative next start goes idle. Returns the next step
+    id (``sid`` plus the steps executed)."""
+    pop, replace = heapq.heappop, heapq.heapreplace
+    while heap and heap[0][0] < until:
         t, r = heap[0]
         nxt = steps[r](t, sid)
         sid += 1
@@ -436,6 +441,7 @@ def _run(
             replace(heap, (nxt, r))
         else:
             pop(heap)
+            busy[r] = False
     return sid
 
 
