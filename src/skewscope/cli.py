@@ -218,7 +218,7 @@ def emit_report(report: Report, fmt_name: str, output: str | None, force: bool) 
         from skewscope.report import terminal
 
         if output is None:
-            terminal.render(report, Console())
+            terminal.render(report, Console(width=None if sys.stdout.isatty() else 140))
             return
         console = Console(record=True, width=140, file=open("/dev/null", "w"))  # noqa: SIM115
         terminal.render(report, console)
@@ -292,7 +292,10 @@ def _serve(result: object, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or argparse's own usage error
+        return int(e.code or 0)
     try:
         if args.command == "diagnose":
             return cmd_diagnose(args)

@@ -1,0 +1,104 @@
+"""The offline CLI as a user meets it: outputs, formats, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skewscope.cli import main
+from skewscope.sim.engine import simulate
+from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.writers.profiler import write_profiler
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster-skew"
+
+
+@pytest.fixture(scope="module")
+def weights_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ww")
+    write_profiler(simulate(builtin_scenarios()["wrong-weights"]), out)
+    return out
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("skewscope: error: ")
+    assert "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_bundled_example_matches_its_truth(capsys: pytest.CaptureFixture[str]) -> None:
+    truth = json.loads((EXAMPLE / "truth.json").read_text())
+    assert main(["diagnose", str(EXAMPLE), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == truth["verdict"]
+    assert doc["hot_units"] == truth["hot_units"]
+    assert doc["findings"][0]["kind"] == truth["kind"]
+    (drill,) = doc["drilldown"]
+    assert drill["hot_units"] == ["inst-1/dp0"]
+
+
+def test_output_format_follows_the_extension_and_refuses_to_overwrite(
+    weights_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    md, js = tmp_path / "r.md", tmp_path / "r.json"
+    assert main(["diagnose", str(weights_run), "-o", str(md)]) == 0
+    assert md.read_text().startswith("# skewscope report")
+    assert main(["diagnose", str(weights_run), "-o", str(js)]) == 0
+    assert json.loads(js.read_text())["hot_units"] == ["inst-1"]
+    assert main(["diagnose", str(weights_run), "-o", str(js)]) == 2
+    assert "--force" in one_line_error(capsys)
+    assert main(["diagnose", str(weights_run), "-o", str(js), "--force"]) == 0
+
+
+def test_named_instances_and_level_choice(weights_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    specs = [f"n{i}={weights_run / f'inst-{i}'}" for i in range(4)]
+    assert main(["diagnose", *specs, "--level", "instance", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hot_units"] == ["n1"]
+    assert main(["diagnose", str(weights_run), "--level", "dp"]) == 2
+    assert "no DP ranks" in one_line_error(capsys)
+
+
+def test_missing_folder_is_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", str(tmp_path / "nope")]) == 3
+    assert "nope" in one_line_error(capsys)
+
+
+def test_folder_without_csvs_is_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    assert main(["diagnose", str(tmp_path)]) == 3
+    one_line_error(capsys)
+
+
+def test_bad_cell_names_file_line_and_column(
+    weights_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(weights_run, bad)
+    req = bad / "inst-0" / "request.csv"
+    lines = req.read_text().splitlines()
+    cells = lines[5].split(",")
+    header = lines[0].split(",")
+    cells[header.index("recv_token_size")] = "lots"
+    lines[5] = ",".join(cells)
+    req.write_text("\n".join(lines) + "\n")
+    assert main(["diagnose", str(bad)]) == 3
+    err = one_line_error(capsys)
+    assert "request.csv" in err and "line 6" in err and "recv_token_size" in err
+    assert "lots" in err
+
+
+def test_only_request_csv_still_analyses_and_says_what_is_missing(
+    weights_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    part = tmp_path / "part"
+    for i in range(4):
+        (part / f"inst-{i}").mkdir(parents=True)
+        shutil.copy(weights_run / f"inst-{i}" / "request.csv", part / f"inst-{i}")
+    assert main(["diagnose", str(part), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["hot_units"] == ["inst-1"]
+    assert any("batch.csv" in n for n in doc["notes"])
