@@ -54,7 +54,9 @@ def test_output_format_follows_the_extension_and_refuses_to_overwrite(
     assert main(["diagnose", str(weights_run), "-o", str(js), "--force"]) == 0
 
 
-def test_named_instances_and_level_choice(weights_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_named_instances_and_level_choice(
+    weights_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     specs = [f"n{i}={weights_run / f'inst-{i}'}" for i in range(4)]
     assert main(["diagnose", *specs, "--level", "instance", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["hot_units"] == ["n1"]
