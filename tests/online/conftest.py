@@ -76,6 +76,17 @@ def serve_prometheus(prom: str, blocks: Path, tmp: Path) -> Iterator[str]:
         yield url
 
 
+def backfill(promtool: str, openmetrics: Path, blocks: Path, timeout_s: float = 120) -> None:
+    """Add the OpenMetrics file's history to the TSDB blocks dir with ``promtool``."""
+    done = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(blocks)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.fixture(scope="session")
 def samples() -> list:  # type: ignore[type-arg]
     return history()
@@ -89,20 +100,7 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory, samples: list) -> I
     tmp = tmp_path_factory.mktemp("prometheus")
     (tmp / "history.om").write_text(to_openmetrics(samples))
     blocks = tmp / "blocks"
-    done = subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            str(tmp / "history.om"),
-            str(blocks),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    backfill(promtool, tmp / "history.om", blocks, timeout_s=60)
     with serve_prometheus(prom, blocks, tmp) as url:
         yield url
 

@@ -5,14 +5,13 @@ scenario's ground truth on both backends, exactly as the offline path does."""
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from online_servers import free_port
 
-from conftest import need, running, serve_prometheus, wait_until
+from conftest import backfill, need, running, serve_prometheus, wait_until
 from skewscope.analysis.diagnose import diagnose
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
@@ -57,13 +56,7 @@ def prometheus_scenarios(
         if job == SCALE_IN:
             kept = [ln for ln in om.read_text().splitlines() if _scale_in_keep(result, ln, 1.0)]
             om.write_text("\n".join(kept) + "\n")
-        done = subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(tmp / "blocks")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
+        backfill(promtool, om, tmp / "blocks")
     with serve_prometheus(prom, tmp / "blocks", tmp) as url:
         yield url
 

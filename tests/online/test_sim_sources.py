@@ -4,14 +4,13 @@ agree with the simulator's own request table (and so find the scenario's hot uni
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import polars as pl
 import pytest
 
-from conftest import need, serve_prometheus
+from conftest import backfill, need, serve_prometheus
 from skewscope.frame import dp_unit_id
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
@@ -47,13 +46,7 @@ def sim_prometheus(
         om = write_openmetrics(
             sim_runs[name], tmp / f"{name}-{dialect}.om", dialect, STEP, job=f"{name}-{dialect}"
         )
-        done = subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(tmp / "blocks")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
+        backfill(promtool, om, tmp / "blocks")
     with serve_prometheus(prom, tmp / "blocks", tmp) as url:
         yield url
 
