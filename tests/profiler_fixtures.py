@@ -42,6 +42,15 @@ BATCH_HEADERS = {
     "mindie": f"name,res_list,start_datetime,end_datetime,during_time(ms),batch_type,prof_id,"
     f"batch_size,{SIZES},dp_rank,start_time(ms),end_time(ms)",
 }
+# The cells of a batch.csv row after name,res_list, in each generation's BATCH_HEADERS order:
+# datetimes = start/end local datetimes, epochs = start_time/end_time numbers, step =
+# during_time,batch_type,prof_id,batch_size.
+_BATCH_LAYOUT = {
+    "current": ("datetimes", "step", "kv", "sizes", "rank", "epochs"),
+    "dec2025": ("datetimes", "step", "kv", "sizes", "rank"),
+    "cann2025": ("epochs", "step", "sizes"),
+    "mindie": ("datetimes", "step", "sizes", "rank", "epochs"),
+}
 KVCACHE_HEADERS = {
     "vllm": "name,start_time,total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,"
     "kvcache_usage_rate",
@@ -173,7 +182,6 @@ def _rank(step: Step, opts: BatchOptions) -> str:
 
 
 def _batch_row(s: Step, opts: BatchOptions, name: str, exec_row: bool) -> list[Any]:
-    g = opts.generation
     start, dur = s.start_s, (s.exec_ms if exec_row else s.dur_ms)
     end = start + dur / 1000
     btype = ",".join(k for k, v in (("Prefill", s.prefill), ("Decode", s.decode)) if v)
@@ -189,61 +197,18 @@ def _batch_row(s: Step, opts: BatchOptions, name: str, exec_row: bool) -> list[A
     ]
     if exec_row:
         kv, sizes = [0] * 6, [0] * 5
-    rl = "[]" if exec_row else res_list(s, opts)
-    head = [name, rl]
-    batch = s.batch_size if not exec_row else 0
-    if g == "current":
-        return [
-            *head,
-            local_dt(start),
-            local_dt(end),
-            dur,
-            btype,
-            s.prof_id,
-            batch,
-            *kv,
-            *sizes,
-            _rank(s, opts),
-            _epoch(start, opts.epoch_unit),
-            _epoch(end, opts.epoch_unit),
-        ]
-    if g == "dec2025":
-        return [
-            *head,
-            local_dt(start),
-            local_dt(end),
-            dur,
-            btype,
-            s.prof_id,
-            batch,
-            *kv,
-            *sizes,
-            _rank(s, opts),
-        ]
-    if g == "cann2025":
-        return [
-            *head,
-            _epoch(start, opts.epoch_unit),
-            _epoch(end, opts.epoch_unit),
-            dur,
-            btype,
-            s.prof_id,
-            batch,
-            *sizes,
-        ]
-    return [
-        *head,
-        local_dt(start),
-        local_dt(end),
-        dur,
-        btype,
-        s.prof_id,
-        batch,
-        *sizes,
-        _rank(s, opts),
-        _epoch(start, opts.epoch_unit),
-        _epoch(end, opts.epoch_unit),
-    ]
+    cells: dict[str, list[Any]] = {
+        "datetimes": [local_dt(start), local_dt(end)],
+        "epochs": [_epoch(start, opts.epoch_unit), _epoch(end, opts.epoch_unit)],
+        "step": [dur, btype, s.prof_id, s.batch_size if not exec_row else 0],
+        "kv": kv,
+        "sizes": sizes,
+        "rank": [_rank(s, opts)],
+    }
+    row: list[Any] = [name, "[]" if exec_row else res_list(s, opts)]
+    for part in _BATCH_LAYOUT[opts.generation]:
+        row.extend(cells[part])
+    return row
 
 
 def write_batch(path: Path, steps: Sequence[Step], opts: BatchOptions | None = None) -> Path:
