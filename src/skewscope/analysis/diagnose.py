@@ -309,6 +309,35 @@ def _x(v: float) -> str:
     return f"{v:.2f}x" if math.isfinite(v) else "n/a"
 
 
+def _num(key: str, v: float) -> str:
+    """A value with its unit, as the summary sentence shows it."""
+    if not math.isfinite(v):
+        return "n/a"
+    unit = METRIC_BY_KEY[key].unit
+    if unit == "frac":
+        return f"{v:.0%}"
+    text = f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+    return f"{text} {unit}" if unit == "ms" else text
+
+
+def _split_sentence(count_share: float, weight_share: float) -> str:
+    """The excess decomposition in words; a negative part means fewer or lighter requests."""
+    if count_share < 0:
+        return (
+            "All of its excess token load comes from heavier requests "
+            "(it even receives slightly fewer requests than its peers)."
+        )
+    if weight_share < 0:
+        return (
+            "All of its excess token load comes from more requests "
+            "(its requests are even slightly lighter than its peers')."
+        )
+    return (
+        f"Of its excess token load, {count_share:.0%} comes from more requests and "
+        f"{weight_share:.0%} from heavier requests."
+    )
+
+
 def _summary(r: _HotResult, th: Thresholds) -> str:
     c = r.cls
     head = (
@@ -334,12 +363,10 @@ def _summary(r: _HotResult, th: Thresholds) -> str:
         )
     parts = [f"{head}: {body}."]
     if math.isfinite(c.count_share) and c.kind in ("count", "weight"):
-        parts.append(
-            f"Of its excess token load, {c.count_share:.0%} comes from more requests and "
-            f"{c.weight_share:.0%} from heavier requests."
-        )
+        parts.append(_split_sentence(c.count_share, c.weight_share))
     hurts = [
-        f"{METRIC_BY_KEY[k].label} {_x(r.imp.ratios[k])}" for k in r.imp.hurting
+        f"{METRIC_BY_KEY[k].label} {_num(k, r.hot[k])} vs {_num(k, r.ref[k])}"
+        for k in r.imp.hurting
         if k in METRIC_BY_KEY
     ]
     if hurts:
