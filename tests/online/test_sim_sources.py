@@ -109,3 +109,24 @@ def test_live_simulated_endpoints_scrape(sim_runs: dict[str, SimResult]) -> None
         ev.dp.df.group_by("dp_rank").agg(pl.col("requests").sum()).iter_rows()
     )
     assert totals[0] == max(totals.values()) and totals[0] > 0
+
+
+def test_sglang_dp_skew_without_per_rank_counters_is_reported_as_unknown_kind(
+    sim_prometheus: str, sim_runs: dict[str, SimResult]
+) -> None:
+    """SGLang exports request/token counters per instance only: the hot rank is still found
+    (running, waiting, queue wait), and the report says it cannot tell count from weight."""
+    from skewscope.analysis.diagnose import diagnose
+
+    result = sim_runs["dp-count"]
+    ev = load_prometheus(
+        sim_prometheus, start=result.start_s, end=result.end_s, selector='job="dp-count-sglang"'
+    )
+    doc = diagnose(ev).to_dict()
+    assert doc["verdict"] == "imbalanced"
+    assert doc["level"] == "dp"
+    assert [u.removeprefix("127.0.0.1:") for u in doc["hot_units"]] == ["inst-0/dp0"]
+    (finding,) = doc["findings"]
+    assert finding["kind"] == "unknown"
+    assert finding["root_causes"][0]["key"] == "dp_dispatch"
+    assert "cannot be told apart" in finding["summary"]

@@ -18,7 +18,7 @@ from skewscope.config import Thresholds
 
 @dataclass(frozen=True)
 class Classification:
-    kind: str | None  # "count" | "weight" | "capability" | None (unexplained)
+    kind: str | None  # "count" | "weight" | "capability" | "unknown" | None (unexplained)
     weight_side: str | None  # "input" | "output" for weight skew
     count_ratio: float
     weight_ratio: float
@@ -104,6 +104,8 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
         kind = "capability"
     elif _finite(count_ratio) >= th.count_ratio:
         kind = "count"
+    elif not math.isfinite(count_ratio):
+        kind = "unknown"  # hot, but the source has no per-unit request counts to tell why
     return Classification(
         kind=kind,
         weight_side=side,

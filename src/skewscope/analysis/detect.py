@@ -17,8 +17,17 @@ from skewscope.config import Thresholds
 # Load and pressure signals that make a unit "hot", with the floor under the peer reference
 # (in the signal's own unit, per window) so near-idle noise never yields a large ratio.
 # Requests and tokens are load; busy time and running sequences are pressure (Little's law: a
-# slower unit at the same load holds more requests in flight and stays busy longer).
-HEAT_SIGNALS: tuple[str, ...] = ("requests", "total_tokens", "busy_ms", "running")
+# slower unit at the same load holds more requests in flight and stays busy longer). Waiting
+# requests and queue wait catch a saturated unit whose source exports no per-unit load
+# counters (SGLang counts requests per instance only); their floors keep ordinary queueing out.
+HEAT_SIGNALS: tuple[str, ...] = (
+    "requests",
+    "total_tokens",
+    "busy_ms",
+    "running",
+    "waiting",
+    "queue_wait_mean_ms",
+)
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,8 @@ def floors(m: SignalMatrix, window_s: float, th: Thresholds) -> dict[str, float]
         "total_tokens": th.min_requests_per_window * tokens_per_request,
         "busy_ms": 0.05 * window_s * 1000.0,
         "running": 1.0,
+        "waiting": 2.0,
+        "queue_wait_mean_ms": 100.0,
     }
 
 

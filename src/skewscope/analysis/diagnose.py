@@ -256,8 +256,12 @@ def _causes(r: _HotResult, level: Level) -> list[str]:
         causes = ["dp_dispatch"] if level == Level.DP else ["routing_weights", "sticky_sessions"]
     elif kind == "weight":
         causes = ["long_requests"]
-    else:
+    elif kind == "capability":
         causes = ["capability_mismatch"]
+    elif level == Level.DP:
+        causes = ["dp_dispatch", "long_requests", "capability_mismatch"]
+    else:
+        causes = ["routing_weights", "long_requests", "capability_mismatch"]
     if r.imp.kv_exhausted:
         causes.insert(0, "kv_exhaustion")
     return causes
@@ -354,6 +358,13 @@ def _summary(r: _HotResult, th: Thresholds) -> str:
         body = (
             f"about the same request count ({_x(c.count_ratio)}) but {_x(side_ratio)} the "
             f"{c.weight_side} tokens per request: weight skew ({c.weight_side}-heavy)"
+        )
+    elif c.kind == "unknown":
+        body = (
+            f"it runs hotter than its peers on {r.heat.driver.replace('_', ' ')}, but the "
+            "source exports no per-unit request or token counts at this level (SGLang counts "
+            "them per instance), so count, weight and capability skew cannot be told apart; "
+            "compare per-rank request logs or an offline profile"
         )
     else:
         body = (
