@@ -1,0 +1,109 @@
+"""Bounded load for the vLLM e2e check, every request pinned to one DP rank.
+
+N requests, started on an even schedule over --spread seconds, at most --concurrency in flight,
+each a token-id list prompt of --prompt-len ids with --max-tokens and "ignore_eos": true (exact
+input and output lengths), sent with `X-data-parallel-rank: <rank>`. A hard --deadline stops the
+whole run; requests still unsent then are counted as skipped. Writes a JSON summary to --out
+(start_s/end_s are the epoch seconds of the first send and the last answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+
+import httpx
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    rng = random.Random(args.seed)
+    sem = asyncio.Semaphore(args.concurrency)
+    stats: dict[str, int] = {"ok": 0, "failed": 0, "skipped": 0, "prompt_tokens": 0, "gen_tokens": 0}
+    errors: list[str] = []
+    t0 = time.monotonic()
+    start_s = time.time()
+    last_answer = [start_s]
+    headers = {"X-data-parallel-rank": str(args.rank)}
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+    async with httpx.AsyncClient(
+        base_url=args.url, timeout=args.request_timeout, limits=limits, headers=headers
+    ) as client:
+
+        async def one(i: int) -> None:
+            delay = i * args.spread / max(1, args.requests)
+            await asyncio.sleep(max(0.0, t0 + delay - time.monotonic()))
+            async with sem:
+                prompt = [rng.randrange(10, args.vocab) for _ in range(args.prompt_len)]
+                body = {
+                    "model": args.model,
+                    "prompt": prompt,
+                    "max_tokens": args.max_tokens,
+                    "ignore_eos": True,
+                    "temperature": 0.0,
+                }
+                try:
+                    r = await client.post("/v1/completions", json=body)
+                    r.raise_for_status()
+                    usage = r.json().get("usage") or {}
+                    stats["ok"] += 1
+                    stats["prompt_tokens"] += int(usage.get("prompt_tokens", 0))
+                    stats["gen_tokens"] += int(usage.get("completion_tokens", 0))
+                except (httpx.HTTPError, ValueError) as exc:
+                    stats["failed"] += 1
+                    if len(errors) < 5:
+                        errors.append(f"request {i}: {type(exc).__name__}: {str(exc)[:200]}")
+                last_answer[0] = time.time()
+
+        tasks = [asyncio.create_task(one(i)) for i in range(args.requests)]
+        done, pending = await asyncio.wait(tasks, timeout=args.deadline)
+        for t in pending:
+            t.cancel()
+        stats["skipped"] = len(pending)
+        await asyncio.gather(*pending, return_exceptions=True)
+    return {
+        "start_s": start_s,
+        "end_s": last_answer[0],
+        "wall_s": round(time.monotonic() - t0, 1),
+        "rank": args.rank,
+        "requests": args.requests,
+        **stats,
+        "errors": errors,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--url", required=True, help="vLLM base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", required=True)
+    p.add_argument("--requests", type=int, default=200)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--spread", type=float, default=75.0, help="seconds over which sends start")
+    p.add_argument("--deadline", type=float, default=240.0, help="hard limit for the whole run")
+    p.add_argument("--request-timeout", type=float, default=120.0)
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--vocab", type=int, default=2000)
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    if not (1 <= args.concurrency <= 16 and 1 <= args.requests <= 1000):
+        p.error("concurrency must be 1..16 and requests 1..1000")
+    summary = asyncio.run(run(args))
+    with open(args.out, "w") as f:
+        json.dump(summary, f, indent=1)
+    print(
+        f"load: {summary['ok']} ok, {summary['failed']} failed, {summary['skipped']} skipped "
+        f"of {args.requests} in {summary['wall_s']} s, all pinned to rank {args.rank}"
+    )
+    for e in summary["errors"]:  # type: ignore[attr-defined]
+        print(f"load: {e}")
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
