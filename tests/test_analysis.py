@@ -159,3 +159,16 @@ def test_steady_gap_is_not_called_widening() -> None:
     specs["i0/dp1"] = Spec(rate=45.0)
     (f,) = diagnose_frame(make_frame(specs, level=Level.DP)).findings
     assert f.evidence["gap_widening_while_tail_rises"] is False
+
+
+def test_instance_level_without_request_counts_is_insufficient_not_balanced() -> None:
+    import polars as pl
+
+    from skewscope.frame import UnitFrame
+
+    frame = make_frame(even(c=Spec(rate=44.0)))
+    blank = frame.df.with_columns(pl.lit(None, dtype=pl.Float64).alias("requests"))
+    report = diagnose_frame(UnitFrame(df=blank, level=Level.INSTANCE, window_s=10.0,
+                                      source="prometheus"))
+    assert report.verdict == "insufficient_data"
+    assert "no request counts" in report.notes[0]

@@ -21,6 +21,7 @@ from skewscope.errors import SkewscopeError, UsageError
 if TYPE_CHECKING:
     from skewscope.frame import Evidence
     from skewscope.report.model import Report
+    from skewscope.sources.auth import HttpAuth
 
 FORMATS = ("terminal", "markdown", "json")
 EXTENSIONS = {".json": "json", ".md": "markdown", ".markdown": "markdown", ".txt": "terminal"}
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--interval", default="5s", help="scrape interval (default 5s)")
     src.add_argument("--dialect", choices=("vllm", "sglang", "mindie", "ms-service-metric"),
                      help="metric dialect (default: detected from the metric names)")
-    auth = d.add_argument_group("Prometheus authentication and TLS (secrets are never printed)")
+    auth = d.add_argument_group("online authentication and TLS (secrets are never printed)")
     auth.add_argument("--token-env", metavar="VAR",
                       help="bearer token from this env variable (default SKEWSCOPE_PROM_TOKEN)")
     auth.add_argument("--token-file", metavar="FILE", help="bearer token from this file")
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("current", "dec2025", "cann2025", "mindie"),
                    help="profiler CSV header generation")
     s.add_argument("--openmetrics", metavar="FILE", help="write an OpenMetrics history file")
+    s.add_argument("--metrics-interval", default="5s",
+                   help="OpenMetrics history: seconds between samples (default 5s)")
     s.add_argument("--serve", action="store_true", help="serve live /metrics per instance")
     s.add_argument("--metrics-dialect", default="vllm",
                    choices=("vllm", "sglang", "mindie", "ms-service-metric"))
@@ -147,24 +150,15 @@ def _load_evidence(args: argparse.Namespace) -> Evidence:
         dialect=args.dialect,
         progress=sys.stderr.isatty(),
         window_s=window,
+        auth=_auth(args),
+        timeout_s=parse_duration(args.timeout, "--timeout"),
     )
 
 
-def _load_prometheus(args: argparse.Namespace, window: float | None) -> Evidence:
+def _auth(args: argparse.Namespace) -> HttpAuth:
+    """Credentials and TLS options for any online source; secrets come from env or files."""
     from skewscope.sources.auth import HttpAuth
-    from skewscope.sources.prometheus import load_prometheus
 
-    if args.last and (args.start or args.end):
-        raise UsageError("--last cannot be combined with --start/--end")
-    if args.last:
-        end = time.time()
-        start = end - parse_duration(args.last, "--last")
-    elif args.start and args.end:
-        start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
-    else:
-        raise UsageError("--prometheus needs a range: --last 30m, or --start T --end T")
-    if end <= start:
-        raise UsageError("--end must be after --start")
     options: dict[str, object] = {
         "token_file": args.token_file,
         "username": args.user,
@@ -178,7 +172,24 @@ def _load_prometheus(args: argparse.Namespace, window: float | None) -> Evidence
         options["token_env"] = args.token_env
     if args.password_env:
         options["password_env"] = args.password_env
-    auth = HttpAuth.from_options(**options)  # type: ignore[arg-type]
+    return HttpAuth.from_options(**options)  # type: ignore[arg-type]
+
+
+def _load_prometheus(args: argparse.Namespace, window: float | None) -> Evidence:
+    from skewscope.sources.prometheus import load_prometheus
+
+    if args.last and (args.start or args.end):
+        raise UsageError("--last cannot be combined with --start/--end")
+    if args.last:
+        end = time.time()
+        start = end - parse_duration(args.last, "--last")
+    elif args.start and args.end:
+        start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
+    else:
+        raise UsageError("--prometheus needs a range: --last 30m, or --start T --end T")
+    if end <= start:
+        raise UsageError("--end must be after --start")
+    auth = _auth(args)
     return load_prometheus(
         args.prometheus,
         start=start,
@@ -271,7 +282,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.openmetrics:
         from skewscope.sim.writers.openmetrics import write_openmetrics
 
-        write_openmetrics(result, Path(args.openmetrics), dialect=args.metrics_dialect)
+        write_openmetrics(
+            result,
+            Path(args.openmetrics),
+            dialect=args.metrics_dialect,
+            step_s=parse_duration(args.metrics_interval, "--metrics-interval"),
+        )
         print(f"wrote OpenMetrics history to {args.openmetrics}")
     if args.serve:
         return _serve(result, args)
@@ -283,8 +299,8 @@ def _serve(result: object, args: argparse.Namespace) -> int:
 
     with serve(result, args.metrics_dialect, base_port=args.port,  # type: ignore[arg-type]
                speed=args.speed) as cluster:
-        for url in cluster.urls:
-            print(f"serving {url}", flush=True)
+        for name, url in cluster.urls.items():
+            print(f"serving {name} at {url}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             cluster.wait()
     return 0

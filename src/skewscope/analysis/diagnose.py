@@ -152,7 +152,7 @@ def diagnose_frame(
     findings = [_hot_finding(r, frame.level, th) for r in results]
     if starved_idx:
         findings.append(_starved_finding(m, heats, starved_idx, frame.level))
-    transient = tuple(_transient_note(m, h, frame.window_s) for h in heats if h.transient_hot
+    transient = tuple(_transient_note(m, h, frame.window_s, th) for h in heats if h.transient_hot
                       and h.index not in hot_idx)
     unexplained = [heats[j].unit for j in hot_idx if heats[j].unit not in hot_units]
     if unexplained:
@@ -216,6 +216,12 @@ def _gate(m: SignalMatrix, th: Thresholds) -> str:
                 f"near-idle service: {total:.0f} requests in the range, fewer than the "
                 f"{th.min_requests_total} needed to call it imbalanced"
             )
+    elif not any(m.groups):  # instance level: request counters are what the method stands on
+        return (
+            "no request counts in the range, so the volume gate cannot be checked (online: "
+            "each window must hold at least two samples of the counters; try a larger --step "
+            "or --window)"
+        )
     return ""
 
 
@@ -421,14 +427,19 @@ def _starved_finding(
     )
 
 
-def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float) -> str:
+def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Thresholds) -> str:
     idx = np.flatnonzero(h.hot)
     first, last = float(m.windows[idx[0]]), float(m.windows[idx[-1]] + window_s)
-    return (
+    head = (
         f"{h.unit} ran hot in {idx.size} window(s) ({h.hot_share:.0%}, at most {h.hot_run} in a "
-        f"row, {last - first:.0f} s span) and then returned to its peers: jitter, not a "
-        "persistent hot spot"
+        f"row, {last - first:.0f} s span)"
     )
+    if h.hot_share >= th.persist_share:
+        return (
+            f"{head}: often, but never {th.min_consecutive} windows in a row — not yet a "
+            "persistent hot spot; watch it over a longer range"
+        )
+    return f"{head} and then returned to its peers: jitter, not a persistent hot spot"
 
 
 def _unit_report(

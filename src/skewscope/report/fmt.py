@@ -55,7 +55,8 @@ def value(key: str, v: float | None) -> str:
 def ratio(hot: float, ref: float) -> str:
     if not (math.isfinite(hot) and math.isfinite(ref)) or ref <= 0:
         return "—"
-    return f"{hot / ref:.2f}x"
+    r = hot / ref
+    return f"{r:,.0f}x" if r >= 100 else f"{r:.2f}x"
 
 
 def label(key: str) -> str:

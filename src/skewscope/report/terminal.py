@@ -58,7 +58,7 @@ def _finding(f: Finding) -> Panel:
 
 def _units(report: Report) -> Table:
     table = Table(title="Per-unit load and impact (judged windows)", header_style="bold")
-    table.add_column("unit")
+    table.add_column("unit", no_wrap=True)  # ids like 127.0.0.1:inst-0/dp0 must stay whole
     table.add_column("role")
     table.add_column("hot %", justify="right")
     for key in fmt.UNIT_COLUMNS:
