@@ -172,3 +172,15 @@ def test_instance_level_without_request_counts_is_insufficient_not_balanced() ->
                                       source="prometheus"))
     assert report.verdict == "insufficient_data"
     assert "no request counts" in report.notes[0]
+
+
+def test_all_traffic_on_one_of_two_ranks_is_count_skew_not_unknown() -> None:
+    # the real vLLM DP=2 check: every request pinned to rank 0, rank 1 serves nothing
+    specs = {"v/dp0": Spec(rate=30.0), "v/dp1": Spec(until=0)}
+    report = diagnose_frame(make_frame(specs, level=Level.DP))
+    assert report.hot_units == ("v/dp0",)
+    assert report.starved_units == ("v/dp1",)
+    hot = next(f for f in report.findings if f.units == ("v/dp0",))
+    assert hot.kind == "count"
+    assert hot.root_causes[0].key == "dp_dispatch"
+    assert "∞x the requests" in hot.summary

@@ -86,6 +86,8 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
     out_h, out_r = hot["generation_tokens_per_request"], ref["generation_tokens_per_request"]
     w_h, w_r = in_h + out_h, in_r + out_r
     count_ratio = safe_ratio(n_h, n_r)
+    if n_r == 0 and n_h > 0:  # peers served nothing (traffic pinned here): measured, not missing
+        count_ratio = math.inf
     weight_ratio = safe_ratio(w_h, w_r)
     input_ratio, output_ratio = safe_ratio(in_h, in_r), safe_ratio(out_h, out_r)
     count_share, weight_share = decompose(n_h, w_h, n_r, w_r)
@@ -104,7 +106,7 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
         kind = "capability"
     elif _finite(count_ratio) >= th.count_ratio:
         kind = "count"
-    elif not math.isfinite(count_ratio):
+    elif math.isnan(count_ratio):
         kind = "unknown"  # hot, but the source has no per-unit request counts to tell why
     return Classification(
         kind=kind,
@@ -122,4 +124,4 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
 
 def _finite(x: float) -> float:
     """NaN reads as 'no evidence', i.e. below every threshold."""
-    return x if math.isfinite(x) else -math.inf
+    return -math.inf if math.isnan(x) else x

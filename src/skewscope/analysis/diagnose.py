@@ -316,6 +316,8 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
 
 
 def _x(v: float) -> str:
+    if v == math.inf:
+        return "∞x"  # the reference did none of it
     return f"{v:.2f}x" if math.isfinite(v) else "n/a"
 
 
