@@ -9,8 +9,9 @@ One folder per instance (the profiler records no instance identity). Per instanc
   its ``dp_rank`` or, when no process has one, its process (``prof_id``) in sorted order.
 * kvcache.csv gives the instance's KV level; request_status.csv the waiting queue.
 
-Large batch.csv files are scanned lazily and collected with the streaming engine; res_list
-strings are only ever touched by vectorised regex (never ``ast.literal_eval`` per row).
+Large batch.csv files are scanned lazily and collected with the streaming engine in small chunks;
+res_list strings are only ever touched by vectorised regex (never ``ast.literal_eval`` per row)
+and never kept: the rid -> first row reduction runs inside the stream (see ``read_batch``).
 """
 
 from __future__ import annotations
@@ -67,13 +68,16 @@ WI = "_wi"  # integer window index: floor(t / window_s), shared by every instanc
 
 
 # =========================================================================== res_list
+def rid_value(match: pl.Expr) -> pl.Expr:
+    """The rid of one ``RID_PATTERN`` match (``'rid': 'x'``, ``'rid': "x"`` or ``'rid': x``)."""
+    value = match.str.strip_prefix("'rid': ")
+    quoted = value.str.starts_with("'") | value.str.starts_with('"')
+    return pl.when(quoted).then(value.str.slice(1, value.str.len_chars() - 2)).otherwise(value)
+
+
 def extract_rids(res_list: pl.Expr) -> pl.Expr:
     """List of the ``rid`` values in a Python-repr res_list cell (quoted or bare)."""
-    keyed = res_list.str.extract_all(RID_PATTERN)
-    value = pl.element().str.strip_prefix("'rid': ")
-    quoted = value.str.starts_with("'") | value.str.starts_with('"')
-    unquoted = pl.when(quoted).then(value.str.slice(1, value.str.len_chars() - 2)).otherwise(value)
-    return keyed.list.eval(unquoted)
+    return res_list.str.extract_all(RID_PATTERN).list.eval(rid_value(pl.element()))
 
 
 def prefill_count(res_list: pl.Expr) -> pl.Expr:
@@ -104,9 +108,9 @@ def _wrap_polars(path: Path, err: Exception) -> SchemaError:
     return SchemaError(f"{path}: not a readable CSV ({first})")
 
 
-def _collect(path: Path, queries: list[pl.LazyFrame]) -> list[pl.DataFrame]:
+def _collect(path: Path, query: pl.LazyFrame) -> pl.DataFrame:
     try:
-        return pl.collect_all(queries, engine="streaming")
+        return query.collect(engine="streaming")
     except pl.exceptions.PolarsError as err:
         raise _wrap_polars(path, err) from None
 
@@ -136,8 +140,7 @@ def _table(prep: ps.Prepared, res: ps.Resolved, df: pl.DataFrame, notes: list[st
 def read_simple(path: Path, schema: ps.FileSchema, notes: list[str]) -> Table:
     """Read a whole small-row file (request, kvcache, forward, request_status)."""
     prep, res = _open(path, schema, notes)
-    (df,) = _collect(path, [ps.scan(prep, res)])
-    return _table(prep, res, df, notes)
+    return _table(prep, res, _collect(path, ps.scan(prep, res)), notes)
 
 
 @dataclass
@@ -146,34 +149,56 @@ class BatchRead:
     first_rows: pl.DataFrame  # rid, _row of the scheduling row where it first appears
 
 
-def first_rows(rids: pl.DataFrame) -> pl.DataFrame:
-    """rid -> first (lowest) row of a scheduling step whose res_list holds it."""
-    return rids.explode("rid").drop_nulls("rid").group_by("rid").agg(pl.col(ps.ROW).min())
+def first_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """rid -> first (lowest) row of a scheduling step whose res_list holds it.
+
+    Streams: each row's rid matches are exploded and reduced by a group-by on the raw match text
+    (one row per distinct match is all that is kept, never a per-row list), and the few distinct
+    matches are unquoted afterwards (quoting variants of one rid meet in the second group-by).
+    """
+    matches = pl.col("res_list").str.extract_all(RID_PATTERN).alias("_match")
+    return (
+        lf.filter(pl.col("name").is_in(list(SCHED_NAMES)))
+        .select(ps.ROW, matches)
+        .explode("_match")
+        .drop_nulls("_match")
+        .group_by("_match")
+        .agg(pl.col(ps.ROW).min())
+        .select(rid_value(pl.col("_match")).alias("rid"), ps.ROW)
+        .group_by("rid")
+        .agg(pl.col(ps.ROW).min())
+    )
 
 
 def read_batch(path: Path, notes: list[str]) -> BatchRead:
-    """batch.csv in one streamed pass: res_list is reduced while scanning to prefill/decode
-    counts and, on scheduling rows, the list of rids; the multi-KB strings are never kept.
+    """batch.csv in two streamed passes, neither keeping a res_list string or a rid list:
 
-    (Two queries over the same scan parse the file twice; one pass was 30% faster and used
-    about the file's size in memory on an 800 MB batch.csv.)
+    1. every row's canonical columns (res_list only reduced to prefill/decode counts, and only
+       when ``decode_batch_size`` is missing: they stand in for it, see ``_step_rows``);
+    2. the rid -> first scheduling row reduction (``first_rows``), run after the first pass has
+       checked the cells, so a bad file fails before its res_list is searched.
+
+    (A single pass must carry every row's rid list to the end of the query: about the file's
+    size in memory on an 800 MB batch.csv. Sharing one scan between two outputs buffers the
+    faster one's chunks. Two passes parse the file twice, but the first skips res_list.)
     """
     prep, res = _open(path, ps.BATCH, notes)
     lf = ps.scan(prep, res)
-    if "res_list" in res.raw:
-        sched = pl.col("name").is_in(list(SCHED_NAMES))
-        reduced = [
+    has_res = "res_list" in res.raw
+    steps = lf
+    if has_res and "decode_batch_size" not in res.raw:
+        steps = steps.with_columns(
             prefill_count(pl.col("res_list")).alias("res_prefill"),
             pl.col("res_list").str.count_matches("'rid': ", literal=True).alias("res_n"),
-            pl.when(sched).then(extract_rids(pl.col("res_list"))).alias("rid"),
-        ]
-        lf = lf.with_columns(reduced).drop("res_list")
-    (df,) = _collect(path, [lf])
-    if "rid" in df.columns:
-        rids, df = first_rows(df.select(ps.ROW, "rid")), df.drop("rid")
+        )
+    if has_res:
+        steps = steps.drop("res_list")
+    table = _table(prep, res, _collect(path, steps), notes)
+    if has_res:
+        rids = _collect(path, first_rows(lf))
     else:
         rids = pl.DataFrame(schema={"rid": pl.Utf8, ps.ROW: pl.UInt32})
-    return BatchRead(_table(prep, res, df, notes), rids)
+    return BatchRead(table, rids)
 
 
 # =========================================================================== instance model
@@ -203,14 +228,15 @@ class Instance:
 
 def _read_files(inst: InstanceFiles, notes: list[str]) -> dict[str, Table | BatchRead]:
     out: dict[str, Table | BatchRead] = {}
-    for file, path in inst.files.items():
-        try:
-            if file == "batch.csv":
-                out[file] = read_batch(path, notes)
-            else:
-                out[file] = read_simple(path, ps.SCHEMAS[file], notes)
-        except _Empty:
-            notes.append(f"{file} is empty (0 bytes) — skipped")
+    with ps.small_csv_chunks():  # every read, header peeks included (they prefetch chunks too)
+        for file, path in inst.files.items():
+            try:
+                if file == "batch.csv":
+                    out[file] = read_batch(path, notes)
+                else:
+                    out[file] = read_simple(path, ps.SCHEMAS[file], notes)
+            except _Empty:
+                notes.append(f"{file} is empty (0 bytes) — skipped")
     return out
 
 
@@ -283,9 +309,11 @@ def with_rank(df: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     df = _ensure(df, ["dp_rank"]).with_columns(
         pl.col("prof_id").fill_null("") if "prof_id" in df.columns else pl.lit("").alias("prof_id")
     )
-    joined = df.join(ranks.rename({"r": "_proc_rank"}), on="prof_id", how="left")
-    rank = pl.coalesce(_as_int("dp_rank"), pl.col("_proc_rank")).alias("dp_rank")
-    return joined.with_columns(rank).drop("_proc_rank")
+    # a lookup, not a join: a join would gather a copy of every column of batch.csv's rows
+    proc_rank = pl.col("prof_id").replace_strict(
+        ranks["prof_id"], ranks["r"], default=None, return_dtype=pl.Int64
+    )
+    return df.with_columns(pl.coalesce(_as_int("dp_rank"), proc_rank).alias("dp_rank"))
 
 
 def _ensure(df: pl.DataFrame, cols: Sequence[str]) -> pl.DataFrame:
@@ -327,8 +355,8 @@ def _exec_busy(df: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
     chosen = next((n for n in EXEC_NAMES if n in names), None)
     if chosen is None:
         return None, None
-    rows = df.filter(pl.col("name") == chosen)
-    return rows.select("start_s", "dp_rank", pl.col("during_ms").alias("busy_ms")), chosen
+    busy = df.select("start_s", "dp_rank", pl.col("during_ms").alias("busy_ms"))
+    return busy.filter(df["name"] == chosen), chosen
 
 
 def _load_batch(
@@ -341,7 +369,7 @@ def _load_batch(
     found = set(batch.steps.res.raw)
     df = _ensure(batch.steps.df, [*ps.BATCH.canon_names, "res_n", "res_prefill"])
     df = df.with_columns(_usage_fraction(df, "kvcache_usage_rate", inst.notes))
-    sched = df.filter(pl.col("name").is_in(list(SCHED_NAMES)))
+    sched = df.select("name", "prof_id", "dp_rank").filter(pl.col("name").is_in(list(SCHED_NAMES)))
     if sched.is_empty():
         inst.notes.append("batch.csv: no scheduling rows (batchFrameworkProcessing/BatchSchedule)")
     ranks = rank_map(sched, inst.dp_notes)
