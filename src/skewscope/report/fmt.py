@@ -97,12 +97,6 @@ def finding_title(f: Finding) -> str:
     return f"[{f.severity.upper()}] {f.kind} skew{side} — {', '.join(f.units)}"
 
 
-def percentile_caveat(report: Report) -> str | None:
-    if report.source in ("prometheus", "scrape"):
-        return "Percentiles come from histogram buckets (bucket-interpolated estimates)."
-    return None
-
-
 def footer_notes(report: Report) -> list[str]:
     """Notes shown under a report: what was missing, placed or estimated."""
     notes = list(report.notes)
@@ -110,7 +104,4 @@ def footer_notes(report: Report) -> list[str]:
         notes.append(f"{report.placed_share:.1%} of requests were placed on a DP rank")
     if report.missing:
         notes.append("missing: " + ", ".join(report.missing))
-    caveat = percentile_caveat(report)
-    if caveat:
-        notes.append(caveat)
-    return notes
+    return notes  # the online sources already note that percentiles are bucket estimates
