@@ -14,6 +14,6 @@ if [ ${#need[@]} -gt 0 ]; then
     prometheus victoria-metrics >/dev/null
 fi
 python3 -m pip install -q -e ".[test]"
-ruff check src tests benchmarks
+ruff check .
 mypy
 python3 -m pytest -q -p no:cacheprovider "$@"

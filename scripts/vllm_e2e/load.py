@@ -22,13 +22,17 @@ import httpx
 async def run(args: argparse.Namespace) -> dict[str, object]:
     rng = random.Random(args.seed)
     sem = asyncio.Semaphore(args.concurrency)
-    stats: dict[str, int] = {"ok": 0, "failed": 0, "skipped": 0, "prompt_tokens": 0, "gen_tokens": 0}
+    stats: dict[str, int] = dict.fromkeys(
+        ("ok", "failed", "skipped", "prompt_tokens", "gen_tokens"), 0
+    )
     errors: list[str] = []
     t0 = time.monotonic()
     start_s = time.time()
     last_answer = [start_s]
     headers = {"X-data-parallel-rank": str(args.rank)}
-    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+    limits = httpx.Limits(
+        max_connections=args.concurrency, max_keepalive_connections=args.concurrency
+    )
     async with httpx.AsyncClient(
         base_url=args.url, timeout=args.request_timeout, limits=limits, headers=headers
     ) as client:
@@ -59,7 +63,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 last_answer[0] = time.time()
 
         tasks = [asyncio.create_task(one(i)) for i in range(args.requests)]
-        done, pending = await asyncio.wait(tasks, timeout=args.deadline)
+        _, pending = await asyncio.wait(tasks, timeout=args.deadline)
         for t in pending:
             t.cancel()
         stats["skipped"] = len(pending)
