@@ -108,7 +108,7 @@ def _close(got: Any, want: float) -> bool:
 def test_live_scrape_matches_truth_with_reset_and_one_target_down() -> None:
     """Two changing targets plus one dead port: per-window values equal the known truth
     (counter reset on b's rank 1 after history step 40, histogram quantiles interpolated)."""
-    interval = 0.05
+    interval = 0.2  # slack for two cores shared with the servers and other tests
     per_window = WINDOW // STEP  # history steps per window
     n_windows = 12  # 48 steps: past b's restart at step 40
     with serve(stepping_handler("a:8000")) as url_a, serve(stepping_handler("b:8000")) as url_b:
