@@ -194,6 +194,9 @@ def read_batch(path: Path, notes: list[str]) -> BatchRead:
         lf = lf.drop("res_list")
     else:
         rids = pl.DataFrame(schema={"rid": pl.Utf8, ps.ROW: pl.UInt32})
+    # repeated short texts as categoricals: 4 bytes a row instead of a 16-byte view (+ the text)
+    texts = [c for c in ("name", "prof_id") if c in res.raw] + [ps.BAD]
+    lf = lf.with_columns(pl.col(c).cast(pl.Categorical) for c in texts)
     return BatchRead(_table(prep, res, _collect(path, lf), notes), rids)
 
 
@@ -281,7 +284,7 @@ def rank_map(sched: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
     schedule, their sorted prof_ids become ranks 0..k-1; a single unranked process is no DP.
     """
     procs = (
-        sched.select(pl.col("prof_id").fill_null(""), _as_int("dp_rank").alias("r"))
+        sched.select(pl.col("prof_id").cast(pl.Utf8).fill_null(""), _as_int("dp_rank").alias("r"))
         .group_by("prof_id")
         .agg(pl.col("r").drop_nulls().first())
         .sort("prof_id")
@@ -302,13 +305,20 @@ def rank_map(sched: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
 
 def with_rank(df: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     """Row rank = its own dp_rank, else its process's rank from ``rank_map``."""
-    df = _ensure(df, ["dp_rank"]).with_columns(
-        pl.col("prof_id").fill_null("") if "prof_id" in df.columns else pl.lit("").alias("prof_id")
-    )
-    # a lookup, not a join: a join would gather a copy of every column of batch.csv's rows
-    proc_rank = pl.col("prof_id").replace_strict(
-        ranks["prof_id"], ranks["r"], default=None, return_dtype=pl.Int64
-    )
+    df = _ensure(df, ["dp_rank"])
+    # a null prof_id is the process "" (as in rank_map)
+    unnamed = ranks.filter(pl.col("prof_id") == "")["r"]
+    no_id = pl.lit(unnamed[0] if len(unnamed) else None, dtype=pl.Int64)
+    if "prof_id" in df.columns:
+        # a lookup, not a join: a join would gather a copy of every column of batch.csv's rows;
+        # prof_id may be categorical (batch.csv), looked up without a per-row text copy
+        pid = pl.col("prof_id")
+        found = pid.replace_strict(
+            ranks["prof_id"], ranks["r"], default=None, return_dtype=pl.Int64
+        )
+        proc_rank = pl.when(pid.is_null()).then(no_id).otherwise(found)
+    else:
+        proc_rank = no_id
     return df.with_columns(pl.coalesce(_as_int("dp_rank"), proc_rank).alias("dp_rank"))
 
 
@@ -333,8 +343,17 @@ def _step_rows(df: pl.DataFrame, found: set[str]) -> tuple[pl.DataFrame, dict[st
     else:
         running = pl.col("res_n") - pl.col("res_prefill")
         aliases["running"] = "batch.csv:res_list decode entries"
-    rows = df.filter(pl.col("name").is_in(list(SCHED_NAMES))).with_columns(
-        tokens.alias("scheduled_tokens"), running.cast(pl.Float64).alias("running")
+    # only the columns read later (STEP_AGGS, KV, busy fallback, request placement)
+    rows = df.filter(pl.col("name").is_in(list(SCHED_NAMES))).select(
+        ps.ROW,
+        "start_s",
+        "end_s",
+        "during_ms",
+        "dp_rank",
+        "batch_size",
+        tokens.alias("scheduled_tokens"),
+        running.cast(pl.Float64).alias("running"),
+        *sorted(set(KV_SOURCE_COLUMNS.values())),
     )
     return rows, aliases
 
@@ -355,15 +374,13 @@ def _exec_busy(df: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
     return busy.filter(df["name"] == chosen), chosen
 
 
-def _load_batch(
-    inst: Instance, batch: BatchRead, forward: Table | None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Fill the steps, busy rows and ranks of ``inst`` from batch.csv.
-
-    Returns all rows with their rank, and the process -> rank map.
+def _load_batch(inst: Instance, batch: BatchRead, forward: Table | None) -> pl.DataFrame:
+    """Fill the steps, busy rows and ranks of ``inst`` from batch.csv; returns the process ->
+    rank map. The full row table is released on return (``inst.steps`` keeps lean columns).
     """
     found = set(batch.steps.res.raw)
     df = _ensure(batch.steps.df, [*ps.BATCH.canon_names, "res_n", "res_prefill"])
+    batch.steps.df = df.clear()  # the only full-table reference is now ``df``
     df = df.with_columns(_usage_fraction(df, "kvcache_usage_rate", inst.notes))
     sched = df.select("name", "prof_id", "dp_rank").filter(pl.col("name").is_in(list(SCHED_NAMES)))
     if sched.is_empty():
@@ -388,7 +405,7 @@ def _load_batch(
     inst.available |= step_signals | {"busy_ms"}
     inst.dp_available |= step_signals | kv | {"busy_ms"}
     _load_busy(inst, df, rows, forward, ranks)
-    return df, ranks
+    return ranks
 
 
 def _load_busy(
@@ -545,8 +562,11 @@ def load_instance(files: InstanceFiles) -> Instance:
     ranks: pl.DataFrame | None = None
     rid_ranks: pl.DataFrame | None = None
     if isinstance(batch, BatchRead):
-        df, ranks = _load_batch(inst, batch, simple.get("forward.csv"))
-        rid_ranks = batch.first_rows.join(df.select(ps.ROW, "dp_rank"), on=ps.ROW, how="inner")
+        ranks = _load_batch(inst, batch, simple.get("forward.csv"))
+        assert inst.steps is not None  # first_rows only holds scheduling rows, as inst.steps
+        rid_ranks = batch.first_rows.join(
+            inst.steps.select(ps.ROW, "dp_rank"), on=ps.ROW, how="inner"
+        )
     else:
         inst.notes.append("batch.csv missing — no batch/KV signals from steps")
     _load_kv(inst, simple.get("kvcache.csv"))
