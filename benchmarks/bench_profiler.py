@@ -10,8 +10,9 @@ Prints MB/s, rows/s, CPU seconds, peak RSS / file size and the load/baseline tim
 seconds are the steadier figure on a shared machine).
 
 On 2 cores (825 MB batch.csv, 200000 steps x 30 requests): baseline ~1.7-2.5 s, 3.6 CPU s,
-~1.4x; load ~4.3 s, ~8 CPU s, peak RSS ~0.4x the file size (the reader's own passes stay under
-0.27x; the rest is the kept rows and the frames). With per-row rid lists it was ~10 CPU s, 0.9x.
+~1.4x; load ~4.3-5.7 s, ~7.5 CPU s, peak RSS ~0.33x the file size (the reader's own passes peak
+near 0.25x; the rest is the kept row table, request placement and the frames). Before the
+categorical/lean-row change it was 0.39-0.41x; with per-row rid lists ~10 CPU s, 0.9x.
 """
 
 from __future__ import annotations
