@@ -104,3 +104,34 @@ def test_only_request_csv_still_analyses_and_says_what_is_missing(
     doc = json.loads(capsys.readouterr().out)
     assert doc["hot_units"] == ["inst-1"]
     assert any("batch.csv" in n for n in doc["notes"])
+
+
+def test_truncated_request_csv_of_the_hot_unit_keeps_it_hot_not_starved(
+    weights_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The profiler stopped writing inst-1's request.csv early: later windows are unmeasured,
+    not windows without requests, so the hot unit must not turn into a 'starved' one."""
+    cut = tmp_path / "cut"
+    shutil.copytree(weights_run, cut)
+    req = cut / "inst-1" / "request.csv"
+    req.write_bytes(req.read_bytes()[:30_000])  # mid-line: a truncated last row
+    assert main(["diagnose", str(cut), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["hot_units"] == ["inst-1"]
+    assert doc["starved_units"] == []
+    assert any("truncated" in n for n in doc["notes"])
+
+
+def test_empty_request_log_of_a_busy_unit_is_not_called_starved(
+    weights_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """inst-2's request.csv has only its header, but its batch.csv shows a normal batch: the
+    log is incomplete, the unit is not out of the pool."""
+    part = tmp_path / "part"
+    shutil.copytree(weights_run, part)
+    req = part / "inst-2" / "request.csv"
+    req.write_text(req.read_text().splitlines()[0] + "\n")
+    assert main(["diagnose", str(part), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["starved_units"] == []
+    assert doc["hot_units"] == ["inst-1"]

@@ -195,8 +195,15 @@ def detect(m: SignalMatrix, window_s: float, th: Thresholds) -> list[UnitHeat]:
 
 
 def _starve_ratio(m: SignalMatrix) -> Array:
-    """Request share against peers, without a floor: 0 traffic must read as 0."""
+    """Request share against peers, without a floor: 0 traffic must read as 0, and an
+    unmeasured window stays unknown. Where the unit's running requests are known they must be
+    low too: a unit that serves a normal batch is not starved, whatever its request log says."""
     req = m.get("requests")
     ref = peer_reference(req, m.groups)
     with np.errstate(all="ignore"):
-        return np.where(ref > 0, np.nan_to_num(req) / ref, np.nan)
+        ratio = np.where(ref > 0, req / ref, np.nan)
+        running = m.get("running")
+        run_ratio = running / np.maximum(peer_reference(running, m.groups), 1.0)
+    busy_anyway = np.isfinite(run_ratio) & (run_ratio >= 0.5)
+    ratio[busy_anyway] = np.nan
+    return ratio

@@ -129,11 +129,7 @@ def diagnose_frame(
     }
     if frame.df.height == 0:
         return _insufficient(base, notes, "the input holds no data in the analysed range")
-    m = build_matrix(
-        frame.df,
-        group_by_instance=frame.level == Level.DP,
-        absent_counts_are_zero=frame.source == "profiler",
-    )
+    m = build_matrix(frame.df, group_by_instance=frame.level == Level.DP)
     span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
     base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
     reason = _gate(m, th)

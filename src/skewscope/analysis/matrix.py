@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from skewscope.frame import SIGNAL_COLUMNS, TOTAL_SIGNALS
+from skewscope.frame import SIGNAL_COLUMNS
 
 if TYPE_CHECKING:
     import polars as pl
@@ -45,14 +45,11 @@ class SignalMatrix:
 
 
 
-def build_matrix(
-    df: pl.DataFrame, *, group_by_instance: bool, absent_counts_are_zero: bool
-) -> SignalMatrix:
+def build_matrix(df: pl.DataFrame, *, group_by_instance: bool) -> SignalMatrix:
     """Pivot a UnitFrame table into (window x unit) arrays, adding derived signals.
 
-    ``absent_counts_are_zero``: offline, a unit's folder covers the whole run, so a window with
-    no row for it means no requests (a starved unit). Online, a missing series means the unit
-    was not there (scaled in, series stopped) and stays missing.
+    A missing cell stays NaN: sources fill true zeros themselves (the profiler reader knows
+    when a unit's files cover a window; online, a missing series means the unit was absent).
     """
     windows = np.array(sorted(set(df["window_start_s"].to_list())), dtype=np.float64)
     ident = df.select("unit", "instance").unique().sort("unit")
@@ -67,9 +64,6 @@ def build_matrix(
         grid = np.full((len(windows), len(units)), np.nan)
         column = df[name].cast(float).fill_null(np.nan).to_numpy().astype(np.float64)
         grid[rows, cols] = column
-        if absent_counts_are_zero and name in TOTAL_SIGNALS:
-            reported = np.isfinite(grid).any(axis=0)
-            grid[:, reported] = np.nan_to_num(grid[:, reported])
         values[name] = grid
     values["total_tokens"] = _add(values["prompt_tokens"], values["generation_tokens"])
     return SignalMatrix(windows=windows, units=units, groups=groups, values=values)

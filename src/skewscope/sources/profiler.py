@@ -101,6 +101,7 @@ class Table:
     res: ps.Resolved
     local_time: bool  # its time columns are local wall-clock datetimes
     tz_offset_s: float | None  # local - UTC learnt from this file, if it can tell
+    truncated: bool = False  # rows after the last complete one were never written
 
 
 def _wrap_polars(path: Path, err: Exception) -> SchemaError:
@@ -134,7 +135,7 @@ def _table(prep: ps.Prepared, res: ps.Resolved, df: pl.DataFrame, notes: list[st
     if df.is_empty():
         notes.append(f"{prep.path.name}: no data rows")
     local = any(ts.is_datetime for ts in res.times.values())
-    return Table(df, res, local, ps.tz_offset_s(prep, res))
+    return Table(df, res, local, ps.tz_offset_s(prep, res), prep.truncated)
 
 
 def read_simple(path: Path, schema: ps.FileSchema, notes: list[str]) -> Table:
@@ -216,6 +217,7 @@ class Instance:
     available: set[str] = field(default_factory=set)  # signals at instance level
     dp_available: set[str] = field(default_factory=set)  # signals at DP level
     placed: int = 0
+    request_end_s: float | None = None  # request.csv was cut here: later windows are unmeasured
     notes: list[str] = field(default_factory=list)
     dp_notes: list[str] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)
@@ -503,6 +505,8 @@ def place_requests(requests: pl.DataFrame, rid_ranks: pl.DataFrame) -> pl.DataFr
 
 
 def _load_requests(inst: Instance, table: Table, rid_ranks: pl.DataFrame | None) -> None:
+    if table.truncated:
+        inst.request_end_s = float(table.df["start_s"].max())  # type: ignore[arg-type]
     ttft = pl.when(pl.col("ttft_ms") > 0).then(pl.col("ttft_ms"))  # 0 = not recorded
     df = table.df.with_columns(ttft.alias("ttft_ms"), pl.lit(None, pl.Int64).alias("dp_rank"))
     inst.available |= set(REQUEST_SIGNALS)
@@ -707,6 +711,9 @@ def _waiting(df: pl.DataFrame | None, keys: Sequence[str], grid: Grid) -> pl.Dat
     return filled.group_by([*keys, WI]).agg(total.alias("waiting"))
 
 
+REQUEST_END = "_request_end_s"
+
+
 def _units(instances: list[Instance], spec: LevelSpec) -> pl.DataFrame:
     """One row per unit with its identity and a ``_a_<signal>`` availability flag per signal."""
     rows = []
@@ -716,8 +723,16 @@ def _units(instances: list[Instance], spec: LevelSpec) -> pl.DataFrame:
         for rank in ranks:
             unit = inst.name if rank is None else dp_unit_id(inst.name, rank)
             flags = {f"_a_{s}": s in avail for s in SIGNAL_COLUMNS}
-            rows.append({"unit": unit, "instance": inst.name, "dp_rank": rank, **flags})
-    schema = {"unit": pl.Utf8, "instance": pl.Utf8, "dp_rank": pl.Int64}
+            rows.append(
+                {
+                    "unit": unit,
+                    "instance": inst.name,
+                    "dp_rank": rank,
+                    REQUEST_END: inst.request_end_s,
+                    **flags,
+                }
+            )
+    schema = {"unit": pl.Utf8, "instance": pl.Utf8, "dp_rank": pl.Int64, REQUEST_END: pl.Float64}
     schema.update({f"_a_{s}": pl.Boolean for s in SIGNAL_COLUMNS})
     return pl.DataFrame(rows, schema=schema)
 
@@ -739,9 +754,15 @@ def build_frame(instances: list[Instance], spec: LevelSpec, grid: Grid) -> pl.Da
         if part is not None:
             base = base.join(part, on=[*keys, WI], how="left", nulls_equal=True)
     base = _ensure(base, SIGNAL_COLUMNS)
-    return base.with_columns(
+    base = base.with_columns(
         (pl.col(WI) * grid.window_s).alias("window_start_s"),
         *(_mask(s) for s in SIGNAL_COLUMNS),
+    )
+    # A truncated request.csv says nothing about the windows it did not reach (or reached only
+    # in part): those are unmeasured, not windows without requests.
+    cut = (pl.col("window_start_s") + grid.window_s) > pl.col(REQUEST_END)
+    return base.with_columns(
+        pl.when(cut).then(None).otherwise(pl.col(s)).alias(s) for s in REQUEST_SIGNALS
     )
 
 

@@ -148,6 +148,7 @@ class Prepared:
     header: list[str]
     n_rows: int | None  # None = read to the end
     notes: tuple[str, ...] = ()
+    truncated: bool = False  # the writer stopped mid-line: data after the last row is missing
 
 
 def _read_header(path: Path) -> list[str]:
@@ -201,7 +202,7 @@ def prepare(path: Path) -> Prepared | None:
     if not _is_truncated(last, len(header)):
         return Prepared(path, header, None)
     note = f"{path.name}: last line {lines + 1} is truncated (profiler stopped mid-write) — dropped"
-    return Prepared(path, header, lines - 1, (note,))
+    return Prepared(path, header, lines - 1, (note,), truncated=True)
 
 
 # --------------------------------------------------------------------------- header resolution
