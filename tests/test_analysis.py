@@ -184,3 +184,16 @@ def test_all_traffic_on_one_of_two_ranks_is_count_skew_not_unknown() -> None:
     assert hot.kind == "count"
     assert hot.root_causes[0].key == "dp_dispatch"
     assert "∞x the requests" in hot.summary
+
+
+def test_more_and_heavier_requests_is_a_mixed_skew_naming_both_causes() -> None:
+    report = diagnose_frame(make_frame(even(c=Spec(rate=40.0, prompt=2500.0))))
+    (f,) = report.findings
+    assert f.units == ("c",)
+    assert f.kind == "weight"  # ~70% of the excess comes from heavier requests
+    assert f.evidence["secondary_kind"] == "count"
+    assert f.weight_side == "input"
+    keys = [c.key for c in f.root_causes]
+    assert keys[0] == "long_requests" and "routing_weights" in keys
+    assert "about the same request count" not in f.summary
+    assert "mixed with more requests" in f.summary

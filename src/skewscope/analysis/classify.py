@@ -19,6 +19,7 @@ from skewscope.config import Thresholds
 @dataclass(frozen=True)
 class Classification:
     kind: str | None  # "count" | "weight" | "capability" | "unknown" | None (unexplained)
+    secondary_kind: str | None  # the other of count/weight when the skew is mixed
     weight_side: str | None  # "input" | "output" for weight skew
     count_ratio: float
     weight_ratio: float
@@ -37,9 +38,14 @@ class Classification:
             "output_tokens_per_request_ratio": self.output_ratio,
             "capability_ratio": self.capability_ratio,
             "capability_basis": self.capability_basis,
+            "secondary_kind": self.secondary_kind,
             "excess_from_more_requests": self.count_share,
             "excess_from_heavier_requests": self.weight_share,
         }
+
+
+# In a mixed skew the smaller of the two parts is named too when it explains this share.
+MIXED_SHARE = 0.25
 
 
 def _capability(
@@ -96,21 +102,30 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
     cap_ratio, basis = _capability(hot, ref, equal_load, th)
 
     kind: str | None = None
-    side: str | None = None
-    if _finite(count_ratio) >= th.count_ratio and not _finite(weight_share) > th.explain_share:
+    secondary: str | None = None
+    count_flag = _finite(count_ratio) >= th.count_ratio
+    weight_flag = heavier >= th.weight_ratio
+    side = "input" if _finite(input_ratio) >= _finite(output_ratio) else "output"
+    if count_flag and weight_flag and math.isfinite(count_share):
+        # mixed: name the larger part, keep the other when it explains a real share too
+        kind = "count" if count_share >= weight_share else "weight"
+        minor = min(count_share, weight_share)
+        secondary = ("weight" if kind == "count" else "count") if minor >= MIXED_SHARE else None
+    elif count_flag and not _finite(weight_share) > th.explain_share:
         kind = "count"
-    elif heavier >= th.weight_ratio and not _finite(count_share) > th.explain_share:
+    elif weight_flag and not _finite(count_share) > th.explain_share:
         kind = "weight"
-        side = "input" if _finite(input_ratio) >= _finite(output_ratio) else "output"
     elif _finite(cap_ratio) >= th.capability_ratio:
         kind = "capability"
     elif _finite(count_ratio) >= th.count_ratio:
         kind = "count"
     elif math.isnan(count_ratio):
         kind = "unknown"  # hot, but the source has no per-unit request counts to tell why
+    uses_weight = "weight" in (kind, secondary)
     return Classification(
         kind=kind,
-        weight_side=side,
+        secondary_kind=secondary,
+        weight_side=side if uses_weight else None,
         count_ratio=count_ratio,
         weight_ratio=weight_ratio,
         input_ratio=input_ratio,

@@ -139,6 +139,16 @@ def diagnose_frame(
         return _insufficient(base, notes, reason, units)
 
     heats = detect(m, frame.window_s, th)
+    judged = int(np.any(np.stack([h.active for h in heats]), axis=0).sum())
+    if judged < th.min_windows:
+        units = tuple(_unit_report(m, h.index, h, "normal", h.active) for h in heats)
+        return _insufficient(
+            base,
+            notes,
+            f"only {judged} of {len(m.windows)} windows carried enough load to judge (at least "
+            f"{th.min_requests_per_window:g} requests per unit); use a longer --window",
+            units,
+        )
     hot_idx = [h.index for h in heats if h.persistent_hot]
     starved_idx = [h.index for h in heats if h.persistent_starved]
     results = [
@@ -253,7 +263,15 @@ def _judge_hot(
 def _causes(r: _HotResult, level: Level) -> list[str]:
     """Candidate causes, most likely first. Load metrics cannot tell wrong routing weights
     from sticky connections, so a count finding at instance level names both."""
-    kind = r.cls.kind
+    causes = _kind_causes(r.cls.kind, level)
+    if r.cls.secondary_kind:
+        causes += [c for c in _kind_causes(r.cls.secondary_kind, level) if c not in causes]
+    if r.imp.kv_exhausted:
+        causes.insert(0, "kv_exhaustion")
+    return causes
+
+
+def _kind_causes(kind: str | None, level: Level) -> list[str]:
     if kind == "count":
         causes = ["dp_dispatch"] if level == Level.DP else ["routing_weights", "sticky_sessions"]
     elif kind == "weight":
@@ -264,8 +282,6 @@ def _causes(r: _HotResult, level: Level) -> list[str]:
         causes = ["dp_dispatch", "long_requests", "capability_mismatch"]
     else:
         causes = ["routing_weights", "long_requests", "capability_mismatch"]
-    if r.imp.kv_exhausted:
-        causes.insert(0, "kv_exhaustion")
     return causes
 
 
@@ -348,21 +364,31 @@ def _split_sentence(count_share: float, weight_share: float) -> str:
 
 def _summary(r: _HotResult, th: Thresholds) -> str:
     c = r.cls
+    judged = int(r.heat.active.sum())
     head = (
-        f"{r.heat.unit} is a persistent hot spot (hot in {r.heat.hot_share:.0%} of windows, "
-        f"{r.heat.hot_run} in a row)"
+        f"{r.heat.unit} is a persistent hot spot (hot in {r.heat.hot_share:.0%} of "
+        f"{judged} judged windows, {r.heat.hot_run} in a row)"
     )
+    side_ratio = c.input_ratio if c.weight_side == "input" else c.output_ratio
     if c.kind == "count":
         body = (
             f"{_x(c.count_ratio)} the requests of its peers at {_x(c.weight_ratio)} tokens per "
             "request: count skew"
         )
+        if c.secondary_kind == "weight":
+            body += f", mixed with heavier ({c.weight_side}-heavy) requests"
     elif c.kind == "weight":
-        side_ratio = c.input_ratio if c.weight_side == "input" else c.output_ratio
-        body = (
-            f"about the same request count ({_x(c.count_ratio)}) but {_x(side_ratio)} the "
-            f"{c.weight_side} tokens per request: weight skew ({c.weight_side}-heavy)"
+        requests = (
+            f"about the same request count ({_x(c.count_ratio)})"
+            if not c.count_ratio >= th.count_ratio
+            else f"{_x(c.count_ratio)} the requests"
         )
+        body = (
+            f"{requests} but {_x(side_ratio)} the {c.weight_side} tokens per request: weight "
+            f"skew ({c.weight_side}-heavy)"
+        )
+        if c.secondary_kind == "count":
+            body += ", mixed with more requests"
     elif c.kind == "unknown":
         body = (
             f"it runs hotter than its peers on {r.heat.driver.replace('_', ' ')}, but the "
