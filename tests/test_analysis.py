@@ -197,3 +197,25 @@ def test_more_and_heavier_requests_is_a_mixed_skew_naming_both_causes() -> None:
     assert keys[0] == "long_requests" and "routing_weights" in keys
     assert "about the same request count" not in f.summary
     assert "mixed with more requests" in f.summary
+
+
+def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
+    import polars as pl
+
+    from skewscope.frame import UnitFrame
+
+    frame = make_frame(even(c=Spec(rate=44.0)))
+    full = frame.df.with_columns(pl.lit(0.97).alias("kv_usage_max"))
+    report = diagnose_frame(UnitFrame(df=full, level=Level.INSTANCE, window_s=10.0,
+                                      source="profiler"))
+    (f,) = report.findings
+    assert f.evidence["kv_exhausted"] is False
+    assert "kv_exhaustion" not in [c.key for c in f.root_causes]
+    assert any("whole service is short of KV capacity" in n for n in f.evidence["resource"])
+    local = frame.df.with_columns(
+        pl.when(pl.col("unit") == "c").then(0.97).otherwise(0.5).alias("kv_usage_max")
+    )
+    (g,) = diagnose_frame(UnitFrame(df=local, level=Level.INSTANCE, window_s=10.0,
+                                    source="profiler")).findings
+    assert g.evidence["kv_exhausted"] is True
+    assert g.root_causes[0].key == "kv_exhaustion"

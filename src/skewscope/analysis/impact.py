@@ -52,9 +52,17 @@ def impact(
     notes: list[str] = []
     kv_peak = hot.get("kv_usage_max", math.nan)
     preempt = hot.get("preemptions", math.nan)
-    kv_exhausted = math.isfinite(kv_peak) and kv_peak >= th.kv_high
+    ref_peak = ref.get("kv_usage_max", math.nan)
+    kv_high = math.isfinite(kv_peak) and kv_peak >= th.kv_high
+    peers_high = math.isfinite(ref_peak) and ref_peak >= th.kv_high
+    kv_exhausted = kv_high and not peers_high  # exhaustion is a skew finding only if it is local
     if kv_exhausted:
         notes.append(f"KV usage peaks at {kv_peak:.0%} (>= {th.kv_high:.0%}: near exhaustion)")
+    elif kv_high:
+        notes.append(
+            f"KV usage peaks at {kv_peak:.0%} here and {ref_peak:.0%} on its peers: the whole "
+            "service is short of KV capacity, not only this unit"
+        )
     if math.isfinite(preempt) and preempt > 0 and not (ref.get("preemptions", 0.0) or 0.0) > 0:
         notes.append(f"{preempt:.0f} requests preempted on this unit and none on its peers")
         kv_exhausted = True
