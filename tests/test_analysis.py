@@ -219,3 +219,14 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
                                     source="profiler")).findings
     assert g.evidence["kv_exhausted"] is True
     assert g.root_causes[0].key == "kv_exhaustion"
+
+
+def test_majority_hot_is_judged_against_the_underloaded_minority() -> None:
+    # weights 1.8, 1.8, 1.8, 1: each hot unit's leave-one-out median is hot too
+    report = diagnose_frame(make_frame(even(a=Spec(rate=36.0), b=Spec(rate=36.0),
+                                            c=Spec(rate=36.0))))
+    assert report.verdict == "imbalanced"
+    assert report.hot_units == ("a", "b", "c")
+    assert {f.kind for f in report.findings} == {"count"}
+    assert all(f.reference_units == ("d",) for f in report.findings)
+    assert any("judged against the under-loaded d" in n for n in report.notes)

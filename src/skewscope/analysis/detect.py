@@ -20,6 +20,7 @@ from skewscope.config import Thresholds
 # slower unit at the same load holds more requests in flight and stays busy longer). Waiting
 # requests and queue wait catch a saturated unit whose source exports no per-unit load
 # counters (SGLang counts requests per instance only); their floors keep ordinary queueing out.
+LOAD_SIGNALS: tuple[str, ...] = ("requests", "total_tokens")
 HEAT_SIGNALS: tuple[str, ...] = (
     "requests",
     "total_tokens",
@@ -46,18 +47,30 @@ class UnitHeat:
     persistent_hot: bool
     transient_hot: bool
     persistent_starved: bool
+    persistent_cold: bool  # carries persistently less load than its peers (not starved)
     driver: str  # heat signal that was highest most often in hot windows
 
 
 npt_bool = np.ndarray  # alias for readability in the dataclass above
 
 
-def peer_reference(values: Array, groups: tuple[str, ...]) -> Array:
-    """Leave-one-out median of each unit's peers, per window (NaN when it has no peer)."""
+def peer_reference(
+    values: Array, groups: tuple[str, ...], against: dict[str, list[int]] | None = None
+) -> Array:
+    """Leave-one-out median of each unit's peers, per window (NaN when it has no peer).
+
+    ``against`` replaces the peers of a group by fixed reference units (the under-loaded
+    minority when most of a group runs hot and the leave-one-out median would be hot too).
+    """
     ref = np.full_like(values, np.nan)
     group_arr = np.array(groups)
     for j in range(values.shape[1]):
-        peers = np.flatnonzero((group_arr == groups[j]) & (np.arange(values.shape[1]) != j))
+        candidates = (group_arr == groups[j]) & (np.arange(values.shape[1]) != j)
+        if against and groups[j] in against:
+            fixed = np.zeros(values.shape[1], dtype=bool)
+            fixed[against[groups[j]]] = True
+            candidates &= fixed
+        peers = np.flatnonzero(candidates)
         if peers.size == 0:
             continue
         block = values[:, peers]
@@ -135,7 +148,12 @@ def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
     return active
 
 
-def detect(m: SignalMatrix, window_s: float, th: Thresholds) -> list[UnitHeat]:
+def detect(
+    m: SignalMatrix,
+    window_s: float,
+    th: Thresholds,
+    against: dict[str, list[int]] | None = None,
+) -> list[UnitHeat]:
     """Score every unit in every window and apply the persistence rule."""
     floor = floors(m, window_s, th)
     active_group = group_activity(m, th)
@@ -144,9 +162,16 @@ def detect(m: SignalMatrix, window_s: float, th: Thresholds) -> list[UnitHeat]:
         if not m.has(sig):
             continue
         vals = smooth(m.get(sig), th.smooth_windows)
-        ref = peer_reference(vals, m.groups)
+        ref = peer_reference(vals, m.groups, against)
         with np.errstate(all="ignore"):
             ratios[sig] = vals / np.maximum(ref, floor[sig])
+    load = [ratios[s] for s in LOAD_SIGNALS if s in ratios]
+    with np.errstate(all="ignore"):
+        load_score = (
+            np.nanmax(np.where(np.isfinite(np.stack(load)), np.stack(load), -np.inf), axis=0)
+            if load
+            else np.full(m.get("requests").shape, np.inf)
+        )
     req_ratio = _starve_ratio(m)
     present = np.zeros(m.get("requests").shape, dtype=bool)
     for v in m.values.values():
@@ -162,6 +187,7 @@ def detect(m: SignalMatrix, window_s: float, th: Thresholds) -> list[UnitHeat]:
         act = present[:, j] & active_group[:, j]
         hot = act & (np.nan_to_num(score[:, j]) >= th.hot_ratio)
         starved = act & np.isfinite(req_ratio[:, j]) & (req_ratio[:, j] < th.starved_ratio)
+        cold = act & ~starved & (load_score[:, j] <= 1.0 / th.hot_ratio)
         n_act = int(act.sum())
         hot_share = float(hot.sum()) / n_act if n_act else 0.0
         starved_share = float(starved.sum()) / n_act if n_act else 0.0
@@ -169,6 +195,10 @@ def detect(m: SignalMatrix, window_s: float, th: Thresholds) -> list[UnitHeat]:
         persistent = hot_share >= th.persist_share and hot_run >= th.min_consecutive
         persistent_starved = (
             starved_share >= th.persist_share and starved_run >= th.min_consecutive
+        )
+        cold_share = float(cold.sum()) / n_act if n_act else 0.0
+        persistent_cold = (
+            cold_share >= th.persist_share and longest_run(cold[act]) >= th.min_consecutive
         )
         drivers = driver_idx[hot, j] if names else np.array([], dtype=np.int64)
         driver = names[int(np.bincount(drivers).argmax())] if drivers.size else ""
@@ -188,6 +218,7 @@ def detect(m: SignalMatrix, window_s: float, th: Thresholds) -> list[UnitHeat]:
                 persistent_hot=persistent and not persistent_starved,
                 transient_hot=(not persistent) and hot_run > 0,
                 persistent_starved=persistent_starved,
+                persistent_cold=persistent_cold and not persistent_starved,
                 driver=driver,
             )
         )

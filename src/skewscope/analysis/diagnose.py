@@ -150,6 +150,17 @@ def diagnose_frame(
             units,
         )
     hot_idx = [h.index for h in heats if h.persistent_hot]
+    against = _cold_minorities(m, heats) if not hot_idx else {}
+    if against:
+        # Most of a group runs hot, so the leave-one-out median is hot too: judge the group
+        # against its under-loaded minority instead.
+        heats = detect(m, frame.window_s, th, against=against)
+        hot_idx = [h.index for h in heats if h.persistent_hot]
+        cold_units = sorted(m.units[j] for cols in against.values() for j in cols)
+        notes = (
+            *notes,
+            f"most units run hot together; judged against the under-loaded {', '.join(cold_units)}",
+        )
     starved_idx = [h.index for h in heats if h.persistent_starved]
     results = [
         r for r in (_judge_hot(m, heats, j, hot_idx, starved_idx, th) for j in hot_idx) if r
@@ -184,6 +195,17 @@ def diagnose_frame(
         notes=notes,
         **base,  # type: ignore[arg-type]
     )
+
+
+def _cold_minorities(m: SignalMatrix, heats: list[UnitHeat]) -> dict[str, list[int]]:
+    """Per group, the persistently under-loaded units when they are a strict minority."""
+    out: dict[str, list[int]] = {}
+    for g in set(m.groups):
+        members = [h for h in heats if m.groups[h.index] == g]
+        cold = [h.index for h in members if h.persistent_cold]
+        if cold and 2 * len(cold) < len(members):
+            out[g] = cold
+    return out
 
 
 def _insufficient(
