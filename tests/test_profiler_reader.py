@@ -237,7 +237,7 @@ def test_res_list_join_and_placed_share(tmp_path: Path, suffix: bool) -> None:
     ev = load_profiler([str(tmp_path / "i")], window_s=600)
     assert ev.dp is not None
     assert ev.dp.placed_share == pytest.approx(0.95)
-    assert any("5.0% of requests could not be placed" in n for n in ev.notes)
+    assert any("1 of 20 requests (5.0%) could not be placed" in n for n in ev.notes)
     assert _total(ev.dp.df, "requests") == 19
     assert _total(ev.instance.df, "requests") == 20
 

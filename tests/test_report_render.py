@@ -24,7 +24,7 @@ def _terminal(report: object) -> str:
 
 def test_terminal_shows_verdict_finding_cause_and_side_by_side() -> None:
     text = _terminal(HOT)
-    assert "Imbalanced at instance level: c (count skew)" in text
+    assert "Imbalanced at instance level: hot c (count skew)" in text
     assert "count skew — c" in text
     assert "Routing weights favour some units" in text
     assert "requests / window" in text and "peers (median)" in text
@@ -41,8 +41,8 @@ def test_terminal_balanced_and_insufficient() -> None:
 def test_markdown_has_headline_finding_table_and_units() -> None:
     md = markdown.render(HOT)
     assert md.startswith("# skewscope report")
-    assert "**Imbalanced at instance level: c (count skew).**" in md
-    assert "| metric | c | peers (median) | hot / peers |" in md
+    assert "**Imbalanced at instance level: hot c (count skew).**" in md
+    assert "| metric | c | peers (median) | unit / peers |" in md
     rows = [line for line in md.splitlines() if line.startswith("| c | hot |")]
     assert len(rows) == 1
 

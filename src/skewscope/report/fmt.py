@@ -77,9 +77,13 @@ def headline(report: Report) -> str:
     if report.verdict == "balanced":
         return f"Balanced: no persistent hot {report.level} unit across {len(report.units)} units."
     kinds = sorted({f.kind for f in report.all_findings()})
-    units = list(report.hot_units) + list(report.starved_units)
+    parts = []
+    if report.hot_units:
+        parts.append("hot " + ", ".join(report.hot_units))
+    if report.starved_units:
+        parts.append("starved " + ", ".join(report.starved_units))
     return (
-        f"Imbalanced at {report.level} level: {', '.join(units) or 'see findings'} "
+        f"Imbalanced at {report.level} level: {'; '.join(parts) or 'see findings'} "
         f"({' + '.join(kinds)} skew)."
     )
 

@@ -32,7 +32,7 @@ def _finding(f: Finding, h: str) -> list[str]:
              "Likely cause: " + "; or ".join(c.title for c in f.root_causes), "",
              "Actions:"]
     lines.extend(f"- {a}" for a in f.actions)
-    lines.extend(["", f"| metric | {', '.join(f.units)} | peers (median) | hot / peers |",
+    lines.extend(["", f"| metric | {', '.join(f.units)} | peers (median) | unit / peers |",
                   "|---|---:|---:|---:|"])
     for key, hot, ref in f.side_by_side:
         if fmt.value(key, hot) == "—" and fmt.value(key, ref) == "—":

@@ -41,7 +41,7 @@ def _finding(f: Finding) -> Panel:
     table.add_column("metric")
     table.add_column(", ".join(f.units), justify="right", style="bold")
     table.add_column("peers (median)", justify="right")
-    table.add_column("hot / peers", justify="right")
+    table.add_column("unit / peers", justify="right")
     for key, hot, ref in f.side_by_side:
         if fmt.value(key, hot) == "—" and fmt.value(key, ref) == "—":
             continue

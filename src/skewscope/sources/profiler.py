@@ -530,7 +530,8 @@ def _load_requests(inst: Instance, table: Table, rid_ranks: pl.DataFrame | None)
         unplaced = 1.0 - inst.placed / df.height if df.height else 0.0
         if unplaced > 0:
             inst.dp_notes.append(
-                f"{unplaced:.1%} of requests could not be placed on a DP rank"
+                f"{df.height - inst.placed} of {df.height} requests ({unplaced:.1%}) could not"
+                " be placed on a DP rank"
                 " (rid not in any batch.csv res_list: never scheduled while profiled)"
             )
     elif inst.has_dp:
