@@ -414,3 +414,15 @@ def test_end_to_end_over_simulator_writer(tmp_path: Path, generation: str) -> No
     assert _total(ev.instance.df, "requests") == res.requests.height
     assert ev.dp.placed_share == pytest.approx(truth_req.height / res.requests.height)
     assert _total(ev.instance.df, "prompt_tokens") == res.requests["input_tokens"].sum()
+
+
+def test_instance_running_is_the_sum_of_its_ranks(tmp_path: Path) -> None:
+    """Running requests add up across DP ranks, like waiting and request counts do."""
+    example = Path(__file__).parent.parent / "examples" / "cluster-skew"
+    ev = load_profiler([str(example)])
+    assert ev.dp is not None
+    per_rank = ev.dp.df.group_by("instance", "window_start_s").agg(pl.col("running").sum())
+    joined = ev.instance.df.join(per_rank, on=["instance", "window_start_s"], suffix="_dp")
+    assert joined.height == ev.instance.df.height
+    diff = (joined["running"] - joined["running_dp"]).abs().max()
+    assert diff is not None and diff < 1e-9  # type: ignore[operator]

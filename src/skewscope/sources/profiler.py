@@ -690,6 +690,23 @@ def _aggregate(
     return df.with_columns(grid.index()).group_by([*keys, WI]).agg(**aggs)
 
 
+def _step_signals(
+    df: pl.DataFrame | None, keys: Sequence[str], grid: Grid, dp: bool
+) -> pl.DataFrame | None:
+    """Per-step signals of a window. At instance level ``running`` is the SUM of the ranks'
+    mean batches (like ``waiting`` and the request counts), not the mean step of one rank."""
+    per_rank = _aggregate(df, keys if dp else [*keys, "dp_rank"], STEP_AGGS, grid)
+    if dp or per_rank is None:
+        return per_rank
+    weighted = (pl.col("batch_size") * pl.col("steps")).sum() / pl.col("steps").sum()
+    return per_rank.group_by([*keys, WI]).agg(
+        pl.col("steps").sum(),
+        weighted.alias("batch_size"),
+        pl.col("scheduled_tokens").sum(),
+        pl.col("running").sum(),
+    )
+
+
 def _waiting(df: pl.DataFrame | None, keys: Sequence[str], grid: Grid) -> pl.DataFrame | None:
     """Mean waiting per process and window; a window without a sample carries the process's
     last sample (the queue length holds until the next change). Summed over processes."""
@@ -746,7 +763,7 @@ def build_frame(instances: list[Instance], spec: LevelSpec, grid: Grid) -> pl.Da
     kv_attr = "steps" if dp else "kv"
     parts = [
         _aggregate(_long(instances, "requests", dp), keys, REQUEST_AGGS, grid),
-        _aggregate(_long(instances, "steps", dp), keys, STEP_AGGS, grid),
+        _step_signals(_long(instances, "steps", dp), keys, grid, dp),
         _aggregate(_long(instances, kv_attr, dp), keys, KV_AGGS, grid),
         _aggregate(_long(instances, "dp_busy" if dp else "busy", dp), keys, BUSY_AGGS, grid),
         _waiting(_long(instances, "waiting", dp), keys, grid),
