@@ -230,3 +230,13 @@ def test_majority_hot_is_judged_against_the_underloaded_minority() -> None:
     assert {f.kind for f in report.findings} == {"count"}
     assert all(f.reference_units == ("d",) for f in report.findings)
     assert any("judged against the under-loaded d" in n for n in report.notes)
+
+
+def test_different_dp_sizes_are_noted() -> None:
+    inst = make_frame(even())
+    specs = {f"a/dp{r}": Spec() for r in range(2)} | {f"b/dp{r}": Spec() for r in range(4)}
+    dp = make_frame(specs, level=Level.DP)
+    report = diagnose(Evidence(instance=inst, dp=dp), level="instance")
+    assert any("different DP sizes (a: 2, b: 4, c: 1, d: 1)" in n for n in report.notes)
+    same = diagnose(Evidence(instance=inst, dp=None), level="instance")
+    assert not any("DP sizes" in n for n in same.notes)

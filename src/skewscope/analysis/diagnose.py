@@ -47,7 +47,7 @@ SIDE_BY_SIDE = (
 def diagnose(
     evidence: Evidence, level: str = "auto", th: Thresholds = DEFAULT_THRESHOLDS
 ) -> Report:
-    notes = evidence.notes
+    notes = (*evidence.notes, *_dp_size_note(evidence))
     if level == Level.INSTANCE:
         return diagnose_frame(evidence.instance, th, extra_notes=notes)
     if level == Level.DP:
@@ -78,6 +78,23 @@ def diagnose(
         if inside.verdict == "imbalanced":
             return inside
     return top
+
+
+def _dp_size_note(evidence: Evidence) -> tuple[str, ...]:
+    """Instances with different DP sizes are not expected to carry equal load: say so."""
+    sizes = dict.fromkeys(evidence.instance.df["instance"].unique().to_list(), 1)
+    if evidence.dp is not None:
+        import polars as pl
+
+        counts = evidence.dp.df.group_by("instance").agg(n=pl.col("unit").n_unique())
+        sizes.update(zip(counts["instance"].to_list(), counts["n"].to_list(), strict=True))
+    if len(set(sizes.values())) <= 1:
+        return ()
+    listing = ", ".join(f"{k}: {v}" for k, v in sorted(sizes.items()))
+    return (
+        f"instances have different DP sizes ({listing}); instance-level loads are not "
+        "normalised per rank, so a larger instance is expected to carry more",
+    )
 
 
 def _ranks(frame: UnitFrame, instance: str) -> int:
