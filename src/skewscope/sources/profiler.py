@@ -171,6 +171,14 @@ def first_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def _unread_columns(res: ps.Resolved) -> list[str]:
+    """batch.csv columns no step, KV or busy signal reads (see ``_read_columns``)."""
+    unread = ["prefill_batch_size", "total_blocks", "used_blocks"]
+    if "total_scheduled_tokens" in res.raw:
+        unread += ["prefill_scheduled_tokens", "decode_scheduled_tokens"]
+    return unread
+
+
 def read_batch(path: Path, notes: list[str]) -> BatchRead:
     """batch.csv in two streamed passes, neither keeping a res_list string or a rid list:
 
@@ -198,6 +206,8 @@ def read_batch(path: Path, notes: list[str]) -> BatchRead:
     # repeated short texts as categoricals: 4 bytes a row instead of a 16-byte view (+ the text)
     texts = [c for c in ("name", "prof_id") if c in res.raw] + [ps.BAD]
     lf = lf.with_columns(pl.col(c).cast(pl.Categorical) for c in texts)
+    # columns never read after the bad-cell check (their cells are still cast and checked)
+    lf = lf.drop(c for c in _unread_columns(res) if c in res.raw)
     return BatchRead(_table(prep, res, _collect(path, lf), notes), rids)
 
 
@@ -330,6 +340,17 @@ def _ensure(df: pl.DataFrame, cols: Sequence[str]) -> pl.DataFrame:
 
 
 # --------------------------------------------------------------------------- batch.csv
+def _read_columns(found: set[str]) -> list[str]:
+    """The batch.csv columns ``_load_batch`` reads (missing ones become null columns)."""
+    cols = ["name", "prof_id", "dp_rank", "start_s", "end_s", "during_ms", "batch_size"]
+    if "total_scheduled_tokens" in found:
+        cols.append("total_scheduled_tokens")
+    else:
+        cols += ["prefill_scheduled_tokens", "decode_scheduled_tokens"]
+    cols += ["decode_batch_size"] if "decode_batch_size" in found else ["res_n", "res_prefill"]
+    return cols + sorted(set(KV_SOURCE_COLUMNS.values()))
+
+
 def _step_rows(df: pl.DataFrame, found: set[str]) -> tuple[pl.DataFrame, dict[str, str]]:
     """Scheduling rows with step signals; the aliases say where each came from."""
     aliases = {"steps": "batch.csv:name", "batch_size": "batch.csv:batch_size"}
@@ -381,7 +402,7 @@ def _load_batch(inst: Instance, batch: BatchRead, forward: Table | None) -> pl.D
     rank map. The full row table is released on return (``inst.steps`` keeps lean columns).
     """
     found = set(batch.steps.res.raw)
-    df = _ensure(batch.steps.df, [*ps.BATCH.canon_names, "res_n", "res_prefill"])
+    df = _ensure(batch.steps.df, _read_columns(found))
     batch.steps.df = df.clear()  # the only full-table reference is now ``df``
     df = df.with_columns(_usage_fraction(df, "kvcache_usage_rate", inst.notes))
     sched = df.select("name", "prof_id", "dp_rank").filter(pl.col("name").is_in(list(SCHED_NAMES)))
@@ -426,7 +447,9 @@ def _load_busy(
         busy = _sched_busy(rows)
         inst.aliases["busy_ms"] = "batch.csv:scheduling rows end-start"
     inst.busy = busy
-    inst.dp_busy = busy.filter(pl.col("dp_rank").is_not_null())
+    # every row ranked (the usual case): the same rows, not a filtered copy
+    ranked = busy["dp_rank"].null_count() == 0
+    inst.dp_busy = busy if ranked else busy.filter(pl.col("dp_rank").is_not_null())
     if inst.has_dp and inst.dp_busy.is_empty() and not busy.is_empty():
         inst.dp_notes.append("execution rows carry no DP rank — DP busy_ms from scheduling rows")
         inst.dp_busy = _sched_busy(rows).filter(pl.col("dp_rank").is_not_null())
