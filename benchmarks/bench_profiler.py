@@ -10,9 +10,11 @@ Prints MB/s, rows/s, CPU seconds, peak RSS / file size and the load/baseline tim
 seconds are the steadier figure on a shared machine).
 
 On 2 cores (825 MB batch.csv, 200000 steps x 30 requests): baseline ~1.7-2.5 s, 3.6 CPU s,
-~1.4x; load ~4.3-5.7 s, ~7.5 CPU s, peak RSS ~0.33x the file size (the reader's own passes peak
-near 0.25x; the rest is the kept row table, request placement and the frames). Before the
-categorical/lean-row change it was 0.39-0.41x; with per-row rid lists ~10 CPU s, 0.9x.
+~1.4x; load ~4-5.7 s, ~6.4-7.9 CPU s, peak RSS ~0.32x the file size (median 267 MB; the
+reader's own passes peak near 0.25x; the rest is the kept row table, request placement and the
+frames, see docs/architecture.md "Performance"). Before the unread-column/placement changes it
+was 0.33-0.34x, before the categorical/lean-row change 0.39-0.41x; with per-row rid lists
+~10 CPU s, 0.9x. Peak RSS varies +-10 MB run to run: compare medians of several runs.
 """
 
 from __future__ import annotations
