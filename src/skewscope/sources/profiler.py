@@ -727,7 +727,9 @@ def _step_signals(
     if dp or per_rank is None:
         return per_rank
     weighted = (pl.col("batch_size") * pl.col("steps")).sum() / pl.col("steps").sum()
-    return per_rank.group_by([*keys, WI]).agg(
+    # sorted first: float sums must not depend on the hash order of the previous group_by
+    ordered = per_rank.sort([*keys, WI, "dp_rank"], nulls_last=True)
+    return ordered.group_by([*keys, WI], maintain_order=True).agg(
         pl.col("steps").sum(),
         weighted.alias("batch_size"),
         pl.col("scheduled_tokens").sum(),
