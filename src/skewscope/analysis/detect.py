@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skewscope.analysis.matrix import Array, SignalMatrix
+from skewscope.analysis.matrix import Array, Flags, SignalMatrix
 from skewscope.config import Thresholds
 
 # Load and pressure signals that make a unit "hot", with the floor under the peer reference
@@ -35,11 +35,11 @@ HEAT_SIGNALS: tuple[str, ...] = (
 class UnitHeat:
     unit: str
     index: int
-    present: npt_bool  # windows where the unit reported anything
-    active: npt_bool  # present windows in which its peer group carried load
+    present: Flags  # windows where the unit reported anything
+    active: Flags  # present windows in which its peer group carried load
     score: Array  # (W,) max heat ratio over the heat signals, NaN where unknown
-    hot: npt_bool  # (W,) score >= hot_ratio in an active window
-    starved: npt_bool  # (W,) request ratio below starved_ratio in an active window
+    hot: Flags  # (W,) score >= hot_ratio in an active window
+    starved: Flags  # (W,) request ratio below starved_ratio in an active window
     hot_share: float
     hot_run: int
     starved_share: float
@@ -51,7 +51,6 @@ class UnitHeat:
     driver: str  # heat signal that was highest most often in hot windows
 
 
-npt_bool = np.ndarray  # alias for readability in the dataclass above
 
 
 def peer_reference(
@@ -101,7 +100,7 @@ def smooth(values: Array, width: int) -> Array:
     return out
 
 
-def longest_run(flags: npt_bool) -> int:
+def longest_run(flags: Flags) -> int:
     """Longest stretch of consecutive True values."""
     best = run = 0
     for f in flags.tolist():

@@ -9,14 +9,14 @@ are judged against their own siblings.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from skewscope.analysis.classify import Classification, classify
 from skewscope.analysis.detect import UnitHeat, detect
 from skewscope.analysis.impact import Impact, Trend, gap_trend, impact
-from skewscope.analysis.matrix import SignalMatrix, build_matrix
+from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix
 from skewscope.analysis.summary import METRIC_BY_KEY, reference_summary, unit_summary
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
 from skewscope.errors import UsageError
@@ -68,7 +68,7 @@ def diagnose(
             for inst in top.hot_units
             if _ranks(evidence.dp, inst) >= 2
         )
-        return _replace(top, drilldown=drill)
+        return replace(top, drilldown=drill)
     if top.verdict == "balanced":
         inside = diagnose_frame(
             evidence.dp,
@@ -102,22 +102,7 @@ def _ranks(frame: UnitFrame, instance: str) -> int:
 
 
 def _only_instance(frame: UnitFrame, instance: str) -> UnitFrame:
-    return UnitFrame(
-        df=frame.df.filter(frame.df["instance"] == instance),
-        level=frame.level,
-        window_s=frame.window_s,
-        source=frame.source,
-        aliases=frame.aliases,
-        missing=frame.missing,
-        notes=(),
-        placed_share=frame.placed_share,
-    )
-
-
-def _replace(report: Report, **changes: object) -> Report:
-    from dataclasses import replace
-
-    return replace(report, **changes)  # type: ignore[arg-type]
+    return replace(frame, df=frame.df.filter(frame.df["instance"] == instance), notes=())
 
 
 @dataclass(frozen=True)
@@ -506,7 +491,7 @@ def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Threshold
 
 
 def _unit_report(
-    m: SignalMatrix, j: int, heat: UnitHeat | None, role: str, mask: np.ndarray
+    m: SignalMatrix, j: int, heat: UnitHeat | None, role: str, mask: Flags
 ) -> UnitReport:
     unit = m.units[j]
     dp_rank = int(unit.rsplit("/dp", 1)[1]) if "/dp" in unit else None

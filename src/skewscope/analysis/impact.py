@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skewscope.analysis.matrix import Array, SignalMatrix, safe_ratio
+from skewscope.analysis.matrix import Array, Flags, SignalMatrix, safe_ratio
 from skewscope.config import Thresholds
 
 # Impact metrics (step 3) and the absolute floor under the reference, so 2 ms against 1 ms of
@@ -40,7 +40,7 @@ def impact(
     j: int,
     hot: dict[str, float],
     ref: dict[str, float],
-    mask: Array,
+    mask: Flags,
     th: Thresholds,
 ) -> Impact:
     ratios: dict[str, float] = {}
@@ -102,7 +102,7 @@ class Trend:
 
 
 def gap_trend(
-    m: SignalMatrix, j: int, ref_cols: list[int], mask: Array, th: Thresholds
+    m: SignalMatrix, j: int, ref_cols: list[int], mask: Flags, th: Thresholds
 ) -> Trend:
     """The case documents' rule: the gap keeps widening while the service's P95/P99 rises."""
     signal = "running" if m.has("running") else "requests"

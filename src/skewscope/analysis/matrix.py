@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 Array = npt.NDArray[np.float64]
+Flags = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,6 @@ class SignalMatrix:
         """True when the source provided this signal for at least one unit and window."""
         return bool(np.isfinite(self.values[signal]).any())
 
-    def select_units(self, keep: list[int]) -> SignalMatrix:
-        return SignalMatrix(
-            windows=self.windows,
-            units=tuple(self.units[i] for i in keep),
-            groups=tuple(self.groups[i] for i in keep),
-            values={k: v[:, keep] for k, v in self.values.items()},
-        )
 
 
 

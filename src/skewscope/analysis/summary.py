@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skewscope.analysis.matrix import Array, SignalMatrix, nanmean, nansum, safe_ratio
+from skewscope.analysis.matrix import Array, Flags, SignalMatrix, nanmean, nansum, safe_ratio
 
 
 @dataclass(frozen=True)
@@ -14,37 +14,36 @@ class Metric:
     key: str
     label: str
     unit: str
-    step: int  # method step the metric serves: 2 = load, 3 = impact, 4 = resource
 
 
 # The catalogue of summary metrics, in report order. Renderers take labels from here.
 METRICS: tuple[Metric, ...] = (
-    Metric("requests_per_window", "requests / window", "req", 2),
-    Metric("prompt_tokens_per_request", "input tokens / request", "tok", 2),
-    Metric("generation_tokens_per_request", "output tokens / request", "tok", 2),
-    Metric("tokens_per_window", "tokens / window", "tok", 2),
-    Metric("batch_size", "batch size (mean)", "seq", 2),
-    Metric("scheduled_tokens_per_window", "scheduled tokens / window", "tok", 2),
-    Metric("step_time_ms", "batch execution time", "ms", 3),
-    Metric("cost_us_per_token", "execution time / scheduled token", "µs", 2),
-    Metric("running", "running requests (mean)", "req", 3),
-    Metric("waiting", "waiting requests (mean)", "req", 3),
-    Metric("queue_wait_mean_ms", "queue wait (mean)", "ms", 3),
-    Metric("queue_wait_p95_ms", "queue wait p95", "ms", 3),
-    Metric("ttft_mean_ms", "TTFT (mean)", "ms", 3),
-    Metric("ttft_p99_ms", "TTFT p99", "ms", 3),
-    Metric("e2e_mean_ms", "end-to-end latency (mean)", "ms", 3),
-    Metric("e2e_p99_ms", "end-to-end latency p99", "ms", 3),
-    Metric("kv_usage", "KV usage (mean)", "frac", 4),
-    Metric("kv_usage_max", "KV usage (peak)", "frac", 4),
-    Metric("free_blocks_min", "free KV blocks (lowest)", "blocks", 4),
-    Metric("alloc_free_ratio", "KV blocks allocated / freed", "x", 4),
-    Metric("preemptions", "preemptions", "req", 4),
+    Metric("requests_per_window", "requests / window", "req"),
+    Metric("prompt_tokens_per_request", "input tokens / request", "tok"),
+    Metric("generation_tokens_per_request", "output tokens / request", "tok"),
+    Metric("tokens_per_window", "tokens / window", "tok"),
+    Metric("batch_size", "batch size (mean)", "seq"),
+    Metric("scheduled_tokens_per_window", "scheduled tokens / window", "tok"),
+    Metric("step_time_ms", "batch execution time", "ms"),
+    Metric("cost_us_per_token", "execution time / scheduled token", "µs"),
+    Metric("running", "running requests (mean)", "req"),
+    Metric("waiting", "waiting requests (mean)", "req"),
+    Metric("queue_wait_mean_ms", "queue wait (mean)", "ms"),
+    Metric("queue_wait_p95_ms", "queue wait p95", "ms"),
+    Metric("ttft_mean_ms", "TTFT (mean)", "ms"),
+    Metric("ttft_p99_ms", "TTFT p99", "ms"),
+    Metric("e2e_mean_ms", "end-to-end latency (mean)", "ms"),
+    Metric("e2e_p99_ms", "end-to-end latency p99", "ms"),
+    Metric("kv_usage", "KV usage (mean)", "frac"),
+    Metric("kv_usage_max", "KV usage (peak)", "frac"),
+    Metric("free_blocks_min", "free KV blocks (lowest)", "blocks"),
+    Metric("alloc_free_ratio", "KV blocks allocated / freed", "x"),
+    Metric("preemptions", "preemptions", "req"),
 )
 METRIC_BY_KEY = {m.key: m for m in METRICS}
 
 
-def unit_summary(m: SignalMatrix, j: int, mask: Array) -> dict[str, float]:
+def unit_summary(m: SignalMatrix, j: int, mask: Flags) -> dict[str, float]:
     """Summarise unit ``j`` over the windows selected by ``mask`` (NaN = not measured)."""
 
     def col(sig: str) -> Array:
