@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import sys
 import time
 from collections.abc import Sequence
@@ -231,7 +232,7 @@ def emit_report(report: Report, fmt_name: str, output: str | None, force: bool) 
         if output is None:
             terminal.render(report, Console(width=None if sys.stdout.isatty() else 140))
             return
-        console = Console(record=True, width=140, file=open("/dev/null", "w"))  # noqa: SIM115
+        console = Console(record=True, width=140, file=io.StringIO())
         terminal.render(report, console)
         text = console.export_text()
     if output is None:
