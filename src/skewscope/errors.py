@@ -39,3 +39,20 @@ class SimulationError(SkewscopeError):
     """A scenario file or simulator argument is invalid."""
 
     exit_code = 5
+
+
+MAX_MESSAGE_CHARS = 400
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """A message fit for a terminal: one line, bounded, no control characters.
+
+    Text quoted from files, servers, labels or folder names can carry newlines, ESC/OSC
+    sequences or megabytes; none of that may reach the user's terminal raw.
+    """
+    cleaned = "".join(
+        " " if ch in "\r\n\t" else (ch if ch.isprintable() else f"\\x{ord(ch):02x}")
+        for ch in text[: limit * 4]
+    )
+    cleaned = " ".join(cleaned.split())
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"

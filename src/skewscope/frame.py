@@ -8,16 +8,14 @@ abstains on missing signals instead of reading them as "idle".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING
+
+from skewscope.catalogue import Level as Level  # re-exported for the sources
 
 if TYPE_CHECKING:  # polars import is slow; keep --help fast
     import polars as pl
 
 
-class Level(StrEnum):
-    INSTANCE = "instance"
-    DP = "dp"
 
 
 # Identity columns, always present and non-null (dp_rank is null at instance level).

@@ -17,7 +17,8 @@ from skewscope.analysis.classify import Classification, classify
 from skewscope.analysis.detect import UnitHeat, detect
 from skewscope.analysis.impact import Impact, Trend, gap_trend, impact
 from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix
-from skewscope.analysis.summary import METRIC_BY_KEY, reference_summary, unit_summary
+from skewscope.analysis.summary import reference_summary, unit_summary
+from skewscope.catalogue import METRIC_BY_KEY
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence, Level, UnitFrame

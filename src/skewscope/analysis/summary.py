@@ -2,45 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix, nanmean, nansum, safe_ratio
-
-
-@dataclass(frozen=True)
-class Metric:
-    key: str
-    label: str
-    unit: str
-
-
-# The catalogue of summary metrics, in report order. Renderers take labels from here.
-METRICS: tuple[Metric, ...] = (
-    Metric("requests_per_window", "requests / window", "req"),
-    Metric("prompt_tokens_per_request", "input tokens / request", "tok"),
-    Metric("generation_tokens_per_request", "output tokens / request", "tok"),
-    Metric("tokens_per_window", "tokens / window", "tok"),
-    Metric("batch_size", "batch size (mean)", "seq"),
-    Metric("scheduled_tokens_per_window", "scheduled tokens / window", "tok"),
-    Metric("step_time_ms", "batch execution time", "ms"),
-    Metric("cost_us_per_token", "execution time / scheduled token", "µs"),
-    Metric("running", "running requests (mean)", "req"),
-    Metric("waiting", "waiting requests (mean)", "req"),
-    Metric("queue_wait_mean_ms", "queue wait (mean)", "ms"),
-    Metric("queue_wait_p95_ms", "queue wait p95", "ms"),
-    Metric("ttft_mean_ms", "TTFT (mean)", "ms"),
-    Metric("ttft_p99_ms", "TTFT p99", "ms"),
-    Metric("e2e_mean_ms", "end-to-end latency (mean)", "ms"),
-    Metric("e2e_p99_ms", "end-to-end latency p99", "ms"),
-    Metric("kv_usage", "KV usage (mean)", "frac"),
-    Metric("kv_usage_max", "KV usage (peak)", "frac"),
-    Metric("free_blocks_min", "free KV blocks (lowest)", "blocks"),
-    Metric("alloc_free_ratio", "KV blocks allocated / freed", "x"),
-    Metric("preemptions", "preemptions", "req"),
-)
-METRIC_BY_KEY = {m.key: m for m in METRICS}
 
 
 def unit_summary(m: SignalMatrix, j: int, mask: Flags) -> dict[str, float]:

@@ -5,38 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from skewscope.analysis.summary import METRIC_BY_KEY
+from skewscope.catalogue import METRIC_BY_KEY, UNIT_COLUMNS
 from skewscope.report.model import Finding, Report
 
-# Columns of the per-unit table, in order (keys of UnitReport.metrics).
-UNIT_COLUMNS: tuple[str, ...] = (
-    "requests_per_window",
-    "prompt_tokens_per_request",
-    "generation_tokens_per_request",
-    "running",
-    "waiting",
-    "queue_wait_p95_ms",
-    "ttft_p99_ms",
-    "e2e_p99_ms",
-    "step_time_ms",
-    "kv_usage",
-    "kv_usage_max",
-)
-
-SHORT_LABELS: dict[str, str] = {
-    "requests_per_window": "req/win",
-    "prompt_tokens_per_request": "in tok/req",
-    "generation_tokens_per_request": "out tok/req",
-    "running": "running",
-    "waiting": "waiting",
-    "queue_wait_p95_ms": "queue p95 ms",
-    "ttft_p99_ms": "TTFT p99 ms",
-    "e2e_p99_ms": "e2e p99 ms",
-    "step_time_ms": "step ms",
-    "kv_usage": "KV mean",
-    "kv_usage_max": "KV peak",
-}
-
+__all__ = ["UNIT_COLUMNS"]  # re-exported for the renderers
 
 def value(key: str, v: float | None) -> str:
     """Format one metric value by its unit; '—' marks a value that was not measured."""
@@ -57,6 +29,11 @@ def ratio(hot: float, ref: float) -> str:
         return "—"
     r = hot / ref
     return f"{r:,.0f}x" if r >= 100 else f"{r:.2f}x"
+
+
+def short_label(key: str) -> str:
+    m = METRIC_BY_KEY.get(key)
+    return m.short or m.label if m else key
 
 
 def label(key: str) -> str:

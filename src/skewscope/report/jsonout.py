@@ -9,3 +9,7 @@ from skewscope.report.model import Report
 
 def render(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
+    return render(report) + "\n"

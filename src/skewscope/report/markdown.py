@@ -6,6 +6,10 @@ from skewscope.report import fmt
 from skewscope.report.model import Finding, Report
 
 
+def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
+    return render(report) + "\n"
+
+
 def render(report: Report, heading: str = "#") -> str:
     out = [f"{heading} skewscope report", "", f"**{fmt.headline(report)}**", "",
            fmt.scope(report), ""]
@@ -44,7 +48,7 @@ def _finding(f: Finding, h: str) -> list[str]:
 
 
 def _units(report: Report, h: str) -> list[str]:
-    cols = ["unit", "role", "hot %", *(fmt.SHORT_LABELS[k] for k in fmt.UNIT_COLUMNS)]
+    cols = ["unit", "role", "hot %", *(fmt.short_label(k) for k in fmt.UNIT_COLUMNS)]
     lines = [f"{h} Units", "", "| " + " | ".join(cols) + " |",
              "|" + "---|" * 3 + "---:|" * len(fmt.UNIT_COLUMNS)]
     for u in report.units:

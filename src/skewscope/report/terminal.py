@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -14,8 +16,19 @@ VERDICT_STYLE = {"imbalanced": "bold red", "balanced": "bold green", "insufficie
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
+DEFAULT_WIDTH = 140  # when the output is not a terminal that tells its width
+
+
 def render(report: Report, console: Console) -> None:
     console.print(_body(report))
+
+
+def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
+    """The report as text; with ``color``, ANSI styles for a terminal."""
+    console = Console(record=True, width=width or DEFAULT_WIDTH, file=io.StringIO(),
+                      force_terminal=color, color_system="standard" if color else None)
+    render(report, console)
+    return console.export_text(styles=color)
 
 
 def _body(report: Report, nested: bool = False) -> Group:
@@ -62,7 +75,7 @@ def _units(report: Report) -> Table:
     table.add_column("role")
     table.add_column("hot %", justify="right")
     for key in fmt.UNIT_COLUMNS:
-        table.add_column(fmt.SHORT_LABELS[key], justify="right")
+        table.add_column(fmt.short_label(key), justify="right")
     for u in report.units:
         style = {"hot": "red", "starved": "blue"}.get(u.role, "")
         share = "—" if u.hot_share != u.hot_share else f"{u.hot_share:.0%}"

@@ -1,0 +1,118 @@
+"""The shared vocabulary: every name a source, the analysis, the report and the simulator agree
+on, defined once.
+
+This module is neutral ground: it imports nothing from skewscope, so every layer may read it
+without the layers depending on each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Level(StrEnum):
+    """Where units live: instances behind a gateway, or DP ranks inside one instance."""
+
+    INSTANCE = "instance"
+    DP = "dp"
+
+
+class Verdict(StrEnum):
+    IMBALANCED = "imbalanced"
+    BALANCED = "balanced"
+    INSUFFICIENT_DATA = "insufficient_data"
+
+
+class Kind(StrEnum):
+    """Why a unit is hot (method step 2)."""
+
+    COUNT = "count"
+    WEIGHT = "weight"
+    CAPABILITY = "capability"
+    UNKNOWN = "unknown"
+
+
+class Severity(StrEnum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+class Role(StrEnum):
+    """A unit's place in the report: hot, starved (almost no traffic) or normal."""
+
+    HOT = "hot"
+    STARVED = "starved"
+    NORMAL = "normal"
+
+
+class Dialect(StrEnum):
+    """Online metric dialects (engine exporters)."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    MINDIE = "mindie"
+    MS_SERVICE_METRIC = "ms-service-metric"
+
+
+class Generation(StrEnum):
+    """msServiceProfiler CSV header generations."""
+
+    CURRENT = "current"
+    DEC2025 = "dec2025"
+    CANN2025 = "cann2025"
+    MINDIE = "mindie"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-unit summary metric: its key in UnitReport.metrics, label and unit."""
+
+    key: str
+    label: str
+    unit: str
+    short: str = ""  # column header in the compact per-unit table
+
+
+# The catalogue of summary metrics, in report order. The analysis computes these keys; the
+# renderers take labels, units and short names from here.
+METRICS: tuple[Metric, ...] = (
+    Metric("requests_per_window", "requests / window", "req", "req/win"),
+    Metric("prompt_tokens_per_request", "input tokens / request", "tok", "in tok/req"),
+    Metric("generation_tokens_per_request", "output tokens / request", "tok", "out tok/req"),
+    Metric("tokens_per_window", "tokens / window", "tok"),
+    Metric("batch_size", "batch size (mean)", "seq"),
+    Metric("scheduled_tokens_per_window", "scheduled tokens / window", "tok"),
+    Metric("step_time_ms", "batch execution time", "ms", "step ms"),
+    Metric("cost_us_per_token", "execution time / scheduled token", "µs"),
+    Metric("running", "running requests (mean)", "req", "running"),
+    Metric("waiting", "waiting requests (mean)", "req", "waiting"),
+    Metric("queue_wait_mean_ms", "queue wait (mean)", "ms"),
+    Metric("queue_wait_p95_ms", "queue wait p95", "ms", "queue p95 ms"),
+    Metric("ttft_mean_ms", "TTFT (mean)", "ms"),
+    Metric("ttft_p99_ms", "TTFT p99", "ms", "TTFT p99 ms"),
+    Metric("e2e_mean_ms", "end-to-end latency (mean)", "ms"),
+    Metric("e2e_p99_ms", "end-to-end latency p99", "ms", "e2e p99 ms"),
+    Metric("kv_usage", "KV usage (mean)", "frac", "KV mean"),
+    Metric("kv_usage_max", "KV usage (peak)", "frac", "KV peak"),
+    Metric("free_blocks_min", "free KV blocks (lowest)", "blocks"),
+    Metric("alloc_free_ratio", "KV blocks allocated / freed", "x"),
+    Metric("preemptions", "preemptions", "req"),
+)
+METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
+
+# Columns of the compact per-unit table, in order (each has a short name above).
+UNIT_COLUMNS: tuple[str, ...] = (
+    "requests_per_window",
+    "prompt_tokens_per_request",
+    "generation_tokens_per_request",
+    "running",
+    "waiting",
+    "queue_wait_p95_ms",
+    "ttft_p99_ms",
+    "e2e_p99_ms",
+    "step_time_ms",
+    "kv_usage",
+    "kv_usage_max",
+)

@@ -1,0 +1,47 @@
+"""Command line. ``main(argv) -> int`` so tests call it in process.
+
+Each command is a module of this package with ``register(sub)`` (adds its subparser and sets
+``run``) and ``run(args) -> int``; a new command is one module and one name in ``COMMANDS``.
+Every SkewscopeError becomes one clean line on stderr and its exit code. Heavy imports (polars,
+the simulator) happen inside the commands so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from skewscope import __version__
+from skewscope.errors import SkewscopeError, one_line
+
+COMMANDS: tuple[str, ...] = ("diagnose", "simulate")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="skewscope",
+        description="Find and explain load skew across LLM inference instances and DP ranks.",
+    )
+    p.add_argument("--version", action="version", version=f"skewscope {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"skewscope.cli.{name}").register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or argparse's own usage error
+        return int(e.code or 0)
+    try:
+        return int(args.run(args))
+    except SkewscopeError as e:
+        print(f"skewscope: error: {one_line(str(e))}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("skewscope: interrupted", file=sys.stderr)
+        return 130

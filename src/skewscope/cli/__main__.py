@@ -1,0 +1,5 @@
+"""``python -m skewscope.cli``."""
+
+from skewscope.cli import main
+
+raise SystemExit(main())

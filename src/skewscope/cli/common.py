@@ -1,0 +1,211 @@
+"""What several commands share: durations and times, the online-source and auth options, loading
+evidence, and writing a report."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from skewscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from skewscope.frame import Evidence
+    from skewscope.report.model import Report
+    from skewscope.report.registry import Renderer
+    from skewscope.sources.auth import HttpAuth
+
+DIALECT_CHOICES = ("vllm", "sglang", "mindie", "ms-service-metric")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
+                   "y": 31536000.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+
+
+def parse_duration(text: str, what: str) -> float:
+    """'90', '90s', '15m', '2h', '1h30m' (Prometheus style) -> seconds; finite and positive."""
+    t = text.strip().lower()
+    try:
+        value = float(t)  # a bare number is seconds
+    except ValueError:
+        parts = _DURATION_PART.findall(t)
+        if not parts or "".join(n + u for n, u in parts) != t:
+            raise UsageError(
+                f"{what}: expected a positive duration like 30s, 15m, 2h or 1h30m, got {text!r}"
+            ) from None
+        value = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{what}: expected a finite positive duration, got {text!r}")
+    return value
+
+
+def parse_time(text: str, what: str) -> float:
+    """Epoch seconds or an ISO 8601 timestamp (UTC when no offset is given)."""
+    import datetime as dt
+
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise UsageError(f"{what}: expected epoch seconds or ISO 8601, got {text!r}") from None
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=dt.UTC)
+        value = t.timestamp()
+    if not math.isfinite(value):
+        raise UsageError(f"{what}: expected a finite time, got {text!r}")
+    return value
+
+
+def add_online_source_args(p: argparse.ArgumentParser) -> None:
+    """--prometheus / --scrape and their range, selector and dialect options."""
+    src = p.add_argument_group("online sources")
+    src.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible query API base")
+    src.add_argument("--last", metavar="DURATION", help="range ending now, e.g. 30m, 2h")
+    src.add_argument("--start", metavar="T", help="range start: epoch seconds or ISO 8601")
+    src.add_argument("--end", metavar="T", help="range end: epoch seconds or ISO 8601")
+    src.add_argument("--step", metavar="DURATION", help="query step = window (e.g. 15s)")
+    src.add_argument("--selector", default="", help='label matchers, e.g. {model_name="m"}')
+    src.add_argument("--scrape", nargs="+", metavar="URL", help="sample /metrics endpoints")
+    src.add_argument("--duration", default="2m", help="scrape duration (default 2m)")
+    src.add_argument("--interval", default="5s", help="scrape interval (default 5s)")
+    src.add_argument("--dialect", choices=DIALECT_CHOICES,
+                     help="metric dialect (default: detected from the metric names)")
+
+
+def add_auth_args(p: argparse.ArgumentParser) -> None:
+    auth = p.add_argument_group("online authentication and TLS (secrets are never printed)")
+    auth.add_argument("--token-env", metavar="VAR",
+                      help="bearer token from this env variable (default SKEWSCOPE_PROM_TOKEN)")
+    auth.add_argument("--token-file", metavar="FILE", help="bearer token from this file")
+    auth.add_argument("--user", help="basic-auth user")
+    auth.add_argument("--password-env", metavar="VAR",
+                      help="basic-auth password env variable (default SKEWSCOPE_PROM_PASSWORD)")
+    auth.add_argument("--password-file", metavar="FILE", help="basic-auth password file")
+    auth.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify the server")
+    auth.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    auth.add_argument("--cert", metavar="FILE", help="client certificate (PEM)")
+    auth.add_argument("--key", metavar="FILE", help="client certificate key (PEM)")
+    auth.add_argument("--timeout", default="30s", help="per-request timeout (default 30s)")
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    from skewscope.report.registry import names
+
+    p.add_argument("--format", choices=names(),
+                   help="output format (default: terminal, or from the -o extension)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
+
+
+def auth_from_args(args: argparse.Namespace) -> HttpAuth:
+    """Credentials and TLS options for any online source; secrets come from env or files."""
+    from skewscope.sources.auth import HttpAuth
+
+    options: dict[str, object] = {
+        "token_file": args.token_file,
+        "username": args.user,
+        "password_file": args.password_file,
+        "ca_file": args.ca_file,
+        "insecure_skip_verify": args.insecure,
+        "client_cert": args.cert,
+        "client_key": args.key,
+    }
+    if args.token_env:
+        options["token_env"] = args.token_env
+    if args.password_env:
+        options["password_env"] = args.password_env
+    return HttpAuth.from_options(**options)  # type: ignore[arg-type]
+
+
+def online_range(args: argparse.Namespace) -> tuple[float, float]:
+    """(start, end) in epoch seconds from --last or --start/--end."""
+    if args.last and (args.start or args.end):
+        raise UsageError("--last cannot be combined with --start/--end")
+    if args.last:
+        end = time.time()
+        return end - parse_duration(args.last, "--last"), end
+    if not (args.start and args.end):
+        raise UsageError("--prometheus needs a range: --last 30m, or --start T --end T")
+    start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
+    if end <= start:
+        raise UsageError("--end must be after --start")
+    return start, end
+
+
+def load_prometheus_evidence(args: argparse.Namespace, window: float | None) -> Evidence:
+    from skewscope.sources.prometheus import load_prometheus
+
+    start, end = online_range(args)
+    return load_prometheus(
+        args.prometheus,
+        start=start,
+        end=end,
+        step_s=parse_duration(args.step, "--step") if args.step else None,
+        selector=args.selector,
+        dialect=args.dialect,
+        auth=auth_from_args(args),
+        timeout_s=parse_duration(args.timeout, "--timeout"),
+        window_s=window,
+    )
+
+
+def load_scrape_evidence(args: argparse.Namespace, window: float | None) -> Evidence:
+    from skewscope.sources.scrape import load_scrape
+
+    return load_scrape(
+        args.scrape,
+        duration_s=parse_duration(args.duration, "--duration"),
+        interval_s=parse_duration(args.interval, "--interval"),
+        dialect=args.dialect,
+        progress=sys.stderr.isatty(),
+        window_s=window,
+        auth=auth_from_args(args),
+        timeout_s=parse_duration(args.timeout, "--timeout"),
+    )
+
+
+def pick_renderer(args: argparse.Namespace) -> Renderer:
+    """--format wins; else the -o extension; else the terminal report."""
+    from skewscope.report.registry import DEFAULT_RENDERER, by_name, for_path
+
+    if args.format:
+        return by_name(args.format)
+    if args.output:
+        chosen = for_path(args.output)
+        if chosen is not None:
+            return chosen
+    return by_name(DEFAULT_RENDERER)
+
+
+def check_output(args: argparse.Namespace) -> None:
+    """Refuse to overwrite before any work is done, not after a long run."""
+    if args.output and Path(args.output).exists() and not args.force:
+        raise UsageError(f"-o {args.output}: file exists (use --force to overwrite)")
+
+
+def emit_report(report: Report, args: argparse.Namespace) -> None:
+    """Render with the chosen renderer; write atomically to -o FILE, or to stdout."""
+    renderer = pick_renderer(args)
+    if args.output is None:
+        tty = sys.stdout.isatty()
+        width = shutil.get_terminal_size().columns if tty else None
+        sys.stdout.write(renderer.render(report, width=width, color=tty))
+        return
+    write_output(args.output, renderer.render(report), args.force)
+
+
+def write_output(output: str, text: str, force: bool) -> None:
+    from skewscope.atomic import write_text_atomic
+
+    if Path(output).exists() and not force:
+        raise UsageError(f"-o {output}: file exists (use --force to overwrite)")
+    try:
+        write_text_atomic(output, text)
+    except OSError as e:
+        raise UsageError(f"-o {output}: cannot write ({e.strerror})") from None

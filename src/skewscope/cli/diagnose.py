@@ -1,0 +1,53 @@
+"""``skewscope diagnose``: load evidence from one source, run the method, render the report."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from skewscope.cli import common
+from skewscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from skewscope.frame import Evidence
+
+
+def register(sub: Any) -> None:
+    d: argparse.ArgumentParser = sub.add_parser(
+        "diagnose",
+        help="diagnose load skew from profiler folders, Prometheus or live /metrics",
+        description="Offline: PATH is an msServiceProfiler instance folder or a folder of them "
+        "(NAME=PATH names an instance). Online: --prometheus URL or --scrape URL...",
+    )
+    d.add_argument("paths", nargs="*", metavar="PATH", help="profiler folder(s), NAME=PATH")
+    common.add_online_source_args(d)
+    common.add_auth_args(d)
+    d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"))
+    d.add_argument("--window", metavar="DURATION", help="window size (default: >= 24 windows)")
+    common.add_output_args(d)
+    d.set_defaults(run=run)
+
+
+def load_evidence(args: argparse.Namespace) -> Evidence:
+    window = common.parse_duration(args.window, "--window") if args.window else None
+    chosen = [bool(args.paths), bool(args.prometheus), bool(args.scrape)]
+    if sum(chosen) != 1:
+        raise UsageError("diagnose: give profiler PATHs, or --prometheus URL, or --scrape URL...")
+    if args.paths:
+        from skewscope.sources.profiler import load_profiler
+
+        return load_profiler(args.paths, window_s=window)
+    if args.prometheus:
+        return common.load_prometheus_evidence(args, window)
+    return common.load_scrape_evidence(args, window)
+
+
+def run(args: argparse.Namespace) -> int:
+    from skewscope.analysis.diagnose import diagnose
+
+    common.pick_renderer(args)
+    common.check_output(args)
+    evidence = load_evidence(args)
+    report = diagnose(evidence, level=args.level)
+    common.emit_report(report, args)
+    return 0

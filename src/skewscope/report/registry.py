@@ -1,0 +1,61 @@
+"""Renderer registry: the CLI picks a renderer by name or by the output file's extension.
+
+A new format plugs in by adding one entry to ``RENDERERS``; nothing else names the formats.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from skewscope.report.model import Report
+
+
+class RenderFn(Protocol):
+    def __call__(self, report: Report, *, width: int | None = None, color: bool = False) -> str: ...
+
+
+@dataclass(frozen=True)
+class Renderer:
+    """A report format. ``module`` exposes ``render_text(report, *, width, color) -> str``
+    (width and color matter to the terminal format only). It is imported only when used, so
+    rich and jinja2 stay off the ``--help`` path."""
+
+    name: str
+    extensions: tuple[str, ...]
+    module: str
+
+    def render(self, report: Report, *, width: int | None = None, color: bool = False) -> str:
+        fn: RenderFn = importlib.import_module(self.module).render_text
+        return fn(report, width=width, color=color)
+
+
+RENDERERS: tuple[Renderer, ...] = (
+    Renderer("terminal", (".txt",), "skewscope.report.terminal"),
+    Renderer("markdown", (".md", ".markdown"), "skewscope.report.markdown"),
+    Renderer("json", (".json",), "skewscope.report.jsonout"),
+)
+DEFAULT_RENDERER = "terminal"
+
+
+def names() -> tuple[str, ...]:
+    return tuple(r.name for r in RENDERERS)
+
+
+def by_name(name: str) -> Renderer:
+    for r in RENDERERS:
+        if r.name == name:
+            return r
+    raise KeyError(name)
+
+
+def for_path(path: str | Path) -> Renderer | None:
+    """The renderer a file name asks for, or None when its extension names none."""
+    suffix = Path(path).suffix.lower()
+    for r in RENDERERS:
+        if suffix in r.extensions:
+            return r
+    return None
