@@ -16,4 +16,5 @@ fi
 python3 -m pip install -q -e ".[test]"
 ruff check .
 mypy
+lint-imports --no-cache  # the layer contracts in pyproject.toml
 python3 -m pytest -q -p no:cacheprovider "$@"

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -7,4 +8,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 # CI shares two cores with servers the tests start: judge properties, not per-example speed.
 settings.register_profile("shared-cores", deadline=None)
-settings.load_profile("shared-cores")
+# In CI the examples are derandomized: a red build is reproducible, never a roll of the dice.
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "shared-cores")
