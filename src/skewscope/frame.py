@@ -125,6 +125,11 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
     return df.select(cols).sort("window_start_s", "unit")
 
 
+# Most windows any source builds: Prometheus refuses query_range with more points per series,
+# and offline a grid this long (times units and signals) is already hundreds of MB.
+MAX_WINDOWS = 11_000
+
+
 def choose_window(span_s: float, target_windows: int, min_window_s: float) -> float:
     """Default window: enough windows to judge persistence, never shorter than ``min_window_s``.
 

@@ -23,8 +23,9 @@ from pathlib import Path
 import polars as pl
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
-from skewscope.errors import InputError, SchemaError
+from skewscope.errors import InputError, UsageError
 from skewscope.frame import (
+    MAX_WINDOWS,
     SIGNAL_COLUMNS,
     TOTAL_SIGNALS,
     Evidence,
@@ -34,7 +35,9 @@ from skewscope.frame import (
     conform,
     dp_unit_id,
 )
+from skewscope.sources import profiler_range as pr
 from skewscope.sources import profiler_schema as ps
+from skewscope.sources import profiler_validate as pv
 from skewscope.sources.profiler_layout import InstanceFiles, discover_all
 
 SCHED_NAMES: tuple[str, ...] = ("batchFrameworkProcessing", "BatchSchedule")
@@ -50,6 +53,7 @@ KV_SOURCE_COLUMNS: dict[str, str] = {  # KV signal -> canonical column that feed
     "blocks_allocated": "blocks_allocated",
     "blocks_freed": "blocks_freed",
 }
+TOKENS: tuple[str, ...] = ("prompt_tokens", "generation_tokens")
 REQUEST_SIGNALS: tuple[str, ...] = (
     "requests",
     "prompt_tokens",
@@ -104,16 +108,8 @@ class Table:
     truncated: bool = False  # rows after the last complete one were never written
 
 
-def _wrap_polars(path: Path, err: Exception) -> SchemaError:
-    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    return SchemaError(f"{path}: not a readable CSV ({first})")
-
-
 def _collect(path: Path, query: pl.LazyFrame) -> pl.DataFrame:
-    try:
-        return query.collect(engine="streaming")
-    except pl.exceptions.PolarsError as err:
-        raise _wrap_polars(path, err) from None
+    return query.collect(engine="streaming")  # polars errors: see pv.guard in _read_files
 
 
 def _open(path: Path, schema: ps.FileSchema, notes: list[str]) -> tuple[ps.Prepared, ps.Resolved]:
@@ -132,6 +128,11 @@ class _Empty(Exception):
 def _table(prep: ps.Prepared, res: ps.Resolved, df: pl.DataFrame, notes: list[str]) -> Table:
     ps.raise_first_bad(df, prep, res)
     df = ps.finish(df.drop(ps.BAD), res)
+    df, dropped = pv.drop_impossible(df, res.schema.file, res.raw, ps.ROW)
+    notes.extend(dropped)
+    if res.schema is ps.REQUEST:
+        df, dropped = pv.drop_duplicate_requests(df)
+        notes.extend(dropped + pv.missing_value_notes(df, res.schema.file, res.raw, TOKENS))
     if df.is_empty():
         notes.append(f"{prep.path.name}: no data rows")
     local = any(ts.is_datetime for ts in res.times.values())
@@ -242,10 +243,11 @@ def _read_files(inst: InstanceFiles, notes: list[str]) -> dict[str, Table | Batc
     with ps.small_csv_chunks():  # every read, header peeks included (they prefetch chunks too)
         for file, path in inst.files.items():
             try:
-                if file == "batch.csv":
-                    out[file] = read_batch(path, notes)
-                else:
-                    out[file] = read_simple(path, ps.SCHEMAS[file], notes)
+                with pv.guard(path):  # any parser failure: one line naming file and line
+                    if file == "batch.csv":
+                        out[file] = read_batch(path, notes)
+                    else:
+                        out[file] = read_simple(path, ps.SCHEMAS[file], notes)
             except _Empty:
                 notes.append(f"{file} is empty (0 bytes) — skipped")
     return out
@@ -584,11 +586,15 @@ def _load_waiting(inst: Instance, table: Table, ranks: pl.DataFrame | None) -> N
         inst.dp_available.add("waiting")
 
 
-def load_instance(files: InstanceFiles) -> Instance:
+def load_instance(files: InstanceFiles, th: Thresholds = DEFAULT_THRESHOLDS) -> Instance:
     """Read every file of one instance and resolve its DP ranks and request placement."""
     inst = Instance(files.name)
     read = _read_files(files, inst.notes)
     tables = [r.steps if isinstance(r, BatchRead) else r for r in read.values()]
+    for file, table in zip(read, tables, strict=True):  # one bad clock must not widen the grid
+        bounds = pr.time_bounds(table.df["start_s"], th)
+        table.df, dropped = pr.drop_time_outliers(table.df, file, bounds)
+        inst.notes.extend(dropped)
     _align_times(tables, inst.notes)
     batch = read.get("batch.csv")
     simple = {k: v for k, v in read.items() if isinstance(v, Table)}
@@ -613,10 +619,17 @@ def load_instance(files: InstanceFiles) -> Instance:
 
 
 # =========================================================================== windows and frames
+def _total(col: str) -> pl.Expr:
+    """Sum of a window's rows; with blank/N/A cells the mean of the known ones times the rows
+    (a missing cell is unknown, not 0); null when no row has a value."""
+    c = pl.col(col)
+    return pl.when(c.null_count() == 0).then(c.sum()).otherwise(c.mean() * pl.len())
+
+
 REQUEST_AGGS: dict[str, pl.Expr] = {
     "requests": pl.len().cast(pl.Float64),
-    "prompt_tokens": pl.col("prompt_tokens").sum(),
-    "generation_tokens": pl.col("generation_tokens").sum(),
+    "prompt_tokens": _total("prompt_tokens"),
+    "generation_tokens": _total("generation_tokens"),
     "queue_wait_mean_ms": pl.col("queue_wait_ms").mean(),
     "queue_wait_p95_ms": pl.col("queue_wait_ms").quantile(0.95, "linear"),
     "ttft_mean_ms": pl.col("ttft_ms").mean(),
@@ -627,17 +640,24 @@ REQUEST_AGGS: dict[str, pl.Expr] = {
 STEP_AGGS: dict[str, pl.Expr] = {
     "steps": pl.len().cast(pl.Float64),
     "batch_size": pl.col("batch_size").mean(),
-    "scheduled_tokens": pl.col("scheduled_tokens").sum(),
+    "scheduled_tokens": _total("scheduled_tokens"),
     "running": pl.col("running").mean(),
 }
 KV_AGGS: dict[str, pl.Expr] = {
     "kv_usage": pl.col("kvcache_usage_rate").mean(),
     "kv_usage_max": pl.col("kvcache_usage_rate").max(),
     "free_blocks_min": pl.col("free_blocks").min(),
-    "blocks_allocated": pl.col("blocks_allocated").sum(),
-    "blocks_freed": pl.col("blocks_freed").sum(),
+    "blocks_allocated": _total("blocks_allocated"),
+    "blocks_freed": _total("blocks_freed"),
 }
-BUSY_AGGS: dict[str, pl.Expr] = {"busy_ms": pl.col("busy_ms").sum()}
+BUSY_AGGS: dict[str, pl.Expr] = {"busy_ms": _total("busy_ms")}
+# signal -> column counting the rows of its part in a window (null: the window had none)
+PART_ROWS: dict[str, str] = {
+    sig: f"_n_{part}"
+    for part, aggs in (("req", REQUEST_AGGS), ("step", STEP_AGGS), ("kv", KV_AGGS),
+                       ("busy", BUSY_AGGS))
+    for sig in aggs
+}
 
 
 @dataclass(frozen=True)
@@ -662,27 +682,29 @@ class Grid:
         return pl.DataFrame({WI: pl.int_range(self.first, self.last + 1, eager=True)})
 
 
-def _event_times(instances: list[Instance]) -> list[pl.Series]:
-    frames = [
-        f
-        for i in instances
-        for f in (i.requests, i.steps, i.busy, i.kv, i.waiting)
-        if f is not None and not f.is_empty()
-    ]
-    return [f["start_s"].drop_nulls() for f in frames]
+def _span(instances: list[Instance]) -> tuple[float, float] | None:
+    return pr.span([f for i in instances for f in (i.requests, i.steps, i.busy, i.kv, i.waiting)
+                    if f is not None])
 
 
 def make_grid(instances: list[Instance], window_s: float | None, th: Thresholds) -> Grid:
-    """Window grid over the span of every instance's events (aligned to multiples of window)."""
-    times = [s for s in _event_times(instances) if len(s)]
-    if not times:
+    """Window grid over the span of every instance's events (aligned to multiples of window),
+    at most ``MAX_WINDOWS`` long."""
+    span = _span(instances)
+    if span is None:
         raise InputError("no data rows in any profiler file: nothing to analyse")
-    lo = min(float(s.min()) for s in times)  # type: ignore[arg-type]
-    hi = max(float(s.max()) for s in times)  # type: ignore[arg-type]
+    lo, hi = span
     if window_s is not None and window_s <= 0:
         raise InputError(f"window must be positive, got {window_s}")
     w = window_s or choose_window(hi - lo, th.target_windows, th.min_window_s)
-    return Grid.spanning(lo, hi, w)
+    grid = Grid.spanning(lo, hi, w)
+    if grid.last - grid.first + 1 > MAX_WINDOWS:
+        raise UsageError(
+            f"--window {w:g}s over a capture of {hi - lo:.0f}s gives "
+            f"{grid.last - grid.first + 1} windows, more than {MAX_WINDOWS}: use a larger "
+            "--window, or zoom in with --start/--end/--last"
+        )
+    return grid
 
 
 @dataclass(frozen=True)
@@ -715,7 +737,8 @@ def _aggregate(
 ) -> pl.DataFrame | None:
     if df is None:
         return None
-    return df.with_columns(grid.index()).group_by([*keys, WI]).agg(**aggs)
+    rows = {PART_ROWS[s]: pl.len() for s in aggs if s in PART_ROWS}  # one name per part
+    return df.with_columns(grid.index()).group_by([*keys, WI]).agg(**aggs, **rows)
 
 
 def _step_signals(
@@ -734,6 +757,7 @@ def _step_signals(
         weighted.alias("batch_size"),
         pl.col("scheduled_tokens").sum(),
         pl.col("running").sum(),
+        pl.col(PART_ROWS["steps"]).sum(),
     )
 
 
@@ -801,7 +825,7 @@ def build_frame(instances: list[Instance], spec: LevelSpec, grid: Grid) -> pl.Da
     for part in parts:
         if part is not None:
             base = base.join(part, on=[*keys, WI], how="left", nulls_equal=True)
-    base = _ensure(base, SIGNAL_COLUMNS)
+    base = _ensure(base, [*SIGNAL_COLUMNS, *set(PART_ROWS.values())])
     base = base.with_columns(
         (pl.col(WI) * grid.window_s).alias("window_start_s"),
         *(_mask(s) for s in SIGNAL_COLUMNS),
@@ -815,8 +839,13 @@ def build_frame(instances: list[Instance], spec: LevelSpec, grid: Grid) -> pl.Da
 
 
 def _mask(signal: str) -> pl.Expr:
-    """Null where the unit cannot provide the signal; 0 for totals with no event in a window."""
-    value = pl.col(signal).fill_null(0.0) if signal in ZERO_FILL else pl.col(signal)
+    """Null where the unit cannot provide the signal; 0 for totals in a window without rows,
+    unless the unit's rows never carry a value of it (blank/N/A everywhere: unknown, not 0)."""
+    value = pl.col(signal)
+    if signal in ZERO_FILL:
+        rows = pl.col(PART_ROWS[signal])
+        never = rows.is_not_null().any().over("unit") & value.is_null().all().over("unit")
+        value = pl.when(rows.is_null() & ~never).then(value.fill_null(0.0)).otherwise(value)
     return pl.when(pl.col(f"_a_{signal}")).then(value).otherwise(None).alias(signal)
 
 
@@ -853,19 +882,42 @@ def _frame(instances: list[Instance], spec: LevelSpec, grid: Grid, notes: list[s
     )
 
 
+def zoom(
+    instances: list[Instance], start: float | None, end: float | None, last_s: float | None
+) -> str | None:
+    """Keep the events in ``[start, end)`` or the capture's last ``last_s``; the report note."""
+    whole = _span(instances)
+    if whole is None or (start is None and end is None and last_s is None):
+        return None
+    lo, hi = pr.zoom_range(whole, start, end, last_s)
+    keep = (pl.col("start_s") >= lo) & (pl.col("start_s") < hi)
+    for inst in instances:
+        for attr in ("requests", "steps", "busy", "dp_busy", "kv", "waiting"):
+            if (df := getattr(inst, attr)) is not None:
+                setattr(inst, attr, df.filter(keep))
+        if inst.requests is not None:
+            inst.placed = int(inst.requests["dp_rank"].is_not_null().sum())
+    return pr.zoom_note(whole, lo, hi, _span(instances) is not None)
+
+
 def load_profiler(
     specs: Sequence[str],
     *,
     window_s: float | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    start: float | None = None,
+    end: float | None = None,
+    last_s: float | None = None,
 ) -> Evidence:
-    """Load msServiceProfiler folders (``PATH`` or ``NAME=PATH``) into instance and DP frames.
+    """Load msServiceProfiler folders (``PATH`` or ``NAME=PATH``) into instance and DP frames,
+    optionally zoomed to ``[start, end)`` (epoch s) or to the capture's last ``last_s``.
 
     Raises InputError/SchemaError with a one-line message for any bad input.
     """
-    instances = [load_instance(files) for files in discover_all(specs)]
+    instances = [load_instance(files, thresholds) for files in discover_all(specs)]
+    zoomed = zoom(instances, start, end, last_s)
     grid = make_grid(instances, window_s, thresholds)
-    notes = [n for i in instances for n in _prefixed(i, i.notes)]
+    notes = [n for i in instances for n in _prefixed(i, i.notes)] + ([zoomed] if zoomed else [])
     dp_notes = [n for i in instances if i.has_dp for n in _prefixed(i, i.dp_notes)]
     instance_frame = _frame(instances, INSTANCE_LEVEL, grid, notes)
     dp_instances = [i for i in instances if i.has_dp]

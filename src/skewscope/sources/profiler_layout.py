@@ -8,6 +8,7 @@ level down (``OUT/<something>/request.csv``), so both depths are accepted.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,8 +36,9 @@ class InstanceFiles:
 
 
 def _csvs_in(folder: Path) -> dict[str, Path]:
-    """Profiler CSVs directly in ``folder``."""
-    return {f: folder / f for f in PROFILER_FILES if (folder / f).is_file()}
+    """Profiler CSVs directly in ``folder``: any entry of that name (a directory or a broken
+    link named request.csv is reported by the reader, not silently skipped)."""
+    return {f: folder / f for f in PROFILER_FILES if os.path.lexists(folder / f)}
 
 
 def _subfolders(folder: Path) -> list[Path]:

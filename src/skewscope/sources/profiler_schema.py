@@ -21,6 +21,7 @@ from typing import Literal
 import polars as pl
 
 from skewscope.errors import SchemaError
+from skewscope.sources import profiler_validate as pv
 
 # "blob": long text only ever searched (res_list); NA cells become null, other cells are
 # passed through unstripped (stripping would copy every multi-KB cell).
@@ -151,12 +152,6 @@ class Prepared:
     truncated: bool = False  # the writer stopped mid-line: data after the last row is missing
 
 
-def _read_header(path: Path) -> list[str]:
-    with path.open(encoding="utf-8-sig", errors="replace", newline="") as fh:
-        line = fh.readline()
-    return next(csv.reader([line]), [])
-
-
 def _tail_line(path: Path, size: int) -> bytes:
     """The last line of a file (after its last newline), read from the end in blocks."""
     with path.open("rb") as fh:
@@ -181,15 +176,22 @@ def _is_truncated(last: bytes, n_fields: int) -> bool:
     text = last.decode("utf-8", errors="replace")
     if text.count('"') % 2:
         return True
-    return len(next(csv.reader([text]), [])) < n_fields
+    try:
+        return len(next(csv.reader([text]), [])) < n_fields
+    except csv.Error:  # e.g. a field over the csv module's limit: a write cut in a res_list
+        return True
 
 
 def prepare(path: Path) -> Prepared | None:
-    """Header and readable row count of ``path``; None when the file is empty (0 bytes)."""
+    """Header and readable row count of ``path``; None when the file is empty (0 bytes).
+
+    Raises InputError/SchemaError for what is no UTF-8 CSV (see ``profiler_validate``).
+    """
+    pv.check_file(path)
     size = os.path.getsize(path)
     if size == 0:
         return None
-    header = _read_header(path)
+    header = pv.read_header(path)
     with path.open("rb") as fh:
         fh.seek(size - 1)
         ends_with_newline = fh.read(1) == b"\n"
@@ -266,7 +268,7 @@ def resolve(prep: Prepared, schema: FileSchema) -> Resolved:
         expected = ", ".join(c.aliases[0] for c in schema.columns if c.required)
         raise SchemaError(
             f"{prep.path}: line 1: not a msServiceProfiler {schema.file} header "
-            f"(expected columns {expected}; found {','.join(prep.header)[:200]})"
+            f"(expected columns {expected}; found {pv.quote(','.join(prep.header))})"
         )
     missing = [_describe(c) for c in schema.columns if c.required and not found[c.canon]]
     if missing:
@@ -392,7 +394,7 @@ def raise_first_bad(df: pl.DataFrame, prep: Prepared, res: Resolved) -> None:
         .collect()[raw_name][0]
     )
     raise SchemaError(
-        f"{prep.path}: line {row + 2}, column '{raw_name}': {cell!r} is not "
+        f"{prep.path}: line {row + 2}, column {pv.quote(raw_name)}: {pv.quote(cell)} is not "
         f"{expected_type(res, canon)}"
     )
 

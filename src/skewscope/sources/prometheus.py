@@ -20,7 +20,7 @@ import httpx
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
-from skewscope.frame import Evidence, Level, choose_window
+from skewscope.frame import MAX_WINDOWS, Evidence, Level, choose_window
 from skewscope.sources.auth import HttpAuth, redact_url
 from skewscope.sources.dialects import (
     SIGNAL_SPECS,
@@ -34,7 +34,7 @@ from skewscope.sources.dialects import (
 )
 from skewscope.sources.promql import build_query, normalise_selector
 
-MAX_POINTS = 11_000  # Prometheus refuses query_range with more points per series
+MAX_POINTS = MAX_WINDOWS  # Prometheus refuses query_range with more points per series
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
 

@@ -1,0 +1,93 @@
+"""Which event times the profiler reader keeps: rows of a bad clock or cell are dropped, and
+``--start/--end/--last`` zoom into part of a capture.
+
+A single timestamp decades away would otherwise stretch the window grid over millions of
+windows; the bulk of a file is its median time +- a number of median absolute deviations
+(``Thresholds.time_outlier_*``), robust to any minority of bad rows.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import polars as pl
+
+from skewscope.config import Thresholds
+from skewscope.errors import InputError, UsageError
+
+CLOCK_RANGE_S = (-1e10, 1e10)  # epoch seconds a clock can show (years 1653..2286)
+
+
+def time_bounds(times: pl.Series, th: Thresholds) -> tuple[float, float]:
+    """The range of plausible event times: median +- max(k MADs, floor) of the times a clock
+    can show (an empty range when there are none)."""
+    t = times.filter(times.is_between(*CLOCK_RANGE_S))
+    if t.is_empty():
+        return 1.0, 0.0
+    median = float(t.median())  # type: ignore[arg-type]
+    mad = float((t - median).abs().median())  # type: ignore[arg-type]
+    reach = max(th.time_outlier_mads * mad, th.time_outlier_floor_s)
+    return median - reach, median + reach
+
+
+def drop_time_outliers(
+    df: pl.DataFrame, file: str, bounds: tuple[float, float]
+) -> tuple[pl.DataFrame, list[str]]:
+    """Rows with no time, or a time outside ``bounds``, are dropped with a note; an end time
+    outside them is read as missing."""
+    if df.is_empty() or "start_s" not in df.columns:
+        return df, []
+    start = pl.col("start_s")
+    inside = start.is_between(*bounds).fill_null(False)
+    counts = df.select((~inside & start.is_null()).sum().alias("none"),
+                       (~inside & start.is_not_null()).sum().alias("far"))
+    none, far = int(counts["none"][0]), int(counts["far"][0])
+    notes = []
+    if none:
+        notes.append(f"{file}: {none} row(s) without a start time — dropped")
+    if far:
+        notes.append(f"{file}: {far} row(s) with a start time far outside the rest of the "
+                     "capture or no clock time (a bad clock or cell) — dropped")
+    out = df.filter(inside) if none or far else df
+    if "end_s" in out.columns:
+        out = out.with_columns(
+            pl.when(pl.col("end_s").is_between(*bounds)).then(pl.col("end_s")).alias("end_s")
+        )
+    return out, notes
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def span(frames: list[pl.DataFrame]) -> tuple[float, float] | None:
+    """First and last ``start_s`` of the frames; None without a row."""
+    times = [f["start_s"].drop_nulls() for f in frames if not f.is_empty()]
+    times = [t for t in times if len(t)]
+    if not times:
+        return None
+    lo = min(float(t.min()) for t in times)  # type: ignore[arg-type]
+    return lo, max(float(t.max()) for t in times)  # type: ignore[arg-type]
+
+
+def zoom_range(
+    whole: tuple[float, float], start: float | None, end: float | None, last_s: float | None
+) -> tuple[float, float]:
+    """``[lo, hi)`` to keep: ``--start/--end`` as given, ``--last D`` the capture's last D."""
+    if last_s is not None:
+        return whole[1] - last_s, math.inf
+    lo = -math.inf if start is None else start
+    hi = math.inf if end is None else end
+    if hi <= lo:
+        raise UsageError("--end must be after --start")
+    return lo, hi
+
+
+def zoom_note(whole: tuple[float, float], lo: float, hi: float, kept: bool) -> str:
+    """The report note of a zoom; InputError when the range holds no event."""
+    shown = f"{iso(max(lo, whole[0]))} .. {iso(min(hi, whole[1]))}"
+    capture = f"the capture spans {iso(whole[0])} .. {iso(whole[1])}"
+    if not kept:
+        raise InputError(f"no profiler event in {shown} ({capture})")
+    return f"zoomed to {shown} ({capture})"
