@@ -64,9 +64,10 @@ def parse_time(text: str, what: str) -> float:
 
 def add_online_source_args(p: argparse.ArgumentParser) -> None:
     """--prometheus / --scrape and their range, selector and dialect options."""
-    src = p.add_argument_group("online sources")
+    src = p.add_argument_group("online sources (--last/--start/--end also zoom into a capture)")
     src.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible query API base")
-    src.add_argument("--last", metavar="DURATION", help="range ending now, e.g. 30m, 2h")
+    src.add_argument("--last", metavar="DURATION",
+                     help="range ending now, e.g. 30m, 2h (offline: the capture's last DURATION)")
     src.add_argument("--start", metavar="T", help="range start: epoch seconds or ISO 8601")
     src.add_argument("--end", metavar="T", help="range end: epoch seconds or ISO 8601")
     src.add_argument("--step", metavar="DURATION", help="query step = window (e.g. 15s)")

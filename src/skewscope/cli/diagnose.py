@@ -36,10 +36,24 @@ def load_evidence(args: argparse.Namespace) -> Evidence:
     if args.paths:
         from skewscope.sources.profiler import load_profiler
 
-        return load_profiler(args.paths, window_s=window)
+        start, end, last_s = offline_range(args)
+        return load_profiler(args.paths, window_s=window, start=start, end=end, last_s=last_s)
     if args.prometheus:
         return common.load_prometheus_evidence(args, window)
     return common.load_scrape_evidence(args, window)
+
+
+def offline_range(args: argparse.Namespace) -> tuple[float | None, float | None, float | None]:
+    """Zoom into a capture: --start/--end (either may be left open), or --last D = the last D
+    of the capture (not of the wall clock: a capture is analysed after the fact)."""
+    if args.last and (args.start or args.end):
+        raise UsageError("--last cannot be combined with --start/--end")
+    start = common.parse_time(args.start, "--start") if args.start else None
+    end = common.parse_time(args.end, "--end") if args.end else None
+    if start is not None and end is not None and end <= start:
+        raise UsageError("--end must be after --start")
+    last = common.parse_duration(args.last, "--last") if args.last else None
+    return start, end, last
 
 
 def run(args: argparse.Namespace) -> int:

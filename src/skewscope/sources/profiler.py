@@ -23,9 +23,8 @@ from pathlib import Path
 import polars as pl
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
-from skewscope.errors import InputError, UsageError
+from skewscope.errors import InputError
 from skewscope.frame import (
-    MAX_WINDOWS,
     SIGNAL_COLUMNS,
     TOTAL_SIGNALS,
     Evidence,
@@ -417,14 +416,8 @@ def _load_batch(inst: Instance, batch: BatchRead, forward: Table | None) -> pl.D
     inst.steps = rows
     inst.ranks = tuple(sorted(rows["dp_rank"].drop_nulls().unique().to_list()))
     step_signals = {"steps", "batch_size", "running"}
-    if (
-        "total_scheduled_tokens" in found
-        or {
-            "prefill_scheduled_tokens",
-            "decode_scheduled_tokens",
-        }
-        <= found
-    ):
+    if "total_scheduled_tokens" in found or {"prefill_scheduled_tokens",
+                                             "decode_scheduled_tokens"} <= found:
         step_signals.add("scheduled_tokens")
     kv = {sig for sig, col in KV_SOURCE_COLUMNS.items() if col in found}
     inst.available |= step_signals | {"busy_ms"}
@@ -698,12 +691,7 @@ def make_grid(instances: list[Instance], window_s: float | None, th: Thresholds)
         raise InputError(f"window must be positive, got {window_s}")
     w = window_s or choose_window(hi - lo, th.target_windows, th.min_window_s)
     grid = Grid.spanning(lo, hi, w)
-    if grid.last - grid.first + 1 > MAX_WINDOWS:
-        raise UsageError(
-            f"--window {w:g}s over a capture of {hi - lo:.0f}s gives "
-            f"{grid.last - grid.first + 1} windows, more than {MAX_WINDOWS}: use a larger "
-            "--window, or zoom in with --start/--end/--last"
-        )
+    pr.check_window_count(grid.last - grid.first + 1, w, hi - lo)
     return grid
 
 

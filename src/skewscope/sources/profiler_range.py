@@ -15,6 +15,7 @@ import polars as pl
 
 from skewscope.config import Thresholds
 from skewscope.errors import InputError, UsageError
+from skewscope.frame import MAX_WINDOWS
 
 CLOCK_RANGE_S = (-1e10, 1e10)  # epoch seconds a clock can show (years 1653..2286)
 
@@ -91,3 +92,12 @@ def zoom_note(whole: tuple[float, float], lo: float, hi: float, kept: bool) -> s
     if not kept:
         raise InputError(f"no profiler event in {shown} ({capture})")
     return f"zoomed to {shown} ({capture})"
+
+
+def check_window_count(n: int, window_s: float, span_s: float) -> None:
+    """UsageError when the grid would exceed ``MAX_WINDOWS`` (the cap every source shares)."""
+    if n > MAX_WINDOWS:
+        raise UsageError(
+            f"--window {window_s:g}s over a capture of {span_s:.0f}s gives {n} windows, more "
+            f"than {MAX_WINDOWS}: use a larger --window, or zoom in with --start/--end/--last"
+        )
