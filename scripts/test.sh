@@ -18,3 +18,4 @@ ruff check .
 mypy
 lint-imports --no-cache  # the layer contracts in pyproject.toml
 python3 -m pytest -q -p no:cacheprovider "$@"
+bash scripts/test_min_versions.sh  # the declared minimum versions are tested ones
