@@ -3,7 +3,6 @@ bad-input cases (one-line errors naming file, line, column)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -389,10 +388,6 @@ def test_nested_output_folder_and_default_window(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- simulator writer
-HAS_SIM_WRITER = importlib.util.find_spec("skewscope.sim.writers.profiler") is not None
-
-
-@pytest.mark.skipif(not HAS_SIM_WRITER, reason="simulator profiler writer not available")
 @pytest.mark.parametrize("generation", ["current", "dec2025", "cann2025", "mindie"])
 def test_end_to_end_over_simulator_writer(tmp_path: Path, generation: str) -> None:
     """The reader and the simulator's writer, built from the same spec, agree with the truth."""

@@ -18,9 +18,6 @@ if TYPE_CHECKING:  # polars import is slow; keep --help fast
 
 
 
-# Identity columns, always present and non-null (dp_rank is null at instance level).
-ID_COLUMNS: tuple[str, ...] = ("window_start_s", "unit", "instance", "dp_rank")
-
 # Canonical signals: name -> (meaning, how to combine DP rows into an instance row).
 # "sum": add across ranks; "mean": average across ranks; "max": worst rank (tail estimates);
 # "min": lowest rank (free capacity).

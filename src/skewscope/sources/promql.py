@@ -9,7 +9,6 @@ the fleet size. Every label value we put into a selector goes through ``quote``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from skewscope.errors import UsageError
 from skewscope.frame import Level
@@ -81,11 +80,6 @@ def check_label_name(name: str) -> str:
 
 def matcher_text(m: Matcher) -> str:
     return f"{check_label_name(m.label)}{m.op}{quote(m.value)}"
-
-
-def labels_selector(labels: Mapping[str, str]) -> str:
-    """``{a="x",b="y"}`` -> ``a="x",b="y"`` with every value escaped (for callers building one)."""
-    return ",".join(matcher_text(Matcher(k, "=", v)) for k, v in sorted(labels.items()))
 
 
 def normalise_selector(selector: str) -> str:

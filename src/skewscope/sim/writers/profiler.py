@@ -26,7 +26,6 @@ GENERATIONS: tuple[str, ...] = ("current", "dec2025", "cann2025", "mindie")
 
 # Asia/Shanghai has no DST: a fixed offset reproduces the profiler's local timestamps.
 LOCAL_OFFSET_S = 8 * 3600
-DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S:%f"  # the profiler's format (colon before microseconds)
 
 # A scheduling row covers the scheduler's own work at the start of a step; the contract has no
 # separate scheduling time, so a short fixed slice is used (never longer than half the step).
@@ -68,13 +67,6 @@ KVCACHE_HEADERS: dict[str, tuple[str, ...]] = {
 }
 KVCACHE_HEADERS["dec2025"] = KVCACHE_HEADERS["current"]
 KVCACHE_HEADERS["cann2025"] = KVCACHE_HEADERS["current"]
-FORWARD_HEADER: tuple[str, ...] = (
-    "name", "relative_start_time(ms)", "start_datetime", "end_datetime", "during_time(ms)",
-    "bubble_time(ms)", "batch_size", "batch_type", "forward_iter", "dp_rank", "prof_id",
-    "hostname", "start_time(ms)", "end_time(ms)")
-REQUEST_STATUS_HEADER: tuple[str, ...] = (
-    "hostuid", "pid", "start_datetime", "relative_timestamp(ms)", "waiting", "running",
-    "swapped", "timestamp(ms)")
 
 # (scheduling row name, execution row name) per generation.
 _STEP_NAMES = {"current": ("batchFrameworkProcessing", "modelExec"),
