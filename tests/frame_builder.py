@@ -25,6 +25,7 @@ class Spec:
     until: int | None = None  # no traffic from this window on (failed health check)
     ramp: float = 0.0  # rate grows by this share of ``rate`` every window
     tail_ramp_ms: float = 0.0  # e2e latency grows by this much every window
+    stalled_from: int | None = None  # engine hangs from this window: holds requests, no steps
 
 
 def make_frame(
@@ -82,5 +83,13 @@ def make_frame(
                     "kv_usage_max": min(1.0, 0.015 * n / window_s * e2e / 1000.0 + 0.1),
                 }
             )
+            if s.stalled_from is not None and w >= s.stalled_from:
+                held = 8.0 + 2.0 * (w - s.stalled_from)  # queue keeps growing, nothing leaves
+                rows[-1].update(
+                    requests=0.0, prompt_tokens=0.0, generation_tokens=0.0, steps=0.0,
+                    scheduled_tokens=0.0, busy_ms=0.0, running=8.0, waiting=held,
+                    batch_size=None, e2e_mean_ms=None, e2e_p99_ms=None, ttft_mean_ms=None,
+                    ttft_p99_ms=None, queue_wait_mean_ms=None, queue_wait_p95_ms=None,
+                )
     df = conform(pl.DataFrame(rows))
     return UnitFrame(df=df, level=level, window_s=window_s, source=source)

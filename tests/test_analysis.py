@@ -240,3 +240,42 @@ def test_different_dp_sizes_are_noted() -> None:
     assert any("different DP sizes (a: 2, b: 4, c: 1, d: 1)" in n for n in report.notes)
     same = diagnose(Evidence(instance=inst, dp=None), level="instance")
     assert not any("DP sizes" in n for n in same.notes)
+
+
+@pytest.mark.parametrize("steps_measured", [True, False])
+def test_stalled_engine_is_the_worst_hot_unit_not_idle(steps_measured: bool) -> None:
+    # d hangs from window 2: 8 running, a growing queue, no steps, nothing finishes (online
+    # requests are finished requests, so by requests alone d looks starved)
+    import polars as pl
+
+    from skewscope.frame import UnitFrame
+
+    frame = make_frame(even(d=Spec(stalled_from=2)), source="prometheus")
+    df = frame.df if steps_measured else frame.df.with_columns(
+        pl.lit(None, dtype=pl.Float64).alias("steps"))
+    report = diagnose_frame(UnitFrame(df=df, level=Level.INSTANCE, window_s=10.0,
+                                      source="prometheus"))
+    assert report.verdict == "imbalanced"
+    assert "d" in report.hot_units and report.starved_units == ()
+    (f,) = [f for f in report.findings if f.units == ("d",)]
+    assert f.kind == "stalled" and f.severity == "high"
+    assert f.root_causes[0].key == "engine_stalled"
+    assert f.evidence["progress_signal"] == ("steps" if steps_measured else "requests")
+    assert {u.unit: u.role for u in report.units}["d"] == "stalled"
+    assert "idle" not in " ".join(report.notes)
+
+
+def test_stalled_engine_in_a_near_idle_service_is_flagged_not_insufficient() -> None:
+    quiet = Spec(rate=0.3)
+    report = diagnose_frame(make_frame(even(a=quiet, b=quiet, c=quiet,
+                                            d=Spec(rate=0.3, stalled_from=0))))
+    assert report.verdict == "imbalanced"
+    assert report.hot_units == ("d",)
+    (f,) = report.findings
+    assert f.kind == "stalled" and f.severity == "high"
+    assert any("not judged: near-idle" in n for n in report.notes)
+
+
+def test_slow_but_progressing_unit_is_not_stalled() -> None:
+    report = diagnose_frame(make_frame(even(d=Spec(speed=1.9))))
+    assert all(f.kind != "stalled" for f in report.findings)

@@ -29,8 +29,9 @@ def test_terminal_shows_verdict_finding_cause_and_side_by_side() -> None:
     assert "Routing weights favour some units" in text
     assert "requests / window" in text and "peers (median)" in text
     # the ratio column agrees with the model
-    hot, ref = HOT.findings[0].side_by_side[0][1:]
-    assert f"{hot / ref:.2f}x" in text
+    row = HOT.findings[0].side_by_side[0]
+    assert row.ratio == row.hot / row.reference
+    assert f"{row.ratio:.2f}x" in text
 
 
 def test_terminal_balanced_and_insufficient() -> None:
@@ -53,3 +54,25 @@ def test_json_equals_model_and_has_no_nan() -> None:
     assert doc == json.loads(json.dumps(HOT.to_dict()))
     assert "NaN" not in text
     assert doc["findings"][0]["units"] == ["c"]
+
+
+def test_infinite_ratio_is_the_same_number_in_tables_summary_and_json() -> None:
+    # every request pinned to rank 0, rank 1 serves nothing: the ratio is inf, not missing
+    from skewscope.frame import Level
+
+    specs = {"v/dp0": Spec(rate=30.0), "v/dp1": Spec(until=0)}
+    report = diagnose_frame(make_frame(specs, level=Level.DP))
+    hot = next(f for f in report.findings if f.units == ("v/dp0",))
+    assert hot.severity == "high"
+    assert hot.evidence["count_ratio"] == float("inf")
+    row = next(r for r in hot.side_by_side if r.metric == "requests_per_window")
+    assert row.reference == 0 and row.ratio == float("inf")
+    doc = json.loads(jsonout.render(report))
+    jhot = next(f for f in doc["findings"] if f["units"] == ["v/dp0"])
+    assert jhot["evidence"]["count_ratio"] == "inf"
+    jrow = next(r for r in jhot["side_by_side"] if r["metric"] == "requests_per_window")
+    assert jrow["ratio"] == "inf"
+    assert "∞x the requests" in hot.summary
+    text = _terminal(report)
+    assert "∞x" in text
+    assert "∞x" in markdown.render(report)

@@ -31,6 +31,7 @@ class Kind(StrEnum):
     WEIGHT = "weight"
     CAPABILITY = "capability"
     UNKNOWN = "unknown"
+    STALLED = "stalled"  # holds requests, finishes none: not a skew kind, the worst hot unit
 
 
 class Severity(StrEnum):
@@ -40,9 +41,11 @@ class Severity(StrEnum):
 
 
 class Role(StrEnum):
-    """A unit's place in the report: hot, starved (almost no traffic) or normal."""
+    """A unit's place in the report: hot, stalled (holds requests, finishes none), starved
+    (almost no traffic) or normal."""
 
     HOT = "hot"
+    STALLED = "stalled"
     STARVED = "starved"
     NORMAL = "normal"
 

@@ -50,6 +50,13 @@ class Thresholds:
     time_outlier_floor_s: float = 6 * 3600.0
     # Trend rule (online): gap between the hot and the idle units widening while P95/P99 rises.
     trend_min_slope_share: float = 0.02  # per window, relative to the mean gap
+    # Stalled engine: in a window it holds at least ``stalled_min_in_flight`` requests (mean
+    # running + waiting) while its progress (steps executed, else finished requests) is at most
+    # ``stalled_progress_share`` of that. Persistent by ``persist_share``/``min_consecutive``
+    # over the windows the unit reported, whatever the service's volume: a hung engine is the
+    # worst hot unit, never "near-idle".
+    stalled_min_in_flight: float = 4.0
+    stalled_progress_share: float = 0.05
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -113,6 +120,16 @@ ROOT_CAUSES: dict[str, RootCause] = {
             (
                 "Unify model version, launch arguments, parallel and memory configuration.",
                 "Check device health, process state and local resource contention on the unit.",
+            ),
+        ),
+        RootCause(
+            "engine_stalled",
+            "The engine holds requests but finishes none: hung process, collective-communication "
+            "timeout, device fault or a scheduler that cannot admit",
+            (
+                "Drain the unit from the routing pool now: every request sent to it waits forever.",
+                "Inspect the engine process and device (logs, stack dump, device health); restart "
+                "it and check that it finishes requests again before it rejoins the pool.",
             ),
         ),
         RootCause(

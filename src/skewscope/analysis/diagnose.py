@@ -16,13 +16,14 @@ import numpy as np
 from skewscope.analysis.classify import Classification, classify
 from skewscope.analysis.detect import UnitHeat, detect
 from skewscope.analysis.impact import Impact, Trend, gap_trend, impact
-from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix
+from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, load_ratio
+from skewscope.analysis.stall import Stall, find_stalls, stall_evidence, stall_summary
 from skewscope.analysis.summary import reference_summary, unit_summary
 from skewscope.catalogue import METRIC_BY_KEY
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence, Level, UnitFrame
-from skewscope.report.model import Finding, Report, RootCauseRef, UnitReport
+from skewscope.report.model import Finding, Report, RootCauseRef, SideBySide, UnitReport
 
 TAIL_METRICS = ("queue_wait_p95_ms", "ttft_p99_ms", "e2e_p99_ms")
 SIDE_BY_SIDE = (
@@ -136,7 +137,11 @@ def diagnose_frame(
     span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
     base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
     reason = _gate(m, th)
+    stalls = find_stalls(m, th) if len(m.windows) >= th.min_windows else []
+    stalled = {s.index for s in stalls}
     if reason:
+        if stalls:
+            return _stalled_only(m, base, notes, reason, stalls)
         units = tuple(_unit_report(m, j, None, "normal", np.ones(len(m.windows), bool))
                       for j in range(len(m.units)))
         return _insufficient(base, notes, reason, units)
@@ -144,36 +149,41 @@ def diagnose_frame(
     heats = detect(m, frame.window_s, th)
     judged = int(np.any(np.stack([h.active for h in heats]), axis=0).sum())
     if judged < th.min_windows:
-        units = tuple(_unit_report(m, h.index, h, "normal", h.active) for h in heats)
-        return _insufficient(
-            base,
-            notes,
+        reason = (
             f"only {judged} of {len(m.windows)} windows carried enough load to judge (at least "
-            f"{th.min_requests_per_window:g} requests per unit); use a longer --window",
-            units,
+            f"{th.min_requests_per_window:g} requests per unit); use a longer --window"
         )
-    hot_idx = [h.index for h in heats if h.persistent_hot]
+        if stalls:
+            return _stalled_only(m, base, notes, reason, stalls)
+        units = tuple(_unit_report(m, h.index, h, "normal", h.active) for h in heats)
+        return _insufficient(base, notes, reason, units)
+    hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
     against = _cold_minorities(m, heats) if not hot_idx else {}
     if against:
         # Most of a group runs hot, so the leave-one-out median is hot too: judge the group
         # against its under-loaded minority instead.
         heats = detect(m, frame.window_s, th, against=against)
-        hot_idx = [h.index for h in heats if h.persistent_hot]
+        hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
         cold_units = sorted(m.units[j] for cols in against.values() for j in cols)
         notes = (
             *notes,
             f"most units run hot together; judged against the under-loaded {', '.join(cold_units)}",
         )
-    starved_idx = [h.index for h in heats if h.persistent_starved]
+    starved_idx = [h.index for h in heats if h.persistent_starved and h.index not in stalled]
     results = [
-        r for r in (_judge_hot(m, heats, j, hot_idx, starved_idx, th) for j in hot_idx) if r
+        r
+        for r in (
+            _judge_hot(m, heats, j, [*hot_idx, *stalled], starved_idx, th) for j in hot_idx
+        )
+        if r
     ]
     hot_units = tuple(r.heat.unit for r in results)
-    findings = [_hot_finding(r, frame.level, th) for r in results]
+    findings = [*_stall_findings(m, stalls), *(_hot_finding(r, frame.level, th) for r in results)]
+    hot_units = (*(s.unit for s in stalls), *hot_units)
     if starved_idx:
         findings.append(_starved_finding(m, heats, starved_idx, frame.level))
     transient = tuple(_transient_note(m, h, frame.window_s, th) for h in heats if h.transient_hot
-                      and h.index not in hot_idx)
+                      and h.index not in hot_idx and h.index not in stalled)
     unexplained = [heats[j].unit for j in hot_idx if heats[j].unit not in hot_units]
     if unexplained:
         notes = (*notes, "ran hotter on pressure signals but no load or capability difference "
@@ -183,7 +193,7 @@ def diagnose_frame(
             m,
             h.index,
             h,
-            "hot" if h.unit in hot_units else "starved" if h.persistent_starved else "normal",
+            _role(h, hot_units, stalled, starved_idx),
             h.active,
         )
         for h in heats
@@ -198,6 +208,73 @@ def diagnose_frame(
         notes=notes,
         **base,  # type: ignore[arg-type]
     )
+
+
+def _role(h: UnitHeat, hot_units: tuple[str, ...], stalled: set[int], starved: list[int]) -> str:
+    if h.index in stalled:
+        return "stalled"
+    if h.unit in hot_units:
+        return "hot"
+    return "starved" if h.index in starved else "normal"
+
+
+def _stalled_only(
+    m: SignalMatrix,
+    base: dict[str, object],
+    notes: tuple[str, ...],
+    reason: str,
+    stalls: list[Stall],
+) -> Report:
+    """Too little finished traffic to judge skew, but a unit is hung: that is the finding."""
+    stalled = {s.index for s in stalls}
+    every = np.ones(len(m.windows), dtype=bool)
+    units = tuple(
+        _unit_report(m, j, None, "stalled" if j in stalled else "normal", every)
+        for j in range(len(m.units))
+    )
+    return Report(
+        verdict="imbalanced",
+        hot_units=tuple(s.unit for s in stalls),
+        starved_units=(),
+        units=units,
+        findings=tuple(_stall_findings(m, stalls)),
+        notes=(*notes, f"skew between the other units not judged: {reason}"),
+        **base,  # type: ignore[arg-type]
+    )
+
+
+def _stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
+    cause = ROOT_CAUSES["engine_stalled"]
+    stalled = {s.index for s in stalls}
+    every = np.ones(len(m.windows), dtype=bool)
+    out = []
+    for s in stalls:
+        peers = [k for k in range(len(m.units))
+                 if k not in stalled and m.groups[k] == m.groups[s.index]]
+        hot = unit_summary(m, s.index, every)
+        ref = reference_summary([unit_summary(m, k, every) for k in peers])
+        out.append(
+            Finding(
+                kind="stalled",
+                units=(s.unit,),
+                reference_units=tuple(m.units[k] for k in peers),
+                severity="high",
+                summary=stall_summary(s, int(np.isfinite(m.get("running")[:, s.index]).sum())),
+                evidence=stall_evidence(s),
+                actions=cause.actions,
+                root_causes=(RootCauseRef(cause.key, cause.title),),
+                side_by_side=_side_by_side(hot, ref),
+            )
+        )
+    return out
+
+
+def _side_by_side(hot: dict[str, float], ref: dict[str, float]) -> tuple[SideBySide, ...]:
+    rows = []
+    for k in SIDE_BY_SIDE:
+        h, r = hot.get(k, math.nan), ref.get(k, math.nan)
+        rows.append(SideBySide(k, h, r, load_ratio(h, r)))
+    return tuple(rows)
 
 
 def _cold_minorities(m: SignalMatrix, heats: list[UnitHeat]) -> dict[str, list[int]]:
@@ -311,8 +388,12 @@ def _kind_causes(kind: str | None, level: Level) -> list[str]:
 
 
 def _severity(r: _HotResult) -> str:
+    """High when tails double, KV runs out, or the peers got nothing at all (every request of
+    the group lands here and the rest of its capacity is wasted)."""
     tail = [r.imp.ratios.get(k, math.nan) for k in TAIL_METRICS]
     if r.imp.kv_exhausted or any(math.isfinite(t) and t >= 2.0 for t in tail):
+        return "high"
+    if r.cls.count_ratio == math.inf:
         return "high"
     return "medium" if r.imp.hurting else "low"
 
@@ -347,8 +428,7 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
         evidence=evidence,
         actions=tuple(actions),
         root_causes=tuple(RootCauseRef(k, ROOT_CAUSES[k].title) for k in causes),
-        side_by_side=tuple((k, r.hot.get(k, math.nan), r.ref.get(k, math.nan))
-                           for k in SIDE_BY_SIDE),
+        side_by_side=_side_by_side(r.hot, r.ref),
     )
 
 
@@ -470,9 +550,7 @@ def _starved_finding(
         evidence={"starved_share": shares},
         actions=cause.actions,
         root_causes=(RootCauseRef(key, cause.title),),
-        side_by_side=tuple(
-            (k, starved.get(k, math.nan), ref.get(k, math.nan)) for k in SIDE_BY_SIDE
-        ),
+        side_by_side=_side_by_side(starved, ref),
     )
 
 

@@ -78,6 +78,14 @@ def safe_ratio(num: float, den: float) -> float:
     return float(num / den)
 
 
+def load_ratio(num: float, den: float) -> float:
+    """Like ``safe_ratio``, but a positive value over a reference that did none of it is
+    ``inf`` (measured: all of it here), so tables, JSON and severity agree on one number."""
+    if np.isfinite(num) and np.isfinite(den) and den == 0 and num > 0:
+        return float("inf")
+    return safe_ratio(num, den)
+
+
 def nanmean(x: Array) -> float:
     finite = x[np.isfinite(x)]
     return float(finite.mean()) if finite.size else float("nan")

@@ -24,10 +24,12 @@ def value(key: str, v: float | None) -> str:
     return f"{v:.2f}"
 
 
-def ratio(hot: float, ref: float) -> str:
-    if not (math.isfinite(hot) and math.isfinite(ref)) or ref <= 0:
+def ratio(r: float) -> str:
+    """A ratio the analysis computed: ∞x when the reference did none of it, — when unknown."""
+    if r == math.inf:
+        return "∞x"
+    if not math.isfinite(r):
         return "—"
-    r = hot / ref
     return f"{r:,.0f}x" if r >= 100 else f"{r:.2f}x"
 
 

@@ -38,11 +38,11 @@ def _finding(f: Finding, h: str) -> list[str]:
     lines.extend(f"- {a}" for a in f.actions)
     lines.extend(["", f"| metric | {', '.join(f.units)} | peers (median) | unit / peers |",
                   "|---|---:|---:|---:|"])
-    for key, hot, ref in f.side_by_side:
+    for key, hot, ref, ratio in f.side_by_side:
         if fmt.value(key, hot) == "—" and fmt.value(key, ref) == "—":
             continue
         lines.append(f"| {fmt.label(key)} | {fmt.value(key, hot)} | {fmt.value(key, ref)} "
-                     f"| {fmt.ratio(hot, ref)} |")
+                     f"| {fmt.ratio(ratio)} |")
     lines.append("")
     return lines
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 SCHEMA_VERSION = 1
 Verdict = str  # "imbalanced" | "balanced" | "insufficient_data"
 
 
 def _clean(value: Any) -> Any:
-    """JSON has no NaN: a value that was not measured is null."""
+    """JSON has no NaN or infinity: a value that was not measured is null, an infinite ratio
+    (the reference did none of it) is the string ``"inf"``, as the tables print ``∞x``."""
     if isinstance(value, float):
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
         return None if not math.isfinite(value) else round(value, 6)
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
@@ -27,7 +30,7 @@ class UnitReport:
     unit: str
     instance: str
     dp_rank: int | None
-    role: str  # "hot" | "starved" | "normal"
+    role: str  # "hot" | "stalled" | "starved" | "normal"
     hot_share: float  # share of judged windows in which the unit was hot
     longest_hot_run: int  # consecutive hot windows
     metrics: dict[str, float]
@@ -55,9 +58,20 @@ class RootCauseRef:
         return {"key": self.key, "title": self.title}
 
 
+class SideBySide(NamedTuple):
+    """One metric of a finding, hot against the median of its peers. ``ratio`` is computed by
+    the analysis (inf when the peers did none of it, NaN when not measured): renderers print
+    it, they never divide."""
+
+    metric: str
+    hot: float
+    reference: float
+    ratio: float
+
+
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # "count" | "weight" | "capability"
+    kind: str  # "count" | "weight" | "capability" | "unknown" | "stalled"
     units: tuple[str, ...]
     reference_units: tuple[str, ...]  # the idle/normal peers they were compared against
     severity: str  # "high" | "medium" | "low"
@@ -66,7 +80,7 @@ class Finding:
     actions: tuple[str, ...]
     root_causes: tuple[RootCauseRef, ...]
     weight_side: str | None = None
-    side_by_side: tuple[tuple[str, float, float], ...] = ()  # (metric, hot, reference)
+    side_by_side: tuple[SideBySide, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -80,9 +94,7 @@ class Finding:
                 "root_causes": [c.to_dict() for c in self.root_causes],
                 "actions": list(self.actions),
                 "evidence": self.evidence,
-                "side_by_side": [
-                    {"metric": k, "hot": h, "reference": r} for k, h, r in self.side_by_side
-                ],
+                "side_by_side": [row._asdict() for row in self.side_by_side],
             }
         )
 

@@ -55,11 +55,11 @@ def _finding(f: Finding) -> Panel:
     table.add_column(", ".join(f.units), justify="right", style="bold")
     table.add_column("peers (median)", justify="right")
     table.add_column("unit / peers", justify="right")
-    for key, hot, ref in f.side_by_side:
+    for key, hot, ref, ratio in f.side_by_side:
         if fmt.value(key, hot) == "—" and fmt.value(key, ref) == "—":
             continue
         table.add_row(fmt.label(key), fmt.value(key, hot), fmt.value(key, ref),
-                      fmt.ratio(hot, ref))
+                      fmt.ratio(ratio))
     causes = Text("Likely cause: " + "; or ".join(c.title for c in f.root_causes))
     actions = Text("\n".join(f"→ {a}" for a in f.actions), style="green")
     return Panel(

@@ -1,0 +1,94 @@
+"""Stalled engines: a unit that holds requests (running + waiting) but makes no progress.
+
+A hung engine finishes nothing, so by finished requests it looks idle or starved, and a service
+whose only busy unit is hung looks near-idle. It is the worst kind of hot unit: every request
+routed to it waits forever. Progress is the number of scheduling steps executed where the
+source measures them (offline, `request.csv` counts arrivals, not completions), else finished
+requests (online). The rule is independent of the peers and of the volume gate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from skewscope.analysis.detect import longest_run
+from skewscope.analysis.matrix import Array, SignalMatrix, nanmean
+from skewscope.config import Thresholds
+
+
+@dataclass(frozen=True)
+class Stall:
+    index: int
+    unit: str
+    stalled_share: float  # share of the unit's measured windows in which it was stalled
+    stalled_run: int
+    in_flight: float  # mean running + waiting over its stalled windows
+    progress: float  # mean progress per stalled window (steps or finished requests)
+    progress_signal: str  # "steps" or "requests"
+    first_stalled_s: float
+
+
+def _in_flight(m: SignalMatrix) -> Array:
+    run, wait = m.get("running"), m.get("waiting")
+    both_missing = np.isnan(run) & np.isnan(wait)
+    out = np.nan_to_num(run) + np.nan_to_num(wait)
+    out[both_missing] = np.nan
+    return out
+
+
+def find_stalls(m: SignalMatrix, th: Thresholds) -> list[Stall]:
+    """Units stalled persistently over the windows in which their in-flight load is known."""
+    in_flight = _in_flight(m)
+    out = []
+    for j, unit in enumerate(m.units):
+        signal = "steps" if np.isfinite(m.get("steps")[:, j]).any() else "requests"
+        progress = m.get(signal)[:, j]
+        known = np.isfinite(in_flight[:, j]) & np.isfinite(progress)
+        n_known = int(known.sum())
+        if n_known < th.min_consecutive:
+            continue
+        with np.errstate(invalid="ignore"):
+            stalled = known & (in_flight[:, j] >= th.stalled_min_in_flight) & (
+                progress <= th.stalled_progress_share * in_flight[:, j]
+            )
+        share = float(stalled.sum()) / n_known
+        run = longest_run(stalled[known])
+        if share < th.persist_share or run < th.min_consecutive:
+            continue
+        out.append(
+            Stall(
+                index=j,
+                unit=unit,
+                stalled_share=share,
+                stalled_run=run,
+                in_flight=nanmean(in_flight[stalled, j]),
+                progress=nanmean(progress[stalled]),
+                progress_signal=signal,
+                first_stalled_s=float(m.windows[np.flatnonzero(stalled)[0]]),
+            )
+        )
+    return out
+
+
+def stall_summary(s: Stall, judged: int) -> str:
+    what = "scheduling steps" if s.progress_signal == "steps" else "finished requests"
+    return (
+        f"{s.unit} is stalled: it holds {s.in_flight:.0f} requests (running + waiting) on "
+        f"average but made {s.progress:.1f} {what} per window in {s.stalled_share:.0%} of its "
+        f"{judged} measured windows ({s.stalled_run} in a row). Requests routed to it do not "
+        "finish; by finished requests alone it would look idle."
+    )
+
+
+def stall_evidence(s: Stall) -> dict[str, object]:
+    return {
+        "stalled_share": s.stalled_share,
+        "longest_stalled_run_windows": s.stalled_run,
+        "in_flight": s.in_flight,
+        "progress_per_window": s.progress if math.isfinite(s.progress) else math.nan,
+        "progress_signal": s.progress_signal,
+        "first_stalled_s": s.first_stalled_s,
+    }
