@@ -279,3 +279,46 @@ def test_stalled_engine_in_a_near_idle_service_is_flagged_not_insufficient() -> 
 def test_slow_but_progressing_unit_is_not_stalled() -> None:
     report = diagnose_frame(make_frame(even(d=Spec(speed=1.9))))
     assert all(f.kind != "stalled" for f in report.findings)
+
+
+def _fleet(hot_rank: dict[str, int], inst_rate: dict[str, float] | None = None) -> Evidence:
+    """3 instances x 4 ranks; ``hot_rank`` gives each listed instance one rank at 2x."""
+    rates = inst_rate or {}
+    specs = {}
+    for inst in ("i0", "i1", "i2"):
+        base = rates.get(inst, 10.0)
+        for r in range(4):
+            specs[f"{inst}/dp{r}"] = Spec(rate=2 * base if hot_rank.get(inst) == r else base)
+    dp = make_frame(specs, level=Level.DP)
+    inst_specs = {}
+    for inst in ("i0", "i1", "i2"):
+        total = sum(s.rate for u, s in specs.items() if u.startswith(inst + "/"))
+        inst_specs[inst] = Spec(rate=total)
+    return Evidence(instance=make_frame(inst_specs, seed=3), dp=dp)
+
+
+def test_dp0_hot_in_every_instance_is_one_fleet_wide_pattern() -> None:
+    report = diagnose(_fleet({"i0": 0, "i1": 0, "i2": 0}), level="auto")
+    assert report.verdict == "imbalanced"
+    assert sorted(report.hot_units) == ["i0/dp0", "i1/dp0", "i2/dp0"]
+    (pattern,) = [f for f in report.findings if "fleet_dp_pattern" in f.evidence]
+    assert pattern.summary.startswith("dp0 is hot in 3 of 3 instances")
+    assert pattern.evidence["fleet_dp_pattern"]["hot_in"] == 3
+    assert pattern.root_causes[0].key == "dp_dispatch"
+
+
+def test_dp_skew_inside_a_non_hot_instance_is_drilled_into() -> None:
+    # i2 is hot at instance level; i0 is not, but its dp1 gets twice its siblings' requests
+    report = diagnose(_fleet({"i0": 1}, inst_rate={"i2": 25.0}), level="auto")
+    assert report.level == "instance" and report.hot_units == ("i2",)
+    drilled = {d.units[0].instance: d for d in report.drilldown}
+    assert set(drilled) == {"i0", "i2"}
+    assert drilled["i0"].hot_units == ("i0/dp1",)
+    assert drilled["i2"].verdict == "balanced"
+    assert not [f for f in report.all_findings() if "fleet_dp_pattern" in f.evidence]
+
+
+def test_one_hot_rank_in_one_instance_is_no_fleet_pattern() -> None:
+    report = diagnose(_fleet({"i1": 2}), level="auto")
+    assert report.hot_units == ("i1/dp2",)
+    assert not [f for f in report.findings if "fleet_dp_pattern" in f.evidence]

@@ -57,6 +57,10 @@ class Thresholds:
     # worst hot unit, never "near-idle".
     stalled_min_in_flight: float = 4.0
     stalled_progress_share: float = 0.05
+    # Fleet-wide DP pattern: the same DP rank hot in at least this many instances and this
+    # share of the multi-rank instances is one dispatch policy everywhere, reported once.
+    fleet_pattern_min_instances: int = 2
+    fleet_pattern_share: float = 0.5
 
 
 DEFAULT_THRESHOLDS = Thresholds()

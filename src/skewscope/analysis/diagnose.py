@@ -1,9 +1,10 @@
 """Runs the method's steps over a UnitFrame and returns a Report.
 
 Level handling (``auto``): one instance with several DP ranks is judged at DP level; several
-instances are judged at instance level first, then the DP ranks of each hot instance are
-drilled into. When the instances are balanced but DP data exists, the ranks of every instance
-are judged against their own siblings.
+instances are judged at instance level first, then the DP ranks of every multi-rank instance
+are drilled into (hot instances always kept, others when their ranks are imbalanced). When the
+instances are balanced but DP data exists, the ranks of every instance are judged against their
+own siblings. The same rank hot in most instances is reported once as a fleet-wide pattern.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from skewscope.analysis.classify import Classification, classify
 from skewscope.analysis.detect import UnitHeat, detect
+from skewscope.analysis.fleet import fleet_dp_patterns
 from skewscope.analysis.impact import Impact, Trend, gap_trend, impact
 from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, load_ratio
 from skewscope.analysis.stall import Stall, find_stalls, stall_evidence, stall_summary
@@ -64,13 +66,8 @@ def diagnose(
     top = diagnose_frame(evidence.instance, th, extra_notes=notes)
     if evidence.dp is None:
         return top
-    if top.hot_units:
-        drill = tuple(
-            diagnose_frame(_only_instance(evidence.dp, inst), th)
-            for inst in top.hot_units
-            if _ranks(evidence.dp, inst) >= 2
-        )
-        return replace(top, drilldown=drill)
+    multi = [i for i in sorted(evidence.dp.df["instance"].unique().to_list())
+             if _ranks(evidence.dp, i) >= 2]
     if top.verdict == "balanced":
         inside = diagnose_frame(
             evidence.dp,
@@ -78,8 +75,19 @@ def diagnose(
             extra_notes=(*notes, "instances are balanced; DP ranks judged within each instance"),
         )
         if inside.verdict == "imbalanced":
-            return inside
-    return top
+            patterns = fleet_dp_patterns(inside.findings, len(multi), th)
+            return replace(inside, findings=(*patterns, *inside.findings))
+        return top
+    if top.verdict != "imbalanced":
+        return top
+    # Every multi-rank instance is drilled into, not only the hot ones: a DP skew inside a
+    # normal instance, or the same rank hot everywhere, is invisible at instance level.
+    drills = [(i, diagnose_frame(_only_instance(evidence.dp, i), th)) for i in multi]
+    kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == "imbalanced")
+    patterns = fleet_dp_patterns(
+        [f for _, d in drills for f in d.findings], len(multi), th
+    )
+    return replace(top, drilldown=kept, findings=(*top.findings, *patterns))
 
 
 def _dp_size_note(evidence: Evidence) -> tuple[str, ...]:

@@ -1,0 +1,75 @@
+"""Fleet-wide DP patterns: the same rank hot in many instances.
+
+One DP dispatch policy runs in every instance, so a policy that favours rank 0 makes dp0 hot
+everywhere. Each instance then looks like a local DP skew; together they are one fleet-wide
+cause, and the fix is the policy, not any one instance.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from skewscope.config import ROOT_CAUSES, Thresholds
+from skewscope.report.model import Finding, RootCauseRef
+
+SEVERITY_ORDER = ("low", "medium", "high")
+
+
+def _rank_of(unit: str) -> tuple[str, int] | None:
+    if "/dp" not in unit:
+        return None
+    instance, rank = unit.rsplit("/dp", 1)
+    return (instance, int(rank)) if rank.isdigit() else None
+
+
+def fleet_dp_patterns(
+    findings: Iterable[Finding], multi_rank_instances: int, th: Thresholds
+) -> list[Finding]:
+    """One finding per DP rank index that is hot in enough of the multi-rank instances."""
+    if multi_rank_instances < th.fleet_pattern_min_instances:
+        return []
+    by_rank: dict[int, list[tuple[str, str, Finding]]] = defaultdict(list)
+    for f in findings:
+        if f.kind == "stalled" or f.evidence.get("starved_share") is not None:
+            continue  # hung engines and starved ranks are local matters
+        for unit in f.units:
+            where = _rank_of(unit)
+            if where:
+                by_rank[where[1]].append((where[0], unit, f))
+    out = []
+    for rank, hits in sorted(by_rank.items()):
+        instances = sorted({inst for inst, _, _ in hits})
+        share = len(instances) / multi_rank_instances
+        if len(instances) < th.fleet_pattern_min_instances or share < th.fleet_pattern_share:
+            continue
+        kinds = [f.kind for _, _, f in hits]
+        kind = max(sorted(set(kinds)), key=kinds.count)
+        severity = max((f.severity for _, _, f in hits), key=SEVERITY_ORDER.index)
+        cause = ROOT_CAUSES["dp_dispatch"]
+        units = tuple(dict.fromkeys(u for _, u, _ in hits))
+        out.append(
+            Finding(
+                kind=kind,
+                units=units,
+                reference_units=(),
+                severity=severity,
+                summary=(
+                    f"dp{rank} is hot in {len(instances)} of {multi_rank_instances} instances "
+                    f"({', '.join(instances)}), {kind} skew in each: one DP dispatch policy "
+                    "favours this rank everywhere, a fleet-wide pattern rather than a fault of "
+                    "any one instance. Fix the policy once for the whole fleet."
+                ),
+                evidence={
+                    "fleet_dp_pattern": {
+                        "dp_rank": rank,
+                        "instances": instances,
+                        "hot_in": len(instances),
+                        "of_instances": multi_rank_instances,
+                    }
+                },
+                actions=cause.actions,
+                root_causes=(RootCauseRef(cause.key, cause.title),),
+            )
+        )
+    return out
