@@ -26,6 +26,7 @@ class Spec:
     ramp: float = 0.0  # rate grows by this share of ``rate`` every window
     tail_ramp_ms: float = 0.0  # e2e latency grows by this much every window
     stalled_from: int | None = None  # engine hangs from this window: holds requests, no steps
+    ceiling: float | None = None  # finishes at most this many requests per window (online)
 
 
 def make_frame(
@@ -41,6 +42,7 @@ def make_frame(
     rows = []
     t0 = 1_745_000_000.0
     for name, s in specs.items():
+        backlog = 0.0
         instance, rank = (name, None)
         if level == Level.DP:
             instance, r = name.split("/dp")
@@ -83,6 +85,15 @@ def make_frame(
                     "kv_usage_max": min(1.0, 0.015 * n / window_s * e2e / 1000.0 + 0.1),
                 }
             )
+            if s.ceiling is not None and (n + backlog) > s.ceiling:
+                # saturated: batch pinned at 16, the rest queues; requests = finished (online)
+                backlog += n - s.ceiling
+                share = s.ceiling / max(n, 1)
+                rows[-1].update(
+                    requests=s.ceiling, prompt_tokens=prompt * share,
+                    generation_tokens=gen * share, running=16.0, waiting=backlog,
+                    batch_size=16.0,
+                )
             if s.stalled_from is not None and w >= s.stalled_from:
                 held = 8.0 + 2.0 * (w - s.stalled_from)  # queue keeps growing, nothing leaves
                 rows[-1].update(

@@ -322,3 +322,20 @@ def test_one_hot_rank_in_one_instance_is_no_fleet_pattern() -> None:
     report = diagnose(_fleet({"i1": 2}), level="auto")
     assert report.hot_units == ("i1/dp2",)
     assert not [f for f in report.findings if "fleet_dp_pattern" in f.evidence]
+
+
+def test_saturated_hot_unit_says_its_finished_request_ratio_is_a_lower_bound() -> None:
+    # c is sent 2x its peers' requests but finishes at most 28 a window (online counts
+    # finished requests): the measured ratio (~1.4x) understates the truth (2x)
+    report = diagnose_frame(make_frame(even(c=Spec(rate=40.0, ceiling=28.0)),
+                                       source="prometheus"))
+    (f,) = report.findings
+    assert f.units == ("c",) and f.kind == "count"
+    assert f.evidence["count_ratio"] < 1.6
+    assert f.evidence["saturated"] is True
+    assert f.evidence["count_ratio_is_lower_bound"] is True
+    assert "is a lower bound" in f.summary
+    # the same load without a ceiling is not saturated and its ratio is not called a bound
+    (g,) = diagnose_frame(make_frame(even(c=Spec(rate=40.0)), source="prometheus")).findings
+    assert g.evidence["saturated"] is False
+    assert g.evidence["count_ratio_is_lower_bound"] is False

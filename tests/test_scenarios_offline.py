@@ -71,3 +71,20 @@ def test_vllm_rid_suffix_in_res_list_is_stripped(
     doc = run_diagnose(tmp_path, capsys)
     check_against_truth(doc, result.truth.to_dict())
     assert doc["placed_share"] > 0.85
+
+
+def test_saturated_rank_gets_its_unplaced_requests_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # dp-count: the dispatcher weights ranks 2:1:1:1, so dp0 truly gets 2x its peers. It
+    # saturates and its queued requests never reach batch.csv: placed alone it shows ~1.5x.
+    result = simulate(builtin_scenarios()["dp-count"])
+    write_profiler(result, tmp_path)
+    doc = run_diagnose(tmp_path, capsys)
+    (f,) = [f for f in doc["findings"] if f["units"] == ["inst-0/dp0"]]
+    ev = f["evidence"]
+    assert ev["saturated"] is True and ev["count_ratio_is_lower_bound"] is True
+    assert ev["count_ratio"] < 1.7
+    assert ev["unplaced_requests_per_window"] > 0
+    assert ev["count_ratio_with_unplaced"] == pytest.approx(2.0, rel=0.1)
+    assert "most likely wait here" in f["summary"]

@@ -57,6 +57,11 @@ class Thresholds:
     # worst hot unit, never "near-idle".
     stalled_min_in_flight: float = 4.0
     stalled_progress_share: float = 0.05
+    # Saturation: a hot unit sits at its batch ceiling when its mean running stays within this
+    # share of its own peak while at least ``saturated_min_waiting`` requests wait, in
+    # ``persist_share`` of the judged windows; its request ratio then understates its traffic.
+    saturated_running_share: float = 0.9
+    saturated_min_waiting: float = 1.0
     # Fleet-wide DP pattern: the same DP rank hot in at least this many instances and this
     # share of the multi-rank instances is one dispatch policy everywhere, reported once.
     fleet_pattern_min_instances: int = 2

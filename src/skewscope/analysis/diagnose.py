@@ -19,6 +19,7 @@ from skewscope.analysis.detect import UnitHeat, detect
 from skewscope.analysis.fleet import fleet_dp_patterns
 from skewscope.analysis.impact import Impact, Trend, gap_trend, impact
 from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, load_ratio
+from skewscope.analysis.saturation import Saturation, saturation, unplaced_link
 from skewscope.analysis.stall import Stall, find_stalls, stall_evidence, stall_summary
 from skewscope.analysis.summary import reference_summary, unit_summary
 from skewscope.catalogue import METRIC_BY_KEY
@@ -57,12 +58,12 @@ def diagnose(
     if level == Level.DP:
         if evidence.dp is None:
             raise UsageError("--level dp: the input has no DP ranks (one rank per instance)")
-        return diagnose_frame(evidence.dp, th, extra_notes=notes)
+        return diagnose_frame(evidence.dp, th, extra_notes=notes, unplaced=_unplaced(evidence))
     if level != "auto":
         raise UsageError(f"--level: expected instance, dp or auto, got {level!r}")
     n_instances = evidence.instance.df["instance"].n_unique()
     if evidence.dp is not None and n_instances == 1:
-        return diagnose_frame(evidence.dp, th, extra_notes=notes)
+        return diagnose_frame(evidence.dp, th, extra_notes=notes, unplaced=_unplaced(evidence))
     top = diagnose_frame(evidence.instance, th, extra_notes=notes)
     if evidence.dp is None:
         return top
@@ -73,6 +74,7 @@ def diagnose(
             evidence.dp,
             th,
             extra_notes=(*notes, "instances are balanced; DP ranks judged within each instance"),
+            unplaced=_unplaced(evidence),
         )
         if inside.verdict == "imbalanced":
             patterns = fleet_dp_patterns(inside.findings, len(multi), th)
@@ -82,7 +84,9 @@ def diagnose(
         return top
     # Every multi-rank instance is drilled into, not only the hot ones: a DP skew inside a
     # normal instance, or the same rank hot everywhere, is invisible at instance level.
-    drills = [(i, diagnose_frame(_only_instance(evidence.dp, i), th)) for i in multi]
+    unplaced = _unplaced(evidence)
+    drills = [(i, diagnose_frame(_only_instance(evidence.dp, i), th, unplaced=unplaced))
+              for i in multi]
     kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == "imbalanced")
     patterns = fleet_dp_patterns(
         [f for _, d in drills for f in d.findings], len(multi), th
@@ -107,6 +111,26 @@ def _dp_size_note(evidence: Evidence) -> tuple[str, ...]:
     )
 
 
+def _unplaced(evidence: Evidence) -> dict[str, float]:
+    """Per instance, mean requests per window the source could not put on a DP rank (the
+    instance frame counts them, the DP frame does not): where they are evident, the report
+    links them to a saturated rank."""
+    if evidence.dp is None:
+        return {}
+    import polars as pl
+
+    def per_window(df: pl.DataFrame) -> pl.DataFrame:
+        return df.group_by("window_start_s", "instance").agg(
+            pl.col("requests").sum().alias("n"), pl.col("requests").is_not_null().any().alias("ok")
+        )
+
+    joined = per_window(evidence.instance.df).join(
+        per_window(evidence.dp.df), on=("window_start_s", "instance"), suffix="_dp"
+    ).filter(pl.col("ok") & pl.col("ok_dp"))
+    gap = joined.group_by("instance").agg((pl.col("n") - pl.col("n_dp")).clip(0).mean())
+    return dict(zip(gap["instance"].to_list(), gap["n"].to_list(), strict=True))
+
+
 def _ranks(frame: UnitFrame, instance: str) -> int:
     return int(frame.df.filter(frame.df["instance"] == instance)["unit"].n_unique())
 
@@ -124,12 +148,20 @@ class _HotResult:
     hot: dict[str, float]
     ref: dict[str, float]
     ref_units: tuple[str, ...]
+    sat: Saturation
+    lower_bound: str  # why the request ratio understates its traffic: "finished", "unplaced", ""
+    unplaced: float  # unplaced requests per window of its instance linked to it (NaN: none)
 
 
 def diagnose_frame(
-    frame: UnitFrame, th: Thresholds = DEFAULT_THRESHOLDS, extra_notes: tuple[str, ...] = ()
+    frame: UnitFrame,
+    th: Thresholds = DEFAULT_THRESHOLDS,
+    extra_notes: tuple[str, ...] = (),
+    unplaced: dict[str, float] | None = None,
 ) -> Report:
-    """Steps 1-4 on one frame; DP frames compare ranks only with ranks of the same instance."""
+    """Steps 1-4 on one frame; DP frames compare ranks only with ranks of the same instance.
+
+    ``unplaced``: per instance, requests per window not placed on a DP rank (DP frames)."""
     notes = tuple(dict.fromkeys((*extra_notes, *frame.notes)))  # same note from two layers
     base = {
         "level": str(frame.level),
@@ -181,7 +213,9 @@ def diagnose_frame(
     results = [
         r
         for r in (
-            _judge_hot(m, heats, j, [*hot_idx, *stalled], starved_idx, th) for j in hot_idx
+            _judge_hot(m, heats, j, [*hot_idx, *stalled], starved_idx, th,
+                       _counts_finished(frame), (unplaced or {}).get(m.groups[j], math.nan))
+            for j in hot_idx
         )
         if r
     ]
@@ -354,6 +388,8 @@ def _judge_hot(
     hot_idx: list[int],
     starved_idx: list[int],
     th: Thresholds,
+    counts_finished: bool = False,
+    unplaced: float = math.nan,
 ) -> _HotResult | None:
     heat = heats[j]
     ref_cols = _reference(heats, m, j, set(hot_idx) | set(starved_idx))
@@ -367,7 +403,17 @@ def _judge_hot(
         return None
     imp = impact(m, j, hot, ref, mask, th)
     trend = gap_trend(m, j, ref_cols, mask, th)
-    return _HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols))
+    sat = saturation(m, j, mask, th)
+    linked = unplaced if sat.saturated and unplaced_link(m, j, mask, unplaced, th) else math.nan
+    lower = "" if not sat.saturated else "finished" if counts_finished else (
+        "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
+    return _HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
+                      sat, lower, linked)
+
+
+def _counts_finished(frame: UnitFrame) -> bool:
+    """Online sources count finished requests, the profiler counts arrivals (frame.SIGNALS)."""
+    return frame.source != "profiler"
 
 
 def _causes(r: _HotResult, level: Level) -> list[str]:
@@ -422,6 +468,12 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
         "kv_filling": r.imp.kv_filling,
         "queue_growing": r.imp.queue_growing,
         "resource": list(r.imp.resource_notes),
+        "saturated": r.sat.saturated,
+        "saturated_share": r.sat.share,
+        "batch_ceiling": r.sat.ceiling,
+        "count_ratio_is_lower_bound": bool(r.lower_bound),
+        "unplaced_requests_per_window": r.unplaced,
+        "count_ratio_with_unplaced": _with_unplaced(r),
         "gap_widening_while_tail_rises": r.trend.widening,
         "gap_slope_share": r.trend.gap_slope_share,
         "tail_slope_share": r.trend.tail_slope_share,
@@ -438,6 +490,39 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
         root_causes=tuple(RootCauseRef(k, ROOT_CAUSES[k].title) for k in causes),
         side_by_side=_side_by_side(r.hot, r.ref),
     )
+
+
+def _with_unplaced(r: _HotResult) -> float:
+    """The request ratio if the linked unplaced requests are counted on the hot rank."""
+    n_h, n_r = r.hot["requests_per_window"], r.ref["requests_per_window"]
+    return load_ratio(n_h + r.unplaced, n_r) if math.isfinite(r.unplaced) else math.nan
+
+
+def _saturation_sentence(r: _HotResult) -> str:
+    if not r.sat.saturated:
+        return ""
+    queue = "a growing queue" if r.imp.queue_growing else "a standing queue"
+    text = (
+        f"It sits at its batch ceiling (about {r.sat.ceiling:.0f} running) with {queue} in "
+        f"{r.sat.share:.0%} of the judged windows"
+    )
+    if math.isfinite(r.unplaced):
+        return (
+            f"{text}; {r.unplaced:.1f} requests per window of its instance could not be placed "
+            "on a DP rank and, as it is the only saturated rank, most likely wait here: counting "
+            f"them, it gets {_x(_with_unplaced(r))} the requests of its peers."
+        )
+    if r.lower_bound:
+        why = (
+            "requests are counted when they finish"
+            if r.lower_bound == "finished"
+            else "some requests of its instance could not be placed on a DP rank"
+        )
+        return (
+            f"{text}: {why}, so its request ratio ({_x(r.cls.count_ratio)}) is a lower bound "
+            "and the skew may be understated."
+        )
+    return f"{text}."
 
 
 def _x(v: float) -> str:
@@ -529,6 +614,8 @@ def _summary(r: _HotResult, th: Thresholds) -> str:
         parts.append("No measurable queueing or latency impact yet.")
     if r.imp.kv_exhausted:
         parts.append("Its KV cache is near exhaustion.")
+    if r.sat.saturated:
+        parts.append(_saturation_sentence(r))
     if r.trend.widening:
         parts.append("The gap keeps widening while the service's P99 rises.")
     return " ".join(parts)
