@@ -49,6 +49,7 @@ class UnitHeat:
     persistent_starved: bool
     persistent_cold: bool  # carries persistently less load than its peers (not starved)
     driver: str  # heat signal that was highest most often in hot windows
+    ratios: dict[str, Array]  # heat signal -> (W,) smoothed value / floored peer median
 
 
 
@@ -219,6 +220,7 @@ def detect(
                 persistent_starved=persistent_starved,
                 persistent_cold=persistent_cold and not persistent_starved,
                 driver=driver,
+                ratios={s: r[:, j] for s, r in ratios.items()},
             )
         )
     return out

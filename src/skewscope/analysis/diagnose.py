@@ -678,4 +678,15 @@ def _unit_report(
         hot_share=heat.hot_share if heat else math.nan,
         longest_hot_run=heat.hot_run if heat else 0,
         metrics=unit_summary(m, j, mask),
+        load_ratios=_load_ratios(heat) if heat else {},
+        heat_by_window=tuple(np.where(heat.active, heat.score, np.nan).tolist()) if heat else (),
     )
+
+
+def _load_ratios(heat: UnitHeat) -> dict[str, float]:
+    """Unit / peers per heat signal: the median of the scored ratio over the judged windows."""
+    out: dict[str, float] = {}
+    for sig, ratio in heat.ratios.items():
+        vals = ratio[heat.active & np.isfinite(ratio)]
+        out[sig] = float(np.median(vals)) if vals.size else math.nan
+    return out

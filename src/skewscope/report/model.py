@@ -34,6 +34,11 @@ class UnitReport:
     hot_share: float  # share of judged windows in which the unit was hot
     longest_hot_run: int  # consecutive hot windows
     metrics: dict[str, float]
+    # Heat signal -> unit / peers: median over the judged windows of the ratio step 1 scores
+    # (smoothed signal over the floored peer median); empty when the unit was not scored.
+    load_ratios: dict[str, float] = field(default_factory=dict)
+    # Per window of the report: the highest of those ratios (NaN where not judged).
+    heat_by_window: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -44,6 +49,8 @@ class UnitReport:
                 "role": self.role,
                 "hot_share": self.hot_share,
                 "longest_hot_run": self.longest_hot_run,
+                "load_ratios": self.load_ratios,
+                "heat_by_window": list(self.heat_by_window),
                 **self.metrics,
             }
         )
