@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 SCHEMA_VERSION = 1
-Verdict = str  # "imbalanced" | "balanced" | "insufficient_data"
+Verdict = str  # one of VERDICTS
+VERDICTS: tuple[Verdict, ...] = ("imbalanced", "balanced", "insufficient_data")
 
 
 def _clean(value: Any) -> Any:

@@ -410,21 +410,41 @@ def load_scrape(
         notes.append(f"{skipped} scrape rounds were skipped because targets answered slowly")
     if abs(n_windows * w - duration_s) > 1e-6:
         notes.append(f"scraped {n_windows * w:g}s: whole windows of {w:g}s only")
-    good: dict[str, list[Snapshot]] = {}
-    for url, inst in zip(urls, instances, strict=True):
-        failed = [s for s in snaps[url] if s.samples is None]
-        if len(failed) == len(snaps[url]):
-            notes.append(f"target {inst} is down: {failed[0].error}; analysed the others")
+    return evidence_from_targets(
+        snaps, t0=t0, window_s=w, n_windows=n_windows, dialect=dialect, notes=notes
+    )
+
+
+def evidence_from_targets(
+    snaps: Mapping[str, Sequence[Snapshot]],
+    *,
+    t0: float,
+    window_s: float,
+    n_windows: int,
+    dialect: str | None = None,
+    notes: Iterable[str] = (),
+) -> Evidence:
+    """Per-URL scrapes -> Evidence: a target whose scrapes all failed is left out with a note,
+    partial failures are noted; all targets down raises SourceError. Shared by ``load_scrape``
+    and watch's rolling sampler."""
+    all_notes = list(notes)
+    good: dict[str, Sequence[Snapshot]] = {}
+    for url, target_snaps in snaps.items():
+        inst = instance_of(url)
+        failed = [s for s in target_snaps if s.samples is None]
+        if len(failed) == len(target_snaps):
+            why = failed[0].error if failed else "no scrape yet"
+            all_notes.append(f"target {inst} is down: {why}; analysed the others")
             continue
         if failed:
-            notes.append(
-                f"target {inst}: {len(failed)} of {len(snaps[url])} scrapes failed "
+            all_notes.append(
+                f"target {inst}: {len(failed)} of {len(target_snaps)} scrapes failed "
                 f"(first: {failed[0].error})"
             )
-        good[inst] = snaps[url]
+        good[inst] = target_snaps
     if not good:
-        first = snaps[urls[0]][0].error if snaps[urls[0]] else "no scrape"
-        raise SourceError(f"all {len(urls)} /metrics targets are down (e.g. {first})")
+        first = next((s.error for ss in snaps.values() for s in ss if s.error), "no scrape")
+        raise SourceError(f"all {len(snaps)} /metrics targets are down (e.g. {first})")
     return evidence_from_snapshots(
-        good, t0=t0, window_s=w, n_windows=n_windows, dialect=dialect, notes=notes
+        good, t0=t0, window_s=window_s, n_windows=n_windows, dialect=dialect, notes=all_notes
     )

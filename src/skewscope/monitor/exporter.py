@@ -1,0 +1,118 @@
+"""Prometheus exporter for ``watch --listen``: the latest diagnosis as metrics, so Alertmanager
+alerts on the full method rather than a PromQL approximation of it.
+
+A custom collector renders the current ``WatchStatus`` at every scrape: only the units of the
+latest good report are exported, so a unit that left the report leaves no stale series behind.
+Names (a contract, docs/monitoring.md):
+
+- ``skewscope_unit_hot{unit,level,kind}``: 1 per hot unit, 0 for every other judged unit
+  (``kind="none"`` for those);
+- ``skewscope_unit_load_ratio{unit,level,signal}``: unit / peers per heat signal;
+- ``skewscope_verdict{verdict}``: 1 for the latest verdict, 0 for the others;
+- ``skewscope_last_run_timestamp_seconds``: end of the latest good run;
+- ``skewscope_run_duration_seconds``: wall time of the latest run, good or not;
+- ``skewscope_run_errors_total{reason}``: failed or partial runs by reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from skewscope.errors import UsageError
+from skewscope.monitor.units import hot_units, judged_units
+from skewscope.monitor.watch import WatchStatus
+from skewscope.report.model import VERDICTS
+
+NOT_HOT = "none"  # kind label of a judged unit that is not hot
+
+
+class ReportCollector:
+    """Collector over the latest ``WatchStatus`` (read at scrape time)."""
+
+    def __init__(self, status: Callable[[], WatchStatus]) -> None:
+        self._status = status
+
+    def describe(self) -> list[Metric]:
+        return []  # families depend on the report; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        st = self._status()
+        hot = GaugeMetricFamily(
+            "skewscope_unit_hot",
+            "1 when the unit is a persistent hot spot in the latest diagnosis, 0 when judged "
+            "and not hot",
+            labels=["unit", "level", "kind"],
+        )
+        ratio = GaugeMetricFamily(
+            "skewscope_unit_load_ratio",
+            "Unit / peers per heat signal (median over the judged windows of the latest run)",
+            labels=["unit", "level", "signal"],
+        )
+        verdict = GaugeMetricFamily(
+            "skewscope_verdict", "1 for the verdict of the latest diagnosis", labels=["verdict"]
+        )
+        if st.report is not None:
+            kinds = {(h.unit, h.level): h.kind for h in hot_units(st.report)}
+            for level, u in judged_units(st.report):
+                kind = kinds.get((u.unit, level))
+                hot.add_metric([u.unit, level, kind or NOT_HOT], 1.0 if kind else 0.0)
+                for signal, value in u.load_ratios.items():
+                    if math.isfinite(value):
+                        ratio.add_metric([u.unit, level, signal], value)
+            for v in VERDICTS:
+                verdict.add_metric([v], 1.0 if v == st.report.verdict else 0.0)
+        yield hot
+        yield ratio
+        yield verdict
+        if st.report_at is not None:
+            yield GaugeMetricFamily(
+                "skewscope_last_run_timestamp_seconds",
+                "Unix time at the end of the latest good diagnosis run",
+                value=st.report_at,
+            )
+        if st.duration_s is not None:
+            yield GaugeMetricFamily(
+                "skewscope_run_duration_seconds",
+                "Wall time of the latest diagnosis run, good or not",
+                value=st.duration_s,
+            )
+        errors = CounterMetricFamily(
+            "skewscope_run_errors",
+            "Diagnosis runs that failed or were partial, by reason (the last good report stays)",
+            labels=["reason"],
+        )
+        for reason, count in st.errors.items():
+            errors.add_metric([reason], float(count))
+        yield errors
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT`` or a bare ``PORT`` (on 127.0.0.1)."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or int(port) > 65535:
+        raise UsageError(f"--listen: expected HOST:PORT such as 127.0.0.1:9109, got {text!r}")
+    return host, int(port)
+
+
+def serve(status: Callable[[], WatchStatus], listen: str) -> tuple[Any, str]:
+    """Start the exporter thread; (server, URL of /metrics). ``server.shutdown()`` stops it."""
+    from prometheus_client import start_http_server
+
+    host, port = parse_listen(listen)
+    registry = CollectorRegistry()
+    registry.register(ReportCollector(status))
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        raise UsageError(f"--listen {listen}: cannot listen ({e.strerror or e})") from None
+    bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    return server, f"http://{shown}:{bound_port}/metrics"

@@ -1,0 +1,142 @@
+"""Rolling /metrics sampler for ``watch --scrape``: scrape every interval in the background and
+keep the last ``span_s`` of snapshots, so each diagnosis run reduces what is already in memory
+instead of re-scraping the whole ``--last`` range (which would make every run last ``--last``).
+
+Until ``span_s`` has been collected a run sees fewer windows (and says ``insufficient_data``
+while fewer than ``min_windows`` are complete): the warm-up is reported, not hidden.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+
+from skewscope.errors import UsageError
+from skewscope.frame import Evidence
+from skewscope.sources.auth import HttpAuth
+from skewscope.sources.scrape import Snapshot, collect, evidence_from_targets, instance_of
+
+
+class NotReady(Exception):
+    """Not enough has been scraped yet for one window: a warm-up state, not a run error."""
+
+
+class RollingScraper:
+    """Background scraper holding (epoch time, snapshot) per URL for the last ``span_s``."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        span_s: float,
+        interval_s: float,
+        window_s: float,
+        dialect: str | None = None,
+        auth: HttpAuth | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        if not urls:
+            raise UsageError("no /metrics URL given")
+        if window_s < interval_s:
+            raise UsageError(
+                f"window {window_s:g}s is shorter than the scrape interval {interval_s:g}s"
+            )
+        if span_s < window_s:
+            raise UsageError(f"--last {span_s:g}s is shorter than one window of {window_s:g}s")
+        instances = [instance_of(u) for u in urls]
+        if len(set(instances)) != len(instances):
+            raise UsageError("two URLs name the same host:port; give each target once")
+        self.urls = tuple(urls)
+        self.span_s, self.interval_s, self.window_s = span_s, interval_s, window_s
+        self.dialect, self.auth, self.timeout_s = dialect, auth, timeout_s
+        keep = math.ceil(span_s / interval_s) + 2
+        self._buf: dict[str, deque[tuple[float, Snapshot]]] = {
+            u: deque(maxlen=keep) for u in urls
+        }
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="skewscope-sampler", daemon=True)
+        self.skipped = 0
+
+    def start(self) -> RollingScraper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval_s + (self.timeout_s or 10.0))
+
+    def _loop(self) -> None:
+        """Ticks on a fixed grid; a tick that could not start within half an interval of its
+        time (a slow target held the previous one) is skipped rather than mis-stamped."""
+        m0 = time.monotonic()
+        k = 0
+        while not self._stop.is_set():
+            due = m0 + k * self.interval_s
+            lag = time.monotonic() - due
+            if lag < 0 and self._stop.wait(-lag):
+                return
+            if k > 0 and lag > self.interval_s / 2:
+                self.skipped += 1
+            else:
+                stamp = time.time()
+                _, snaps, _ = collect(
+                    self.urls,
+                    duration_s=0.0,  # one round
+                    interval_s=self.interval_s,
+                    auth=self.auth,
+                    timeout_s=self.timeout_s,
+                    progress=False,
+                )
+                with self._lock:
+                    for url in self.urls:
+                        self._buf[url].append((stamp, snaps[url][0]))
+            k += 1
+
+    def failing_targets(self, since: float) -> list[str]:
+        """Targets none of whose scrapes after ``since`` (epoch s) succeeded, with the error."""
+        out = []
+        with self._lock:
+            for buf in self._buf.values():
+                recent = [s for t, s in buf if t > since]
+                if recent and all(s.samples is None for s in recent):
+                    out.append(recent[-1].error)
+        return out
+
+    def evidence(self) -> Evidence:
+        """Reduce the buffered scrapes of the last ``span_s`` into whole windows ending at the
+        latest scrape round."""
+        with self._lock:
+            bufs = {u: list(b) for u, b in self._buf.items()}
+        latest = max((t for b in bufs.values() for t, _ in b[-1:]), default=None)
+        if latest is None:
+            raise NotReady("waiting for the first scrape round")
+        first = min(t for b in bufs.values() for t, _ in b if t >= latest - self.span_s - 1e-6)
+        n_windows = math.floor((latest - first) / self.window_s + 1e-6)
+        if n_windows < 1:
+            raise NotReady(
+                f"warming up: {latest - first:.0f}s scraped, one window is {self.window_s:g}s"
+            )
+        t0 = first
+        snaps = {
+            u: [Snapshot(round(t - t0, 6), s.samples, s.error) for t, s in b if t >= t0 - 1e-6]
+            for u, b in bufs.items()
+        }
+        notes = []
+        if latest - first < self.span_s - self.interval_s:
+            notes.append(
+                f"warming up: {latest - first:.0f}s of the {self.span_s:g}s range scraped so far"
+            )
+        if self.skipped:
+            notes.append(f"{self.skipped} scrape rounds were skipped because targets were slow")
+        return evidence_from_targets(
+            snaps,
+            t0=t0,
+            window_s=self.window_s,
+            n_windows=n_windows,
+            dialect=self.dialect,
+            notes=notes,
+        )

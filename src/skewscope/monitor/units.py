@@ -1,0 +1,64 @@
+"""How monitoring code reads a Report: every level's units, and the hot ones with their kind.
+
+Pure look-ups over the Report (with its drill-down), shared by the exporter, the live screen
+and incident tracking so they agree on what "hot" means: the analysis' ``hot_units``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from skewscope.report.model import Report, UnitReport
+
+
+@dataclass(frozen=True)
+class HotUnit:
+    unit: str
+    level: str
+    kind: str  # the finding's kind: count, weight, capability or unknown
+    ratio: float  # highest unit / peers ratio over the heat signals (NaN when not scored)
+    summary: str  # the finding's one-paragraph summary
+    report: UnitReport
+
+
+def levels(report: Report) -> Iterator[Report]:
+    """The report and its DP drill-downs, depth first."""
+    yield report
+    for d in report.drilldown:
+        yield from levels(d)
+
+
+def judged_units(report: Report) -> Iterator[tuple[str, UnitReport]]:
+    """(level, unit) for every unit of every level of the report."""
+    for r in levels(report):
+        for u in r.units:
+            yield r.level, u
+
+
+def peak_ratio(unit: UnitReport) -> float:
+    finite = [v for v in unit.load_ratios.values() if math.isfinite(v)]
+    return max(finite) if finite else math.nan
+
+
+def hot_units(report: Report) -> list[HotUnit]:
+    """Every persistent hot unit of every level, in report order."""
+    out = []
+    for r in levels(report):
+        by_unit = {u.unit: u for u in r.units}
+        finding = {unit: f for f in r.findings for unit in f.units}
+        for name in r.hot_units:
+            f = finding.get(name)
+            u = by_unit[name]
+            out.append(
+                HotUnit(
+                    unit=name,
+                    level=r.level,
+                    kind=f.kind if f else "unknown",
+                    ratio=peak_ratio(u),
+                    summary=f.summary if f else "",
+                    report=u,
+                )
+            )
+    return out

@@ -1,0 +1,235 @@
+"""``skewscope watch``: re-run the diagnosis every ``every_s`` over the last ``last_s``.
+
+The loop calls a source's loader, then ``analysis.diagnose``, and publishes a ``WatchStatus``
+(the last good Report plus run bookkeeping) that the exporter and the screen read. A failing
+source never stops the loop: the last good Report stays published, the error is counted by
+reason and shown. Runs execute on one worker thread so SIGINT/SIGTERM stop the loop promptly
+even while a slow query is in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from skewscope.analysis.diagnose import diagnose
+from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
+from skewscope.errors import InputError, SkewscopeError, SourceError
+from skewscope.frame import Evidence
+from skewscope.monitor.history import HistoryStore
+from skewscope.monitor.incidents import Incident, IncidentTracker
+from skewscope.monitor.sampler import NotReady, RollingScraper
+from skewscope.report.model import Report
+
+# skewscope_run_errors_total{reason}: every reason is exported from the start (at 0).
+ERROR_REASONS: dict[str, str] = {
+    "source": "the source failed (Prometheus error or unreachable, all /metrics targets down)",
+    "target": "one /metrics target failed every scrape since the previous run (others used)",
+    "input": "the source answered with data that cannot be analysed",
+    "history": "the incident history could not be written",
+    "internal": "an unexpected error in skewscope (a bug: please report it)",
+}
+
+
+class Source(Protocol):
+    """What the loop needs from a source: a description, a loader, and cleanup."""
+
+    description: str
+
+    def load(self, now: float) -> Evidence: ...
+
+    def problems(self, since: float) -> list[str]:
+        """Partial failures since ``since`` (epoch s) that did not stop the load."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class PrometheusSource:
+    """Each run queries [now - last, now] (``load`` is e.g. a partial of load_prometheus)."""
+
+    description: str
+    last_s: float
+    loader: Callable[[float, float], Evidence]  # (start, end) -> Evidence
+
+    def load(self, now: float) -> Evidence:
+        return self.loader(now - self.last_s, now)
+
+    def problems(self, since: float) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class ScrapeSource:
+    """A rolling sampler: runs reduce the scrapes already in memory."""
+
+    description: str
+    sampler: RollingScraper
+
+    def load(self, now: float) -> Evidence:
+        return self.sampler.evidence()
+
+    def problems(self, since: float) -> list[str]:
+        return self.sampler.failing_targets(since)
+
+    def close(self) -> None:
+        self.sampler.stop()
+
+
+@dataclass(frozen=True)
+class WatchStatus:
+    """Everything the exporter and the screen show; replaced whole after every run."""
+
+    source: str
+    last_s: float
+    every_s: float
+    report: Report | None = None  # the last good report
+    report_at: float | None = None  # epoch s at the end of the run that produced it
+    runs: int = 0
+    good_runs: int = 0
+    duration_s: float | None = None  # wall time of the latest run, good or not
+    last_error: str = ""  # of the latest run; "" when it was good
+    last_error_at: float | None = None
+    warming_up: str = ""  # the source is not ready yet (not an error)
+    problems: tuple[str, ...] = ()  # partial failures in the latest run
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_REASONS, 0))
+    open_incidents: tuple[Incident, ...] = ()  # "hot since" per unit
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, SourceError):
+        return "source"
+    if isinstance(exc, InputError | SkewscopeError):
+        return "input"
+    return "internal"
+
+
+class Watcher:
+    """Runs the loop; ``status`` is safe to read from any thread."""
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        last_s: float,
+        every_s: float,
+        level: str = "auto",
+        thresholds: Thresholds = DEFAULT_THRESHOLDS,
+        store: HistoryStore | None = None,
+        on_run: Callable[[WatchStatus, bool], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.source, self.level, self.thresholds = source, level, thresholds
+        self.store = store
+        self.on_run = on_run  # called after every run with (status, run_was_good)
+        self.clock = clock
+        self.tracker = IncidentTracker(source.description)
+        self.stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._status = WatchStatus(source=source.description, last_s=last_s, every_s=every_s)
+        self._prev_run_at = clock()
+        if store is not None:
+            store.close_orphans()
+
+    @property
+    def status(self) -> WatchStatus:
+        with self._lock:
+            return self._status
+
+    def _publish(self, **changes: object) -> WatchStatus:
+        with self._lock:
+            self._status = replace(self._status, **changes)  # type: ignore[arg-type]
+            return self._status
+
+    def run_once(self) -> bool:
+        """One diagnosis run; True when it produced a new report."""
+        started, t0 = self.clock(), time.monotonic()
+        st = self.status
+        errors = dict(st.errors)
+        problems = tuple(self.source.problems(self._prev_run_at))
+        self._prev_run_at = started
+        errors["target"] += len(problems)
+        try:
+            report = diagnose(self.source.load(started), level=self.level, th=self.thresholds)
+        except NotReady as e:
+            self._publish(runs=st.runs + 1, duration_s=time.monotonic() - t0, last_error="",
+                          warming_up=str(e), problems=problems, errors=errors)
+            return False
+        except Exception as e:  # a run never kills the loop: count, show, keep the last report
+            reason = _reason(e)
+            errors[reason] += 1
+            message = str(e) if isinstance(e, SkewscopeError) else f"{type(e).__name__}: {e}"
+            self._publish(runs=st.runs + 1, duration_s=time.monotonic() - t0,
+                          last_error=f"{reason}: {message}", last_error_at=started,
+                          warming_up="", problems=problems, errors=errors)
+            return False
+        ended = self.clock()
+        last_error, last_error_at = "", st.last_error_at
+        try:
+            self._record(self.tracker.update(report, ended))
+        except Exception as e:  # the history failing must not stop the monitoring
+            errors["history"] += 1
+            last_error, last_error_at = f"history: {e}", ended
+        self._publish(
+            report=report, report_at=ended, runs=st.runs + 1, good_runs=st.good_runs + 1,
+            duration_s=time.monotonic() - t0, last_error=last_error, last_error_at=last_error_at,
+            warming_up="", problems=problems, errors=errors,
+            open_incidents=tuple(self.tracker.open.values()),
+        )
+        return True
+
+    def _record(self, changed: list[Incident]) -> None:
+        if self.store is None:
+            return
+        for incident in changed:
+            self.tracker.assign(self.store.save(incident))
+
+    def _notify(self, good: bool) -> None:
+        if self.on_run is not None:
+            self.on_run(self.status, good)
+
+    def loop(self, max_runs: int | None = None) -> None:
+        """Run every ``every_s`` until ``stop()`` (or ``max_runs``); a run longer than the
+        interval delays the next one instead of stacking runs. A run still in flight when the
+        loop stops is abandoned (its thread is a daemon), so stopping never waits on a query."""
+        every = self.status.every_s
+        runs = 0
+        next_due = time.monotonic()
+        while not self.stop_event.is_set():
+            result: list[bool] = []
+            worker = threading.Thread(target=self._run_into, args=(result,),
+                                      name="skewscope-run", daemon=True)
+            worker.start()
+            while worker.is_alive() and not self.stop_event.wait(0.05):
+                pass
+            if not result:  # stopped mid-run
+                break
+            self._notify(result[0])
+            runs += 1
+            if max_runs is not None and runs >= max_runs:
+                break
+            next_due = max(next_due + every, time.monotonic())
+            self.stop_event.wait(max(0.0, next_due - time.monotonic()))
+        self._finish()
+
+    def _run_into(self, result: list[bool]) -> None:
+        result.append(self.run_once())
+
+    def _finish(self) -> None:
+        closed = self.tracker.close_all()
+        if self.store is not None:
+            for incident in closed:
+                try:
+                    self.store.save(incident)
+                except Exception:  # shutting down: the next start closes what is left open
+                    break
+
+    def stop(self) -> None:
+        self.stop_event.set()
