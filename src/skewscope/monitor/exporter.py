@@ -23,10 +23,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from skewscope.catalogue import Verdict
 from skewscope.errors import UsageError
 from skewscope.monitor.units import hot_units, judged_units
 from skewscope.monitor.watch import WatchStatus
-from skewscope.report.model import VERDICTS
 
 NOT_HOT = "none"  # kind label of a judged unit that is not hot
 
@@ -64,8 +64,8 @@ class ReportCollector:
                 for signal, value in u.load_ratios.items():
                     if math.isfinite(value):
                         ratio.add_metric([u.unit, level, signal], value)
-            for v in VERDICTS:
-                verdict.add_metric([v], 1.0 if v == st.report.verdict else 0.0)
+            for v in Verdict:
+                verdict.add_metric([v.value], 1.0 if v == st.report.verdict else 0.0)
         yield hot
         yield ratio
         yield verdict

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from skewscope.analysis.diagnose import diagnose
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
-from skewscope.errors import InputError, SkewscopeError, SourceError
+from skewscope.errors import InputError, SkewscopeError, SourceError, one_line
 from skewscope.frame import Evidence
 from skewscope.monitor.history import HistoryStore
 from skewscope.monitor.incidents import Incident, IncidentTracker
@@ -165,7 +165,8 @@ class Watcher:
         except Exception as e:  # a run never kills the loop: count, show, keep the last report
             reason = _reason(e)
             errors[reason] += 1
-            message = str(e) if isinstance(e, SkewscopeError) else f"{type(e).__name__}: {e}"
+            message = one_line(str(e) if isinstance(e, SkewscopeError)
+                               else f"{type(e).__name__}: {e}")
             self._publish(runs=st.runs + 1, duration_s=time.monotonic() - t0,
                           last_error=f"{reason}: {message}", last_error_at=started,
                           warming_up="", problems=problems, errors=errors)
@@ -176,7 +177,7 @@ class Watcher:
             self._record(self.tracker.update(report, ended))
         except Exception as e:  # the history failing must not stop the monitoring
             errors["history"] += 1
-            last_error, last_error_at = f"history: {e}", ended
+            last_error, last_error_at = one_line(f"history: {e}"), ended
         self._publish(
             report=report, report_at=ended, runs=st.runs + 1, good_runs=st.good_runs + 1,
             duration_s=time.monotonic() - t0, last_error=last_error, last_error_at=last_error_at,

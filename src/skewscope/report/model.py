@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 SCHEMA_VERSION = 1
-Verdict = str  # one of VERDICTS
-VERDICTS: tuple[Verdict, ...] = ("imbalanced", "balanced", "insufficient_data")
+Verdict = str  # "imbalanced" | "balanced" | "insufficient_data"
 
 
 def _clean(value: Any) -> Any:
