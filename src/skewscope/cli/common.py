@@ -9,6 +9,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,18 +63,28 @@ def parse_time(text: str, what: str) -> float:
     return value
 
 
-def add_online_source_args(p: argparse.ArgumentParser) -> None:
-    """--prometheus / --scrape and their range, selector and dialect options."""
-    src = p.add_argument_group("online sources (--last/--start/--end also zoom into a capture)")
+def add_online_source_args(p: argparse.ArgumentParser, *, fixed_range: bool = True) -> None:
+    """--prometheus / --scrape and their range, selector and dialect options.
+
+    ``fixed_range=False`` (watch: the range always ends now) leaves out --start, --end and
+    --duration.
+    """
+    if fixed_range:
+        src = p.add_argument_group("online sources (--last/--start/--end also zoom into a capture)")
+    else:
+        src = p.add_argument_group("online sources")
     src.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible query API base")
     src.add_argument("--last", metavar="DURATION",
-                     help="range ending now, e.g. 30m, 2h (offline: the capture's last DURATION)")
-    src.add_argument("--start", metavar="T", help="range start: epoch seconds or ISO 8601")
-    src.add_argument("--end", metavar="T", help="range end: epoch seconds or ISO 8601")
+                     help="range ending now, e.g. 30m, 2h (offline: the capture's last DURATION)"
+                     if fixed_range else "range ending now, e.g. 30m, 2h")
+    if fixed_range:
+        src.add_argument("--start", metavar="T", help="range start: epoch seconds or ISO 8601")
+        src.add_argument("--end", metavar="T", help="range end: epoch seconds or ISO 8601")
     src.add_argument("--step", metavar="DURATION", help="query step = window (e.g. 15s)")
     src.add_argument("--selector", default="", help='label matchers, e.g. {model_name="m"}')
     src.add_argument("--scrape", nargs="+", metavar="URL", help="sample /metrics endpoints")
-    src.add_argument("--duration", default="2m", help="scrape duration (default 2m)")
+    if fixed_range:
+        src.add_argument("--duration", default="2m", help="scrape duration (default 2m)")
     src.add_argument("--interval", default="5s", help="scrape interval (default 5s)")
     src.add_argument("--dialect", choices=DIALECT_CHOICES,
                      help="metric dialect (default: detected from the metric names)")
@@ -140,20 +151,26 @@ def online_range(args: argparse.Namespace) -> tuple[float, float]:
 
 
 def load_prometheus_evidence(args: argparse.Namespace, window: float | None) -> Evidence:
+    start, end = online_range(args)
+    return prometheus_loader(args, window)(start, end)
+
+
+def prometheus_loader(
+    args: argparse.Namespace, window: float | None
+) -> Callable[[float, float], Evidence]:
+    """(start, end) -> Evidence from --prometheus with the shared options, parsed once (watch
+    queries a new range every run)."""
     from skewscope.sources.prometheus import load_prometheus
 
-    start, end = online_range(args)
-    return load_prometheus(
-        args.prometheus,
-        start=start,
-        end=end,
-        step_s=parse_duration(args.step, "--step") if args.step else None,
-        selector=args.selector,
-        dialect=args.dialect,
-        auth=auth_from_args(args),
-        timeout_s=parse_duration(args.timeout, "--timeout"),
-        window_s=window,
-    )
+    url, step = args.prometheus, parse_duration(args.step, "--step") if args.step else None
+    auth, timeout = auth_from_args(args), parse_duration(args.timeout, "--timeout")
+
+    def load(start: float, end: float) -> Evidence:
+        return load_prometheus(url, start=start, end=end, step_s=step, selector=args.selector,
+                               dialect=args.dialect, auth=auth, timeout_s=timeout,
+                               window_s=window)
+
+    return load
 
 
 def load_scrape_evidence(args: argparse.Namespace, window: float | None) -> Evidence:

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from skewscope.analysis.detect import LOAD_SIGNALS
 from skewscope.report.model import Report, UnitReport
 
 
@@ -18,7 +19,7 @@ class HotUnit:
     unit: str
     level: str
     kind: str  # the finding's kind: count, weight, capability or unknown
-    ratio: float  # highest unit / peers ratio over the heat signals (NaN when not scored)
+    ratio: float  # its load ratio, see ``load_ratio``
     summary: str  # the finding's one-paragraph summary
     report: UnitReport
 
@@ -37,9 +38,16 @@ def judged_units(report: Report) -> Iterator[tuple[str, UnitReport]]:
             yield r.level, u
 
 
-def peak_ratio(unit: UnitReport) -> float:
-    finite = [v for v in unit.load_ratios.values() if math.isfinite(v)]
-    return max(finite) if finite else math.nan
+def load_ratio(unit: UnitReport) -> float:
+    """The unit's headline unit / peers ratio: the higher of requests and tokens; where the
+    source has no per-unit request or token counts (SGLang DP ranks), the highest heat signal.
+    NaN when the unit was not scored."""
+    for keys in (LOAD_SIGNALS, tuple(unit.load_ratios)):
+        finite = [unit.load_ratios[k] for k in keys
+                  if k in unit.load_ratios and math.isfinite(unit.load_ratios[k])]
+        if finite:
+            return max(finite)
+    return math.nan
 
 
 def hot_units(report: Report) -> list[HotUnit]:
@@ -56,7 +64,7 @@ def hot_units(report: Report) -> list[HotUnit]:
                     unit=name,
                     level=r.level,
                     kind=f.kind if f else "unknown",
-                    ratio=peak_ratio(u),
+                    ratio=load_ratio(u),
                     summary=f.summary if f else "",
                     report=u,
                 )

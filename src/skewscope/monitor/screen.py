@@ -1,0 +1,175 @@
+"""What ``watch`` shows: a rich live view, or one log line per run (``--no-tui``).
+
+Both read a ``WatchStatus`` only (the last good Report plus run bookkeeping); ratios, kinds and
+"hot since" come from the Report and the incident tracker, nothing is computed here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from skewscope.errors import one_line
+from skewscope.monitor.incidents import Incident
+from skewscope.monitor.units import hot_units
+from skewscope.monitor.watch import WatchStatus
+from skewscope.report import fmt
+from skewscope.report.terminal import VERDICT_STYLE
+
+BARS = "▁▂▃▄▅▆▇█"
+SHOWN_RATIOS = ("requests", "total_tokens", "busy_ms", "running", "waiting")
+
+
+def clock(epoch_s: float | None) -> str:
+    """Local wall-clock time of day, as an operator reads it on screen."""
+    if epoch_s is None or not math.isfinite(epoch_s):
+        return "—"
+    return dt.datetime.fromtimestamp(epoch_s).strftime("%H:%M:%S")
+
+
+def iso(epoch_s: float) -> str:
+    return dt.datetime.fromtimestamp(epoch_s, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One bar per window, scaled from 0 to the series' maximum; a gap where not judged."""
+    finite = [v for v in values if math.isfinite(v)]
+    top = max(finite, default=0.0)
+    if top <= 0:
+        return "".join(" " if not math.isfinite(v) else BARS[0] for v in values)
+    out = []
+    for v in values:
+        if not math.isfinite(v):
+            out.append(" ")
+        else:
+            out.append(BARS[min(len(BARS) - 1, int(max(v, 0.0) / top * (len(BARS) - 1)))])
+    return "".join(out)
+
+
+def _ratios(load_ratios: dict[str, float]) -> str:
+    parts = [f"{k.replace('total_', '')} {v:.2f}x" for k, v in load_ratios.items()
+             if k in SHOWN_RATIOS and math.isfinite(v)]
+    return ", ".join(parts) or "—"
+
+
+def _state_line(st: WatchStatus) -> Text:
+    line = Text()
+    line.append(f"run {st.runs}", style="bold")
+    if st.duration_s is not None:
+        line.append(f" · took {st.duration_s:.2f}s")
+    line.append(f" · every {st.every_s:g}s over the last {st.last_s:g}s")
+    if st.report_at is not None:
+        line.append(f" · report of {clock(st.report_at)}")
+    errors = sum(st.errors.values())
+    if errors:
+        counts = ", ".join(f"{k} {v}" for k, v in st.errors.items() if v)
+        line.append(f" · errors: {counts}", style="red")
+    return line
+
+
+def render(st: WatchStatus) -> RenderableType:
+    """The live view: verdict, hot units with kind, ratios, hot since and a sparkline."""
+    parts: list[RenderableType] = []
+    if st.report is None:
+        head = Text("waiting for the first good run", style="yellow")
+    else:
+        head = Text(fmt.headline(st.report), style=VERDICT_STYLE.get(st.report.verdict, ""))
+    sub = Group(head, Text(one_line(st.source), style="dim"), _state_line(st))
+    parts.append(Panel(sub, title="skewscope watch"))
+    if st.last_error:
+        shown = f"showing the report of {clock(st.report_at)}" if st.report else "no report yet"
+        parts.append(Text(f"last run failed at {clock(st.last_error_at)}: {st.last_error} "
+                          f"({shown})", style="bold red"))
+    for p in st.problems:
+        parts.append(Text(f"target failing: {p}", style="red"))
+    if st.warming_up:
+        parts.append(Text(st.warming_up, style="yellow"))
+    if st.report is not None:
+        hot = hot_units(st.report)
+        if hot:
+            since = {i.key: i.onset_s for i in st.open_incidents}
+            table = Table(expand=False)
+            for col in ("unit", "level", "kind", "unit / peers", "hot since", "heat per window"):
+                table.add_column(col)
+            for h in hot:
+                table.add_row(h.unit, h.level, h.kind, _ratios(h.report.load_ratios),
+                              clock(since.get((h.unit, h.level))),
+                              sparkline(h.report.heat_by_window))
+            parts.append(table)
+        if st.report.starved_units:
+            parts.append(Text("starved: " + ", ".join(st.report.starved_units), style="yellow"))
+        for note in fmt.footer_notes(st.report)[:3]:
+            parts.append(Text(f"note: {one_line(note)}", style="dim"))
+    return Group(*parts)
+
+
+def log_line(st: WatchStatus, now: float) -> str:
+    """One line per run for a service log."""
+    head = f"{iso(now)} run={st.runs}"
+    took = f" took={st.duration_s:.2f}s" if st.duration_s is not None else ""
+    if st.last_error:
+        kept = f"keeping report of {iso(st.report_at)}" if st.report_at else "no report yet"
+        return f"{head} error=\"{st.last_error}\" ({kept}){took}"
+    if st.warming_up:
+        return f"{head} {one_line(st.warming_up)}{took}"
+    if st.report is None:
+        return f"{head} no report{took}"
+    since = {i.key: i.onset_s for i in st.open_incidents}
+    hot = " ".join(
+        f"{h.unit}({h.level},{h.kind},{h.ratio:.2f}x,since {iso(since[(h.unit, h.level)])})"
+        if (h.unit, h.level) in since else f"{h.unit}({h.level},{h.kind},{h.ratio:.2f}x)"
+        for h in hot_units(st.report)
+    )
+    problems = f" failing_targets={len(st.problems)}" if st.problems else ""
+    return (f"{head} verdict={st.report.verdict} hot=[{hot}] windows={st.report.windows}"
+            f"{problems}{took}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Incident history (``skewscope history``)
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def incident_table(incidents: Sequence[Incident]) -> Table:
+    table = Table(title=f"{len(incidents)} incident(s), newest first")
+    for col in ("id", "unit", "level", "kind", "onset", "end", "lasted", "peak", "ended by"):
+        table.add_column(col, justify="right" if col in ("id", "lasted", "peak") else "left")
+    for i in incidents:
+        end = iso(i.end_s) if i.end_s is not None else "ongoing"
+        lasted = _duration((i.end_s if i.end_s is not None else i.last_seen_s) - i.onset_s)
+        peak = f"{i.peak_ratio:.2f}x" if math.isfinite(i.peak_ratio) else "—"
+        table.add_row(str(i.id), one_line(i.unit), i.level, i.kind, iso(i.onset_s), end, lasted,
+                      peak, i.end_reason or "—")
+    return table
+
+
+def incident_detail(i: Incident) -> Panel:
+    rows = [
+        ("unit", one_line(i.unit)),
+        ("level", i.level),
+        ("kind", i.kind),
+        ("onset", f"{iso(i.onset_s)} (first run that found it hot)"),
+        ("last seen hot", iso(i.last_seen_s)),
+        ("end", f"{iso(i.end_s)} ({i.end_reason})" if i.end_s is not None else "ongoing"),
+        ("peak unit / peers", f"{i.peak_ratio:.2f}x" if math.isfinite(i.peak_ratio) else "—"),
+        ("source", one_line(i.source)),
+    ]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for k, v in rows:
+        grid.add_row(k, v)
+    body: list[RenderableType] = [grid]
+    if i.summary:
+        body.append(Text(f"\nat the peak: {one_line(i.summary, 2000)}"))
+    return Panel(Group(*body), title=f"incident {i.id}")
