@@ -7,11 +7,13 @@ need=()
 for bin in prometheus promtool victoria-metrics; do
   command -v "$bin" >/dev/null 2>&1 || need+=("$bin")
 done
+# PostgreSQL (watch --save postgresql://...): the tests run initdb/pg_ctl from its bin dir
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
-  echo "installing Debian packages: prometheus victoria-metrics"
+  echo "installing Debian packages: prometheus victoria-metrics postgresql"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    prometheus victoria-metrics >/dev/null
+    prometheus victoria-metrics postgresql >/dev/null
 fi
 python3 -m pip install -q -e ".[test]"
 ruff check .

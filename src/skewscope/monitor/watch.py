@@ -77,7 +77,13 @@ class ScrapeSource:
         return self.sampler.evidence()
 
     def problems(self, since: float) -> list[str]:
-        return self.sampler.failing_targets(since)
+        """Targets that failed every scrape since the previous run; all of them failing is a
+        source failure (the buffer holds only stale data), not a partial one."""
+        failing = self.sampler.failing_targets(since)
+        if failing and len(failing) == len(self.sampler.urls):
+            raise SourceError(f"all {len(failing)} /metrics targets failed every scrape since "
+                              f"the previous run (e.g. {failing[0]})")
+        return failing
 
     def close(self) -> None:
         self.sampler.stop()
@@ -153,10 +159,10 @@ class Watcher:
         started, t0 = self.clock(), time.monotonic()
         st = self.status
         errors = dict(st.errors)
-        problems = tuple(self.source.problems(self._prev_run_at))
-        self._prev_run_at = started
-        errors["target"] += len(problems)
+        since, self._prev_run_at = self._prev_run_at, started
+        problems: tuple[str, ...] = ()
         try:
+            problems = tuple(self.source.problems(since))
             report = diagnose(self.source.load(started), level=self.level, th=self.thresholds)
         except NotReady as e:
             self._publish(runs=st.runs + 1, duration_s=time.monotonic() - t0, last_error="",
@@ -172,6 +178,7 @@ class Watcher:
                           warming_up="", problems=problems, errors=errors)
             return False
         ended = self.clock()
+        errors["target"] += len(problems)
         last_error, last_error_at = "", st.last_error_at
         try:
             self._record(self.tracker.update(report, ended))

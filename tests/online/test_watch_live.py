@@ -1,0 +1,152 @@
+"""``skewscope watch`` as a user runs it: a subprocess watching a simulated cluster's live
+/metrics endpoints (wrong-weights: the gateway sends inst-1 1.8x the requests of its peers),
+its exporter scraped over HTTP, the cluster taken down (the last values stay, the error is
+counted), then SIGTERM (exit 0), with the JSON lines and the saved incident checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from skewscope.cli import main
+from skewscope.sim.engine import simulate
+from skewscope.sim.scenario import load_scenario
+from skewscope.sim.writers.live import serve
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    text = httpx.get(url, timeout=10).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def pump(stream: IO[str], into: list[str]) -> threading.Thread:
+    def run() -> None:
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def wait_for(check: Callable[[], bool], what: str, logs: list[str], timeout_s: float = 40.0
+             ) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what} not seen within {timeout_s:g}s; log:\n" + "\n".join(logs[-20:]))
+
+
+def test_watch_scrapes_simulated_cluster_exports_and_stops_on_sigterm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = simulate(load_scenario("wrong-weights"))
+    db = tmp_path / "history.sqlite"
+    out: list[str] = []
+    err: list[str] = []
+    with serve(result, "vllm", speed=6.0, grace_s=30.0) as cluster:
+        urls = cluster.urls
+        hot_unit = urls["inst-1"].removeprefix("http://").removesuffix("/metrics")
+        cmd = [sys.executable, "-m", "skewscope.cli", "watch", "--scrape", *urls.values(),
+               "--interval", "0.25s", "--window", "1s", "--last", "8s", "--every", "1s",
+               "--no-tui", "--json-lines", "--listen", "127.0.0.1:0", "--save", str(db)]
+        env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            readers = [pump(proc.stdout, out), pump(proc.stderr, err)]
+            wait_for(lambda: any("exporter at" in line for line in err), "exporter URL", err)
+            exporter = next(line for line in err if "exporter at" in line).split()[-1]
+            wait_for(lambda: any('"verdict":"imbalanced"' in line for line in out),
+                     "an imbalanced run", err)
+            got = scrape(exporter)
+            hot = {dict(k[1])["unit"]: (dict(k[1])["kind"], v) for k, v in got.items()
+                   if k[0] == "skewscope_unit_hot" and dict(k[1])["level"] == "instance"}
+            assert hot.pop(hot_unit) == ("count", 1.0)
+            assert len(hot) == 3 and set(hot.values()) == {("none", 0.0)}
+            ratio = got[("skewscope_unit_load_ratio",
+                         (("level", "instance"), ("signal", "requests"), ("unit", hot_unit)))]
+            assert 1.3 < ratio < 2.6  # weights 1.8 : 1 (Poisson noise over a few windows)
+            assert got[("skewscope_verdict", (("verdict", "imbalanced"),))] == 1.0
+
+            cluster.stop()  # every target down: watch must keep the last values
+            wait_for(
+                lambda: scrape(exporter)[("skewscope_run_errors_total",
+                                          (("reason", "source"),))] >= 1,
+                "a counted source error", err,
+            )
+            after = scrape(exporter)
+            assert after[("skewscope_unit_hot", (("kind", "count"), ("level", "instance"),
+                                                 ("unit", hot_unit)))] == 1.0
+            assert any("error=\"source: all 4 /metrics targets failed" in line for line in err)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+        for r in readers:
+            r.join(timeout=5)
+    assert code == 0, "\n".join(err[-20:])
+    assert err[-1] == "skewscope watch: stopped"
+    assert not any("Traceback" in line for line in err)
+    docs = [json.loads(line) for line in out]
+    assert docs and all(d["schema_version"] == 1 for d in docs)
+    assert hot_unit in docs[-1]["hot_units"]
+
+    assert main(["history", "list", "--db", str(db), "--format", "json"]) == 0
+    incidents = json.loads(capsys.readouterr().out)
+    mine = [i for i in incidents if i["unit"] == hot_unit]
+    assert len(mine) == 1 and mine[0]["kind"] == "count" and mine[0]["level"] == "instance"
+    assert mine[0]["end_reason"] == "watch stopped" and mine[0]["peak_ratio"] > 1.3
+
+
+def test_watch_over_a_real_prometheus_exports_what_diagnose_finds(prometheus_url: str) -> None:
+    """The --prometheus path: each run queries [now - last, now] from a REAL Prometheus loaded
+    with known history (a:8000 gets twice b:8000's requests; a's rank 0 runs 8 and queues 16
+    while its sibling idles). The clock is pinned to the end of that history."""
+    from online_history import SPAN, T0, WINDOW
+
+    from skewscope.analysis.diagnose import diagnose
+    from skewscope.monitor.exporter import serve as serve_exporter
+    from skewscope.monitor.watch import PrometheusSource, Watcher
+    from skewscope.sources.prometheus import load_prometheus
+
+    def load(start: float, end: float) -> object:
+        return load_prometheus(prometheus_url, start=start, end=end, step_s=WINDOW,
+                               selector='job="vllm-dp"')
+
+    source = PrometheusSource("prometheus", float(SPAN), load)  # type: ignore[arg-type]
+    w = Watcher(source, last_s=float(SPAN), every_s=30, clock=lambda: float(T0 + SPAN))
+    assert w.run_once(), w.status.last_error
+    want = diagnose(load(T0, T0 + SPAN))  # type: ignore[arg-type]
+    server, url = serve_exporter(lambda: w.status, "127.0.0.1:0")
+    try:
+        got = scrape(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    hot = {(dict(k[1])["unit"], dict(k[1])["level"]) for k, v in got.items()
+           if k[0] == "skewscope_unit_hot" and v == 1.0}
+    want_hot = {(u, r.level) for r in (want, *want.drilldown) for u in r.hot_units}
+    assert hot == want_hot == {("a:8000", "instance"), ("a:8000/dp0", "dp")}
+    assert got[("skewscope_verdict", (("verdict", want.verdict),))] == 1.0

@@ -1,0 +1,327 @@
+"""watch as a library and its exporter, on the bundled example (known truth: inst-1 gets 1.8x
+the requests of its peers, and inside it dp0 1.7x its sibling): the contract names scraped over
+HTTP, a failing source that keeps the last values, incidents from consecutive runs, SQLite
+history and ``skewscope history``."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from skewscope.analysis.diagnose import diagnose
+from skewscope.cli import main
+from skewscope.errors import SourceError
+from skewscope.frame import Evidence
+from skewscope.monitor import screen
+from skewscope.monitor.exporter import parse_listen, serve
+from skewscope.monitor.history import HistoryStore, open_store
+from skewscope.monitor.incidents import COOLED, STOPPED, IncidentTracker
+from skewscope.monitor.watch import ERROR_REASONS, Watcher
+from skewscope.report.model import Report
+from skewscope.sources.profiler import load_profiler
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster-skew"
+Step = Evidence | BaseException
+
+
+@pytest.fixture(scope="module")
+def evidence() -> Evidence:
+    return load_profiler([str(EXAMPLE)])
+
+
+@pytest.fixture(scope="module")
+def report(evidence: Evidence) -> Report:
+    return diagnose(evidence)
+
+
+class ScriptedSource:
+    """Plays a script of evidence or errors, one step per run (the last step repeats)."""
+
+    description = "scripted"
+
+    def __init__(self, steps: list[Step]) -> None:
+        self.steps = steps
+        self.calls = 0
+
+    def load(self, now: float) -> Evidence:
+        step = self.steps[min(self.calls, len(self.steps) - 1)]
+        self.calls += 1
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    def problems(self, since: float) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the exporter by (name, sorted labels)."""
+    text = httpx.get(url, timeout=10).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def labels(**kw: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(kw.items()))
+
+
+@pytest.fixture
+def exporter() -> Iterator[Callable[[Watcher], str]]:
+    servers: list[Any] = []
+
+    def start(w: Watcher) -> str:
+        server, url = serve(lambda: w.status, "127.0.0.1:0")
+        servers.append(server)
+        return url
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def test_exporter_serves_the_contract_for_the_known_truth(
+    evidence: Evidence, exporter: Callable[[Watcher], str]
+) -> None:
+    w = Watcher(ScriptedSource([evidence]), last_s=60, every_s=30)
+    assert w.run_once()
+    got = scrape(exporter(w))
+    hot = {k[1]: v for k, v in got.items() if k[0] == "skewscope_unit_hot"}
+    assert hot == {
+        labels(unit="inst-0", level="instance", kind="none"): 0.0,
+        labels(unit="inst-1", level="instance", kind="count"): 1.0,
+        labels(unit="inst-2", level="instance", kind="none"): 0.0,
+        labels(unit="inst-1/dp0", level="dp", kind="count"): 1.0,
+        labels(unit="inst-1/dp1", level="dp", kind="none"): 0.0,
+    }
+    ratio = {
+        (dict(k[1])["unit"], dict(k[1])["signal"]): v
+        for k, v in got.items()
+        if k[0] == "skewscope_unit_load_ratio"
+    }
+    # gateway weights 1 : 1.8 : 1 -> inst-1 carries ~1.8x the requests of its peers
+    assert 1.5 < ratio[("inst-1", "requests")] < 2.2
+    assert ratio[("inst-0", "requests")] < 1.0 and ratio[("inst-2", "requests")] < 1.0
+    assert ratio[("inst-1/dp0", "requests")] > 1.3 > ratio[("inst-1/dp1", "requests")]
+    assert {dict(k[1])["signal"] for k in got if k[0] == "skewscope_unit_load_ratio"} >= {
+        "requests", "total_tokens", "busy_ms", "running"}
+    assert got[("skewscope_verdict", labels(verdict="imbalanced"))] == 1.0
+    assert got[("skewscope_verdict", labels(verdict="balanced"))] == 0.0
+    assert got[("skewscope_verdict", labels(verdict="insufficient_data"))] == 0.0
+    assert got[("skewscope_last_run_timestamp_seconds", ())] == pytest.approx(
+        w.status.report_at)
+    assert got[("skewscope_run_duration_seconds", ())] > 0
+    for reason in ERROR_REASONS:
+        assert got[("skewscope_run_errors_total", labels(reason=reason))] == 0.0
+
+
+def test_failing_source_keeps_the_last_values_and_counts_the_error(
+    evidence: Evidence, exporter: Callable[[Watcher], str]
+) -> None:
+    source = ScriptedSource([evidence, SourceError("Prometheus at http://p:9090 did not answer"),
+                             RuntimeError("boom")])
+    w = Watcher(source, last_s=60, every_s=30)
+    url = exporter(w)
+    assert w.run_once()
+    first = scrape(url)
+    good = w.status
+    assert not w.run_once()
+    after = scrape(url)
+    assert w.status.report is good.report and w.status.report_at == good.report_at
+    assert w.status.last_error == "source: Prometheus at http://p:9090 did not answer"
+    assert after[("skewscope_run_errors_total", labels(reason="source"))] == 1.0
+    unit_series = {k: v for k, v in first.items() if k[0].startswith("skewscope_unit_")}
+    assert unit_series and {k: after[k] for k in unit_series} == unit_series
+    assert after[("skewscope_last_run_timestamp_seconds", ())] == first[
+        ("skewscope_last_run_timestamp_seconds", ())]
+    line = screen.log_line(w.status, 0.0)
+    assert 'error="source: Prometheus' in line and "keeping report of" in line
+    assert not w.run_once()  # an unexpected exception is counted, never raised
+    assert scrape(url)[("skewscope_run_errors_total", labels(reason="internal"))] == 1.0
+    assert w.status.last_error == "internal: RuntimeError: boom"
+    assert "last run failed" in _text(screen.render(w.status))
+
+
+def _text(renderable: Any) -> str:
+    from rich.console import Console
+
+    console = Console(record=True, width=160, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+def cooled(report: Report) -> Report:
+    """The same run with nothing hot (the skew went away)."""
+    return replace(report, verdict="balanced", hot_units=(), findings=(), drilldown=())
+
+
+def hotter(report: Report, factor: float) -> Report:
+    units = tuple(
+        replace(u, load_ratios={k: v * factor for k, v in u.load_ratios.items()})
+        for u in report.units
+    )
+    return replace(report, units=units)
+
+
+def test_incidents_come_from_consecutive_runs(report: Report) -> None:
+    t = IncidentTracker("test")
+    opened = t.update(report, 100.0)
+    assert {(i.unit, i.level, i.kind) for i in opened} == {
+        ("inst-1", "instance", "count"), ("inst-1/dp0", "dp", "count")}
+    first_peak = next(i.peak_ratio for i in opened if i.unit == "inst-1")
+    t.update(hotter(report, 1.5), 130.0)
+    t.update(report, 160.0)  # a lower ratio does not lower the peak
+    (ended,) = [i for i in t.update(cooled(report), 190.0) if i.unit == "inst-1"]
+    assert (ended.onset_s, ended.last_seen_s, ended.end_s) == (100.0, 160.0, 190.0)
+    assert ended.end_reason == COOLED
+    assert ended.peak_ratio == pytest.approx(first_peak * 1.5)
+    assert not t.open
+
+
+def check_store(store: HistoryStore, report: Report) -> None:
+    """The history contract, for SQLite and Postgres alike."""
+    source = ScriptedSource([])
+    w = Watcher(source, last_s=60, every_s=30, store=store)
+    for r, at in ((report, 100.0), (report, 130.0), (cooled(report), 160.0), (report, 190.0)):
+        changed = w.tracker.update(r, at)
+        w._record(changed)
+    rows = store.list()
+    assert [(i.unit, i.onset_s, i.end_s, i.end_reason) for i in rows] == [
+        ("inst-1/dp0", 190.0, None, ""),
+        ("inst-1", 190.0, None, ""),
+        ("inst-1/dp0", 100.0, 160.0, COOLED),
+        ("inst-1", 100.0, 160.0, COOLED),
+    ]
+    assert len(store.list(open_only=True)) == 2
+    assert {i.unit for i in store.list(unit="inst-1")} == {"inst-1"}
+    one = store.get(rows[-1].id or -1)
+    assert one is not None and one.kind == "count" and "persistent hot spot" in one.summary
+    assert store.close_orphans() == 2  # a watch that died left two open incidents
+    assert not store.list(open_only=True)
+    assert {i.end_reason for i in store.list() if i.onset_s == 190.0} == {STOPPED}
+
+
+def test_sqlite_history_and_history_command(
+    tmp_path: Path, report: Report, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h" / "history.sqlite"
+    store = open_store(str(db))
+    check_store(store, report)
+    store.close()
+    assert main(["history", "list", "--db", str(db), "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == 4 and all(i["end_s"] is not None for i in listed)
+    assert main(["history", "show", str(listed[-1]["id"]), "--db", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert "inst-1" in shown and "cooled" in shown and "persistent hot spot" in shown
+    assert main(["history", "list", "--db", str(db)]) == 0
+    assert "4 incident(s)" in capsys.readouterr().out
+    assert main(["history", "show", "999", "--db", str(db)]) == 2
+    assert "no incident 999" in capsys.readouterr().err
+    assert main(["history", "list", "--db", str(tmp_path / "nope.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("skewscope: error: history ") and "watch --save" in err
+
+
+def test_default_history_path_is_documented_and_overridable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from skewscope.monitor.history import default_path
+
+    monkeypatch.delenv("SKEWSCOPE_HISTORY", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert default_path() == tmp_path / "skewscope" / "history.sqlite"
+    monkeypatch.setenv("SKEWSCOPE_HISTORY", str(tmp_path / "x.db"))
+    assert default_path() == tmp_path / "x.db"
+
+
+def test_stop_abandons_a_run_in_flight(evidence: Evidence) -> None:
+    """SIGTERM/SIGINT call stop(): the loop returns even while a query hangs."""
+    release = threading.Event()
+
+    class Hanging(ScriptedSource):
+        def load(self, now: float) -> Evidence:
+            release.wait(30)
+            return evidence
+
+    w = Watcher(Hanging([]), last_s=60, every_s=1)
+    threading.Timer(0.3, w.stop).start()
+    w.loop()
+    assert w.status.runs == 0
+    release.set()
+
+
+def test_loop_runs_every_interval_and_notifies(evidence: Evidence) -> None:
+    seen: list[bool] = []
+    w = Watcher(ScriptedSource([evidence, SourceError("down")]), last_s=60, every_s=0.01,
+                on_run=lambda st, good: seen.append(good))
+    w.loop(max_runs=3)
+    assert seen == [True, False, False]
+    assert w.status.errors["source"] == 2 and w.status.good_runs == 1
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("127.0.0.1:9109", ("127.0.0.1", 9109)),
+    ("9109", ("127.0.0.1", 9109)),
+    ("[::1]:0", ("::1", 0)),
+])
+def test_parse_listen(text: str, want: tuple[str, int]) -> None:
+    assert parse_listen(text) == want
+
+
+def test_watch_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["watch", "--no-tui"]) == 2
+    assert "give --prometheus URL or --scrape URL" in capsys.readouterr().err
+    assert main(["watch", "--scrape", "http://127.0.0.1:1/metrics", "--listen", "x:y"]) == 2
+    assert "--listen" in capsys.readouterr().err
+    assert main(["watch", "--scrape", "http://127.0.0.1:1/metrics", "--every", "0"]) == 2
+    assert "--every" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    from postgres_server import postgres
+
+    with postgres() as url:
+        yield url
+
+
+def test_postgres_history_and_history_command(
+    postgres_url: str, report: Report, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = open_store(postgres_url)
+    assert store.postgres
+    check_store(store, report)
+    store.close()
+    assert main(["history", "list", "--db", postgres_url, "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [i["unit"] for i in listed] == ["inst-1/dp0", "inst-1", "inst-1/dp0", "inst-1"]
+    assert main(["history", "show", str(listed[0]["id"]), "--db", postgres_url]) == 0
+    assert "watch stopped" in capsys.readouterr().out
+
+
+def test_unreachable_postgres_is_one_line_without_the_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from postgres_server import _free_port
+
+    url = f"postgresql://me:sekret@127.0.0.1:{_free_port()}/db"
+    assert main(["history", "list", "--db", url]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith("skewscope: error: history postgresql://***@127.0.0.1:")
+    assert "sekret" not in err and "\n" not in err.strip()
