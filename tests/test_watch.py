@@ -25,7 +25,8 @@ from skewscope.monitor import screen
 from skewscope.monitor.exporter import parse_listen, serve
 from skewscope.monitor.history import HistoryStore, open_store
 from skewscope.monitor.incidents import COOLED, STOPPED, IncidentTracker
-from skewscope.monitor.watch import ERROR_REASONS, Watcher
+from skewscope.monitor.status import ERROR_REASONS
+from skewscope.monitor.watch import Watcher
 from skewscope.report.model import Report
 from skewscope.sources.profiler import load_profiler
 

@@ -119,3 +119,14 @@ UNIT_COLUMNS: tuple[str, ...] = (
     "kv_usage",
     "kv_usage_max",
 )
+
+# Step 1's heat signals, in report order: the keys of a unit's ``load_ratios``. The first two
+# are load (what a balancer distributes); the rest are pressure (analysis/detect.py says why).
+LOAD_SIGNALS: tuple[str, ...] = ("requests", "total_tokens")
+HEAT_SIGNALS: tuple[str, ...] = (
+    *LOAD_SIGNALS,
+    "busy_ms",
+    "running",
+    "waiting",
+    "queue_wait_mean_ms",
+)

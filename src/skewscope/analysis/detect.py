@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix
+from skewscope.catalogue import HEAT_SIGNALS, LOAD_SIGNALS
 from skewscope.config import Thresholds
 
 # Load and pressure signals that make a unit "hot", with the floor under the peer reference
@@ -20,15 +21,7 @@ from skewscope.config import Thresholds
 # slower unit at the same load holds more requests in flight and stays busy longer). Waiting
 # requests and queue wait catch a saturated unit whose source exports no per-unit load
 # counters (SGLang counts requests per instance only); their floors keep ordinary queueing out.
-LOAD_SIGNALS: tuple[str, ...] = ("requests", "total_tokens")
-HEAT_SIGNALS: tuple[str, ...] = (
-    "requests",
-    "total_tokens",
-    "busy_ms",
-    "running",
-    "waiting",
-    "queue_wait_mean_ms",
-)
+# (The signal lists themselves live in the catalogue: the report's load_ratios use them as keys.)
 
 
 @dataclass(frozen=True)

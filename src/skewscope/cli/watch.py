@@ -16,7 +16,8 @@ from skewscope.cli import common
 from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
-    from skewscope.monitor.watch import Source, Watcher, WatchStatus
+    from skewscope.monitor.status import WatchStatus
+    from skewscope.monitor.watch import Source, Watcher
 
 DEFAULT_LISTEN = "127.0.0.1:9109"
 SAVE_DEFAULT = "default"  # --save without a URL: the documented SQLite path

@@ -25,8 +25,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from skewscope.catalogue import Verdict
 from skewscope.errors import UsageError
+from skewscope.monitor.status import WatchStatus
 from skewscope.monitor.units import hot_units, judged_units
-from skewscope.monitor.watch import WatchStatus
 
 NOT_HOT = "none"  # kind label of a judged unit that is not hot
 

@@ -17,13 +17,12 @@ from rich.text import Text
 
 from skewscope.errors import one_line
 from skewscope.monitor.incidents import Incident
+from skewscope.monitor.status import WatchStatus
 from skewscope.monitor.units import hot_units
-from skewscope.monitor.watch import WatchStatus
 from skewscope.report import fmt
 from skewscope.report.terminal import VERDICT_STYLE
 
 BARS = "▁▂▃▄▅▆▇█"
-SHOWN_RATIOS = ("requests", "total_tokens", "busy_ms", "running", "waiting")
 
 
 def clock(epoch_s: float | None) -> str:
@@ -53,8 +52,8 @@ def sparkline(values: Sequence[float]) -> str:
 
 
 def _ratios(load_ratios: dict[str, float]) -> str:
-    parts = [f"{k.replace('total_', '')} {v:.2f}x" for k, v in load_ratios.items()
-             if k in SHOWN_RATIOS and math.isfinite(v)]
+    parts = [f"{k.replace('total_', '').replace('_mean_ms', '')} {v:.2f}x"
+             for k, v in load_ratios.items() if math.isfinite(v)]
     return ", ".join(parts) or "—"
 
 

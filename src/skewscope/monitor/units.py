@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from skewscope.analysis.detect import LOAD_SIGNALS
+from skewscope.catalogue import LOAD_SIGNALS
 from skewscope.report.model import Report, UnitReport
 
 

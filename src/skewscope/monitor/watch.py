@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from skewscope.analysis.diagnose import diagnose
@@ -22,16 +22,7 @@ from skewscope.frame import Evidence
 from skewscope.monitor.history import HistoryStore
 from skewscope.monitor.incidents import Incident, IncidentTracker
 from skewscope.monitor.sampler import NotReady, RollingScraper
-from skewscope.report.model import Report
-
-# skewscope_run_errors_total{reason}: every reason is exported from the start (at 0).
-ERROR_REASONS: dict[str, str] = {
-    "source": "the source failed (Prometheus error or unreachable, all /metrics targets down)",
-    "target": "one /metrics target failed every scrape since the previous run (others used)",
-    "input": "the source answered with data that cannot be analysed",
-    "history": "the incident history could not be written",
-    "internal": "an unexpected error in skewscope (a bug: please report it)",
-}
+from skewscope.monitor.status import WatchStatus
 
 
 class Source(Protocol):
@@ -87,26 +78,6 @@ class ScrapeSource:
 
     def close(self) -> None:
         self.sampler.stop()
-
-
-@dataclass(frozen=True)
-class WatchStatus:
-    """Everything the exporter and the screen show; replaced whole after every run."""
-
-    source: str
-    last_s: float
-    every_s: float
-    report: Report | None = None  # the last good report
-    report_at: float | None = None  # epoch s at the end of the run that produced it
-    runs: int = 0
-    good_runs: int = 0
-    duration_s: float | None = None  # wall time of the latest run, good or not
-    last_error: str = ""  # of the latest run; "" when it was good
-    last_error_at: float | None = None
-    warming_up: str = ""  # the source is not ready yet (not an error)
-    problems: tuple[str, ...] = ()  # partial failures in the latest run
-    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_REASONS, 0))
-    open_incidents: tuple[Incident, ...] = ()  # "hot since" per unit
 
 
 def _reason(exc: BaseException) -> str:
