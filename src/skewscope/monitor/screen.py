@@ -52,7 +52,7 @@ def sparkline(values: Sequence[float]) -> str:
 
 
 def _ratios(load_ratios: dict[str, float]) -> str:
-    parts = [f"{k.replace('total_', '').replace('_mean_ms', '')} {v:.2f}x"
+    parts = [f"{k.replace('total_', '').replace('_mean_ms', '').replace('_', ' ')} {v:.2f}x"
              for k, v in load_ratios.items() if math.isfinite(v)]
     return ", ".join(parts) or "—"
 
