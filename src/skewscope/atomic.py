@@ -1,22 +1,76 @@
-"""Atomic file writes: a failed write leaves no truncated file behind."""
+"""Atomic writes: a failed or interrupted write leaves no truncated file or half-written folder
+behind — the target is either untouched or complete."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+@contextlib.contextmanager
+def atomic_open(path: str | Path) -> Iterator[TextIO]:
+    """A text handle on a temporary file beside ``path``, renamed into place when the block
+    ends without an exception (and removed when it raises or is interrupted)."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            yield f
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+    with atomic_open(path) as f:
+        f.write(text)
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """A temporary folder beside ``path`` to write into; when the block succeeds it becomes
+    ``path`` (one rename when ``path`` is absent or empty), else it is removed.
+
+    When ``path`` already holds files (an ``--force`` overwrite), each top-level entry written
+    replaces its namesake by rename and other entries are kept: every entry is then whole, old
+    or new, though the folder as a whole is not switched in one step.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700
+        yield tmp
+        if target.is_dir() and any(target.iterdir()):
+            _merge_into(tmp, target)
+        else:
+            os.replace(tmp, target)  # replaces an empty folder in one step
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _merge_into(src: Path, dst: Path) -> None:
+    for entry in sorted(src.iterdir()):
+        final = dst / entry.name
+        if final.is_dir() and not final.is_symlink():
+            old = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".old", dir=dst))
+            os.replace(final, old / entry.name)
+            os.replace(entry, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(entry, final)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
+import math
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skewscope.cli import common
 from skewscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from skewscope.sim.records import SimResult
 
 
 def register(sub: Any) -> None:
@@ -26,15 +30,54 @@ def register(sub: Any) -> None:
                    help="OpenMetrics history: seconds between samples (default 5s)")
     s.add_argument("--serve", action="store_true", help="serve live /metrics per instance")
     s.add_argument("--metrics-dialect", default="vllm", choices=common.DIALECT_CHOICES)
-    s.add_argument("--speed", type=float, default=1.0, help="live mode: simulated s per wall s")
-    s.add_argument("--port", type=int, default=0, help="live mode: first port (0 = any free)")
-    s.add_argument("--seed", type=int, help="override the scenario's seed")
+    s.add_argument("--speed", default="1", help="live mode: simulated s per wall s (> 0)")
+    s.add_argument("--port", default="0",
+                   help="live mode: first port, instance k on PORT+k (default 0 = any free)")
+    s.add_argument("--seed", help="override the scenario's seed (>= 0)")
     s.add_argument("--force", action="store_true", help="write into a non-empty --out DIR")
     s.set_defaults(run=run)
 
 
+def _number(text: str, what: str, expected: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"{what}: expected {expected}, got {text!r}") from None
+
+
+def _integer(text: str, what: str, lo: int, hi: int, expected: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = lo - 1
+    if not lo <= value <= hi:
+        raise UsageError(f"{what}: expected {expected}, got {text!r}")
+    return value
+
+
+def _check_args(args: argparse.Namespace, max_port: int) -> None:
+    """Every argument checked before the (possibly long) simulation starts."""
+    speed = _number(args.speed, "--speed", "a positive number")
+    if not (math.isfinite(speed) and speed > 0):
+        raise UsageError(f"--speed: expected a finite positive number, got {args.speed!r}")
+    args.speed = speed
+    args.port = _integer(args.port, "--port", 0, max_port, f"a port 0..{max_port}")
+    if args.seed is not None:
+        args.seed = _integer(args.seed, "--seed", 0, 2**63 - 1, "a non-negative integer")
+    args.metrics_interval = common.parse_duration(args.metrics_interval, "--metrics-interval")
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out}: exists and is not a folder")
+        if out.is_dir() and any(out.iterdir()) and not args.force:
+            raise UsageError(f"--out {out}: folder is not empty (use --force)")
+    if args.openmetrics and Path(args.openmetrics).is_dir():
+        raise UsageError(f"--openmetrics {args.openmetrics}: is a folder, expected a file")
+
+
 def run(args: argparse.Namespace) -> int:
     from skewscope.sim.scenario import builtin_scenarios, load_scenario
+    from skewscope.sim.writers.live import MAX_PORT
 
     if args.list:
         for name, sc in sorted(builtin_scenarios().items()):
@@ -45,42 +88,60 @@ def run(args: argparse.Namespace) -> int:
     if not (args.out or args.openmetrics or args.serve):
         raise UsageError("simulate: choose at least one output: --out DIR, --openmetrics FILE, "
                          "--serve")
+    _check_args(args, MAX_PORT)
+    scenario = load_scenario(args.scenario)
+    last_port = args.port + scenario.instances - 1
+    if args.serve and args.port and last_port > MAX_PORT:
+        raise UsageError(f"--port {args.port}: {scenario.instances} instances need ports up to "
+                         f"{last_port}, above {MAX_PORT}")
     from skewscope.sim.engine import simulate
 
-    scenario = load_scenario(args.scenario)
     result = simulate(scenario, seed=args.seed, record_members=bool(args.out))
     if args.out:
-        out = Path(args.out)
-        if out.exists() and any(out.iterdir()) and not args.force:
-            raise UsageError(f"--out {out}: folder is not empty (use --force)")
-        from skewscope.sim.writers.profiler import write_profiler
-        from skewscope.sim.writers.truth import write_truth
-
-        write_profiler(result, out, generation=args.generation)
-        write_truth(result, out)
-        print(f"wrote {len(result.instances)} instance folder(s) and truth.json to {out}")
+        _write_out(result, Path(args.out), args.generation)
+        print(f"wrote {len(result.instances)} instance folder(s) and truth.json to {args.out}")
     if args.openmetrics:
         from skewscope.sim.writers.openmetrics import write_openmetrics
 
-        write_openmetrics(
-            result,
-            Path(args.openmetrics),
-            dialect=args.metrics_dialect,
-            step_s=common.parse_duration(args.metrics_interval, "--metrics-interval"),
-        )
+        try:
+            write_openmetrics(result, Path(args.openmetrics), dialect=args.metrics_dialect,
+                              step_s=args.metrics_interval)
+        except OSError as e:
+            raise UsageError(f"--openmetrics {args.openmetrics}: cannot write ({e.strerror})"
+                             ) from None
         print(f"wrote OpenMetrics history to {args.openmetrics}")
     if args.serve:
         return _serve(result, args)
     return 0
 
 
-def _serve(result: object, args: argparse.Namespace) -> int:
+def _write_out(result: SimResult, out: Path, generation: str) -> None:
+    """Profiler folders and truth.json written whole or not at all (a temp folder, renamed)."""
+    from skewscope.atomic import atomic_folder
+    from skewscope.sim.writers.profiler import write_profiler
+    from skewscope.sim.writers.truth import write_truth
+
+    try:
+        with atomic_folder(out) as tmp:
+            write_profiler(result, tmp, generation=generation)
+            write_truth(result, tmp)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write ({e.strerror or e})") from None
+
+
+def _serve(result: SimResult, args: argparse.Namespace) -> int:
     from skewscope.sim.writers.live import serve
 
-    with serve(result, args.metrics_dialect, base_port=args.port,  # type: ignore[arg-type]
-               speed=args.speed) as cluster:
+    try:
+        cluster = serve(result, args.metrics_dialect, base_port=args.port, speed=args.speed)
+    except OSError as e:
+        raise UsageError(f"--port {args.port}: cannot listen on {e.filename} ({e.strerror}); "
+                         "choose another port, or 0 for any free one") from None
+    with cluster:
         for name, url in cluster.urls.items():
             print(f"serving {name} at {url}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
+        try:
             cluster.wait()
+        except KeyboardInterrupt:
+            print("skewscope: interrupted, live servers stopped", file=sys.stderr)
     return 0

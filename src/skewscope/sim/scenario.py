@@ -9,6 +9,7 @@ so a new field needs no parser change.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 from skewscope.config import ROOT_CAUSES
 from skewscope.errors import SimulationError
 from skewscope.frame import dp_unit_id
+from skewscope.sim.limits import check_limits, units_problem
 from skewscope.sim.policies import POLICIES, RoutingSpec
 from skewscope.sim.records import GroundTruth
 from skewscope.sim.workload import (
@@ -188,6 +190,8 @@ def _coerce(tbl: _Table, k: str, v: Any, typ: Any) -> Any:
     elif typ is float:
         ok = isinstance(v, int | float) and not isinstance(v, bool)
         v = float(v) if ok else v
+        if ok and not math.isfinite(v):
+            raise tbl.error(k, f"expected a finite number, got {v!r}")
     elif typ is str:
         ok = isinstance(v, str)
     else:  # pragma: no cover - only the scalar types above appear in specs
@@ -372,12 +376,15 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
     duration = top.get("duration_s", float, 180.0)
     _require(top, "duration_s", duration > 0, "must be > 0")
     seed = top.get("seed", int, 1)
+    _require(top, "seed", seed >= 0, "must be >= 0")
     model = top.get("model_name", str, "sim-llama-8b")
     cl = top.table("cluster") or _Table({}, source, "cluster")
     n_inst = cl.get("instances", int, 4)
     n_dp = cl.get("dp_ranks", int, 1)
     _require(cl, "instances", n_inst >= 1, "must be >= 1")
     _require(cl, "dp_ranks", n_dp >= 1, "must be >= 1")
+    too_big = units_problem(n_inst, n_dp)
+    _require(cl, "instances", too_big is None, too_big or "")
     rt = cl.table("rank")
     rank = RankSpec()
     if rt is not None:
@@ -413,6 +420,7 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
     top.done()
     sc = Scenario(name, summary, truth, duration, seed, n_inst, n_dp, rank, tuple(overrides),
                   tuple(health), gateway, dispatcher, workload, model, source)
+    check_limits(sc)
     if not summary:
         sc = dataclasses.replace(sc, summary=default_summary(sc))
     return sc
@@ -441,6 +449,10 @@ def read_scenario_file(path: Path) -> Scenario:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SimulationError(f"{path}: cannot read scenario ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise SimulationError(
+            f"{path}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}); "
+            "scenario files are UTF-8 TOML") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -10,6 +10,7 @@ real-components.md).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,14 +24,25 @@ if TYPE_CHECKING:
     from skewscope.sim.records import SimResult
 
 
+MAX_PORT = 65535
+READ_TIMEOUT_S = 10.0  # a connection that sends no complete request for this long is closed
+_WAIT_SLICE_S = 0.2  # wait() wakes this often so Ctrl-C (SIGINT) is handled in the main thread
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     cluster: LiveCluster
     instance: str
+    read_timeout_s: float
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        # a client that sends nothing (or half a request) cannot pin a thread forever
+        self.connection.settimeout(self.server.read_timeout_s)
 
     def do_GET(self) -> None:
         if self.path.split("?", 1)[0] != "/metrics":
@@ -51,9 +63,10 @@ class _Handler(BaseHTTPRequestHandler):
 class LiveCluster:
     """Running /metrics servers of a simulated cluster; a context manager that stops them."""
 
-    def __init__(self, model: ClusterModel, start_s: float, speed: float, grace_s: float
-                 ) -> None:
+    def __init__(self, model: ClusterModel, start_s: float, speed: float, grace_s: float,
+                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
         self.model = model
+        self.read_timeout_s = read_timeout_s
         self.start_s = start_s
         self.speed = speed
         self.grace_s = grace_s
@@ -80,8 +93,12 @@ class LiveCluster:
 
     def _start(self, host: str, base_port: int) -> None:
         for k, inst in enumerate(self.model.instances):
-            srv = _Server((host, base_port + k if base_port else 0), _Handler)
-            srv.cluster, srv.instance = self, inst
+            port = base_port + k if base_port else 0
+            try:
+                srv = _Server((host, port), _Handler)
+            except OSError as e:  # name the port: the caller only knows the first one
+                raise OSError(e.errno, e.strerror, f"{host}:{port}") from None
+            srv.cluster, srv.instance, srv.read_timeout_s = self, inst, self.read_timeout_s
             self._servers[inst] = srv
             th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2},
                                   name=f"skewscope-live-{inst}", daemon=True)
@@ -97,8 +114,19 @@ class LiveCluster:
             self.stop()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until stopped (by :meth:`stop` or the end-of-run watchdog)."""
-        return self._stopped.wait(timeout)
+        """Block until stopped (by :meth:`stop` or the end-of-run watchdog), or ``timeout``.
+
+        Waits in short slices: an untimed lock wait in the main thread is not woken by SIGINT,
+        so Ctrl-C would go unnoticed until the run ended.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stopped.is_set():
+            left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S,
+                                                              deadline - time.monotonic())
+            if left <= 0:
+                break
+            self._stopped.wait(left)
+        return self._stopped.is_set()
 
     def stop(self) -> None:
         """Shut every server down and close its socket (idempotent)."""
@@ -121,16 +149,21 @@ class LiveCluster:
 def serve(
     result: SimResult, dialect: str = "vllm", host: str = "127.0.0.1", base_port: int = 0,
     speed: float = 1.0, *, start_s: float | None = None, grace_s: float = 60.0,
+    read_timeout_s: float = READ_TIMEOUT_S,
 ) -> LiveCluster:
     """Start one /metrics server per instance (instance ``k`` on ``base_port + k``, or an
     ephemeral port when ``base_port`` is 0).  Loopback only: the simulator is a test fixture,
     not a service."""
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError("live mode serves on loopback only")
-    if speed <= 0:
-        raise ValueError("speed must be positive")
+    if not (math.isfinite(speed) and speed > 0):
+        raise ValueError("speed must be finite and positive")
+    if not 0 <= base_port <= MAX_PORT - (len(result.instances) - 1 if base_port else 0):
+        raise ValueError(f"ports {base_port}..{base_port + len(result.instances) - 1} are not all "
+                         f"in 1..{MAX_PORT}")
     cluster = LiveCluster(ClusterModel(result, dialect),
-                          result.start_s if start_s is None else start_s, speed, grace_s)
+                          result.start_s if start_s is None else start_s, speed, grace_s,
+                          read_timeout_s)
     try:
         cluster._start(host, base_port)
     except BaseException:

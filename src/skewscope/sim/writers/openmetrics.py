@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
+from skewscope.atomic import atomic_open
+from skewscope.errors import SimulationError
 from skewscope.sim.writers.exposition import (
     ClusterModel,
     Family,
@@ -57,8 +59,20 @@ def _with(labels: tuple[tuple[str, str], ...], extra: Mapping[str, str]) -> str:
     return format_labels(sorted({**dict(labels), **extra}.items()))
 
 
+# Scrapes (sample times x instances) in one history. One scrape is ~180 lines, ~30 KB, so this
+# bounds a file to ~1.5 GB: a day at the default 5 s for 2 instances, or 7 days at 60 s for 4.
+MAX_SCRAPES = 50_000
+
+
 def _history(result: SimResult, dialect: str, step_s: float
              ) -> tuple[NDArray[np.float64], dict[str, list[Family]]]:
+    span = result.end_s - result.start_s
+    n = (span / step_s + 1) * len(result.instances)
+    if not n <= MAX_SCRAPES:
+        raise SimulationError(
+            f"metrics interval {step_s:g} s over {span:g} s for {len(result.instances)} "
+            f"instances gives {n:,.0f} scrapes; at most {MAX_SCRAPES:,} (choose a longer "
+            "interval)")
     model = ClusterModel(result, dialect)
     times = scrape_times(result.start_s, result.end_s, step_s)
     return times, {i: m.families(times) for i, m in model.instances.items()}
@@ -95,7 +109,7 @@ def write_openmetrics(
     extra = _scrape_labels(list(fams), job, instance_labels)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
+    with atomic_open(path) as out:  # an interrupted write leaves no truncated history
         _write_om(out, times, fams, extra)
     return path
 

@@ -1,0 +1,66 @@
+"""Size limits a scenario is checked against before anything is allocated.
+
+A typo such as ``rate = 1e12`` or ``instances = 1e9`` must be one clear error naming the key, not
+gigabytes eaten before a MemoryError. The limits are generous for real studies (the benchmark's
+hour of 8 x 4 ranks at 64 req/s is well inside) and documented in docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from skewscope.errors import SimulationError
+
+if TYPE_CHECKING:
+    from skewscope.sim.scenario import Scenario
+
+MAX_DURATION_S = 7 * 86400.0  # simulated seconds in one run
+MAX_UNITS = 1024  # instances x dp_ranks
+MAX_REQUESTS = 2_000_000  # expected arrivals: rate x duration (+ burst extra); ~200 B each
+MAX_RANK_STEPS = 20_000_000  # engine steps if every rank were busy throughout (~100 B each)
+MAX_BLOCK_SIZE = 1024  # tokens per KV block (a rank keeps one counter per block offset)
+
+
+def units_problem(instances: int, dp_ranks: int) -> str | None:
+    """Why a cluster of this size is refused, or None (checked before unit ids are built)."""
+    if instances * dp_ranks <= MAX_UNITS:
+        return None
+    return (f"{instances} instances x {dp_ranks} dp_ranks = {instances * dp_ranks} ranks, "
+            f"above the limit of {MAX_UNITS}")
+
+
+def expected_requests(sc: Scenario) -> float:
+    """Mean number of synthetic arrivals in the run (trace replay is bounded by its file)."""
+    w = sc.workload
+    if w.arrival == "trace":
+        return 0.0
+    n = w.rate * sc.duration_s
+    if w.burst is not None:
+        n += w.rate * (w.burst.multiplier - 1.0) * min(w.burst.duration_s, sc.duration_s)
+    return n
+
+
+def check_limits(sc: Scenario) -> None:
+    """Refuse a scenario whose size would exhaust memory or time (limits above, named once)."""
+    src = sc.source
+    if sc.duration_s > MAX_DURATION_S:
+        raise SimulationError(f"{src}: key 'duration_s': {sc.duration_s:g} s is above the limit "
+                              f"of {MAX_DURATION_S:g} s (7 days)")
+    if (units := units_problem(sc.instances, sc.dp_ranks)) is not None:
+        raise SimulationError(f"{src}: key 'cluster.instances': {units}")
+    n = expected_requests(sc)
+    if n > MAX_REQUESTS:
+        raise SimulationError(f"{src}: key 'workload.rate': rate x duration_s = {n:,.0f} "
+                              f"expected requests, above the limit of {MAX_REQUESTS:,}")
+    specs = [sc.rank_spec(i, d) for i in range(sc.instances) for d in range(sc.dp_ranks)]
+    where = [("cluster.rank", sc.rank)] + [(f"cluster.override (unit {u})", s)
+                                           for u, s in sc.overrides]
+    for key, spec in where:
+        if spec.block_size > MAX_BLOCK_SIZE:
+            raise SimulationError(f"{src}: key '{key}.block_size': {spec.block_size} is above "
+                                  f"the limit of {MAX_BLOCK_SIZE}")
+    steps = sum(sc.duration_s / (s.fixed_ms * s.speed / 1000.0) for s in specs)
+    if steps > MAX_RANK_STEPS:
+        raise SimulationError(f"{src}: key 'cluster.rank.fixed_ms': ranks x duration_s / step "
+                              f"time allows {steps:,.0f} engine steps, above the limit of "
+                              f"{MAX_RANK_STEPS:,} (shorten the run or use fewer ranks)")

@@ -1,0 +1,226 @@
+"""`skewscope simulate` under hostile arguments, scenarios and interruptions: one clean line and
+the right exit code, never a traceback; sizes refused before memory is spent; writes whole or
+absent; Ctrl-C stops live mode; a silent client cannot pin a server thread."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from sim_fixtures import make_result
+from skewscope.cli import main
+from skewscope.sim import limits
+from skewscope.sim.writers import openmetrics, truth
+from skewscope.sim.writers.live import serve
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("skewscope: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--speed", "0"], "--speed"), (["--speed", "-2"], "--speed"),
+        (["--speed", "nan"], "--speed"), (["--speed", "inf"], "--speed"),
+        (["--speed", "fast"], "--speed"), (["--port", "70000"], "--port"),
+        (["--port", "-1"], "--port"), (["--port", "65534"], "ports up to 65537"),
+        (["--seed", "-1"], "--seed"), (["--seed", "1.5"], "--seed"),
+        (["--metrics-interval", "nan"], "--metrics-interval"),
+    ],
+)
+def test_bad_live_arguments_are_one_line_usage_errors(
+    args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "balanced", "--serve", *args]) == 2
+    assert expected in _one_line_error(capsys)
+
+
+def test_port_in_use_names_the_port(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # instance 0 gets port-3 .. instance 3 gets `port`: the last one collides
+        assert main(["simulate", "balanced", "--serve", "--port", str(port - 3)]) == 2
+    line = _one_line_error(capsys)
+    assert f"127.0.0.1:{port}" in line and "choose another port" in line
+
+
+def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    f = tmp_path / "f"
+    f.write_text("mine")
+    assert main(["simulate", "balanced", "--out", str(f)]) == 2
+    assert "not a folder" in _one_line_error(capsys)
+    assert f.read_text() == "mine"
+
+
+_TRUTH = '[truth]\nverdict = "balanced"\n'
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ("[workload]\nrate = inf\n", "workload.rate"),
+        ("duration_s = nan\n", "duration_s"),
+        ("[cluster.rank]\nspeed = nan\n", "cluster.rank.speed"),
+        ("[workload]\ninput = { median = nan }\n", "workload.input.median"),
+        ('[gateway]\npolicy = "weighted"\nweights = [1.0, nan, 1.0, 1.0]\n', "gateway.weights"),
+        ("[workload.burst]\nstart_s = 1\nduration_s = 5\nmultiplier = -inf\n",
+         "workload.burst.multiplier"),
+        ("seed = -1\n", "seed"),
+        ("[cluster]\ninstances = 1000000000\n", "cluster.instances"),
+        ("[cluster]\ninstances = 64\ndp_ranks = 64\n", "cluster.instances"),
+        ("[workload]\nrate = 1e12\n", "workload.rate"),
+        ("duration_s = 1e15\n", "duration_s"),
+        ("[cluster.rank]\nblock_size = 100000000\n", "cluster.rank.block_size"),
+        ("[cluster.rank]\nfixed_ms = 0.0001\n", "cluster.rank.fixed_ms"),
+    ],
+)
+def test_bad_or_huge_scenarios_are_refused_naming_the_key(
+    body: str, key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sc = tmp_path / "s.toml"
+    sc.write_text(body + _TRUTH)
+    assert main(["simulate", str(sc), "--out", str(tmp_path / "o")]) == 5
+    line = _one_line_error(capsys)
+    assert "s.toml" in line and f"'{key}" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_limits_are_above_the_shipped_scenarios_and_the_benchmark() -> None:
+    from skewscope.sim.scenario import builtin_scenarios
+
+    for sc in builtin_scenarios().values():
+        limits.check_limits(sc)  # would raise
+    # benchmarks/bench_sim.py: one hour of 8 x 4 ranks at 64 req/s
+    assert limits.MAX_REQUESTS > 64 * 3600 and limits.MAX_UNITS >= 32
+    assert limits.MAX_RANK_STEPS > 32 * 3600 / 0.025
+
+
+def test_non_utf8_scenario_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    sc = tmp_path / "latin1.toml"
+    sc.write_bytes('name = "caf\xe9"\n'.encode("latin-1") + _TRUTH.encode())
+    assert main(["simulate", str(sc), "--out", str(tmp_path / "o")]) == 5
+    assert "latin1.toml: not UTF-8" in _one_line_error(capsys)
+
+
+def test_too_many_history_samples_is_refused(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    om = tmp_path / "h.om"
+    assert main(["simulate", "balanced", "--openmetrics", str(om),
+                 "--metrics-interval", "1ms"]) == 5
+    assert "choose a longer interval" in _one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------- atomic writes
+def test_failed_out_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    def disk_full(result: object, out: Path) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(truth, "write_truth", disk_full)  # after the profiler folders
+    out = tmp_path / "run"
+    assert main(["simulate", "balanced", "--out", str(out)]) == 2
+    assert "No space left on device" in _one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor a temp folder
+
+
+def test_interrupted_out_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    def ctrl_c(result: object, out: Path) -> Path:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(truth, "write_truth", ctrl_c)
+    assert main(["simulate", "balanced", "--out", str(tmp_path / "run")]) == 130
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_force_replaces_instance_folders_and_keeps_other_files(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    (out / "inst-0").mkdir(parents=True)
+    (out / "inst-0" / "stale.csv").write_text("old")
+    (out / "NOTES.txt").write_text("mine")
+    assert main(["simulate", "balanced", "--out", str(out), "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "NOTES.txt", "inst-0", "inst-1", "inst-2", "inst-3", "truth.json"]
+    assert not (out / "inst-0" / "stale.csv").exists()
+    assert (out / "inst-0" / "request.csv").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_failed_openmetrics_leaves_old_file_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = openmetrics._write_om
+
+    def half_then_fail(out, *a):  # type: ignore[no-untyped-def]
+        out.write("# TYPE partial gauge\n")
+        raise OSError(28, "No space left on device")
+
+    om = tmp_path / "h.om"
+    om.write_text("previous history\n")
+    monkeypatch.setattr(openmetrics, "_write_om", half_then_fail)
+    assert main(["simulate", "balanced", "--openmetrics", str(om)]) == 2
+    assert "--openmetrics" in _one_line_error(capsys)
+    assert om.read_text() == "previous history\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["h.om"]
+    monkeypatch.setattr(openmetrics, "_write_om", real)
+
+
+# ---------------------------------------------------------------------------- live mode
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_ctrl_c_stops_serve_cleanly() -> None:
+    """A real process and a real SIGINT, as a user's Ctrl-C (it used to be ignored)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skewscope.cli", "simulate", "balanced", "--serve"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )
+    try:
+        first: list[str] = []
+        reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()),  # type: ignore[union-attr]
+                                  daemon=True)
+        reader.start()
+        reader.join(60)
+        assert first and first[0].startswith("serving inst-0 at http://127.0.0.1:"), first
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "interrupted" in err
+
+
+def test_silent_client_is_disconnected_after_the_read_timeout() -> None:
+    result = make_result(n_requests=30, duration_s=20.0)
+    with serve(result, "vllm", speed=1.0, grace_s=5.0, read_timeout_s=0.3) as cluster:
+        port = int(cluster.urls["inst-0"].rsplit(":", 1)[1].split("/")[0])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as idle:
+            # sends nothing: the server closes its side (recv -> b"") instead of waiting forever
+            assert idle.recv(1024) == b""
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as partial:
+            partial.sendall(b"GET /metrics HTTP/1.1\r\n")  # never finishes the headers
+            assert partial.recv(1024) == b""
