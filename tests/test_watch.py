@@ -326,3 +326,24 @@ def test_unreachable_postgres_is_one_line_without_the_password(
     err = capsys.readouterr().err
     assert err.startswith("skewscope: error: history postgresql://***@127.0.0.1:")
     assert "sekret" not in err and "\n" not in err.strip()
+
+
+def test_live_view_shows_hot_units_kind_ratios_since_and_sparkline(evidence: Evidence) -> None:
+    clock = iter([99.0, 100.0, 101.0, 130.0, 131.0])  # start, then (begin, end) per run
+    w = Watcher(ScriptedSource([evidence]), last_s=60, every_s=30, clock=lambda: next(clock))
+    assert w.run_once() and w.run_once()
+    text = _text(screen.render(w.status))
+    row = next(line for line in text.splitlines() if line.startswith("│ inst-1 "))
+    assert "instance" in row and "count" in row and "requests 1." in row
+    assert screen.clock(101.0) in row  # hot since the first run that found it (ended at 101)
+    heat = w.status.report.units[1].heat_by_window  # type: ignore[union-attr]
+    assert screen.sparkline(heat) in row
+    assert "inst-1/dp0" in text and "Imbalanced" in text
+    line = screen.log_line(w.status, 131.0)
+    assert "verdict=imbalanced" in line and "inst-1(instance,count," in line
+
+
+def test_sparkline_scales_to_the_series_and_leaves_gaps() -> None:
+    nan = float("nan")
+    assert screen.sparkline([0.0, 1.0, 2.0, nan, 2.0]) == "▁▄█ █"
+    assert screen.sparkline([nan, 0.0]) == " ▁"

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from skewscope.analysis.diagnose import diagnose
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
-from skewscope.errors import InputError, SkewscopeError, SourceError, one_line
+from skewscope.errors import SkewscopeError, SourceError, one_line
 from skewscope.frame import Evidence
 from skewscope.monitor.history import HistoryStore
 from skewscope.monitor.incidents import Incident, IncidentTracker
@@ -83,7 +83,7 @@ class ScrapeSource:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, SourceError):
         return "source"
-    if isinstance(exc, InputError | SkewscopeError):
+    if isinstance(exc, SkewscopeError):  # bad data, or a level the data does not have
         return "input"
     return "internal"
 
