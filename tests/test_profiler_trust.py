@@ -148,6 +148,19 @@ def test_crlf_and_a_newer_column_simply_work(tmp_path: Path) -> None:
         assert mine["e2e_mean_ms"].drop_nulls().to_list() == [500.0] * mine.height
 
 
+def test_truncated_file_without_a_complete_row(tmp_path: Path) -> None:
+    # GIVEN instance a whose request.csv was cut inside its first row (found by the fuzz suite)
+    f = _good(tmp_path / "a")
+    f.write_text(f.read_text()[: f.read_text().index("\n") + 12])
+    _good(tmp_path / "b")
+    # WHEN loaded THEN a's request side is unmeasured (null), b's is read
+    ev = load_profiler([str(tmp_path)], window_s=10)
+    df = ev.instance.df
+    assert df.filter(pl.col("unit") == "a")["requests"].null_count() == df.height // 2
+    assert df.filter(pl.col("unit") == "b")["requests"].sum() == 40
+    assert any("a: request.csv: last line 2 is truncated" in n for n in ev.notes)
+
+
 # --------------------------------------------------------------------------- 2. values
 def test_blank_and_na_tokens_are_missing_not_zero(tmp_path: Path) -> None:
     # GIVEN 40 requests of 100 prompt tokens, every other one with a blank or N/A token cell

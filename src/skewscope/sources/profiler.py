@@ -528,8 +528,9 @@ def place_requests(requests: pl.DataFrame, rid_ranks: pl.DataFrame) -> pl.DataFr
 
 
 def _load_requests(inst: Instance, table: Table, rid_ranks: pl.DataFrame | None) -> None:
-    if table.truncated:
-        inst.request_end_s = float(table.df["start_s"].max())  # type: ignore[arg-type]
+    if table.truncated:  # no complete row: no window was measured
+        end = table.df["start_s"].max()
+        inst.request_end_s = float(end) if isinstance(end, (int, float)) else -float("inf")
     ttft = pl.when(pl.col("ttft_ms") > 0).then(pl.col("ttft_ms"))  # 0 = not recorded
     df = table.df.with_columns(ttft.alias("ttft_ms"), pl.lit(None, pl.Int64).alias("dp_rank"))
     inst.available |= set(REQUEST_SIGNALS)

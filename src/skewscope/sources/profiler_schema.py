@@ -191,7 +191,10 @@ def prepare(path: Path) -> Prepared | None:
     size = os.path.getsize(path)
     if size == 0:
         return None
-    header = pv.read_header(path)
+    pv.read_header(path)  # bounded and valid CSV, before polars reads it
+    # the names as polars reads them (a malformed or repeated name is renamed there): the
+    # columns resolved from them are then the columns every scan finds
+    header = pl.read_csv(path, n_rows=0, infer_schema=False, encoding="utf8-lossy").columns
     with path.open("rb") as fh:
         fh.seek(size - 1)
         ends_with_newline = fh.read(1) == b"\n"

@@ -1,0 +1,146 @@
+"""Fuzz the offline reader end to end: a real-format profiler folder with one file mutated
+(truncated, bytes flipped, a cell replaced by garbage, blank, N/A, huge or negative values,
+extra columns, CRLF, other encodings, compression) must give a report or one clean error line,
+never a traceback, a multi-line or unbounded message, or a raw control character.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profiler_fixtures import T0, KvSnap, simple_instance, write_kvcache, write_status
+from skewscope.cli import main
+
+FUZZ_EXAMPLES = int(os.environ.get("SKEWSCOPE_FUZZ_EXAMPLES", "60"))  # more for a campaign
+FILES = ("request.csv", "batch.csv", "kvcache.csv", "request_status.csv")
+GARBAGE = ("", "N/A", "<NA>", "nan", "inf", "-inf", "-5", "1e26", "-1e308", "0", "abc",
+           '"', '""', "\x1b]0;x\x07", "\x00", "2025-13-45 99:99:99:0", "9" * 400, "x" * 70_000,
+           "[{'rid': 'r1'", "1,2", "\r", "\u202e", "１２３")
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two instances in every format the reader takes (built once, copied per example)."""
+    root = tmp_path_factory.mktemp("fuzz-template")
+    for name in ("a", "b"):
+        folder = root / name
+        simple_instance(folder, 30, ranks=2, prefix=name)
+        write_kvcache(folder / "kvcache.csv", [KvSnap(T0 + i, 100 + i) for i in range(30)])
+        write_status(folder / "request_status.csv", [(T0 + i, 100 + i % 2, i % 5)
+                                                     for i in range(30)])
+    return root
+
+
+Mutation = Callable[[bytes], bytes]
+
+
+@st.composite
+def mutations(draw: st.DrawFn) -> tuple[str, Mutation]:
+    kind = draw(st.sampled_from(["truncate", "flip", "cell", "column", "crlf", "encode",
+                                 "gzip", "lines"]))
+    pos = draw(st.floats(0, 1))
+    if kind == "truncate":
+        return kind, lambda b: b[: int(len(b) * pos)]
+    if kind == "flip":
+        byte = draw(st.integers(0, 255))
+        n = draw(st.integers(1, 8))
+        return kind, lambda b: _flip(b, pos, byte, n)
+    if kind == "cell":
+        value = draw(st.sampled_from(GARBAGE) | st.text(max_size=12))
+        col = draw(st.integers(0, 30))
+        return kind, lambda b: _replace_cell(b, pos, col, value)
+    if kind == "column":
+        name = draw(st.sampled_from(["future_col", "", "http_rid", "start_time", "\x1b[2J"]))
+        return kind, lambda b: _add_column(b, name)
+    if kind == "crlf":
+        return kind, lambda b: b.replace(b"\n", b"\r\n")
+    if kind == "encode":
+        enc = draw(st.sampled_from(["utf-16", "utf-16-le", "utf-32", "latin-1", "utf-8-sig"]))
+        return kind, lambda b: _recode(b, enc)
+    if kind == "gzip":
+        return kind, gzip.compress
+    keep = draw(st.sampled_from(["header only", "no header", "dup lines", "blank lines"]))
+    return kind, lambda b: _lines(b, keep)
+
+
+def _recode(b: bytes, enc: str) -> bytes:
+    return b.decode(errors="replace").replace("r1", "r1é").encode(enc, errors="replace")
+
+
+def _flip(b: bytes, pos: float, byte: int, n: int) -> bytes:
+    out = bytearray(b)
+    start = int(len(out) * pos)
+    for i in range(start, min(start + n, len(out))):
+        out[i] = byte
+    return bytes(out)
+
+
+def _replace_cell(b: bytes, pos: float, col: int, value: str) -> bytes:
+    lines = b.decode(errors="replace").split("\n")
+    i = int((len(lines) - 1) * pos)
+    cells = lines[i].split(",")
+    cells[col % len(cells)] = value
+    lines[i] = ",".join(cells)
+    return "\n".join(lines).encode()
+
+
+def _add_column(b: bytes, name: str) -> bytes:
+    lines = b.decode(errors="replace").split("\n")
+    out = [lines[0] + "," + name] + [ln + ",1" if ln else ln for ln in lines[1:]]
+    return "\n".join(out).encode()
+
+
+def _lines(b: bytes, keep: str) -> bytes:
+    lines = b.split(b"\n")
+    if keep == "header only":
+        return lines[0] + b"\n"
+    if keep == "no header":
+        return b"\n".join(lines[1:])
+    if keep == "dup lines":
+        return b"\n".join(lines[:1] + lines[1:] + lines[1:])
+    return b"\n".join(x for ln in lines for x in (ln, b""))
+
+
+def _diagnose(folder: Path) -> tuple[int, str]:
+    err = io.StringIO()
+    out = folder / "report.json"
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["diagnose", str(folder / "a"), str(folder / "b"), "--format", "json",
+                   "-o", str(out), "--window", "5s"])
+    return rc, err.getvalue()
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(FILES), st.sampled_from("ab"), mutations()),
+             min_size=1, max_size=2)
+)
+@settings(max_examples=FUZZ_EXAMPLES, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_mutated_folder_gives_a_report_or_one_clean_line(
+    template: Path, edits: list[tuple[str, str, tuple[str, Mutation]]]
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "run"
+        shutil.copytree(template, folder)
+        for file, inst, (_, mutate) in edits:
+            f = folder / inst / file
+            f.write_bytes(mutate(f.read_bytes()))
+        rc, err = _diagnose(folder)
+        if rc == 0:
+            assert err == ""
+            assert (folder / "report.json").stat().st_size > 0
+        else:
+            assert rc in (2, 3), err
+            assert err.startswith("skewscope: error: ") and err.count("\n") == 1, err
+            assert len(err) <= 420, err
+            assert not any(ord(c) < 32 and c != "\n" for c in err), repr(err)
