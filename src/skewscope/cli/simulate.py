@@ -138,9 +138,9 @@ def _serve(result: SimResult, args: argparse.Namespace) -> int:
         raise UsageError(f"--port {args.port}: cannot listen on {e.filename} ({e.strerror}); "
                          "choose another port, or 0 for any free one") from None
     with cluster:
-        for name, url in cluster.urls.items():
-            print(f"serving {name} at {url}", flush=True)
         try:
+            for name, url in cluster.urls.items():
+                print(f"serving {name} at {url}", flush=True)
             cluster.wait()
         except KeyboardInterrupt:
             print("skewscope: interrupted, live servers stopped", file=sys.stderr)
