@@ -347,3 +347,32 @@ def test_sparkline_scales_to_the_series_and_leaves_gaps() -> None:
     nan = float("nan")
     assert screen.sparkline([0.0, 1.0, 2.0, nan, 2.0]) == "▁▄█ █"
     assert screen.sparkline([nan, 0.0]) == " ▁"
+
+
+@pytest.mark.parametrize("capture", ["vllm-0.32-cpu-dp2.metrics.txt",
+                                     "vllm-0.32-cpu-single.metrics.txt"])
+def test_sampler_drops_only_samples_no_dialect_reads(capture: str) -> None:
+    """The rolling sampler keeps a fraction of each scrape; the evidence must not change."""
+    from skewscope.monitor.sampler import keep_read
+    from skewscope.sources.scrape import Snapshot, evidence_from_targets, parse_exposition
+
+    samples = parse_exposition((Path(__file__).parent / "data" / "samples" / capture).read_text())
+    snaps = {
+        f"http://10.0.0.{t}:8000/metrics": [
+            Snapshot(k * 5.0, tuple((n, lab, v * (1 + k * (t + 1) * 0.05))
+                                    for n, lab, v in samples))
+            for k in range(13)
+        ]
+        for t in range(3)
+    }
+    kept = {u: [keep_read(s) for s in ss] for u, ss in snaps.items()}
+    n_kept = len(kept["http://10.0.0.0:8000/metrics"][0].samples or ())
+    assert 0 < n_kept < len(samples) / 2
+    full = evidence_from_targets(snaps, t0=0.0, window_s=10.0, n_windows=6)
+    lean = evidence_from_targets(kept, t0=0.0, window_s=10.0, n_windows=6)
+    assert full.instance.df.height == 18 and full.instance.df["requests"].null_count() == 0
+    assert lean.notes == full.notes and lean.instance.aliases == full.instance.aliases
+    assert lean.instance.df.equals(full.instance.df)
+    assert (lean.dp is None) == (full.dp is None)
+    if full.dp is not None and lean.dp is not None:
+        assert lean.dp.df.equals(full.dp.df)

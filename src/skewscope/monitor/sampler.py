@@ -2,6 +2,9 @@
 keep the last ``span_s`` of snapshots, so each diagnosis run reduces what is already in memory
 instead of re-scraping the whole ``--last`` range (which would make every run last ``--last``).
 
+Each scrape keeps only the samples some dialect reads (a vLLM /metrics holds ~700 samples, the
+dialects read a few dozen): the buffer is ~10x smaller and each run's reduction ~10x faster.
+
 Until ``span_s`` has been collected a run sees fewer windows (and says ``insufficient_data``
 while fewer than ``min_windows`` are complete): the warm-up is reported, not hidden.
 """
@@ -13,11 +16,35 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from functools import cache
 
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence
 from skewscope.sources.auth import HttpAuth
+from skewscope.sources.dialects import DIALECTS, ROLES, Kind, normalise_name
 from skewscope.sources.scrape import Snapshot, collect, evidence_from_targets, instance_of
+
+
+@cache
+def read_names() -> frozenset[str]:
+    """Normalised sample names any dialect's alias table can read (histograms: all series)."""
+    out: set[str] = set()
+    for dialect in DIALECTS.values():
+        for role, aliases in dialect.roles.items():
+            for alias in aliases:
+                hist = ROLES[role].kind is Kind.HISTOGRAM
+                suffixes = ("_bucket", "_sum", "_count") if hist else ("",)
+                out.update(normalise_name(alias.name + sfx) for sfx in suffixes)
+    return frozenset(out)
+
+
+def keep_read(snap: Snapshot) -> Snapshot:
+    """The snapshot without the samples no dialect reads."""
+    if snap.samples is None:
+        return snap
+    names = read_names()
+    return Snapshot(snap.t, tuple(s for s in snap.samples if normalise_name(s[0]) in names),
+                    snap.error)
 
 
 class NotReady(Exception):
@@ -93,7 +120,7 @@ class RollingScraper:
                 )
                 with self._lock:
                     for url in self.urls:
-                        self._buf[url].append((stamp, snaps[url][0]))
+                        self._buf[url].append((stamp, keep_read(snaps[url][0])))
             k += 1
 
     def failing_targets(self, since: float) -> list[str]:
