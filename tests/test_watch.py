@@ -376,3 +376,17 @@ def test_sampler_drops_only_samples_no_dialect_reads(capture: str) -> None:
     assert (lean.dp is None) == (full.dp is None)
     if full.dp is not None and lean.dp is not None:
         assert lean.dp.df.equals(full.dp.df)
+
+
+def test_listen_on_a_taken_port_is_a_usage_error() -> None:
+    import socket
+
+    from skewscope.errors import UsageError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        w = Watcher(ScriptedSource([]), last_s=60, every_s=30)
+        with pytest.raises(UsageError, match=f"--listen 127.0.0.1:{port}: cannot listen"):
+            serve(lambda: w.status, f"127.0.0.1:{port}")

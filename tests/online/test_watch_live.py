@@ -150,3 +150,28 @@ def test_watch_over_a_real_prometheus_exports_what_diagnose_finds(prometheus_url
     want_hot = {(u, r.level) for r in (want, *want.drilldown) for u in r.hot_units}
     assert hot == want_hot == {("a:8000", "instance"), ("a:8000/dp0", "dp")}
     assert got[("skewscope_verdict", (("verdict", want.verdict),))] == 1.0
+
+
+def test_watch_of_a_dead_target_keeps_running_and_stops_on_sigint() -> None:
+    """Nothing answers: every run is a counted source error, never a crash; Ctrl-C exits 0."""
+    from online_servers import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}/metrics"
+    cmd = [sys.executable, "-m", "skewscope.cli", "watch", "--scrape", dead, "--interval", "0.1s",
+           "--window", "1s", "--last", "5s", "--every", "0.2s", "--timeout", "0.5s", "--no-tui"]
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out: list[str] = []
+    err: list[str] = []
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [pump(proc.stdout, out), pump(proc.stderr, err)]
+    try:
+        wait_for(lambda: sum('error="source: all 1 /metrics targets failed' in line
+                             for line in out) >= 3, "three failed runs", out + err)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+    for r in readers:
+        r.join(timeout=5)
+    assert code == 0, "\n".join(err[-10:])
+    assert out[-1] == "skewscope watch: stopped" and not err
