@@ -66,6 +66,12 @@ class Thresholds:
     # share of the multi-rank instances is one dispatch policy everywhere, reported once.
     fleet_pattern_min_instances: int = 2
     fleet_pattern_share: float = 0.5
+    # Online sources: a response larger than this is abandoned (an endless or runaway body must
+    # not exhaust memory); one Prometheus range query / one /metrics scrape.
+    max_query_mb: float = 128.0
+    max_scrape_mb: float = 16.0
+    # A scrape without a terminal prints one progress line on stderr this often.
+    progress_every_s: float = 10.0
 
 
 DEFAULT_THRESHOLDS = Thresholds()

@@ -68,7 +68,7 @@ def stepping_handler(instance: str) -> type[Quiet]:
     [("single", 1), ("dp2", 2), ("dp2-rank0-pinned", 2)],
 )
 def test_real_captures_parse_into_vllm_units(name: str, ranks: int) -> None:
-    samples = parse_exposition((SAMPLES / f"vllm-0.32-cpu-{name}.metrics.txt").read_text())
+    samples = parse_exposition((SAMPLES / f"vllm-0.32-cpu-{name}.metrics.txt").read_text()).samples
     assert detect_dialect(s[0] for s in samples) == "vllm"
     snap = Snapshot(0.0, samples)
     ev = evidence_from_snapshots(

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cache
 
 from skewscope.errors import UsageError
@@ -43,8 +44,7 @@ def keep_read(snap: Snapshot) -> Snapshot:
     if snap.samples is None:
         return snap
     names = read_names()
-    return Snapshot(snap.t, tuple(s for s in snap.samples if normalise_name(s[0]) in names),
-                    snap.error)
+    return replace(snap, samples=tuple(s for s in snap.samples if normalise_name(s[0]) in names))
 
 
 class NotReady(Exception):
@@ -110,14 +110,14 @@ class RollingScraper:
                 self.skipped += 1
             else:
                 stamp = time.time()
-                _, snaps, _ = collect(
+                snaps = collect(
                     self.urls,
                     duration_s=0.0,  # one round
                     interval_s=self.interval_s,
                     auth=self.auth,
                     timeout_s=self.timeout_s,
                     progress=False,
-                )
+                ).snaps
                 with self._lock:
                     for url in self.urls:
                         self._buf[url].append((stamp, keep_read(snaps[url][0])))
@@ -149,7 +149,7 @@ class RollingScraper:
             )
         t0 = first
         snaps = {
-            u: [Snapshot(round(t - t0, 6), s.samples, s.error) for t, s in b if t >= t0 - 1e-6]
+            u: [replace(s, t=round(t - t0, 6)) for t, s in b if t >= t0 - 1e-6]
             for u, b in bufs.items()
         }
         notes = []

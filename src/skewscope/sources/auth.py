@@ -1,15 +1,23 @@
 """Credentials and TLS settings for online sources, built so secrets cannot leak.
 
 Secrets are wrapped in ``Secret`` whose str/repr are masked; ``HttpAuth``'s repr shows only which
-mechanisms are configured. Error messages elsewhere never include request headers, and URLs are
-shown through ``redact_url`` (user:password@ in a URL is a secret too).
+mechanisms are configured. Every secret made in this process is also remembered, so ``scrub``
+can mask it (and ``Authorization`` values, ``user:password@`` and token query parameters) in any
+text a server echoes back before that text reaches a message or a note. URLs are shown through
+``redact_url``.
+
+Where credentials go: the default environment variable ``SKEWSCOPE_PROM_TOKEN`` is *ambient* (set
+once, for Prometheus); it is sent to the Prometheus URL only, never to ``--scrape`` targets.
+Scrape targets get only credentials the user named (``--token-env``, ``--token-file``, ``--user``).
 """
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -18,6 +26,9 @@ from skewscope.errors import UsageError
 
 DEFAULT_TOKEN_ENV = "SKEWSCOPE_PROM_TOKEN"
 DEFAULT_PASSWORD_ENV = "SKEWSCOPE_PROM_PASSWORD"
+MIN_SCRUB_LEN = 4  # shorter "secrets" would mask ordinary letters in every message
+
+_KNOWN: set[str] = set()  # every secret value seen in this process, for ``scrub``
 
 
 class Secret:
@@ -27,6 +38,8 @@ class Secret:
 
     def __init__(self, value: str) -> None:
         self._value = value
+        if len(value) >= MIN_SCRUB_LEN:
+            _KNOWN.add(value)
 
     def reveal(self) -> str:
         return self._value
@@ -70,37 +83,71 @@ class HttpAuth:
     insecure_skip_verify: bool = False
     client_cert: str | None = None
     client_key: str | None = None
+    token_ambient: bool = False  # the token came from the default env variable, not an option
 
     @classmethod
     def from_options(
         cls,
         *,
-        token_env: str | None = DEFAULT_TOKEN_ENV,
+        token_env: str | None = None,
         token_file: str | Path | None = None,
         username: str | None = None,
-        password_env: str | None = DEFAULT_PASSWORD_ENV,
+        password_env: str | None = None,
         password_file: str | Path | None = None,
         ca_file: str | None = None,
         insecure_skip_verify: bool = False,
         client_cert: str | None = None,
         client_key: str | None = None,
+        ambient_envs: bool = True,
     ) -> HttpAuth:
         """Build from CLI-style options; secrets come from files or environment variables only
-        (never from the command line, where ``ps`` would show them)."""
-        token = _read_secret(env=token_env, file=token_file, what="token")
+        (never from the command line, where ``ps`` would show them).
+
+        With ``ambient_envs`` the default variables are read when no variable is named
+        (``SKEWSCOPE_PROM_TOKEN``, and ``SKEWSCOPE_PROM_PASSWORD`` for ``--user``); a token read
+        that way is marked ambient. Missing TLS files are a UsageError here, before any request.
+        """
+        ambient = ambient_envs and token_env is None and token_file is None
+        token = _read_secret(
+            env=DEFAULT_TOKEN_ENV if ambient else token_env, file=token_file, what="token"
+        )
         password = None
         if username is not None:
-            password = _read_secret(env=password_env, file=password_file, what="password")
+            pw_env = password_env or (DEFAULT_PASSWORD_ENV if ambient_envs else None)
+            password = _read_secret(env=pw_env, file=password_file, what="password")
             if password is None:
                 raise UsageError(
-                    f"basic auth user {username!r} given but no password (set {password_env} "
-                    "or give a password file)"
+                    f"basic auth user {username!r} given but no password (set "
+                    f"{pw_env or DEFAULT_PASSWORD_ENV} or give a password file)"
                 )
+            Secret(base64.b64encode(f"{username}:{password.reveal()}".encode()).decode())
         if token is not None and username is not None:
-            raise UsageError("give either a bearer token or basic auth, not both")
-        return cls(
-            token, username, password, ca_file, insecure_skip_verify, client_cert, client_key
+            if ambient:  # the ambient token yields to basic auth the user asked for
+                token = None
+            else:
+                raise UsageError("give either a bearer token or basic auth, not both")
+        files = (("--ca-file", ca_file), ("--cert", client_cert), ("--key", client_key))
+        for option, path in files:
+            if path is not None and not Path(path).is_file():
+                raise UsageError(f"{option} {path}: no such file")
+        if client_key is not None and client_cert is None:
+            raise UsageError("--key needs --cert (the client certificate it belongs to)")
+        auth = cls(
+            token, username, password, ca_file, insecure_skip_verify, client_cert, client_key,
+            token_ambient=token is not None and ambient,
         )
+        auth.verify()  # unreadable or malformed PEM files fail now, as one line
+        return auth
+
+    def without_ambient(self) -> HttpAuth:
+        """The same settings without an ambient token (for targets other than Prometheus)."""
+        if not self.token_ambient:
+            return self
+        return replace(self, bearer_token=None, token_ambient=False)
+
+    @property
+    def has_credentials(self) -> bool:
+        return self.bearer_token is not None or self.username is not None
 
     def headers(self) -> dict[str, str]:
         if self.bearer_token is not None:
@@ -116,12 +163,23 @@ class HttpAuth:
         """httpx ``verify``: an SSL context carrying the CA file and client certificate."""
         if self.insecure_skip_verify and self.client_cert is None:
             return False
-        ctx = ssl.create_default_context(cafile=self.ca_file)
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(f"--ca-file {self.ca_file}: not a readable PEM CA bundle "
+                             f"({_reason(exc)})") from None
         if self.insecure_skip_verify:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         if self.client_cert is not None:
-            ctx.load_cert_chain(self.client_cert, self.client_key)
+            try:
+                ctx.load_cert_chain(self.client_cert, self.client_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise UsageError(
+                    f"--cert {self.client_cert}"
+                    + (f" / --key {self.client_key}" if self.client_key else "")
+                    + f": not a readable PEM certificate and key ({_reason(exc)})"
+                ) from None
         return ctx
 
     def client_kwargs(self) -> dict[str, Any]:
@@ -145,14 +203,82 @@ class HttpAuth:
     __str__ = __repr__
 
 
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc)
+
+
+def has_scheme(url: str) -> bool:
+    return re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", url) is not None
+
+
+def normalise_url(url: str, option: str) -> tuple[str, str | None]:
+    """``url`` with ``http://`` added when it has no scheme, and the note saying so (or None).
+
+    Only http and https are accepted. A ``user:password@`` in the URL becomes a known secret.
+    """
+    text = url.strip()
+    note = None
+    if not has_scheme(text):
+        text = "http://" + text
+        note = f"{option} {redact_url(text)} has no scheme; http:// assumed"
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError:
+        raise UsageError(f"{option}: {redact_url(text)} is not a valid URL") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise UsageError(f"{option}: URL scheme must be http or https, got {parts.scheme!r}")
+    if not parts.hostname:
+        raise UsageError(f"{option}: {redact_url(text)} has no host")
+    if parts.password:
+        Secret(parts.password)
+    return text, note
+
+
+_SECRET_PATTERNS = (
+    # an echoed header line, and "Bearer/Basic <credential>" (a credential has a digit or sign,
+    # so prose such as "basic authentication" is left alone)
+    (re.compile(r"(?i)\b(authorization[\"']?\s*[:=]\s*[\"']?)[^\"'\r\n,;}]+"), r"\1***"),
+    (re.compile(r"(?i)\b(bearer|basic)(?:\s+|%20|\+)(?=[\w.~+/=-]*[\d.~+/=-])[\w.~+/=-]{6,}"),
+     r"\1 ***"),
+    # user:password@ in URLs, with or without a scheme
+    (re.compile(r"(?i)([a-z][a-z0-9+.-]*://)[^/\s@]+@"), r"\1***@"),
+    (re.compile(r"(?<![\w/@.:-])[\w.%~+-]+:[^\s/@]+@(?=[\w\[])"), "***@"),
+    # token-ish query parameters and key=value pairs
+    (re.compile(r"(?i)\b((?:access_|id_|auth_|api_?)?(?:token|key|password|passwd|secret)=)"
+                r"[^&\s\"',;]+"), r"\1***"),
+)
+
+
+def scrub(text: str) -> str:
+    """``text`` with every known secret and anything shaped like a credential masked as ***."""
+    for secret in sorted(_KNOWN, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, "***")
+    for pattern, repl in _SECRET_PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
 def redact_url(url: str) -> str:
-    """``url`` without user:password@ and without a query string (tokens hide there too)."""
-    parts = urlsplit(url)
+    """``url`` without user:password@ and without a query string (tokens hide there too).
+
+    A URL without a scheme is read as http (``u:pw@host`` would otherwise parse as scheme
+    ``u``); the result names no scheme then either.
+    """
+    if not has_scheme(url):
+        shown = redact_url("http://" + url)
+        return shown.removeprefix("http://")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return scrub(url.split("?", 1)[0])
     host = parts.hostname or ""
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
+    if port is not None:
+        host = f"{host}:{port}"
     if parts.username or parts.password:
         host = "***@" + host
     return urlunsplit((parts.scheme, host, parts.path, "", ""))

@@ -406,6 +406,28 @@ QUANTILE_NOTE = (
 )
 
 
+def nonfinite_notes(values: Values, level: Level) -> list[str]:
+    """Units whose counter or gauge signal was only ever NaN/±Inf: say so, they are missing.
+
+    (Histogram signals are NaN in any window without observations, which is not news.)
+    """
+    only_bad: dict[str, list[str]] = defaultdict(list)
+    for spec in SIGNAL_SPECS:
+        if ROLES[spec.role].kind is Kind.HISTOGRAM or spec.signal not in values:
+            continue
+        seen: dict[tuple[str, int | None], bool] = {}
+        for (_, inst, dp), v in values[spec.signal].items():
+            seen[(inst, dp)] = seen.get((inst, dp), False) or math.isfinite(v)
+        for unit, any_finite in seen.items():
+            if not any_finite:
+                only_bad[unit_id(*unit)].append(spec.signal)
+    return [
+        f"{level.value} unit {unit} reported only NaN/Inf for {', '.join(signals)}; "
+        "those values are missing for it (not zero, not under-loaded)"
+        for unit, signals in sorted(only_bad.items())
+    ]
+
+
 def build_evidence(
     inst_values: Values,
     dp_values: Values | None,
@@ -442,6 +464,7 @@ def build_evidence(
                 out[sig] = divide_units(out[sig], units)
         return out
 
+    all_notes += nonfinite_notes(inst_values, Level.INSTANCE)
     inst_values = fix_percent(inst_values, Level.INSTANCE)
     dp_frame = None
     if dp_values is not None:
@@ -451,6 +474,7 @@ def build_evidence(
                 if dp is not None:
                     ranks[inst].add(dp)
         if ranks and max(len(r) for r in ranks.values()) >= 2:
+            all_notes += nonfinite_notes(dp_values, Level.DP)
             dp_values = fix_percent(dp_values, Level.DP)
             dp_aliases = {s: a for s, a in aliases.items() if dp_values.get(s)}
             dp_frame = assemble(

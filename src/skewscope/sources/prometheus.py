@@ -9,6 +9,7 @@ the same range gives the same windows on every backend; only whole windows insid
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ import httpx
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import MAX_WINDOWS, Evidence, Level, choose_window
-from skewscope.sources.auth import HttpAuth, redact_url
+from skewscope.sources.auth import HttpAuth, normalise_url, redact_url, scrub
 from skewscope.sources.dialects import (
     SIGNAL_SPECS,
     Alias,
@@ -32,20 +33,50 @@ from skewscope.sources.dialects import (
     get_dialect,
     resolve,
 )
+from skewscope.sources.fetch import Fetched, bounded_get, make_client, one_line
 from skewscope.sources.promql import build_query, normalise_selector
+from skewscope.sources.validate import parse_number, parse_rank, parse_timestamp
 
 MAX_POINTS = MAX_WINDOWS  # Prometheus refuses query_range with more points per series
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+def decode_envelope(fetched: Fetched, where: str) -> tuple[Any, list[str]]:
+    """(``data``, scrubbed warnings) of an API response, or one SourceError line.
+
+    ``where`` names the server ("Prometheus at URL"). Server text (errors, warnings) is
+    flattened and scrubbed of secrets before it goes anywhere.
+    """
+    if fetched.status in (401, 403):
+        raise SourceError(f"{where} refused the credentials (HTTP {fetched.status})")
+    try:
+        body = json.loads(fetched.body)
+    except (ValueError, RecursionError):
+        raise SourceError(
+            f"{where} answered HTTP {fetched.status} with a body that is not JSON "
+            "(is this the Prometheus API base URL?)"
+        ) from None
+    if not isinstance(body, dict) or not isinstance(body.get("status"), str):
+        raise SourceError(f"{where} answered without an API envelope (HTTP {fetched.status})")
+    raw_warnings = body.get("warnings")
+    warnings = [
+        f"Prometheus warning: {scrub(one_line(w))}"
+        for w in (raw_warnings if isinstance(raw_warnings, list) else ())
+    ]
+    if body["status"] != "success":
+        kind = scrub(one_line(body.get("errorType") or "error", 40))
+        message = scrub(one_line(body.get("error") or "no error message"))
+        raise SourceError(f"{where} rejected the request ({kind}): {message}")
+    return body.get("data"), warnings
 
 
 @dataclass
 class PromClient:
-    """Minimal Prometheus API client: envelope handling, bounded retries, safe error messages."""
+    """Minimal Prometheus API client: envelope handling, bounded retries, safe error messages.
+
+    Every request has a total deadline of ``timeout_s`` and a body limit of ``max_bytes``
+    (``fetch.bounded_get``); retries are bounded too.
+    """
 
     url: str
     auth: HttpAuth | None = None
@@ -53,93 +84,88 @@ class PromClient:
     retries: int = 3  # extra attempts on 429/5xx
     backoff_s: float = 0.25  # first back-off; doubles, capped at max_backoff_s
     max_backoff_s: float = 4.0
+    max_bytes: int = int(DEFAULT_THRESHOLDS.max_query_mb * 2**20)
     warnings: list[str] = field(default_factory=list)
     _client: httpx.Client | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        kwargs = (self.auth or HttpAuth()).client_kwargs()
-        self._client = httpx.Client(base_url=self.url.rstrip("/"), timeout=self.timeout_s, **kwargs)
+        self._client = make_client(self.auth, self.timeout_s, base_url=self.url.rstrip("/"))
 
     @property
     def shown_url(self) -> str:
         return redact_url(self.url)
 
+    @property
+    def where(self) -> str:
+        return f"Prometheus at {self.shown_url}"
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
 
-    def _send(self, path: str, params: Mapping[str, Any]) -> httpx.Response:
+    def _send(self, path: str, params: Mapping[str, Any]) -> Fetched:
         assert self._client is not None
         for attempt in range(self.retries + 1):
-            try:
-                resp = self._client.get(path, params=params)
-            except httpx.TimeoutException:
-                raise SourceError(
-                    f"Prometheus at {self.shown_url} did not answer within {self.timeout_s:g}s"
-                ) from None
-            except httpx.ConnectError as exc:
-                reason = (
-                    "connection refused" if "refused" in str(exc).lower() else _one_line(str(exc))
-                )
-                raise SourceError(
-                    f"cannot connect to Prometheus at {self.shown_url}: {reason}"
-                ) from None
-            except httpx.HTTPError as exc:
-                raise SourceError(
-                    f"request to Prometheus at {self.shown_url} failed: {type(exc).__name__}"
-                ) from None
-            if resp.status_code not in RETRY_STATUS or attempt == self.retries:
-                return resp
-            time.sleep(self._delay(attempt, resp))
+            fetched = bounded_get(
+                self._client,
+                path,
+                what="Prometheus",
+                shown_url=self.url,
+                deadline_s=self.timeout_s,
+                max_bytes=self.max_bytes,
+                params=params,
+            )
+            if fetched.status not in RETRY_STATUS or attempt == self.retries:
+                return fetched
+            time.sleep(self._delay(attempt, fetched))
         raise AssertionError("unreachable")
 
-    def _delay(self, attempt: int, resp: httpx.Response) -> float:
+    def _delay(self, attempt: int, fetched: Fetched) -> float:
         delay = self.backoff_s * (2**attempt)
-        after = resp.headers.get("Retry-After", "")
-        if after.replace(".", "", 1).isdigit():
-            delay = max(delay, float(after))
+        after = parse_timestamp(fetched.headers.get("Retry-After", ""))
+        if after is not None:
+            delay = max(delay, after)
         return float(min(delay, self.max_backoff_s))
 
     def get(self, path: str, params: Mapping[str, Any]) -> Any:
         """GET an API path and return ``data``; API warnings are collected in ``warnings``."""
-        resp = self._send(path, params)
-        if resp.status_code in (401, 403):
-            raise SourceError(
-                f"Prometheus at {self.shown_url} refused the credentials (HTTP {resp.status_code})"
-            )
-        try:
-            body = resp.json()
-        except ValueError:
-            raise SourceError(
-                f"Prometheus at {self.shown_url} answered HTTP {resp.status_code} with a body "
-                "that is not JSON (is this the Prometheus API base URL?)"
-            ) from None
-        if not isinstance(body, dict) or "status" not in body:
-            raise SourceError(f"Prometheus at {self.shown_url} answered without an API envelope")
-        for w in body.get("warnings") or ():
-            self.warnings.append(f"Prometheus warning: {_one_line(w)}")
-        if body["status"] != "success":
-            kind = body.get("errorType", "error")
-            raise SourceError(
-                f"Prometheus at {self.shown_url} rejected the request ({kind}): "
-                f"{_one_line(body.get('error', 'no error message'))}"
-            )
-        return body.get("data")
+        data, warnings = decode_envelope(self._send(path, params), self.where)
+        self.warnings.extend(warnings)
+        return data
 
     def metric_names(self, start: float, end: float, selector: str) -> list[str]:
         params: dict[str, Any] = {"start": start, "end": end}
         if selector:
             params["match[]"] = "{" + selector + "}"
         data = self.get("/api/v1/label/__name__/values", params)
-        return [str(n) for n in data or ()]
+        return decode_names(data, self.where)
 
     def query_range(self, query: str, start: float, end: float, step: float) -> list[Any]:
         data = self.get(
             "/api/v1/query_range", {"query": query, "start": start, "end": end, "step": step}
         )
-        if not isinstance(data, dict) or data.get("resultType") != "matrix":
-            raise SourceError(f"Prometheus at {self.shown_url} did not return a range matrix")
-        return list(data.get("result") or ())
+        return decode_matrix(data, self.where)
+
+
+def decode_names(data: Any, where: str) -> list[str]:
+    """The ``data`` of a label-values call: a list of names (null means none)."""
+    if data is None:
+        return []
+    if not isinstance(data, list) or not all(isinstance(n, str) for n in data):
+        raise SourceError(f"{where} returned label values that are not a list of names")
+    return data
+
+
+def decode_matrix(data: Any, where: str) -> list[Any]:
+    """The ``result`` of a range query, checked to be a matrix (series are checked later)."""
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        raise SourceError(f"{where} did not return a range matrix")
+    result = data.get("result")
+    if result is None:
+        return []
+    if not isinstance(result, list):
+        raise SourceError(f"{where} returned a range matrix whose result is not a list")
+    return result
 
 
 def plan_windows(start: float, end: float, window_s: float) -> tuple[float, float, int]:
@@ -158,29 +184,44 @@ def plan_windows(start: float, end: float, window_s: float) -> tuple[float, floa
 
 
 def matrix_to_values(
-    result: list[Any], *, window_s: float, dp_label: str | None, bad: list[str]
+    result: list[Any], *, window_s: float, dp_label: str | None, bad: list[str], where: str = ""
 ) -> dict[Key, float]:
     """Series of a range matrix -> {(window_start_s, instance, dp_rank): value}.
 
     Series without an instance label (or with a DP label that is not an integer) are skipped;
-    their label sets are reported through ``bad``.
+    their label sets are reported through ``bad``. A series or point of the wrong shape is a
+    SourceError naming it (the server is not speaking the Prometheus API).
     """
     out: dict[Key, float] = {}
-    for series in result:
-        labels = series.get("metric", {})
+    for i, series in enumerate(result):
+        labels = series.get("metric") if isinstance(series, dict) else None
+        points = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(labels, dict) or not isinstance(points, list):
+            raise SourceError(f"{where} returned series {i} without metric labels and values")
         inst = labels.get("instance", "")
+        if not isinstance(inst, str):
+            raise SourceError(f"{where} returned series {i} with a non-text instance label")
         dp: int | None = None
         if dp_label is not None:
             raw = labels.get(dp_label, "")
-            if not raw.isdigit():
-                bad.append(f"{dp_label}={raw!r} on {inst or '?'}")
+            dp = parse_rank(raw)
+            if dp is None:
+                bad.append(f"{dp_label}={scrub(one_line(repr(raw), 40))} on {inst or '?'}")
                 continue
-            dp = int(raw)
         if not inst:
             bad.append("series without an instance label")
             continue
-        for ts, value in series.get("values", ()):
-            out[(round(float(ts) - window_s, 6), inst, dp)] = float(value)
+        for j, point in enumerate(points):
+            ts = value = None
+            if isinstance(point, list) and len(point) == 2:
+                ts, value = parse_timestamp(point[0]), parse_number(point[1])
+            if ts is None or value is None:
+                shown = scrub(one_line(json.dumps(point)[:60], 60))
+                raise SourceError(
+                    f"{where} returned series {i} ({inst}) point {j} as {shown}; expected "
+                    '[time, "number"]'
+                )
+            out[(round(ts - window_s, 6), inst, dp)] = value
     return out
 
 
@@ -211,14 +252,24 @@ def load_prometheus(
         or step_s
         or choose_window(end - start, thresholds.target_windows, thresholds.min_window_s)
     )
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s}")
     first_t, last_t, _ = plan_windows(start, end, w)
     sel = normalise_selector(selector)
-    client = PromClient(url, auth=auth, timeout_s=timeout_s)
+    url, url_note = normalise_url(url, "--prometheus")
+    client = PromClient(
+        url,
+        auth=auth,
+        timeout_s=timeout_s,
+        max_bytes=int(thresholds.max_query_mb * 2**20),
+    )
     try:
         names = client.metric_names(start, end, sel)
         chosen = get_dialect(dialect) if dialect else get_dialect(detect_dialect(names))
         resolved = resolve(chosen, names)
         notes = [f"dialect: {chosen.name} ({'given' if dialect else 'detected'})"]
+        if url_note:
+            notes.append(url_note)
         levels = [Level.INSTANCE]
         if any(a.dp_label for a in resolved.values()):
             levels.append(Level.DP)
@@ -239,7 +290,9 @@ def load_prometheus(
         per_level: dict[Level, Values] = {lvl: {} for lvl in levels}
         for (level, signal, alias, _), result in zip(jobs, results, strict=True):
             dp_label = alias.dp_label if level is Level.DP else None
-            table = matrix_to_values(result, window_s=w, dp_label=dp_label, bad=bad)
+            table = matrix_to_values(
+                result, window_s=w, dp_label=dp_label, bad=bad, where=client.where
+            )
             if table:
                 per_level[level][signal] = table
         if bad:
@@ -250,7 +303,7 @@ def load_prometheus(
         notes.extend(dict.fromkeys(client.warnings))
         if not per_level[Level.INSTANCE]:
             raise SourceError(
-                f"Prometheus at {client.shown_url} has {chosen.name} metric names but no samples "
+                f"{client.where} has {chosen.name} metric names but no samples "
                 "in whole windows of the range; widen the range or check the selector"
             )
         return build_evidence(

@@ -12,20 +12,15 @@ dropped. Instance name = ``host:port`` of the URL.
 from __future__ import annotations
 
 import math
-import sys
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
-
-import httpx
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import Evidence, Level, choose_window
-from skewscope.sources.auth import HttpAuth, redact_url
+from skewscope.sources.auth import HttpAuth, normalise_url, scrub
+from skewscope.sources.collect import Snapshot, collect
 from skewscope.sources.dialects import (
     ROLES,
     SIGNAL_SPECS,
@@ -41,34 +36,19 @@ from skewscope.sources.dialects import (
     normalise_name,
     resolve,
 )
+from skewscope.sources.exposition import Labels, parse_exposition
+from skewscope.sources.validate import parse_bound, parse_rank
 
-Labels = tuple[tuple[str, str], ...]  # sorted label pairs: hashable series identity
-Sample = tuple[str, Labels, float]  # (sample name as exposed, labels, value)
-ACCEPT = "text/plain; version=0.0.4"  # plain text: keeps colons in names (client_python #1177)
+__all__ = [
+    "Snapshot",
+    "collect",
+    "evidence_from_snapshots",
+    "evidence_from_targets",
+    "load_scrape",
+    "parse_exposition",
+]
 
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One scrape of one target: ``samples`` is None when the scrape failed.
-
-    ``t`` is seconds since the first scrape (an offset, not epoch time: window arithmetic on
-    1.8e9-sized floats would misplace boundary samples by float rounding).
-    """
-
-    t: float
-    samples: tuple[Sample, ...] | None
-    error: str = ""
-
-
-def parse_exposition(text: str) -> tuple[Sample, ...]:
-    """Samples of a Prometheus text exposition, matched later on SAMPLE names (``_total`` kept)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: list[Sample] = []
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.append((s.name, tuple(sorted(s.labels.items())), float(s.value)))
-    return tuple(out)
+Point = tuple[float, float | None]  # (scrape time, value; None: series absent from that scrape)
 
 
 def instance_of(url: str) -> str:
@@ -89,7 +69,7 @@ def window_index(t: float, t0: float, window_s: float) -> int:
 
 
 def counter_increases(
-    points: Sequence[tuple[float, float | None]], t0: float, window_s: float
+    points: Sequence[Point], t0: float, window_s: float, lost: Collection[float] = ()
 ) -> dict[int, float]:
     """Per-window increase of one counter series from its successive samples.
 
@@ -97,19 +77,34 @@ def counter_increases(
     the series was absent. A series that appears after a successful scrape without it is new:
     its whole value is counted. A drop means a reset: the new value is counted from 0. A window
     in which the series has a sample but no increase gets 0, so the result is never negative.
+    ``lost`` are times of failed scrapes: the increase across such a gap is unknown, so the
+    next sample is a new baseline. A window with only non-finite samples is NaN (missing).
     """
     out: dict[int, float] = {}
+    nonfinite: set[int] = set()
     prev: float | None = None
     seen_target = False
+    after_loss = False
+    gaps = sorted(lost)
+    g = 0
     for t, v in points:
+        while g < len(gaps) and gaps[g] < t:
+            prev, seen_target, after_loss, g = None, False, True, g + 1
+        if v is not None and not math.isfinite(v):
+            nonfinite.add(window_index(t, t0, window_s))
+            continue
         if v is not None:
             k = window_index(t, t0, window_s)
             if prev is None:  # first sample of a new series (or the baseline scrape)
-                out[k] = out.get(k, 0.0) + (v if seen_target else 0.0)
+                if not after_loss:
+                    out[k] = out.get(k, 0.0) + (v if seen_target else 0.0)
             else:  # a drop is a reset: the counter restarted from 0
                 out[k] = out.get(k, 0.0) + (v - prev if v >= prev else v)
+            after_loss = False
         prev = v
         seen_target = True
+    for k in nonfinite - out.keys():
+        out[k] = math.nan
     return out
 
 
@@ -122,15 +117,19 @@ _ACROSS: dict[str, Callable[[list[float]], float]] = {
 
 
 def gauge_reduce(
-    points: Sequence[tuple[float, float | None]], t0: float, window_s: float, how: str
+    points: Sequence[Point], t0: float, window_s: float, how: str
 ) -> dict[int, float]:
-    """Per-window avg/max/min of one gauge series."""
+    """Per-window avg/max/min of one gauge series (of its finite samples)."""
     buckets: dict[int, list[float]] = defaultdict(list)
     for t, v in points:
-        if v is not None and math.isfinite(v):
+        if v is not None:
             buckets[window_index(t, t0, window_s)].append(v)
     fn = _ACROSS[how]
-    return {k: fn(xs) for k, xs in buckets.items()}
+    out: dict[int, float] = {}
+    for k, xs in buckets.items():
+        finite = [x for x in xs if math.isfinite(x)]
+        out[k] = fn(finite) if finite else math.nan  # only NaN/Inf: missing, said in a note
+    return out
 
 
 def bucket_quantile(q: float, buckets: Mapping[float, float]) -> float:
@@ -163,9 +162,7 @@ def bucket_quantile(q: float, buckets: Mapping[float, float]) -> float:
 # Snapshots -> per-level values
 
 
-def _series_points(
-    snaps: Sequence[Snapshot], name: str, alias: Alias
-) -> dict[Labels, list[tuple[float, float | None]]]:
+def _series_points(snaps: Sequence[Snapshot], name: str, alias: Alias) -> dict[Labels, list[Point]]:
     """Every series of sample ``name`` passing the alias matchers, aligned on good scrapes."""
     want = normalise_name(name)
     ok = [s for s in snaps if s.samples is not None]
@@ -179,26 +176,28 @@ def _series_points(
     return {lab: [(s.t, vals.get(s.t)) for s in ok] for lab, vals in series.items()}
 
 
-def _unit_of(labels: Labels, level: Level, alias: Alias) -> tuple[bool, int | None]:
-    if level is Level.INSTANCE:
-        return True, None
-    raw = dict(labels).get(alias.dp_label or "", "")
-    return (True, int(raw)) if raw.isdigit() else (False, None)
-
-
 def _grouped(
     snaps: Sequence[Snapshot],
     name: str,
     alias: Alias,
     level: Level,
-    reduce: Callable[..., dict[int, float]],
+    reduce: Callable[[list[Point]], dict[int, float]],
+    bad: list[str],
 ) -> dict[tuple[int | None, Labels], dict[int, float]]:
-    """Reduce each series per window; key = (dp rank, labels) so callers can group and combine."""
+    """Reduce each series per window; key = (dp rank, labels) so callers can group and combine.
+
+    At DP level a series whose DP label is not a rank is skipped and described in ``bad``.
+    """
     out: dict[tuple[int | None, Labels], dict[int, float]] = {}
     for labels, points in _series_points(snaps, name, alias).items():
-        usable, dp = _unit_of(labels, level, alias)
-        if usable:
-            out[(dp, labels)] = reduce(points)
+        dp = None
+        if level is Level.DP:
+            raw = dict(labels).get(alias.dp_label or "", "")
+            dp = parse_rank(raw)
+            if dp is None:
+                bad.append(f"{alias.dp_label}={scrub(repr(raw)[:40])}")
+                continue
+        out[(dp, labels)] = reduce(points)
     return out
 
 
@@ -213,31 +212,80 @@ def _combine(
 
 
 def signal_values(
-    spec: SignalSpec, alias: Alias, snaps: Sequence[Snapshot], level: Level, w: float
+    spec: SignalSpec,
+    alias: Alias,
+    snaps: Sequence[Snapshot],
+    level: Level,
+    w: float,
+    bad: list[str] | None = None,
 ) -> dict[tuple[int | None, int], float]:
-    """{(dp rank or None, window index): value} of one signal for one target."""
+    """{(dp rank or None, window index): value} of one signal for one target.
+
+    Series that cannot be used (a DP label that is not a rank, a bucket bound that is not a
+    number) are skipped and described in ``bad``.
+    """
+    bad = [] if bad is None else bad
     role = ROLES[spec.role]
-    inc = lambda pts: counter_increases(pts, 0.0, w)  # noqa: E731
+    lost = [s.t for s in snaps if s.samples is None]
+    inc = lambda pts: counter_increases(pts, 0.0, w, lost)  # noqa: E731
     if role.kind is Kind.COUNTER:
-        vals = _combine(_grouped(snaps, alias.name, alias, level, inc), "sum")
+        vals = _combine(_grouped(snaps, alias.name, alias, level, inc, bad), "sum")
     elif role.kind is Kind.GAUGE:
         red = lambda pts: gauge_reduce(pts, 0.0, w, spec.over_time)  # noqa: E731
-        vals = _combine(_grouped(snaps, alias.name, alias, level, red), spec.across)
+        vals = _combine(_grouped(snaps, alias.name, alias, level, red, bad), spec.across)
     elif spec.over_time == "quantile":
         per_le: dict[tuple[int | None, int], dict[float, float]] = defaultdict(dict)
         for (dp, labels), windows in _grouped(
-            snaps, alias.name + "_bucket", alias, level, inc
+            snaps, alias.name + "_bucket", alias, level, inc, bad
         ).items():
-            le = float(dict(labels).get("le", "nan"))
+            raw = dict(labels).get("le", "")
+            le = parse_bound(raw)
+            if le is None:
+                bad.append(f"le={scrub(repr(raw)[:40])}")
+                continue
             for k, v in windows.items():
                 per_le[(dp, k)][le] = per_le[(dp, k)].get(le, 0.0) + v
         assert spec.quantile is not None
         vals = {key: bucket_quantile(spec.quantile, b) for key, b in per_le.items()}
     else:
-        total = _combine(_grouped(snaps, alias.name + "_sum", alias, level, inc), "sum")
-        count = _combine(_grouped(snaps, alias.name + "_count", alias, level, inc), "sum")
+        total = _combine(_grouped(snaps, alias.name + "_sum", alias, level, inc, bad), "sum")
+        count = _combine(_grouped(snaps, alias.name + "_count", alias, level, inc, bad), "sum")
         vals = {k: (total[k] / c if c > 0 else math.nan) for k, c in count.items() if k in total}
     return {k: v * role.scale for k, v in vals.items()}
+
+
+def _dead_windows(snaps: Sequence[Snapshot], window_s: float, n_windows: int) -> list[int]:
+    """Windows in which every scrape of a target failed (its values there are unknown)."""
+    good = {window_index(s.t, 0.0, window_s) for s in snaps if s.samples is not None}
+    tried = {window_index(s.t, 0.0, window_s) for s in snaps}
+    return sorted(k for k in tried - good if k < n_windows)
+
+
+def _mark_missing(tables: Values, inst: str, dead: list[int], t0: float, w: float) -> None:
+    """Give the units of ``inst`` NaN (missing, never 0) in its dead windows, in every table."""
+    for table in tables.values():
+        units = {dp for (_, i, dp) in table if i == inst}
+        for k in dead:
+            for dp in units:
+                table.setdefault((round(t0 + k * w, 6), inst, dp), math.nan)
+
+
+def _source_notes(snapshots: Mapping[str, Sequence[Snapshot]], bad: list[str]) -> list[str]:
+    notes = []
+    for inst, snaps in snapshots.items():
+        dropped = [s for s in snaps if s.malformed]
+        if dropped:
+            n = sum(s.malformed for s in dropped)
+            notes.append(
+                f"target {inst}: dropped {n} malformed exposition line(s) in {len(dropped)} of "
+                f"{len(snaps)} scrapes (e.g. {dropped[0].example})"
+            )
+    if bad:
+        notes.append(
+            f"skipped {len(bad)} series with an unusable label (e.g. {sorted(set(bad))[0]}): "
+            "a DP label must be a rank like 0, a bucket bound a number"
+        )
+    return notes
 
 
 def evidence_from_snapshots(
@@ -251,7 +299,9 @@ def evidence_from_snapshots(
 ) -> Evidence:
     """Reduce per-target snapshots (instance -> scrapes in time order) into Evidence.
 
-    Snapshot times are offsets from ``t0`` (epoch seconds of the first scrape).
+    Snapshot times are offsets from ``t0`` (epoch seconds of the first scrape). A target whose
+    scrapes all failed in some windows (it died, or came up late) keeps the evidence of its
+    other windows; its units are missing (null, not 0) in those windows, with a note.
     """
     names = {s[0] for snaps in snapshots.values() for snap in snaps for s in snap.samples or ()}
     chosen: Dialect = get_dialect(dialect or detect_dialect(names))
@@ -259,6 +309,7 @@ def evidence_from_snapshots(
     all_notes = [f"dialect: {chosen.name} ({'given' if dialect else 'detected'})", *notes]
     dp_wanted = any(a.dp_label for a in resolved.values())
     per_level: dict[Level, Values] = {Level.INSTANCE: {}, Level.DP: {}}
+    bad: list[str] = []
     for level in (Level.INSTANCE, Level.DP):
         if level is Level.DP and not dp_wanted:
             continue
@@ -268,11 +319,25 @@ def evidence_from_snapshots(
                 continue
             table: dict[Key, float] = {}
             for inst, snaps in snapshots.items():
-                for (dp, k), v in signal_values(spec, alias, snaps, level, window_s).items():
+                got = signal_values(spec, alias, snaps, level, window_s, bad)
+                for (dp, k), v in got.items():
                     if k < n_windows:
                         table[(round(t0 + k * window_s, 6), inst, dp)] = v
             if table:
                 per_level[level][spec.signal] = table
+    all_notes += _source_notes(snapshots, bad)
+    for inst, snaps in snapshots.items():
+        dead = _dead_windows(snaps, window_s, n_windows)
+        if not dead:
+            continue
+        for values in per_level.values():
+            _mark_missing(values, inst, dead, t0, window_s)
+        first_error = next(s.error for s in snaps if s.samples is None)
+        all_notes.append(
+            f"target {inst} answered no scrape in {len(dead)} of {n_windows} windows "
+            f"(windows {_ranges(dead)}, e.g. {first_error}); its values there are missing, "
+            "not zero"
+        )
     return build_evidence(
         per_level[Level.INSTANCE],
         per_level[Level.DP] if dp_wanted else None,
@@ -284,88 +349,22 @@ def evidence_from_snapshots(
     )
 
 
+def _ranges(ks: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7' (window indexes, 0-based)."""
+    parts: list[str] = []
+    start = prev = ks[0]
+    for k in [*ks[1:], None]:
+        if k is not None and k == prev + 1:
+            prev = k
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if k is not None:
+            start = prev = k
+    return ", ".join(parts)
+
+
 # ------------------------------------------------------------------------------------------------
-# Collection
-
-
-def _fetch(client: httpx.Client, url: str, t: float) -> Snapshot:
-    shown = redact_url(url)
-    try:
-        resp = client.get(url, headers={"Accept": ACCEPT})
-    except httpx.TimeoutException:
-        return Snapshot(t, None, f"{shown} did not answer within the timeout")
-    except httpx.ConnectError as exc:
-        why = "connection refused" if "refused" in str(exc).lower() else type(exc).__name__
-        return Snapshot(t, None, f"cannot connect to {shown}: {why}")
-    except httpx.HTTPError as exc:
-        return Snapshot(t, None, f"scrape of {shown} failed: {type(exc).__name__}")
-    if resp.status_code != 200:
-        return Snapshot(t, None, f"{shown} answered HTTP {resp.status_code}")
-    try:
-        return Snapshot(t, parse_exposition(resp.text))
-    except (ValueError, TypeError, IndexError) as exc:
-        return Snapshot(t, None, f"{shown} served unparsable metrics: {str(exc)[:120]}")
-
-
-def _progress(enabled: bool, total: int) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(advance, stop) of a rich progress bar on stderr; no-ops when off or not a TTY."""
-    if not enabled or not sys.stderr.isatty():
-        return (lambda: None), (lambda: None)
-    from rich.console import Console
-    from rich.progress import Progress
-
-    bar = Progress(console=Console(stderr=True), transient=True)
-    task = bar.add_task("scraping", total=total)
-    bar.start()
-    return (lambda: bar.advance(task)), bar.stop
-
-
-def collect(
-    urls: Sequence[str],
-    *,
-    duration_s: float,
-    interval_s: float,
-    auth: HttpAuth | None = None,
-    timeout_s: float | None = None,
-    progress: bool = True,
-) -> tuple[float, dict[str, list[Snapshot]], int]:
-    """Scrape all targets every ``interval_s`` for ``duration_s``; (t0, snapshots, skipped ticks).
-
-    Snapshot times are offsets from ``t0``, the epoch time of the first round.
-
-    Timestamps are the nominal tick times; a tick that could not start within half an interval
-    of its time (a slow target held the previous one) is skipped rather than mis-stamped.
-    """
-    n_ticks = math.floor(duration_s / interval_s + 1e-9)
-    timeout = timeout_s if timeout_s is not None else max(0.5, min(interval_s, 10.0))
-    kwargs = (auth or HttpAuth()).client_kwargs()
-    snaps: dict[str, list[Snapshot]] = {u: [] for u in urls}
-    skipped = 0
-    advance, stop = _progress(progress, n_ticks + 1)
-    t0 = time.time()
-    m0 = time.monotonic()
-    try:
-        with (
-            httpx.Client(timeout=timeout, **kwargs) as client,
-            ThreadPoolExecutor(max_workers=min(32, len(urls))) as pool,
-        ):
-            for k in range(n_ticks + 1):
-                due = m0 + k * interval_s
-                lag = time.monotonic() - due
-                if lag < 0:
-                    time.sleep(-lag)
-                elif k > 0 and lag > interval_s / 2:
-                    skipped += 1
-                    advance()
-                    continue
-                stamps = [k * interval_s] * len(urls)
-                fetched = pool.map(_fetch, [client] * len(urls), urls, stamps)
-                for url, snap in zip(urls, fetched, strict=True):
-                    snaps[url].append(snap)
-                advance()
-    finally:
-        stop()
-    return t0, snaps, skipped
+# Loading
 
 
 def load_scrape(
@@ -382,37 +381,81 @@ def load_scrape(
 ) -> Evidence:
     """Scrape ``urls`` for ``duration_s`` and reduce to per-window, per-unit Evidence.
 
-    One target down gives a note and a partial result; all down raises SourceError.
+    One target down gives a note and a partial result; all down raises SourceError. Ctrl-C
+    stops the collection: the whole windows gathered so far are diagnosed, with a note. An
+    ambient token (``auth.token_ambient``) is never sent to /metrics targets.
     """
     if not urls:
         raise UsageError("no /metrics URL given")
-    if interval_s <= 0 or duration_s <= 0:
-        raise UsageError("duration and interval must be positive")
+    for name, value in (("duration", duration_s), ("interval", interval_s)):
+        if not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{name} must be a positive number of seconds, got {value}")
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s}")
     w = window_s or choose_window(duration_s, thresholds.target_windows, thresholds.min_window_s)
     if w < interval_s:
         raise UsageError(f"window {w:g}s is shorter than the scrape interval {interval_s:g}s")
     n_windows = math.floor(duration_s / w + 1e-9)
     if n_windows < 1:
         raise UsageError(f"duration {duration_s:g}s is shorter than one window of {w:g}s")
+    notes: list[str] = []
+    normalised = [normalise_url(u, "--scrape") for u in urls]
+    urls = [u for u, _ in normalised]
+    notes += [n for _, n in normalised if n]
     instances = [instance_of(u) for u in urls]
     if len(set(instances)) != len(instances):
         raise UsageError("two URLs name the same host:port; give each target once")
-    t0, snaps, skipped = collect(
+    auth, auth_notes = _scrape_auth(auth, urls)
+    notes += auth_notes
+    got = collect(
         urls,
         duration_s=n_windows * w,
         interval_s=interval_s,
         auth=auth,
         timeout_s=timeout_s,
         progress=progress,
+        thresholds=thresholds,
     )
-    notes: list[str] = []
-    if skipped:
-        notes.append(f"{skipped} scrape rounds were skipped because targets answered slowly")
-    if abs(n_windows * w - duration_s) > 1e-6:
+    if got.skipped:
+        notes.append(f"{got.skipped} scrape rounds were skipped because targets answered slowly")
+    if got.interrupted_at is not None:
+        done = math.floor(got.interrupted_at / w + 1e-9)
+        if done < 1 or not got.rounds:
+            raise SourceError(
+                f"interrupted after {got.interrupted_at:.0f}s, before one whole window of "
+                f"{w:g}s was collected; nothing to diagnose"
+            )
+        notes.append(
+            f"interrupted (Ctrl-C) after {got.interrupted_at:.0f}s of {n_windows * w:g}s: "
+            f"diagnosed the {min(done, n_windows)} whole window(s) collected so far"
+        )
+        n_windows = min(done, n_windows)
+    elif abs(n_windows * w - duration_s) > 1e-6:
         notes.append(f"scraped {n_windows * w:g}s: whole windows of {w:g}s only")
+    snaps = {u: [s for s in got.snaps[u] if window_index(s.t, 0.0, w) < n_windows] for u in urls}
     return evidence_from_targets(
-        snaps, t0=t0, window_s=w, n_windows=n_windows, dialect=dialect, notes=notes
+        snaps, t0=got.t0, window_s=w, n_windows=n_windows, dialect=dialect, notes=notes
     )
+
+
+def _scrape_auth(auth: HttpAuth | None, urls: Sequence[str]) -> tuple[HttpAuth | None, list[str]]:
+    """Credentials for /metrics targets: explicit ones only (``collect`` drops an ambient
+    token whoever calls it), and notes saying so and naming plain-http targets."""
+    if auth is None:
+        return None, []
+    notes = []
+    if auth.token_ambient:
+        notes.append(
+            "the bearer token from the default environment variable is for --prometheus only; "
+            "it was not sent to /metrics targets (name it with --token-env to send it)"
+        )
+        auth = auth.without_ambient()
+    plain = [u for u in urls if urlsplit(u).scheme.lower() == "http"]
+    if auth.has_credentials and plain:
+        notes.append(
+            f"credentials were sent over plain http (unencrypted) to {len(plain)} target(s)"
+        )
+    return auth, notes
 
 
 def evidence_from_targets(
