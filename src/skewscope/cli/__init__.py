@@ -40,7 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except SkewscopeError as e:
-        print(f"skewscope: error: {one_line(str(e))}", file=sys.stderr)
+        from skewscope.sources.auth import scrub  # masks any secret a message still quotes
+
+        print(f"skewscope: error: {one_line(scrub(str(e)))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("skewscope: interrupted", file=sys.stderr)

@@ -93,7 +93,8 @@ def add_online_source_args(p: argparse.ArgumentParser, *, fixed_range: bool = Tr
 def add_auth_args(p: argparse.ArgumentParser) -> None:
     auth = p.add_argument_group("online authentication and TLS (secrets are never printed)")
     auth.add_argument("--token-env", metavar="VAR",
-                      help="bearer token from this env variable (default SKEWSCOPE_PROM_TOKEN)")
+                      help="bearer token from this env variable (default: SKEWSCOPE_PROM_TOKEN, "
+                      "sent to --prometheus only, never to --scrape targets)")
     auth.add_argument("--token-file", metavar="FILE", help="bearer token from this file")
     auth.add_argument("--user", help="basic-auth user")
     auth.add_argument("--password-env", metavar="VAR",
@@ -103,7 +104,8 @@ def add_auth_args(p: argparse.ArgumentParser) -> None:
     auth.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     auth.add_argument("--cert", metavar="FILE", help="client certificate (PEM)")
     auth.add_argument("--key", metavar="FILE", help="client certificate key (PEM)")
-    auth.add_argument("--timeout", default="30s", help="per-request timeout (default 30s)")
+    auth.add_argument("--timeout", default="30s",
+                      help="total time per request: connect, headers and body (default 30s)")
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
@@ -181,7 +183,7 @@ def load_scrape_evidence(args: argparse.Namespace, window: float | None) -> Evid
         duration_s=parse_duration(args.duration, "--duration"),
         interval_s=parse_duration(args.interval, "--interval"),
         dialect=args.dialect,
-        progress=sys.stderr.isatty(),
+        progress=True,  # a bar on a terminal, else a line on stderr now and then
         window_s=window,
         auth=auth_from_args(args),
         timeout_s=parse_duration(args.timeout, "--timeout"),

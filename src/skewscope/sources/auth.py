@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from skewscope.errors import UsageError
+from skewscope.errors import MAX_MESSAGE_CHARS, UsageError, one_line
 
 DEFAULT_TOKEN_ENV = "SKEWSCOPE_PROM_TOKEN"
 DEFAULT_PASSWORD_ENV = "SKEWSCOPE_PROM_PASSWORD"
@@ -258,6 +258,11 @@ def scrub(text: str) -> str:
     for pattern, repl in _SECRET_PATTERNS:
         text = pattern.sub(repl, text)
     return text
+
+
+def quoted(text: object, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """Text a server sent, fit for a message or note: one bounded line, secrets masked."""
+    return one_line(scrub(str(text)), limit)
 
 
 def redact_url(url: str) -> str:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from skewscope.sources.auth import scrub
-from skewscope.sources.fetch import one_line
+from skewscope.sources.auth import quoted
 from skewscope.sources.validate import parse_number
 
 Labels = tuple[tuple[str, str], ...]  # sorted label pairs: hashable series identity
@@ -77,5 +76,5 @@ def parse_exposition(text: str) -> Exposition:
     example = ""
     if bad:
         number, line = bad[0]
-        example = (f"line {number}: " if number else "") + scrub(one_line(line, 80))
+        example = (f"line {number}: " if number else "") + quoted(line, 80)
     return Exposition(tuple(samples), len(bad), example)

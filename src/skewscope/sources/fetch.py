@@ -22,7 +22,7 @@ import httpcore
 import httpx
 
 from skewscope.errors import SourceError
-from skewscope.sources.auth import HttpAuth, redact_url, scrub
+from skewscope.sources.auth import HttpAuth, quoted, redact_url
 
 # Monotonic time by which the request running in this thread must be done (inf: no request).
 _DEADLINE: contextvars.ContextVar[float] = contextvars.ContextVar("deadline", default=math.inf)
@@ -152,19 +152,16 @@ def bounded_get(
     except httpx.TimeoutException:
         raise SourceError(f"{where} did not answer within {deadline_s:g}s") from None
     except httpx.ConnectError as exc:
-        why = "connection refused" if "refused" in str(exc).lower() else scrub(one_line(str(exc)))
+        why = "connection refused" if "refused" in str(exc).lower() else quoted(exc)
         raise SourceError(f"cannot connect to {where}: {why}") from None
     except httpx.HTTPError as exc:
         raise SourceError(f"request to {where} failed: {type(exc).__name__}") from None
     except (ssl.SSLError, OSError) as exc:
-        raise SourceError(f"request to {where} failed: {scrub(one_line(str(exc)))}") from None
-
-
-def one_line(text: object, limit: int = 300) -> str:
-    """``text`` flattened to one line and cut at ``limit`` characters (server text is untrusted)."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+        raise SourceError(f"request to {where} failed: {quoted(exc)}") from None
 
 
 def _size(n: int) -> str:
-    return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n} bytes"
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"

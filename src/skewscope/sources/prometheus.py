@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ import httpx
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import MAX_WINDOWS, Evidence, Level, choose_window
-from skewscope.sources.auth import HttpAuth, normalise_url, redact_url, scrub
+from skewscope.sources.auth import HttpAuth, normalise_url, quoted, redact_url
 from skewscope.sources.dialects import (
     SIGNAL_SPECS,
     Alias,
@@ -33,7 +34,7 @@ from skewscope.sources.dialects import (
     get_dialect,
     resolve,
 )
-from skewscope.sources.fetch import Fetched, bounded_get, make_client, one_line
+from skewscope.sources.fetch import Fetched, bounded_get, make_client
 from skewscope.sources.promql import build_query, normalise_selector
 from skewscope.sources.validate import parse_number, parse_rank, parse_timestamp
 
@@ -60,12 +61,12 @@ def decode_envelope(fetched: Fetched, where: str) -> tuple[Any, list[str]]:
         raise SourceError(f"{where} answered without an API envelope (HTTP {fetched.status})")
     raw_warnings = body.get("warnings")
     warnings = [
-        f"Prometheus warning: {scrub(one_line(w))}"
+        f"Prometheus warning: {quoted(w)}"
         for w in (raw_warnings if isinstance(raw_warnings, list) else ())
     ]
     if body["status"] != "success":
-        kind = scrub(one_line(body.get("errorType") or "error", 40))
-        message = scrub(one_line(body.get("error") or "no error message"))
+        kind = quoted(body.get("errorType") or "error", 40)
+        message = quoted(body.get("error") or "no error message")
         raise SourceError(f"{where} rejected the request ({kind}): {message}")
     return body.get("data"), warnings
 
@@ -206,7 +207,7 @@ def matrix_to_values(
             raw = labels.get(dp_label, "")
             dp = parse_rank(raw)
             if dp is None:
-                bad.append(f"{dp_label}={scrub(one_line(repr(raw), 40))} on {inst or '?'}")
+                bad.append(f"{dp_label}={quoted(repr(raw), 40)} on {inst or '?'}")
                 continue
         if not inst:
             bad.append("series without an instance label")
@@ -216,7 +217,7 @@ def matrix_to_values(
             if isinstance(point, list) and len(point) == 2:
                 ts, value = parse_timestamp(point[0]), parse_number(point[1])
             if ts is None or value is None:
-                shown = scrub(one_line(json.dumps(point)[:60], 60))
+                shown = quoted(reprlib.repr(point), 60)
                 raise SourceError(
                     f"{where} returned series {i} ({inst}) point {j} as {shown}; expected "
                     '[time, "number"]'

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import Evidence, Level, choose_window
-from skewscope.sources.auth import HttpAuth, normalise_url, scrub
+from skewscope.sources.auth import HttpAuth, normalise_url, quoted
 from skewscope.sources.collect import Snapshot, collect
 from skewscope.sources.dialects import (
     ROLES,
@@ -195,7 +195,7 @@ def _grouped(
             raw = dict(labels).get(alias.dp_label or "", "")
             dp = parse_rank(raw)
             if dp is None:
-                bad.append(f"{alias.dp_label}={scrub(repr(raw)[:40])}")
+                bad.append(f"{alias.dp_label}={quoted(repr(raw), 40)}")
                 continue
         out[(dp, labels)] = reduce(points)
     return out
@@ -241,7 +241,7 @@ def signal_values(
             raw = dict(labels).get("le", "")
             le = parse_bound(raw)
             if le is None:
-                bad.append(f"le={scrub(repr(raw)[:40])}")
+                bad.append(f"le={quoted(repr(raw), 40)}")
                 continue
             for k, v in windows.items():
                 per_le[(dp, k)][le] = per_le[(dp, k)].get(le, 0.0) + v
