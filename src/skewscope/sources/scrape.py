@@ -145,7 +145,7 @@ def bucket_quantile(q: float, buckets: Mapping[float, float]) -> float:
     for b in bounds:  # enforce monotonic cumulative counts, like Prometheus
         counts.append(max(buckets[b], counts[-1] if counts else 0.0))
     total = counts[-1]
-    if total <= 0:
+    if not total > 0 or math.isinf(total):  # no observations, or NaN/Inf counts: unknown
         return math.nan
     rank = q * total
     i = next(j for j, c in enumerate(counts) if c >= rank)
