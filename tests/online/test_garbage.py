@@ -196,3 +196,18 @@ def test_dead_port_with_scheme_less_url_is_noted_and_named() -> None:
         load_scrape([f"127.0.0.1:{port}/metrics"], duration_s=0.2, interval_s=0.1,
                     window_s=0.2, progress=False)
     assert f"http://127.0.0.1:{port}/metrics" in str(err.value)
+
+
+def test_hot_target_that_dies_half_way_is_still_found_hot() -> None:
+    from skewscope.analysis.diagnose import diagnose
+
+    snaps = {}
+    for i in range(4):
+        rate, running = (60, 8) if i == 0 else (20, 2)
+        texts = {float(t): None if i == 0 and t >= 20 else _rank_text(running, rate * t)
+                 for t in range(40)}
+        snaps[f"h{i}:1"] = _snaps(texts)
+    ev = evidence_from_snapshots(snaps, t0=0.0, window_s=2.0, n_windows=20)
+    report = diagnose(ev, level="instance")
+    assert report.verdict == "imbalanced" and report.hot_units[0] == "h0:1"
+    assert any("target h0:1 answered no scrape in 10 of 20 windows" in n for n in report.notes)
