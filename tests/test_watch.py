@@ -356,7 +356,8 @@ def test_sampler_drops_only_samples_no_dialect_reads(capture: str) -> None:
     from skewscope.monitor.sampler import keep_read
     from skewscope.sources.scrape import Snapshot, evidence_from_targets, parse_exposition
 
-    samples = parse_exposition((Path(__file__).parent / "data" / "samples" / capture).read_text())
+    text = (Path(__file__).parent / "data" / "samples" / capture).read_text()
+    samples = parse_exposition(text).samples
     snaps = {
         f"http://10.0.0.{t}:8000/metrics": [
             Snapshot(k * 5.0, tuple((n, lab, v * (1 + k * (t + 1) * 0.05))
