@@ -12,6 +12,21 @@ if TYPE_CHECKING:
     from skewscope.frame import Evidence
 
 
+LEVEL_HELP = ("auto (default) judges one instance with several ranks at DP level; several "
+              "instances at instance level, then drills into the DP ranks of every multi-rank "
+              "instance; instance or dp force the level")
+
+
+def window_help() -> str:
+    """The README's words, with the numbers read from the thresholds."""
+    from skewscope.config import Thresholds
+
+    th = Thresholds()
+    return (f"window length, e.g. 10s (default: the range / {th.target_windows} rounded up to 1, "
+            f"2, 5, 10, 15, 20, 30 s, 1 m ..., so {th.target_windows // 2}-{th.target_windows} "
+            f"windows, at least {th.min_window_s:g} s)")
+
+
 def register(sub: Any) -> None:
     d: argparse.ArgumentParser = sub.add_parser(
         "diagnose",
@@ -22,8 +37,9 @@ def register(sub: Any) -> None:
     d.add_argument("paths", nargs="*", metavar="PATH", help="profiler folder(s), NAME=PATH")
     common.add_online_source_args(d)
     common.add_auth_args(d)
-    d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"))
-    d.add_argument("--window", metavar="DURATION", help="window size (default: >= 24 windows)")
+    d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"),
+                   help=LEVEL_HELP)
+    d.add_argument("--window", metavar="DURATION", help=window_help())
     common.add_output_args(d)
     d.set_defaults(run=run)
 

@@ -6,9 +6,33 @@ import datetime as dt
 import math
 
 from skewscope.catalogue import METRIC_BY_KEY, UNIT_COLUMNS
-from skewscope.report.model import Finding, Report
+from skewscope.errors import one_line
+from skewscope.report.model import Finding, Report, UnitReport, rounded
 
 __all__ = ["UNIT_COLUMNS"]  # re-exported for the renderers
+
+TEXT_LIMIT = 2000  # characters of one summary or note; a unit id or label is bounded tighter
+NAME_LIMIT = 200
+
+
+def clean(text: str, limit: int = TEXT_LIMIT) -> str:
+    """User content (unit ids from folder names or labels, paths, notes quoting files) as one
+    bounded line with control characters escaped: an ESC/OSC sequence in a folder name must
+    not reach the terminal raw, a newline must not break a table row."""
+    return one_line(text, limit)
+
+
+def name(text: str) -> str:
+    """A unit id, label or path: bounded tighter than prose."""
+    return one_line(text, NAME_LIMIT)
+
+
+def names(units: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(name(u) for u in units)
+
+
+def hot_share(u: UnitReport) -> str:
+    return "—" if not math.isfinite(u.hot_share) else f"{u.hot_share:.0%}"
 
 def value(key: str, v: float | None) -> str:
     """Format one metric value by its unit; '—' marks a value that was not measured."""
@@ -30,6 +54,7 @@ def ratio(r: float) -> str:
         return "∞x"
     if not math.isfinite(r):
         return "—"
+    r = rounded(r)  # the JSON's number: table and JSON never disagree by double rounding
     return f"{r:,.0f}x" if r >= 100 else f"{r:.2f}x"
 
 
@@ -52,15 +77,16 @@ def when(epoch_s: float) -> str:
 def headline(report: Report) -> str:
     """One sentence that answers 'is there a hot unit?'."""
     if report.verdict == "insufficient_data":
-        return "Insufficient data: " + (report.notes[0] if report.notes else "nothing to judge")
+        return "Insufficient data: " + (clean(report.notes[0]) if report.notes else
+                                        "nothing to judge")
     if report.verdict == "balanced":
         return f"Balanced: no persistent hot {report.level} unit across {len(report.units)} units."
     kinds = sorted({f.kind for f in report.all_findings()})
     parts = []
     if report.hot_units:
-        parts.append("hot " + ", ".join(report.hot_units))
+        parts.append("hot " + names(report.hot_units))
     if report.starved_units:
-        parts.append("starved " + ", ".join(report.starved_units))
+        parts.append("starved " + names(report.starved_units))
     return (
         f"Imbalanced at {report.level} level: {'; '.join(parts) or 'see findings'} "
         f"({' + '.join(kinds)} skew)."
@@ -69,7 +95,7 @@ def headline(report: Report) -> str:
 
 def scope(report: Report) -> str:
     return (
-        f"source {report.source} · level {report.level} · {len(report.units)} units · "
+        f"source {name(report.source)} · level {report.level} · {len(report.units)} units · "
         f"{report.windows} windows of {report.window_s:g} s · "
         f"{when(report.start_s)} → {when(report.end_s)}"
     )
@@ -77,14 +103,14 @@ def scope(report: Report) -> str:
 
 def finding_title(f: Finding) -> str:
     side = f" ({f.weight_side}-heavy)" if f.weight_side else ""
-    return f"[{f.severity.upper()}] {f.kind} skew{side} — {', '.join(f.units)}"
+    return f"[{f.severity.upper()}] {f.kind} skew{side} — {names(f.units)}"
 
 
 def footer_notes(report: Report) -> list[str]:
     """Notes shown under a report: what was missing, placed or estimated."""
-    notes = list(report.notes)
+    notes = [clean(n) for n in report.notes]
     if report.placed_share is not None:
         notes.append(f"{report.placed_share:.1%} of requests were placed on a DP rank")
     if report.missing:
-        notes.append("missing: " + ", ".join(report.missing))
+        notes.append("missing: " + names(report.missing))
     return notes  # the online sources already note that percentiles are bucket estimates

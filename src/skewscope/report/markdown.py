@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from skewscope.report import fmt
 from skewscope.report.model import Finding, Report
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
 
 
 def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
@@ -11,49 +15,59 @@ def render_text(report: Report, *, width: int | None = None, color: bool = False
 
 
 def render(report: Report, heading: str = "#") -> str:
-    out = [f"{heading} skewscope report", "", f"**{fmt.headline(report)}**", "",
-           fmt.scope(report), ""]
+    out = [f"{heading} skewscope report", "", f"**{_text(fmt.headline(report))}**", "",
+           _text(fmt.scope(report)), ""]
     for f in report.findings:
         out.extend(_finding(f, heading + "#"))
     if report.units:
         out.extend(_units(report, heading + "#"))
     if report.transient:
         out.append(f"{heading}# Dismissed as jitter")
-        out.extend(f"- {t}" for t in report.transient)
+        out.extend(f"- {_text(fmt.clean(t))}" for t in report.transient)
         out.append("")
     notes = fmt.footer_notes(report)
     if notes:
         out.append(f"{heading}# Notes")
-        out.extend(f"- {n}" for n in notes)
+        out.extend(f"- {_text(n)}" for n in notes)
         out.append("")
     for d in report.drilldown:
         out.append(render(d, heading + "#"))
     return "\n".join(out)
 
 
+def _text(text: str) -> str:
+    """Report text as Markdown: one line (``fmt.clean`` ran before), with the characters
+    Markdown would act on escaped — a ``|`` in a unit id must not split a table cell, a ``<`` not
+    open an HTML tag, an ``*`` not start emphasis."""
+    return _MD_SPECIAL.sub(r"\\\1", text).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(_text(c) for c in cells) + " |"
+
+
 def _finding(f: Finding, h: str) -> list[str]:
-    lines = [f"{h} {fmt.finding_title(f)}", "", f.summary, "",
-             "Likely cause: " + "; or ".join(c.title for c in f.root_causes), "",
-             "Actions:"]
-    lines.extend(f"- {a}" for a in f.actions)
-    lines.extend(["", f"| metric | {', '.join(f.units)} | peers (median) | unit / peers |",
+    lines = [f"{h} {_text(fmt.finding_title(f))}", "", _text(fmt.clean(f.summary)), "",
+             _text("Likely cause: " + "; or ".join(fmt.clean(c.title) for c in f.root_causes)),
+             "", "Actions:"]
+    lines.extend(f"- {_text(fmt.clean(a))}" for a in f.actions)
+    lines.extend(["", _row(["metric", fmt.names(f.units), "peers (median)", "unit / peers"]),
                   "|---|---:|---:|---:|"])
     for key, hot, ref, ratio in f.side_by_side:
         if fmt.value(key, hot) == "—" and fmt.value(key, ref) == "—":
             continue
-        lines.append(f"| {fmt.label(key)} | {fmt.value(key, hot)} | {fmt.value(key, ref)} "
-                     f"| {fmt.ratio(ratio)} |")
+        lines.append(_row([fmt.label(key), fmt.value(key, hot), fmt.value(key, ref),
+                           fmt.ratio(ratio)]))
     lines.append("")
     return lines
 
 
 def _units(report: Report, h: str) -> list[str]:
     cols = ["unit", "role", "hot %", *(fmt.short_label(k) for k in fmt.UNIT_COLUMNS)]
-    lines = [f"{h} Units", "", "| " + " | ".join(cols) + " |",
+    lines = [f"{h} Units", "", _row(cols),
              "|" + "---|" * 3 + "---:|" * len(fmt.UNIT_COLUMNS)]
     for u in report.units:
-        share = "—" if u.hot_share != u.hot_share else f"{u.hot_share:.0%}"
         vals = [fmt.value(k, u.metrics.get(k)) for k in fmt.UNIT_COLUMNS]
-        lines.append("| " + " | ".join([u.unit, u.role, share, *vals]) + " |")
+        lines.append(_row([fmt.name(u.unit), u.role, fmt.hot_share(u), *vals]))
     lines.append("")
     return lines

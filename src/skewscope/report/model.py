@@ -11,13 +11,22 @@ SCHEMA_VERSION = 1
 Verdict = str  # "imbalanced" | "balanced" | "insufficient_data"
 
 
+JSON_DECIMALS = 6  # floats in the JSON report; the tables format these same rounded values
+
+
+def rounded(value: float) -> float:
+    """A finite float as the JSON report carries it (renderers format this, so a ratio in a
+    table is always the JSON's number at fewer digits)."""
+    return round(value, JSON_DECIMALS)
+
+
 def _clean(value: Any) -> Any:
     """JSON has no NaN or infinity: a value that was not measured is null, an infinite ratio
     (the reference did none of it) is the string ``"inf"``, as the tables print ``∞x``."""
     if isinstance(value, float):
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
-        return None if not math.isfinite(value) else round(value, 6)
+        return None if not math.isfinite(value) else rounded(value)
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

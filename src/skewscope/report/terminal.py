@@ -1,10 +1,19 @@
-"""Readable terminal report (rich)."""
+"""Readable terminal report (rich), at any width from 80 columns up.
+
+Numbers are never cut: value columns do not wrap, and the per-unit table is split into several
+tables (each repeating the unit column) when all its columns do not fit the width; when not even
+one value column fits beside a unit id, each unit becomes a stacked block of ``metric  value``
+lines. Every piece of user content (unit ids, paths, notes) goes through ``fmt.clean``/``fmt.name``
+and into ``Text`` objects, so neither control sequences nor rich markup in a folder name or label
+reach the terminal.
+"""
 
 from __future__ import annotations
 
 import io
 
-from rich.console import Console, Group
+from rich.cells import cell_len
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -14,71 +23,115 @@ from skewscope.report.model import Finding, Report
 
 VERDICT_STYLE = {"imbalanced": "bold red", "balanced": "bold green", "insufficient_data": "yellow"}
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
-
+ROLE_STYLE = {"hot": "red", "stalled": "bold red", "starved": "blue"}
 
 DEFAULT_WIDTH = 140  # when the output is not a terminal that tells its width
+MIN_WIDTH = 40  # narrower consoles are laid out as if this wide
+_UNITS_TITLE = "Per-unit load and impact (judged windows)"
+_HOT_HEADER_MAX = 16  # a longer unit id heads the finding's value column as "unit"
+_CELL_OVERHEAD = 3  # a bordered table cell: one space each side plus the separator
 
 
 def render(report: Report, console: Console) -> None:
-    console.print(_body(report))
+    console.print(_body(report, max(console.width, MIN_WIDTH)))
 
 
 def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
     """The report as text; with ``color``, ANSI styles for a terminal."""
-    console = Console(record=True, width=width or DEFAULT_WIDTH, file=io.StringIO(),
-                      force_terminal=color, color_system="standard" if color else None)
+    console = Console(record=True, width=max(width or DEFAULT_WIDTH, MIN_WIDTH),
+                      file=io.StringIO(), force_terminal=color,
+                      color_system="standard" if color else None)
     render(report, console)
     return console.export_text(styles=color)
 
 
-def _body(report: Report, nested: bool = False) -> Group:
-    parts: list[object] = []
+def _body(report: Report, width: int, nested: bool = False) -> Group:
+    parts: list[RenderableType] = []
     title = Text(fmt.headline(report), style=VERDICT_STYLE.get(report.verdict, ""))
     parts.append(Panel(Group(title, Text(fmt.scope(report), style="dim")),
                        title="skewscope" if not nested else "DP drill-down"))
     for f in report.findings:
         parts.append(_finding(f))
     if report.units:
-        parts.append(_units(report))
+        parts.extend(_units(report, width))
     for line in report.transient:
-        parts.append(Text(f"· {line}", style="dim"))
+        parts.append(Text(f"· {fmt.clean(line)}", style="dim"))
     for line in fmt.footer_notes(report):
         parts.append(Text(f"note: {line}", style="yellow"))
     for d in report.drilldown:
-        parts.append(_body(d, nested=True))
-    return Group(*parts)  # type: ignore[arg-type]
+        parts.append(_body(d, width, nested=True))
+    return Group(*parts)
 
 
 def _finding(f: Finding) -> Panel:
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("metric")
-    table.add_column(", ".join(f.units), justify="right", style="bold")
-    table.add_column("peers (median)", justify="right")
-    table.add_column("unit / peers", justify="right")
+    table.add_column("metric", min_width=12)  # the only column that may wrap
+    hot = fmt.names(f.units)  # long ids are in the panel title already: keep the numbers whole
+    table.add_column(Text(hot if cell_len(hot) <= _HOT_HEADER_MAX else "unit"), justify="right",
+                     style="bold", no_wrap=True)
+    table.add_column("peers (median)", justify="right", no_wrap=True)
+    table.add_column("unit / peers", justify="right", no_wrap=True)
     for key, hot, ref, ratio in f.side_by_side:
         if fmt.value(key, hot) == "—" and fmt.value(key, ref) == "—":
             continue
-        table.add_row(fmt.label(key), fmt.value(key, hot), fmt.value(key, ref),
+        table.add_row(Text(fmt.label(key)), fmt.value(key, hot), fmt.value(key, ref),
                       fmt.ratio(ratio))
-    causes = Text("Likely cause: " + "; or ".join(c.title for c in f.root_causes))
-    actions = Text("\n".join(f"→ {a}" for a in f.actions), style="green")
+    causes = Text("Likely cause: " + "; or ".join(fmt.clean(c.title) for c in f.root_causes))
+    actions = Text("\n".join(f"→ {fmt.clean(a)}" for a in f.actions), style="green")
     return Panel(
-        Group(Text(f.summary), causes, actions, table),
+        Group(Text(fmt.clean(f.summary)), causes, actions, table),
         title=Text(fmt.finding_title(f), style=SEVERITY_STYLE.get(f.severity, "")),
         title_align="left",
     )
 
 
-def _units(report: Report) -> Table:
-    table = Table(title="Per-unit load and impact (judged windows)", header_style="bold")
-    table.add_column("unit", no_wrap=True)  # ids like 127.0.0.1:inst-0/dp0 must stay whole
-    table.add_column("role")
-    table.add_column("hot %", justify="right")
-    for key in fmt.UNIT_COLUMNS:
-        table.add_column(fmt.short_label(key), justify="right")
-    for u in report.units:
-        style = {"hot": "red", "starved": "blue"}.get(u.role, "")
-        share = "—" if u.hot_share != u.hot_share else f"{u.hot_share:.0%}"
-        table.add_row(u.unit, u.role, share,
-                      *(fmt.value(k, u.metrics.get(k)) for k in fmt.UNIT_COLUMNS), style=style)
-    return table
+def _unit_columns(report: Report) -> list[tuple[str, list[str]]]:
+    """(header, one cell per unit) for every column after the unit id."""
+    cols = [("role", [u.role for u in report.units]),
+            ("hot %", [fmt.hot_share(u) for u in report.units])]
+    cols += [(fmt.short_label(k), [fmt.value(k, u.metrics.get(k)) for u in report.units])
+             for k in fmt.UNIT_COLUMNS]
+    return cols
+
+
+def _units(report: Report, width: int) -> list[RenderableType]:
+    names = [fmt.name(u.unit) for u in report.units]
+    cols = _unit_columns(report)
+    need = [max(cell_len(h), *(cell_len(c) for c in cells)) + _CELL_OVERHEAD
+            for h, cells in cols]
+    unit_w = max(cell_len("unit"), *(cell_len(n) for n in names)) + _CELL_OVERHEAD + 1
+    if unit_w + min(need) > width:  # a unit id fills the line: one block per unit
+        return [Text(_UNITS_TITLE, style="bold"), *_stacked(report, names, cols)]
+    groups: list[list[int]] = [[]]
+    used = unit_w
+    for i, w in enumerate(need):
+        if groups[-1] and used + w > width:
+            groups.append([])
+            used = unit_w
+        groups[-1].append(i)
+        used += w
+    out: list[RenderableType] = [Text(_UNITS_TITLE, style="bold")]
+    for group in groups:
+        table = Table(header_style="bold")
+        table.add_column("unit", no_wrap=True)
+        for i in group:
+            table.add_column(cols[i][0], justify="left" if i == 0 else "right", no_wrap=True)
+        for row, (u, unit) in enumerate(zip(report.units, names, strict=True)):
+            table.add_row(Text(unit), *(cols[i][1][row] for i in group),
+                          style=ROLE_STYLE.get(u.role, ""))
+        out.append(table)
+    return out
+
+
+def _stacked(report: Report, names: list[str], cols: list[tuple[str, list[str]]]
+             ) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for row, (u, unit) in enumerate(zip(report.units, names, strict=True)):
+        out.append(Text(unit, style=ROLE_STYLE.get(u.role, "bold")))
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(justify="right", no_wrap=True)
+        for header, cells in cols:
+            grid.add_row(f"  {header}", cells[row])
+        out.append(grid)
+    return out
