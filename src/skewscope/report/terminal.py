@@ -66,8 +66,8 @@ def _body(report: Report, width: int, nested: bool = False) -> Group:
 def _finding(f: Finding) -> Panel:
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("metric", min_width=12)  # the only column that may wrap
-    hot = fmt.names(f.units)  # long ids are in the panel title already: keep the numbers whole
-    table.add_column(Text(hot if cell_len(hot) <= _HOT_HEADER_MAX else "unit"), justify="right",
+    ids = fmt.names(f.units)  # long ids are in the panel title already: keep the numbers whole
+    table.add_column(Text(ids if cell_len(ids) <= _HOT_HEADER_MAX else "unit"), justify="right",
                      style="bold", no_wrap=True)
     table.add_column("peers (median)", justify="right", no_wrap=True)
     table.add_column("unit / peers", justify="right", no_wrap=True)
