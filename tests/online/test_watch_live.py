@@ -5,6 +5,7 @@ counted), then SIGTERM (exit 0), with the JSON lines and the saved incident chec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,7 +13,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -48,6 +50,32 @@ def pump(stream: IO[str], into: list[str]) -> threading.Thread:
     return t
 
 
+@dataclass
+class WatchRun:
+    out: list[str] = field(default_factory=list)
+    err: list[str] = field(default_factory=list)
+    code: int | None = None
+
+
+@contextlib.contextmanager
+def watch_process(args: list[str], stop: signal.Signals) -> Iterator[WatchRun]:
+    """``skewscope watch ARGS`` as a subprocess, its stdout and stderr collected line by line;
+    sends ``stop`` on exit and records the exit code."""
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-m", "skewscope.cli", "watch", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    run = WatchRun()
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [pump(proc.stdout, run.out), pump(proc.stderr, run.err)]
+    try:
+        yield run
+    finally:
+        proc.send_signal(stop)
+        run.code = proc.wait(timeout=30)
+        for r in readers:
+            r.join(timeout=5)
+
+
 def wait_for(check: Callable[[], bool], what: str, logs: list[str], timeout_s: float = 40.0
              ) -> None:
     deadline = time.monotonic() + timeout_s
@@ -63,20 +91,14 @@ def test_watch_scrapes_simulated_cluster_exports_and_stops_on_sigterm(
 ) -> None:
     result = simulate(load_scenario("wrong-weights"))
     db = tmp_path / "history.sqlite"
-    out: list[str] = []
-    err: list[str] = []
     with serve(result, "vllm", speed=6.0, grace_s=30.0) as cluster:
         urls = cluster.urls
         hot_unit = urls["inst-1"].removeprefix("http://").removesuffix("/metrics")
-        cmd = [sys.executable, "-m", "skewscope.cli", "watch", "--scrape", *urls.values(),
-               "--interval", "0.25s", "--window", "1s", "--last", "8s", "--every", "1s",
-               "--no-tui", "--json-lines", "--listen", "127.0.0.1:0", "--save", str(db)]
-        env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env)
-        try:
-            assert proc.stdout is not None and proc.stderr is not None
-            readers = [pump(proc.stdout, out), pump(proc.stderr, err)]
+        args = ["--scrape", *urls.values(), "--interval", "0.25s", "--window", "1s",
+                "--last", "8s", "--every", "1s", "--no-tui", "--json-lines",
+                "--listen", "127.0.0.1:0", "--save", str(db)]
+        with watch_process(args, signal.SIGTERM) as run:
+            out, err = run.out, run.err
             wait_for(lambda: any("exporter at" in line for line in err), "exporter URL", err)
             exporter = next(line for line in err if "exporter at" in line).split()[-1]
             wait_for(lambda: any('"verdict":"imbalanced"' in line for line in out),
@@ -101,12 +123,7 @@ def test_watch_scrapes_simulated_cluster_exports_and_stops_on_sigterm(
             assert after[("skewscope_unit_hot", (("kind", "count"), ("level", "instance"),
                                                  ("unit", hot_unit)))] == 1.0
             assert any("error=\"source: all 4 /metrics targets failed" in line for line in err)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=30)
-        for r in readers:
-            r.join(timeout=5)
-    assert code == 0, "\n".join(err[-20:])
+    assert run.code == 0, "\n".join(err[-20:])
     assert err[-1] == "skewscope watch: stopped"
     assert not any("Traceback" in line for line in err)
     docs = [json.loads(line) for line in out]
@@ -157,21 +174,10 @@ def test_watch_of_a_dead_target_keeps_running_and_stops_on_sigint() -> None:
     from online_servers import free_port
 
     dead = f"http://127.0.0.1:{free_port()}/metrics"
-    cmd = [sys.executable, "-m", "skewscope.cli", "watch", "--scrape", dead, "--interval", "0.1s",
-           "--window", "1s", "--last", "5s", "--every", "0.2s", "--timeout", "0.5s", "--no-tui"]
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    out: list[str] = []
-    err: list[str] = []
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [pump(proc.stdout, out), pump(proc.stderr, err)]
-    try:
+    args = ["--scrape", dead, "--interval", "0.1s", "--window", "1s", "--last", "5s",
+            "--every", "0.2s", "--timeout", "0.5s", "--no-tui"]
+    with watch_process(args, signal.SIGINT) as run:
         wait_for(lambda: sum('error="source: all 1 /metrics targets failed' in line
-                             for line in out) >= 3, "three failed runs", out + err)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=30)
-    for r in readers:
-        r.join(timeout=5)
-    assert code == 0, "\n".join(err[-10:])
-    assert out[-1] == "skewscope watch: stopped" and not err
+                             for line in run.out) >= 3, "three failed runs", run.out + run.err)
+    assert run.code == 0, "\n".join(run.err[-10:])
+    assert run.out[-1] == "skewscope watch: stopped" and not run.err
