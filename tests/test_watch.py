@@ -391,3 +391,32 @@ def test_listen_on_a_taken_port_is_a_usage_error() -> None:
         w = Watcher(ScriptedSource([]), last_s=60, every_s=30)
         with pytest.raises(UsageError, match=f"--listen 127.0.0.1:{port}: cannot listen"):
             serve(lambda: w.status, f"127.0.0.1:{port}")
+
+
+def test_unit_ids_reach_the_screen_literally(report: Report) -> None:
+    """A unit id comes from a label or folder name: rich markup and escape sequences in it are
+    shown as text, on the live view, in the log line and in the history tables."""
+    from skewscope.monitor.incidents import Incident
+
+    evil = "[bold]inst-1[/bold]\x1b[31m"
+
+    def rename(r: Report) -> Report:
+        swap = lambda u: evil if u == "inst-1" else u  # noqa: E731
+        return replace(
+            r,
+            hot_units=tuple(swap(u) for u in r.hot_units),
+            units=tuple(replace(u, unit=swap(u.unit)) for u in r.units),
+            findings=tuple(replace(f, units=tuple(swap(u) for u in f.units)) for f in r.findings),
+        )
+
+    w = Watcher(ScriptedSource([]), last_s=60, every_s=30)
+    w._publish(report=rename(report), report_at=1.0)
+    text = _text(screen.render(w.status))
+    assert "│ [bold]inst-1[/bold]\\x1b[31m" in text and "\x1b" not in text
+    assert "[bold]inst-1[/bold]\\x1b[31m(instance,count," in screen.log_line(w.status, 2.0)
+    incident = Incident(evil, "instance", "count", 1.0, 2.0, 1.5, "[red]s[/red]", id=7)
+    table = _text(screen.incident_table([incident]))
+    detail = _text(screen.incident_detail(incident))
+    for shown in (table, detail):
+        assert "[bold]inst-1[/bold]\\x1b[31m" in shown and "\x1b" not in shown
+    assert "[red]s[/red]" in detail

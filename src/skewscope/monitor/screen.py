@@ -86,7 +86,7 @@ def render(st: WatchStatus) -> RenderableType:
         parts.append(Text(f"last run failed at {clock(st.last_error_at)}: {st.last_error} "
                           f"({shown})", style="bold red"))
     for p in st.problems:
-        parts.append(Text(f"target failing: {p}", style="red"))
+        parts.append(Text(f"target failing: {one_line(p)}", style="red"))
     if st.warming_up:
         parts.append(Text(st.warming_up, style="yellow"))
     if st.report is not None:
@@ -96,13 +96,14 @@ def render(st: WatchStatus) -> RenderableType:
             table = Table(expand=False)
             for col in ("unit", "level", "kind", "unit / peers", "hot since", "heat per window"):
                 table.add_column(col)
-            for h in hot:
-                table.add_row(h.unit, h.level, h.kind, _ratios(h.report.load_ratios),
+            for h in hot:  # cells as Text: a unit id is user content, never rich markup
+                table.add_row(Text(fmt.name(h.unit)), h.level, h.kind,
+                              _ratios(h.report.load_ratios),
                               clock(since.get((h.unit, h.level))),
-                              sparkline(h.report.heat_by_window))
+                              Text(sparkline(h.report.heat_by_window)))
             parts.append(table)
         if st.report.starved_units:
-            parts.append(Text("starved: " + ", ".join(st.report.starved_units), style="yellow"))
+            parts.append(Text("starved: " + fmt.names(st.report.starved_units), style="yellow"))
         for note in fmt.footer_notes(st.report)[:3]:
             parts.append(Text(f"note: {one_line(note)}", style="dim"))
     return Group(*parts)
@@ -121,8 +122,8 @@ def log_line(st: WatchStatus, now: float) -> str:
         return f"{head} no report{took}"
     since = {i.key: i.onset_s for i in st.open_incidents}
     hot = " ".join(
-        f"{h.unit}({h.level},{h.kind},{h.ratio:.2f}x,since {iso(since[(h.unit, h.level)])})"
-        if (h.unit, h.level) in since else f"{h.unit}({h.level},{h.kind},{h.ratio:.2f}x)"
+        f"{fmt.name(h.unit)}({h.level},{h.kind},{h.ratio:.2f}x"
+        + (f",since {iso(since[(h.unit, h.level)])})" if (h.unit, h.level) in since else ")")
         for h in hot_units(st.report)
     )
     problems = f" failing_targets={len(st.problems)}" if st.problems else ""
@@ -147,27 +148,28 @@ def incident_table(incidents: Sequence[Incident]) -> Table:
         end = iso(i.end_s) if i.end_s is not None else "ongoing"
         lasted = _duration((i.end_s if i.end_s is not None else i.last_seen_s) - i.onset_s)
         peak = f"{i.peak_ratio:.2f}x" if math.isfinite(i.peak_ratio) else "—"
-        table.add_row(str(i.id), one_line(i.unit), i.level, i.kind, iso(i.onset_s), end, lasted,
-                      peak, i.end_reason or "—")
+        table.add_row(str(i.id), Text(fmt.name(i.unit)), Text(fmt.name(i.level)),
+                      Text(fmt.name(i.kind)), iso(i.onset_s), end, lasted, peak,
+                      Text(fmt.name(i.end_reason or "—")))
     return table
 
 
 def incident_detail(i: Incident) -> Panel:
     rows = [
-        ("unit", one_line(i.unit)),
-        ("level", i.level),
-        ("kind", i.kind),
+        ("unit", fmt.name(i.unit)),
+        ("level", fmt.name(i.level)),
+        ("kind", fmt.name(i.kind)),
         ("onset", f"{iso(i.onset_s)} (first run that found it hot)"),
         ("last seen hot", iso(i.last_seen_s)),
         ("end", f"{iso(i.end_s)} ({i.end_reason})" if i.end_s is not None else "ongoing"),
         ("peak unit / peers", f"{i.peak_ratio:.2f}x" if math.isfinite(i.peak_ratio) else "—"),
-        ("source", one_line(i.source)),
+        ("source", fmt.clean(i.source)),
     ]
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    for k, v in rows:
-        grid.add_row(k, v)
+    for k, v in rows:  # stored text may come from any database: shown literally
+        grid.add_row(k, Text(v))
     body: list[RenderableType] = [grid]
     if i.summary:
         body.append(Text(f"\nat the peak: {one_line(i.summary, 2000)}"))
