@@ -217,12 +217,25 @@ def test_one_bad_timestamp_does_not_ruin_the_folder(tmp_path: Path, bad_ms: str)
     assert any("1 row(s) with a start time far outside" in n for n in ev.notes)
 
 
+def test_instance_with_a_wrong_clock_is_a_clean_error(tmp_path: Path) -> None:
+    # GIVEN three instances, one whose whole capture is stamped a day late
+    for name, shift in (("a", 0), ("b", 0), ("c", 86400)):
+        _requests(tmp_path / name / "request.csv",
+                  [[f"q{i}", _ms(T0 + shift + i)] for i in range(40)])
+    # THEN it is named instead of stretching the windows over the day between
+    with pytest.raises(InputError, match=r"instance c: its events .* are 24\.0 h from the"):
+        load_profiler([str(tmp_path)])
+
+
 def test_window_count_is_capped_with_a_clean_error(tmp_path: Path) -> None:
     _requests(tmp_path / "a" / "request.csv", [[f"q{i}", _ms(T0 + 60 * i)] for i in range(60)])
     with pytest.raises(UsageError, match=f"more than {MAX_WINDOWS}: use a larger --window"):
         load_profiler([str(tmp_path / "a")], window_s=0.1)
-    rc, err = run_cli("diagnose", str(tmp_path / "a"), "--window", "100ms")
-    assert rc == 2 and err.count("\n") == 1
+    with pytest.raises(UsageError, match="inf windows"):  # no int64 overflow on the way
+        load_profiler([str(tmp_path / "a")], window_s=1e-320)
+    for window in ("100ms", "0.000000001s"):  # the last one overflowed an int64
+        rc, err = run_cli("diagnose", str(tmp_path / "a"), "--window", window)
+        assert rc == 2 and err.count("\n") == 1 and "more than 11000" in err, err
 
 
 # --------------------------------------------------------------------------- 4. zoom

@@ -691,6 +691,7 @@ def make_grid(instances: list[Instance], window_s: float | None, th: Thresholds)
     if window_s is not None and window_s <= 0:
         raise InputError(f"window must be positive, got {window_s}")
     w = window_s or choose_window(hi - lo, th.target_windows, th.min_window_s)
+    pr.check_window_count((hi - lo) / w + 1, w, hi - lo)  # first: no int overflow below
     grid = Grid.spanning(lo, hi, w)
     pr.check_window_count(grid.last - grid.first + 1, w, hi - lo)
     return grid
@@ -904,6 +905,7 @@ def load_profiler(
     Raises InputError/SchemaError with a one-line message for any bad input.
     """
     instances = [load_instance(files, thresholds) for files in discover_all(specs)]
+    pr.check_clocks({i.name: _span([i]) for i in instances}, thresholds)
     zoomed = zoom(instances, start, end, last_s)
     grid = make_grid(instances, window_s, thresholds)
     notes = [n for i in instances for n in _prefixed(i, i.notes)] + ([zoomed] if zoomed else [])

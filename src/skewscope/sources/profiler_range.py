@@ -58,6 +58,24 @@ def drop_time_outliers(
     return out, notes
 
 
+def check_clocks(spans: dict[str, tuple[float, float] | None], th: Thresholds) -> None:
+    """InputError when an instance's capture lies far from all the others' (a clock set wrong,
+    or captures of different days): windows would span the gap and compare nothing."""
+    mids = {name: (s[0] + s[1]) / 2 for name, s in spans.items() if s is not None}
+    if len(mids) < 2:
+        return
+    centre = float(pl.Series(list(mids.values())).median())  # type: ignore[arg-type]
+    reach = max(th.time_outlier_floor_s, max(s[1] - s[0] for s in spans.values() if s))
+    far = {n: m for n, m in mids.items() if abs(m - centre) > reach}
+    if far:
+        name, mid = next(iter(far.items()))
+        raise InputError(
+            f"instance {name}: its events (around {iso(mid)}) are {abs(mid - centre) / 3600:.1f} "
+            f"h from the others' (around {iso(centre)}): a clock set wrong, or a capture of "
+            "another time? Diagnose it separately"
+        )
+
+
 def iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -94,10 +112,10 @@ def zoom_note(whole: tuple[float, float], lo: float, hi: float, kept: bool) -> s
     return f"zoomed to {shown} ({capture})"
 
 
-def check_window_count(n: int, window_s: float, span_s: float) -> None:
+def check_window_count(n: float, window_s: float, span_s: float) -> None:
     """UsageError when the grid would exceed ``MAX_WINDOWS`` (the cap every source shares)."""
     if n > MAX_WINDOWS:
         raise UsageError(
-            f"--window {window_s:g}s over a capture of {span_s:.0f}s gives {n} windows, more "
+            f"--window {window_s:g}s over a capture of {span_s:.0f}s gives {n:.0f} windows, more "
             f"than {MAX_WINDOWS}: use a larger --window, or zoom in with --start/--end/--last"
         )
