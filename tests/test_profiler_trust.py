@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import json
 from pathlib import Path
 
 import polars as pl
@@ -272,3 +273,32 @@ def test_zoom_through_the_cli_with_iso_times(tmp_path: Path) -> None:
     assert_one_clean_line(rc, err, "no profiler event in", "the capture spans")
     rc, err = run_cli("diagnose", str(tmp_path), "--last", "5m", "--start", "0")
     assert rc == 2 and "--last cannot be combined" in err
+
+
+def test_blank_token_cells_do_not_change_the_verdict(tmp_path: Path) -> None:
+    # GIVEN the wrong-weights scenario (inst-1 gets more requests of the same size: count skew)
+    from skewscope.sim.engine import simulate
+    from skewscope.sim.scenario import builtin_scenarios
+    from skewscope.sim.writers.profiler import write_profiler
+
+    result = simulate(builtin_scenarios()["wrong-weights"])
+    write_profiler(result, tmp_path)
+    truth = result.truth.to_dict()
+    # AND the other instances' request.csv with every other token count written as N/A
+    for f in tmp_path.glob("inst-*/request.csv"):
+        if f.parent.name in truth["hot_units"]:
+            continue
+        df = pl.read_csv(f, infer_schema=False)
+        blank = pl.int_range(pl.len()) % 2 == 1
+        df = df.with_columns(pl.when(blank).then(pl.lit("N/A")).otherwise(pl.col(c)).alias(c)
+                             for c in ("recv_token_size", "reply_token_size"))
+        df.write_csv(f)
+    # WHEN diagnosed THEN the finding is still count skew (blank was read as 0 before: the
+    # peers' tokens per request halved, and the hot unit looked like a heavy-request unit)
+    out = tmp_path / "r.json"
+    rc, err = run_cli("diagnose", str(tmp_path), "--format", "json", "-o", str(out))
+    assert rc == 0, err
+    doc = json.loads(out.read_text())
+    assert sorted(doc["hot_units"]) == sorted(truth["hot_units"])
+    assert doc["findings"][0]["kind"] == truth["kind"] == "count"
+    assert doc["findings"][0]["weight_side"] == truth["weight_side"]
