@@ -4,6 +4,7 @@ traceback; values that cannot be used are dropped with a note that says what and
 from __future__ import annotations
 
 import json
+import re
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -125,7 +126,8 @@ def test_malformed_lines_in_a_scrape_become_a_note() -> None:
                          progress=False)
     assert ev.dp is not None and sorted(set(ev.dp.df["dp_rank"].to_list())) == [0, 1]
     note = next(n for n in ev.notes if "malformed exposition line" in n)
-    assert "dropped 3 malformed exposition line(s) in 3 of 3 scrapes" in note
+    # one bad line per scrape; a loaded machine may skip a round, so count, do not fix, them
+    assert re.search(r"dropped (\d) malformed exposition line\(s\) in \1 of \1 scrapes", note)
     assert "line 4:" in note
 
 
