@@ -157,3 +157,33 @@ ROOT_CAUSES: dict[str, RootCause] = {
         ),
     )
 }
+
+
+@dataclass(frozen=True)
+class WhatIfSettings:
+    """Numbers of ``skewscope whatif`` (evidence-driven policy replay), once."""
+
+    # A unit is out of the pool before its first / after its last request when its share of
+    # the traffic would have brought at least this many requests in that time (a Poisson
+    # count of 20 is 0 with probability 2e-9).
+    absent_expected_requests: float = 20.0
+    # Shares are "equal" (round-robin-like) when every unit is within this many binomial
+    # standard deviations of 1/n.
+    equal_share_z: float = 3.0
+    # A unit is "slow" (a remove-the-slow-unit candidate) when its calibrated step time is at
+    # least the diagnosis' capability ratio over the median unit (Thresholds.capability_ratio).
+    # Calibration: a replayed metric within this relative error of the observed one is good...
+    calibration_max_error: float = 0.25
+    # ...or within these absolute floors (tiny waits differ by large ratios for no reason).
+    calibration_floor_ms: float = 50.0
+    calibration_floor_ratio: float = 0.1
+    # A candidate is recommended only if it cuts TTFT P99 by at least this share and keeps
+    # throughput within ``throughput_tolerance`` of the current replay.
+    min_gain: float = 0.05
+    throughput_tolerance: float = 0.02
+    # KV blocks are 16 tokens unless told (the profiler does not record the block size).
+    block_size: int = 16
+    seed: int = 1
+
+
+WHATIF = WhatIfSettings()

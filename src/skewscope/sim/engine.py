@@ -300,6 +300,12 @@ class _GroupLoad:
     def outstanding_tokens(self, unit: int) -> int:
         return sum(r.outstanding_tokens() for r in self.groups[unit])
 
+    def waiting_requests(self, unit: int) -> int:
+        return sum(len(r.waiting) for r in self.groups[unit])
+
+    def running_requests(self, unit: int) -> int:
+        return sum(len(r.run_order) for r in self.groups[unit])
+
 
 class _Availability:
     """Which instances pass their health check at time t (failures and late joins)."""
@@ -330,13 +336,17 @@ def simulate(
     seed: int | None = None,
     record_members: bool = True,
     duration_s: float | None = None,
+    workload: Workload | None = None,
 ) -> SimResult:
-    """Run a scenario and return its tables; the same (scenario, seed) gives identical tables."""
+    """Run a scenario and return its tables; the same (scenario, seed) gives identical tables.
+
+    ``workload`` replays given requests instead of drawing the scenario's (what-if replays).
+    """
     seed = scenario.seed if seed is None else seed
     duration = scenario.duration_s if duration_s is None else duration_s
     rng_wl, rng_route, rng_id = (np.random.default_rng(s) for s in np.random.SeedSequence(seed)
                                  .spawn(3))
-    wl = generate(scenario.workload, duration, rng_wl)
+    wl = generate(scenario.workload, duration, rng_wl) if workload is None else workload
     reqs = _Requests(wl)
     rec: array[float] = array("d")
     members: array[int] | None = array("q") if record_members else None
@@ -405,6 +415,9 @@ def _run(
     arrivals = wl.arrival_s.tolist()
     tag = wl.tag.tolist()
     session = wl.session.tolist()
+    no_hint = [-1] * len(arrivals)
+    i_hint = no_hint if wl.instance_hint is None else wl.instance_hint.tolist()
+    r_hint = no_hint if wl.rank_hint is None else wl.rank_hint.tolist()
     p0, out = reqs.p0, reqs.out
     for q, ta in enumerate(arrivals):
         sid = _steps_before(ta, heap, steps, busy, sid)
@@ -412,8 +425,8 @@ def _run(
         if not up:
             reqs.rejected[q] = True  # no healthy instance: the gateway refuses the request
             continue
-        i = gateway.choose(tag[q], session[q], up, inst_load)
-        r = i * n_dp + dispatchers[i].choose(tag[q], session[q], all_dp, rank_loads[i])
+        i = gateway.choose(tag[q], session[q], up, inst_load, i_hint[q])
+        r = i * n_dp + dispatchers[i].choose(tag[q], session[q], all_dp, rank_loads[i], r_hint[q])
         reqs.rank[q] = r
         if p0[q] + out[q] - 1 > cap[r]:
             reqs.rejected[q] = True  # can never fit the rank's KV pool

@@ -9,6 +9,9 @@ even when the long requests all land on one unit.
 
 from __future__ import annotations
 
+import bisect
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,7 +26,25 @@ POLICIES: tuple[str, ...] = (
     "least_requests",
     "least_tokens",
     "power_of_two",
+    "vllm_dp",
+    "shortest_queue",
+    "minimum_tokens",
+    "consistent_hash",
+    "cache_aware",
 )
+# Policies that read a per-request session key (a conversation: its shared prefix).
+SESSION_POLICIES: frozenset[str] = frozenset({"sticky", "consistent_hash", "cache_aware"})
+# SGLang's DP controller names (``--load-balance-method``; newer releases call them
+# ``total_requests`` / ``total_tokens``) for the same algorithms as the least_* policies.
+SAME_AS: dict[str, str] = {"shortest_queue": "least_requests", "minimum_tokens": "least_tokens"}
+# Not a balancing policy: every request goes where the evidence says it went (``hint``), so a
+# replay of the current routing reproduces the observed placement exactly. Not for scenarios.
+OBSERVED = "observed"
+VNODES = 64  # virtual nodes per unit on the consistent-hash ring
+# cache_aware (SGLang router): the load is imbalanced when max - min outstanding requests
+# exceeds this many AND max > CACHE_REL_THRESHOLD * min; it then picks the shortest queue.
+CACHE_ABS_THRESHOLD = 64
+CACHE_REL_THRESHOLD = 1.5
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,14 @@ class LoadView(Protocol):
         """KV tokens held plus prompt tokens waiting on the unit."""
         ...
 
+    def waiting_requests(self, unit: int) -> int:
+        """Requests queued (not yet scheduled) on the unit."""
+        ...
+
+    def running_requests(self, unit: int) -> int:
+        """Requests in the unit's running batch."""
+        ...
+
 
 class Router:
     """Stateful router for one level (the gateway, or the dispatcher of one instance)."""
@@ -72,12 +101,12 @@ class Router:
     def __init__(
         self, spec: RoutingSpec, n_units: int, rng: np.random.Generator, tags: tuple[str, ...]
     ) -> None:
-        if spec.policy not in POLICIES:
+        if spec.policy not in (*POLICIES, OBSERVED):
             raise SimulationError(f"unknown routing policy {spec.policy!r}")
         self.spec = spec
         self.n = n_units
         # Weights only mean something to the weighted policy; the others count requests evenly.
-        use_w = spec.policy == "weighted" and spec.weights
+        use_w = spec.policy in ("weighted", OBSERVED) and spec.weights
         self.weights = [float(w) for w in spec.weights or ()] if use_w else [1.0] * n_units
         self.assigned = [0] * n_units
         self.rng = rng
@@ -86,11 +115,21 @@ class Router:
         self.sessions: dict[int, int] = {}
         self.prev_avail: tuple[int, ...] = ()
         self.rot = 0  # rotating tie-break start for load-aware policies
+        self.ring: tuple[list[int], list[int]] = ([], [])  # consistent hash: points, units
+        self.ring_for: tuple[int, ...] | None = None  # the pool the ring was built for
 
-    def choose(self, tag: int, session: int, avail: tuple[int, ...], load: LoadView) -> int:
-        """Pick a unit among ``avail`` (non-empty) for one request and count it as assigned."""
+    def choose(
+        self, tag: int, session: int, avail: tuple[int, ...], load: LoadView, hint: int = -1
+    ) -> int:
+        """Pick a unit among ``avail`` (non-empty) for one request and count it as assigned.
+
+        ``hint`` is the unit the evidence placed the request on (policy ``observed`` only).
+        """
         if avail is not self.prev_avail:
             self._rebase(avail)
+        if self.spec.policy == OBSERVED and hint >= 0:
+            self.assigned[hint] += 1
+            return hint
         if tag == self.pin_code and self.pins:
             pins = [u for u in self.pins if u in avail]
             if pins and (self.spec.pin_share >= 1.0 or self.rng.random() < self.spec.pin_share):
@@ -103,9 +142,13 @@ class Router:
         return unit
 
     def _by_policy(self, session: int, avail: tuple[int, ...], load: LoadView) -> int:
-        policy = self.spec.policy
-        if policy in ("round_robin", "weighted"):
+        policy = SAME_AS.get(self.spec.policy, self.spec.policy)
+        if policy in ("round_robin", "weighted", OBSERVED):
             return self._by_count(avail)
+        if policy == "consistent_hash":
+            return self._by_count(avail) if session < 0 else self._on_ring(session, avail)
+        if policy == "cache_aware":
+            return self._cache_aware(session, avail, load)
         if policy == "sticky":
             if session < 0:
                 return self._by_count(avail)
@@ -120,7 +163,14 @@ class Router:
             i, j = self.rng.choice(len(avail), size=2, replace=False)
             a, b = avail[int(i)], avail[int(j)]
             return a if load.outstanding_requests(a) <= load.outstanding_requests(b) else b
+        if policy == "vllm_dp":
+            return self._least(avail, lambda u: 4 * load.waiting_requests(u)
+                               + load.running_requests(u))
         metric = load.outstanding_tokens if policy == "least_tokens" else load.outstanding_requests
+        return self._least(avail, metric)
+
+    def _least(self, avail: tuple[int, ...], metric: Callable[[int], int]) -> int:
+        """The unit with the lowest ``metric``; ties rotate so equal units share the load."""
         k = len(avail)
         self.rot = (self.rot + 1) % k
         best, best_v = -1, 0
@@ -130,6 +180,31 @@ class Router:
             if best < 0 or v < best_v:
                 best, best_v = u, v
         return best
+
+    def _on_ring(self, session: int, avail: tuple[int, ...]) -> int:
+        """Consistent hashing: the first unit point clockwise of the session's hash; a unit
+        leaving the pool moves only its own sessions."""
+        if self.ring_for != avail:
+            pairs = sorted((_hash(f"{u}#{v}"), u) for u in avail for v in range(VNODES))
+            self.ring = ([p for p, _ in pairs], [u for _, u in pairs])
+            self.ring_for = avail
+        points, owners = self.ring
+        i = bisect.bisect(points, _hash(str(session)))
+        return owners[i % len(owners)]
+
+    def _cache_aware(self, session: int, avail: tuple[int, ...], load: LoadView) -> int:
+        """SGLang router's cache-aware policy, with a session as the shared prefix: the unit
+        holding the session's prefix, unless the load is imbalanced (then the shortest queue);
+        a new prefix goes to the shortest queue too."""
+        out = [load.outstanding_requests(u) for u in avail]
+        hi, lo = max(out), min(out)
+        imbalanced = hi - lo > CACHE_ABS_THRESHOLD and hi > CACHE_REL_THRESHOLD * lo
+        unit = self.sessions.get(session, -1) if session >= 0 else -1
+        if imbalanced or unit not in avail:
+            unit = self._least(avail, load.outstanding_requests)
+            if session >= 0:
+                self.sessions[session] = unit
+        return unit
 
     def _by_count(self, avail: tuple[int, ...]) -> int:
         """Lowest virtual time ``(assigned + 1) / weight``; ties go to the lowest index."""
@@ -152,3 +227,8 @@ class Router:
             for u in entered:
                 self.assigned[u] = max(self.assigned[u], int(vt * self.weights[u]))
         self.prev_avail = avail
+
+
+def _hash(key: str) -> int:
+    """A stable 32-bit hash (Python's ``hash`` of a str changes per process)."""
+    return zlib.crc32(key.encode())

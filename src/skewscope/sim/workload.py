@@ -129,6 +129,10 @@ class Workload:
     tag: np.ndarray  # int64 index into ``tags``; 0 = no class
     session: np.ndarray  # int64; -1 = no session
     tags: tuple[str, ...] = (NO_TAG,)
+    # Where the evidence placed each request (instance index, DP rank; -1 = unknown): read by
+    # the ``observed`` routing policy only, to replay the current placement exactly.
+    instance_hint: np.ndarray | None = None
+    rank_hint: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])

@@ -1,0 +1,69 @@
+"""``skewscope whatif``: replay the evidence under other routing policies and predict the gain."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from typing import Any
+
+from skewscope.cli import common
+from skewscope.errors import UsageError
+
+
+def register(sub: Any) -> None:
+    from skewscope.sim.policies import POLICIES
+
+    w: argparse.ArgumentParser = sub.add_parser(
+        "whatif",
+        help="which routing policy would fix the skew, and by how much (replay the evidence)",
+        description="Replay the observed requests on a service model calibrated per unit, under "
+        "the current routing and each candidate policy; predict load ratio, queue wait, TTFT, "
+        "KV peak and throughput. PATH: msServiceProfiler folders as for diagnose.",
+    )
+    w.add_argument("paths", nargs="*", metavar="PATH", help="profiler folder(s), NAME=PATH")
+    common.add_online_source_args(w)
+    common.add_auth_args(w)
+    listed = ", ".join(p for p in POLICIES if p not in ("weighted", "sticky"))
+    w.add_argument("--policies", metavar="LIST",
+                   help=f"instance-level candidates, comma separated (of: {listed})")
+    w.add_argument("--dp-policies", metavar="LIST",
+                   help="DP-level candidates (default: round_robin,vllm_dp,shortest_queue,"
+                   "minimum_tokens)")
+    common.add_output_args(w)
+    w.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from skewscope.report.whatif import RENDER
+    from skewscope.whatif import plans
+
+    renderer = common.pick_renderer(args)
+    if renderer.name not in RENDER:
+        raise UsageError(f"whatif: no {renderer.name} report yet (use "
+                         f"{', '.join(RENDER)})")
+    policies = plans.parse_policies(args.policies, plans.DEFAULT_POLICIES, "--policies")
+    dp_policies = plans.parse_policies(args.dp_policies, plans.DEFAULT_DP_POLICIES,
+                                       "--dp-policies")
+    if args.prometheus or args.scrape:
+        raise UsageError("whatif: online sources (--prometheus, --scrape) are not supported yet;"
+                         " give profiler folders")
+    if not args.paths:
+        raise UsageError("whatif: give profiler PATHs")
+    common.check_output(args)
+    from skewscope.sources.workload import load_request_log
+    from skewscope.whatif.predict import whatif
+
+    log = load_request_log(args.paths)
+    tty = sys.stderr.isatty()
+    report = whatif(log, ", ".join(args.paths), policies, dp_policies,
+                    progress=(lambda n: print(f"replaying {n}…", file=sys.stderr)) if tty
+                    else None)
+    render = RENDER[renderer.name]
+    if args.output is None:
+        out_tty = sys.stdout.isatty()
+        width = shutil.get_terminal_size().columns if out_tty else None
+        sys.stdout.write(render(report, width=width, color=out_tty))
+    else:
+        common.write_output(args.output, render(report), args.force)
+    return 0

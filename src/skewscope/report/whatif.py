@@ -1,0 +1,123 @@
+"""What-if report renderers (terminal, Markdown, JSON). They format; the numbers come computed
+in ``WhatIfReport`` (the JSON is exactly ``to_dict()``, contract in docs/whatif.md)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable
+
+from skewscope.whatif.model import METRIC_KEYS, METRIC_LABELS, WhatIfReport
+
+TABLE_KEYS: tuple[str, ...] = METRIC_KEYS
+
+
+def value(key: str, v: float | None) -> str:
+    if v is None or not math.isfinite(v):
+        return "—"
+    if key.endswith("_ms"):
+        return f"{v:,.0f} ms"
+    if key == "kv_peak":
+        return f"{v:.0%}"
+    if key == "throughput_rps":
+        return f"{v:.2f}/s"
+    return f"{v:.2f}x"
+
+
+def change(v: float | None) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{v:+.0%}"
+
+
+def headline(r: WhatIfReport) -> str:
+    if r.recommended == r.current_policy:
+        return "No candidate beats the current routing by enough to recommend a change."
+    g = r.gain
+    return (f"Recommended: {r.recommended} — TTFT P99 {change(g.get('ttft_p99_ms'))}, "
+            f"max/median load {change(g.get('max_over_median_load'))}, "
+            f"queue wait P95 {change(g.get('queue_wait_p95_ms'))} against the current routing.")
+
+
+def trust_line(r: WhatIfReport) -> str:
+    if r.trusted:
+        return "Calibration: the replay of the current routing reproduces the evidence."
+    return ("Calibration: the replay of the current routing does NOT reproduce the evidence — "
+            "do not trust the ranking.")
+
+
+def calibration_lines(r: WhatIfReport) -> list[str]:
+    out = []
+    for row in r.calibration:
+        err = "" if row.error is None else f", {change(row.error)}"
+        flag = "" if row.ok else "  (too far)"
+        out.append(f"{METRIC_LABELS[row.metric]} observed {value(row.metric, row.observed)}, "
+                   f"replayed {value(row.metric, row.replayed)}{err}{flag}")
+    return out
+
+
+def scope(r: WhatIfReport) -> str:
+    inferred = "; ".join(f"{lvl}: {d}" for lvl, d in r.inferred)
+    return (f"{r.source}: {r.n_requests:,} requests over {r.duration_s:.0f} s, "
+            f"{r.instances} instance(s) x {r.dp_ranks} DP rank(s). Current routing — {inferred}.")
+
+
+def rows(r: WhatIfReport) -> list[list[str]]:
+    out = []
+    for p in r.policies:
+        mark = " *" if p.name == r.recommended else ""
+        out.append([p.name + mark, p.level,
+                    *(value(k, p.predicted.get(k)) for k in TABLE_KEYS)])
+    return out
+
+
+HEADER = ["policy", "level", *(METRIC_LABELS[k] for k in TABLE_KEYS)]
+
+
+def render_markdown(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
+    out = ["# skewscope what-if", "", f"**{headline(r)}**", "", scope(r), "",
+           "## Predictions", "", "| " + " | ".join(HEADER) + " |",
+           "|---|---|" + "---:|" * len(TABLE_KEYS)]
+    out += ["| " + " | ".join(row) + " |" for row in rows(r)]
+    out += ["", "`*` recommended. " + "; ".join(f"`{p.name}`: {p.description}"
+                                               for p in r.policies), "",
+            "## Calibration", "", trust_line(r), ""]
+    out += [f"- {line}" for line in calibration_lines(r)]
+    if r.notes:
+        out += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
+    return "\n".join(out) + "\n"
+
+
+def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(record=True, width=width or 140, file=io.StringIO(), force_terminal=color,
+                      color_system="standard" if color else None)
+    style = "bold green" if r.recommended != r.current_policy else "bold"
+    console.print(Panel(Text(headline(r), style=style), title="skewscope what-if"))
+    console.print(Text(scope(r), style="dim"))
+    table = Table(*HEADER, title="Predicted by replaying the evidence", title_justify="left")
+    for row in rows(r):
+        table.add_row(*row)
+    console.print(table)
+    console.print(Text(trust_line(r), style="green" if r.trusted else "bold red"))
+    for line in calibration_lines(r):
+        console.print(Text(f"  {line}", style="dim" if "too far" not in line else "red"))
+    for p in r.policies:
+        console.print(Text(f"· {p.name}: {p.description}", style="dim"))
+    for n in r.notes:
+        console.print(Text(f"note: {n}", style="yellow"))
+    return console.export_text(styles=color)
+
+
+def render_json(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
+    return json.dumps(r.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+RENDER: dict[str, Callable[..., str]] = {
+    "terminal": render_terminal,
+    "markdown": render_markdown,
+    "json": render_json,
+}

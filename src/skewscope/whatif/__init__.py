@@ -1,0 +1,1 @@
+"""What-if: replay the evidence under other routing policies (``skewscope whatif``)."""

@@ -1,0 +1,129 @@
+"""Service model per engine process, calibrated from the steps it was seen to run.
+
+One step-time law for the fleet, ``fixed + a * prefill tokens + b * decode sequences`` (the
+simulator's), fitted by least squares over every observed step; then each rank's ``speed`` is
+the median of its steps' observed / fitted time, so a slow device stays slow in every replay.
+KV capacity per rank from its free blocks and usage; the batch ceiling and token budget from the
+highest batch and step seen in the fleet (a ceiling nobody reached is not in the evidence).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from skewscope.config import WHATIF, WhatIfSettings
+from skewscope.sim.scenario import RankSpec
+from skewscope.sources.workload import RequestLog
+from skewscope.whatif.extract import Layout
+
+DEFAULT = RankSpec()
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    base: RankSpec  # the fleet's fitted step law and limits (speed 1)
+    ranks: tuple[RankSpec, ...]  # per engine process in the simulator's rank order
+    calibrated: bool
+    notes: tuple[str, ...] = ()
+
+
+FIT_ROUNDS = 5  # law <-> per-rank speed alternations (converges in 2-3 on simulator data)
+
+
+def _fit(steps: pl.DataFrame, y: np.ndarray) -> tuple[float, float, float]:
+    """Non-negative least squares on three terms by dropping any term fitted negative."""
+    cols = [np.ones_like(y), steps["prefill_tokens"].to_numpy(), steps["decode_seqs"].to_numpy()]
+    keep = [0, 1, 2]
+    while True:
+        x = np.column_stack([cols[k] for k in keep])
+        coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+        neg = [k for k, c in zip(keep, coef, strict=True) if c < 0 and k != 0]
+        if not neg:
+            break
+        keep.remove(neg[0])
+    out = dict.fromkeys((0, 1, 2), 0.0)
+    out.update({k: float(c) for k, c in zip(keep, coef, strict=True)})
+    return max(out[0], 1e-3), out[1], out[2]
+
+
+def _round_up(seen: float) -> int:
+    """A limit the evidence only bounds from below (token budget, batch ceiling): the next power
+    of two at or above the highest value seen — engines use round limits (16, 256, 2048)."""
+    return int(2 ** np.ceil(np.log2(max(seen, 1.0))))
+
+
+def _law_and_speeds(steps: pl.DataFrame) -> tuple[tuple[float, float, float], pl.DataFrame]:
+    """Fit the fleet's step law and each rank's speed factor in turn: a slow rank's steps, once
+    divided by its speed, no longer bend the shared law (one joint fit would)."""
+    y = steps["exec_ms"].to_numpy()
+    speed = np.ones_like(y)
+    law = (1.0, 0.0, 0.0)
+    ranks = pl.DataFrame()
+    for _ in range(FIT_ROUNDS):
+        law = _fit(steps, y / speed)
+        fitted = law[0] + law[1] * pl.col("prefill_tokens") + law[2] * pl.col("decode_seqs")
+        ranks = steps.group_by("instance", "dp_rank").agg(
+            (pl.col("exec_ms") / fitted).median().alias("speed"))
+        speed = steps.join(ranks, on=["instance", "dp_rank"], how="left")["speed"].to_numpy()
+    return law, ranks
+
+
+def calibrate(log: RequestLog, layout: Layout, s: WhatIfSettings = WHATIF) -> ServiceModel:
+    units = [(i, d) for i in layout.instances for d in range(layout.dp_ranks)]
+    steps = log.steps.drop_nulls(["exec_ms", "prefill_tokens", "decode_seqs"]).filter(
+        pl.col("exec_ms") > 0)
+    if steps.height < 10:
+        note = ("too few timed steps in batch.csv to calibrate the service model: the "
+                "simulator's default ranks are used, so the replay is not calibrated")
+        return ServiceModel(DEFAULT, tuple(DEFAULT for _ in units), False, (note,))
+    (fixed, a, b), speeds_df = _law_and_speeds(steps)
+    per_rank = steps.group_by("instance", "dp_rank").agg(
+        (pl.col("free_blocks") / (1 - pl.col("kv_usage")))
+        .filter(pl.col("kv_usage") < 0.98).median().alias("total_blocks"),
+    ).join(speeds_df, on=["instance", "dp_rank"], how="left")
+    look = {(r["instance"], r["dp_rank"]): r for r in per_rank.iter_rows(named=True)}
+    max_batch = int(log.steps["batch_size"].max() or DEFAULT.max_running)  # type: ignore[arg-type]
+    max_tokens = float(np.max(steps["prefill_tokens"].to_numpy() + steps["decode_seqs"]
+                              .to_numpy()))
+    base = RankSpec(
+        max_running=_round_up(max_batch),
+        token_budget=_round_up(max_tokens),
+        block_size=s.block_size,
+        total_blocks=DEFAULT.total_blocks,
+        fixed_ms=fixed,
+        per_prefill_token_ms=a,
+        per_decode_seq_ms=b,
+    )
+    notes = [f"service model: step = {fixed:.1f} ms + {a:.4f} ms/prefill token + {b:.3f} ms/"
+             f"decode sequence, batch ceiling {base.max_running} and token budget "
+             f"{base.token_budget} (highest seen {max_batch} and {max_tokens:.0f}, rounded "
+             f"up), KV blocks of {s.block_size} tokens (assumed)"]
+    speeds = [float(look[u]["speed"]) if u in look and look[u]["speed"] else 1.0 for u in units]
+    # normalise so the median rank has speed 1 (the fit absorbs the fleet's common scale)
+    med = float(np.median(speeds)) if speeds else 1.0
+    ranks = []
+    no_kv = []
+    for u, sp in zip(units, speeds, strict=True):
+        blocks = look.get(u, {}).get("total_blocks")
+        if blocks is None or not np.isfinite(blocks) or blocks <= 0:
+            no_kv.append(u)
+            blocks = DEFAULT.total_blocks
+        ranks.append(RankSpec(
+            max_running=base.max_running, token_budget=base.token_budget,
+            block_size=base.block_size, total_blocks=round(blocks),
+            fixed_ms=fixed * med, per_prefill_token_ms=a * med, per_decode_seq_ms=b * med,
+            speed=sp / med,
+        ))
+    if no_kv:
+        notes.append(f"{len(no_kv)} rank(s) without KV usage and free blocks: "
+                     f"{DEFAULT.total_blocks} blocks assumed")
+    missing = [u for u in units if u not in look]
+    if missing:
+        notes.append(f"{len(missing)} rank(s) with no timed step: nominal speed assumed")
+    base = dataclasses.replace(base, fixed_ms=fixed * med, per_prefill_token_ms=a * med,
+                               per_decode_seq_ms=b * med)
+    return ServiceModel(base, tuple(ranks), True, tuple(notes))

@@ -1,0 +1,197 @@
+"""Workload from the evidence: the observed requests as a replayable simulator workload, which
+units were in the pool when, and what the current routing looks like.
+
+Arrivals are the observed ones, request by request (no Poisson smoothing: bursts stay bursts);
+lengths are each request's own. Where the evidence placed a request (instance, DP rank) goes
+along as a hint, so the current routing replays exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from skewscope.config import WHATIF, WhatIfSettings
+from skewscope.errors import InputError
+from skewscope.frame import dp_unit_id
+from skewscope.sim.workload import Workload
+from skewscope.sources.workload import RequestLog
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The fleet's shape: instance names in index order, DP ranks per instance."""
+
+    instances: tuple[str, ...]
+    dp_ranks: int
+
+    def rank_units(self) -> list[str]:
+        """Unit ids of every engine process, in the simulator's global rank order."""
+        if self.dp_ranks == 1:
+            return list(self.instances)
+        return [dp_unit_id(i, d) for i in self.instances for d in range(self.dp_ranks)]
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The evidence, ready to replay."""
+
+    layout: Layout
+    workload: Workload
+    duration_s: float
+    availability: tuple[tuple[float, float], ...]  # per instance [join, fail) in run seconds
+    instance_share: tuple[float, ...]  # share of requests per instance while in the pool
+    rank_share: tuple[float, ...]  # share of placed requests per DP rank index (all instances)
+    inferred: tuple[tuple[str, str], ...]  # level -> description of the current routing
+    equal_instances: bool
+    equal_ranks: bool
+    has_sessions: bool
+    notes: tuple[str, ...]
+
+
+def layout_of(log: RequestLog) -> Layout:
+    sizes = {len(r) for r in log.ranks.values()}
+    if len(sizes) != 1:
+        raise InputError(
+            "whatif: instances have different DP sizes "
+            f"({', '.join(f'{k}: {len(v)}' for k, v in log.ranks.items())}); "
+            "replaying a mixed fleet is not supported"
+        )
+    return Layout(tuple(log.ranks), sizes.pop())
+
+
+def _equal(counts: np.ndarray, s: WhatIfSettings) -> bool:
+    """Counts consistent with equal shares: each within ``equal_share_z`` binomial sd."""
+    n, k = float(counts.sum()), counts.shape[0]
+    if k < 2 or n == 0:
+        return True
+    p = 1.0 / k
+    sd = math.sqrt(n * p * (1 - p))
+    return bool(np.all(np.abs(counts - n * p) <= s.equal_share_z * sd))
+
+
+def _availability(
+    arrivals: np.ndarray, inst: np.ndarray, n: int, duration: float, s: WhatIfSettings
+) -> tuple[list[tuple[float, float]], list[str]]:
+    """Per instance the interval it was in the pool: the whole run, unless the gap before its
+    first or after its last request would, at its share of the traffic, have held at least
+    ``absent_expected_requests`` requests (a failed health check, a late join)."""
+    out: list[tuple[float, float]] = []
+    notes: list[str] = []
+    for i in range(n):
+        mine = arrivals[inst == i]
+        if mine.shape[0] == 0:
+            out.append((duration, math.inf))
+            notes.append(f"instance #{i} received no request: out of the pool all run")
+            continue
+        first, last = float(mine[0]), float(mine[-1])
+        span = max(last - first, 1e-9)
+        rate = mine.shape[0] / span  # its own rate while in the pool
+        join = first if first * rate >= s.absent_expected_requests else 0.0
+        fail = last if (duration - last) * rate >= s.absent_expected_requests else math.inf
+        out.append((join, fail))
+    return out, notes
+
+
+def extract(log: RequestLog, s: WhatIfSettings = WHATIF) -> Observed:
+    """Turn a RequestLog into a replayable workload plus the current routing's shape."""
+    layout = layout_of(log)
+    index = {name: k for k, name in enumerate(layout.instances)}
+    req = log.requests.sort("arrival_s")
+    arrivals = (req["arrival_s"].to_numpy() - log.start_s).astype(np.float64)
+    inst = req["instance"].replace_strict(index, return_dtype=pl.Int64).to_numpy()
+    rank = req["dp_rank"].fill_null(-1).to_numpy().astype(np.int64)
+    n = arrivals.shape[0]
+    duration = log.end_s - log.start_s
+    rank = _place_unplaced(req, inst, rank, len(layout.instances), layout.dp_ranks)
+    outputs, n_guessed = _outputs(req, s)
+    wl = Workload(
+        arrival_s=arrivals,
+        input_tokens=req["prompt_tokens"].to_numpy().astype(np.int64),
+        output_tokens=outputs,
+        tag=np.zeros(n, dtype=np.int64),
+        session=np.full(n, -1, dtype=np.int64),
+        instance_hint=inst.astype(np.int64),
+        rank_hint=rank,
+    )
+    avail, notes = _availability(arrivals, inst, len(layout.instances), duration, s)
+    counts = np.bincount(inst, minlength=len(layout.instances)).astype(float)
+    in_pool = np.array([max(min(hi, duration) - lo, 0.0) for lo, hi in avail])
+    rates = np.divide(counts, in_pool, out=np.zeros_like(counts), where=in_pool > 0)
+    inst_share = rates / rates.sum() if rates.sum() > 0 else np.full_like(rates, 1 / len(rates))
+    placed = rank[rank >= 0]
+    rcounts = np.bincount(placed, minlength=layout.dp_ranks).astype(float)[: layout.dp_ranks]
+    rank_share = rcounts / rcounts.sum() if rcounts.sum() > 0 else np.full(layout.dp_ranks,
+                                                                          1 / layout.dp_ranks)
+    # equal shares judged on counts over the same interval (the pool's common time)
+    eq_inst = _equal(np.rint(inst_share * counts.sum()), s)
+    eq_rank = _equal(rcounts, s)
+    inferred = [("instance", _describe(eq_inst, inst_share, layout.instances))]
+    if layout.dp_ranks > 1:
+        inferred.append(("dp", _describe(eq_rank, rank_share,
+                                         tuple(f"dp{d}" for d in range(layout.dp_ranks)))))
+    for i, (lo, hi) in enumerate(avail):
+        name = layout.instances[i]
+        if 0 < lo < duration:
+            notes.append(f"{name} joined the pool only at {lo:.0f} s (no request before)")
+        if math.isfinite(hi) and hi > lo:
+            notes.append(f"{name} left the pool at {hi:.0f} s (no request after)")
+    unplaced = int(req["dp_rank"].is_null().sum()) if layout.dp_ranks > 1 else 0
+    if unplaced:
+        notes.append(f"{unplaced} request(s) the evidence did not place on a DP rank (never "
+                     "scheduled) are put on their instance's rank with the longest queue waits")
+    if n_guessed:
+        notes.append(f"{n_guessed} request(s) unfinished in the evidence: their output length "
+                     "is drawn from the finished requests at least as long")
+    notes.append("no session or prefix ids in the evidence: consistent_hash and cache_aware "
+                 "cannot be judged and are left out")
+    return Observed(layout, wl, duration, tuple(avail), tuple(inst_share.tolist()),
+                    tuple(rank_share.tolist()), tuple(inferred), eq_inst, eq_rank, False,
+                    tuple(notes))
+
+
+def _place_unplaced(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, n_inst: int,
+                    n_dp: int) -> np.ndarray:
+    """A request never scheduled while profiled has no DP rank; it waited, so it goes to the
+    rank of its instance whose requests waited longest (mean queue wait)."""
+    if n_dp == 1:
+        return np.zeros_like(rank)
+    if not (rank < 0).any():
+        return rank
+    waits = req.with_columns(pl.Series("_i", inst)).filter(pl.col("dp_rank").is_not_null())
+    worst = (waits.group_by("_i", "dp_rank").agg(pl.col("queue_wait_ms").mean().alias("w"))
+             .sort("w", descending=True).unique("_i", keep="first"))
+    target = np.zeros(n_inst, dtype=np.int64)
+    for i, d, _ in worst.iter_rows():
+        target[i] = d
+    out = rank.copy()
+    miss = out < 0
+    out[miss] = target[inst[miss]]
+    return out
+
+
+def _outputs(req: pl.DataFrame, s: WhatIfSettings) -> tuple[np.ndarray, int]:
+    """Output lengths: a finished request's own; an unfinished one shows only the tokens it
+    generated so far, so its length is drawn from finished requests at least that long."""
+    out = req["output_tokens"].to_numpy().astype(np.int64).copy()
+    unfinished = req["e2e_ms"].is_null().to_numpy()
+    done = np.sort(out[~unfinished])
+    if not unfinished.any() or done.shape[0] == 0:
+        return out, 0
+    rng = np.random.default_rng(s.seed)
+    lo = np.searchsorted(done, out[unfinished])
+    has = lo < done.shape[0]
+    pick = lo + np.floor(rng.uniform(size=lo.shape[0]) * (done.shape[0] - lo)).astype(np.int64)
+    draws = np.where(has, done[np.minimum(pick, done.shape[0] - 1)], out[unfinished])
+    out[unfinished] = draws
+    return out, int(unfinished.sum())
+
+
+def _describe(equal: bool, share: np.ndarray, names: tuple[str, ...]) -> str:
+    if equal:
+        return "round_robin-like (inferred: equal request counts)"
+    parts = ", ".join(f"{n} {v:.0%}" for n, v in zip(names, share, strict=True))
+    return f"weighted (inferred from unequal request shares: {parts})"

@@ -1,0 +1,133 @@
+"""What-if report: frozen dataclasses; ``to_dict()`` is the JSON contract (docs/whatif.md)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+# Metric keys in display order; every metric is "lower is better" except throughput.
+METRIC_KEYS: tuple[str, ...] = (
+    "max_over_median_load",
+    "min_over_median_load",
+    "queue_wait_p95_ms",
+    "ttft_p99_ms",
+    "kv_peak",
+    "throughput_rps",
+)
+METRIC_LABELS: dict[str, str] = {
+    "max_over_median_load": "max/median load",
+    "min_over_median_load": "min/median load",
+    "queue_wait_p95_ms": "queue wait P95",
+    "ttft_p99_ms": "TTFT P99",
+    "kv_peak": "KV peak",
+    "throughput_rps": "throughput",
+}
+
+
+def _num(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(v, 4)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What a run did. Load = execution time per engine process (DP rank) over the run, among
+    the ranks in the pool; latencies over requests that got a first token; KV peak a fraction
+    of the pool; throughput = requests finished per second."""
+
+    max_over_median_load: float | None
+    min_over_median_load: float | None
+    queue_wait_p95_ms: float | None
+    ttft_p99_ms: float | None
+    kv_peak: float | None
+    throughput_rps: float | None
+
+    def get(self, key: str) -> float | None:
+        v: float | None = getattr(self, key)
+        return v
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {f.name: _num(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    metric: str
+    observed: float | None
+    replayed: float | None
+    error: float | None  # (replayed - observed) / observed; None when observed is 0 or absent
+    ok: bool  # within WhatIfSettings.calibration_max_error or the absolute floor
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"observed": _num(self.observed), "replayed": _num(self.replayed),
+                "error": _num(self.error), "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    name: str
+    level: str  # "observed" (the current placement), "instance" or "dp"
+    description: str
+    predicted: Metrics
+    unit_load: tuple[tuple[str, float], ...]  # rank unit id -> share of the execution time
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "level": self.level, "description": self.description,
+                "predicted": self.predicted.to_dict(),
+                "unit_load": {u: round(v, 4) for u, v in self.unit_load}}
+
+
+@dataclass(frozen=True)
+class UnitModel:
+    """The calibrated service model of one engine process."""
+
+    unit: str
+    speed: float  # step-time multiplier against the fleet fit (1.8 = 1.8x slower)
+    total_blocks: int
+    requests: int  # observed requests placed on it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"unit": self.unit, "speed": round(self.speed, 3),
+                "total_blocks": self.total_blocks, "requests": self.requests}
+
+
+@dataclass(frozen=True)
+class WhatIfReport:
+    source: str
+    duration_s: float
+    n_requests: int
+    instances: int
+    dp_ranks: int
+    current_policy: str
+    inferred: tuple[tuple[str, str], ...]  # level -> what the current routing looks like
+    step_model: dict[str, float]  # fixed_ms, per_prefill_token_ms, per_decode_seq_ms, ...
+    units: tuple[UnitModel, ...]
+    calibration: tuple[CalibrationRow, ...]
+    trusted: bool
+    policies: tuple[PolicyResult, ...]
+    recommended: str
+    gain: dict[str, float | None]  # metric -> relative change of the recommended vs current
+    notes: tuple[str, ...] = ()
+
+    def policy(self, name: str) -> PolicyResult:
+        return next(p for p in self.policies if p.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "whatif",
+            "source": self.source,
+            "duration_s": round(self.duration_s, 3),
+            "n_requests": self.n_requests,
+            "instances": self.instances,
+            "dp_ranks": self.dp_ranks,
+            "current_policy": self.current_policy,
+            "inferred": dict(self.inferred),
+            "service_model": {"step": {k: round(v, 6) for k, v in self.step_model.items()},
+                              "units": [u.to_dict() for u in self.units]},
+            "calibration": {r.metric: r.to_dict() for r in self.calibration},
+            "trusted": self.trusted,
+            "policies": [p.to_dict() for p in self.policies],
+            "recommended": self.recommended,
+            "gain": {k: _num(v) for k, v in self.gain.items()},
+            "notes": list(self.notes),
+        }

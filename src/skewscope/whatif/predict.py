@@ -1,0 +1,123 @@
+"""Run the plans, check the current replay against the evidence, pick the recommendation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from skewscope.config import WHATIF, WhatIfSettings
+from skewscope.sources.workload import RequestLog
+from skewscope.whatif.calibrate import calibrate
+from skewscope.whatif.extract import extract
+from skewscope.whatif.model import (
+    METRIC_KEYS,
+    CalibrationRow,
+    Metrics,
+    PolicyResult,
+    UnitModel,
+    WhatIfReport,
+)
+from skewscope.whatif.plans import CURRENT, build_plans
+from skewscope.whatif.replay import in_pool, observed, replayed, run_plan
+
+RATIO_METRICS = frozenset({"max_over_median_load", "min_over_median_load", "kv_peak"})
+
+
+def calibration_rows(obs: Metrics, rep: Metrics, s: WhatIfSettings) -> list[CalibrationRow]:
+    rows = []
+    for key in METRIC_KEYS:
+        o, r = obs.get(key), rep.get(key)
+        if o is None or r is None:
+            rows.append(CalibrationRow(key, o, r, None, True))
+            continue
+        err = (r - o) / o if o != 0 else None
+        floor = s.calibration_floor_ratio if key in RATIO_METRICS else s.calibration_floor_ms
+        if key == "throughput_rps":
+            floor = 0.0
+        ok = abs(r - o) <= floor or (err is not None and abs(err) <= s.calibration_max_error)
+        rows.append(CalibrationRow(key, o, r, err, ok))
+    return rows
+
+
+def _shares(load: np.ndarray, units: list[str]) -> tuple[tuple[str, float], ...]:
+    total = float(load.sum())
+    return tuple((u, float(v) / total if total > 0 else 0.0)
+                 for u, v in zip(units, load, strict=True))
+
+
+def _recommend(results: list[PolicyResult], s: WhatIfSettings) -> tuple[str, dict[str, float |
+                                                                                   None]]:
+    cur = results[0].predicted
+    base_ttft = cur.ttft_p99_ms
+    best, best_v = CURRENT, base_ttft
+    for r in results[1:]:
+        p = r.predicted
+        if p.ttft_p99_ms is None or base_ttft is None:
+            continue
+        if (cur.throughput_rps and p.throughput_rps is not None
+                and p.throughput_rps < cur.throughput_rps * (1 - s.throughput_tolerance)):
+            continue
+        if p.ttft_p99_ms <= base_ttft * (1 - s.min_gain) and (best_v is None or p.ttft_p99_ms
+                                                               < best_v):
+            best, best_v = r.name, p.ttft_p99_ms
+    chosen = next(r for r in results if r.name == best).predicted
+    gain: dict[str, float | None] = {}
+    for key in METRIC_KEYS:
+        a, b = cur.get(key), chosen.get(key)
+        gain[key] = (b - a) / a if a and b is not None else None
+    return best, gain
+
+
+def whatif(
+    log: RequestLog, source: str, policies: tuple[str, ...], dp_policies: tuple[str, ...],
+    s: WhatIfSettings = WHATIF, progress: Callable[[str], None] | None = None,
+) -> WhatIfReport:
+    obs = extract(log, s)
+    model = calibrate(log, obs.layout, s)
+    plans, plan_notes = build_plans(obs, model, policies, dp_policies)
+    units = obs.layout.rank_units()
+    results: list[PolicyResult] = []
+    current_load = np.zeros(len(units))
+    rep_current: Metrics | None = None
+    for plan in plans:
+        if progress is not None:
+            progress(plan.name)
+        pool = in_pool(plan.availability, obs.layout, obs.duration_s)
+        m, load = replayed(run_plan(plan, obs, model), obs, pool)
+        if plan.name == CURRENT:
+            rep_current, current_load = m, load
+        results.append(PolicyResult(plan.name, plan.level, plan.description, m,
+                                    _shares(load, units)))
+    assert rep_current is not None
+    pool = in_pool(obs.availability, obs.layout, obs.duration_s)
+    obs_metrics, obs_load = observed(log, obs, pool)
+    rows = calibration_rows(obs_metrics, rep_current, s)
+    trusted = model.calibrated and all(r.ok for r in rows)
+    notes = list(obs.notes) + list(model.notes) + plan_notes
+    if not trusted:
+        bad = [r.metric for r in rows if not r.ok]
+        notes.insert(0, "the replay of the current routing does not reproduce the evidence "
+                     f"({', '.join(bad) or 'uncalibrated service model'}): do not trust the "
+                     "ranking")
+    recommended, gain = _recommend(results, s)
+    requests = [int(v) for v in np.bincount(
+        obs.workload.instance_hint * obs.layout.dp_ranks
+        + np.maximum(obs.workload.rank_hint if obs.workload.rank_hint is not None else 0, 0),
+        minlength=len(units))[: len(units)]] if obs.workload.instance_hint is not None else []
+    unit_models = tuple(
+        UnitModel(u, spec.speed, spec.total_blocks, requests[k] if requests else 0)
+        for k, (u, spec) in enumerate(zip(units, model.ranks, strict=True))
+    )
+    del current_load, obs_load
+    b = model.base
+    return WhatIfReport(
+        source=source, duration_s=obs.duration_s, n_requests=len(obs.workload),
+        instances=len(obs.layout.instances), dp_ranks=obs.layout.dp_ranks,
+        current_policy=CURRENT, inferred=obs.inferred,
+        step_model={"fixed_ms": b.fixed_ms, "per_prefill_token_ms": b.per_prefill_token_ms,
+                    "per_decode_seq_ms": b.per_decode_seq_ms, "max_running": b.max_running,
+                    "token_budget": b.token_budget, "block_size": b.block_size},
+        units=unit_models, calibration=tuple(rows), trusted=trusted, policies=tuple(results),
+        recommended=recommended, gain=gain, notes=tuple(notes),
+    )

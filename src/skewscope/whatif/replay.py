@@ -1,0 +1,139 @@
+"""Replay the observed workload on the calibrated fleet under a routing plan, and measure it
+the same way the evidence is measured (``metrics``), so replayed and observed numbers compare.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from skewscope.config import WHATIF
+from skewscope.frame import dp_unit_id
+from skewscope.sim.engine import simulate
+from skewscope.sim.policies import RoutingSpec
+from skewscope.sim.records import GroundTruth, SimResult
+from skewscope.sim.scenario import Health, Scenario
+from skewscope.sources.workload import RequestLog
+from skewscope.whatif.calibrate import ServiceModel
+from skewscope.whatif.extract import Layout, Observed
+from skewscope.whatif.model import Metrics
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One candidate: routing at both levels and the pool (per instance [join, fail))."""
+
+    name: str
+    level: str
+    description: str
+    gateway: RoutingSpec
+    dispatcher: RoutingSpec
+    availability: tuple[tuple[float, float], ...]
+    speed_factor: tuple[float, ...] | None = None  # per rank, multiplies the calibrated speed
+
+
+def scenario_for(plan: Plan, obs: Observed, model: ServiceModel) -> Scenario:
+    lay = obs.layout
+    overrides = tuple(
+        (dp_unit_id(f"inst-{k // lay.dp_ranks}", k % lay.dp_ranks), spec)
+        for k, spec in enumerate(model.ranks)
+    )
+    health = tuple(
+        Health(f"inst-{i}", fail_at_s=hi, join_at_s=lo)
+        for i, (lo, hi) in enumerate(plan.availability)
+        if (lo > 0 or math.isfinite(hi)) and lo < hi
+    )
+    truth = GroundTruth("whatif", "balanced", "instance")
+    return Scenario(
+        name=f"whatif-{plan.name}", summary=plan.description, truth=truth,
+        duration_s=obs.duration_s, seed=WHATIF.seed, instances=len(lay.instances),
+        dp_ranks=lay.dp_ranks, rank=model.base, overrides=overrides, health=health,
+        gateway=plan.gateway, dispatcher=plan.dispatcher,
+    )
+
+
+def run_plan(plan: Plan, obs: Observed, model: ServiceModel) -> SimResult:
+    return simulate(scenario_for(plan, obs, model), workload=obs.workload, record_members=False)
+
+
+def _ratios(load: np.ndarray) -> tuple[float | None, float | None]:
+    if load.shape[0] < 2:
+        return None, None
+    med = float(np.median(load))
+    if med <= 0:
+        return None, None
+    return float(load.max()) / med, float(load.min()) / med
+
+
+def _pct(values: pl.Series, q: float) -> float | None:
+    v = values.drop_nulls()
+    if v.is_empty():
+        return None
+    out = v.quantile(q, "linear")
+    return None if out is None else float(out)
+
+
+def _metrics(load: np.ndarray, queue_ms: pl.Series, ttft_ms: pl.Series, kv_peak: float | None,
+             finished: int, duration: float) -> Metrics:
+    hi, lo = _ratios(load)
+    return Metrics(
+        max_over_median_load=hi, min_over_median_load=lo,
+        queue_wait_p95_ms=_pct(queue_ms, 0.95), ttft_p99_ms=_pct(ttft_ms, 0.99),
+        kv_peak=kv_peak, throughput_rps=finished / duration if duration > 0 else None,
+    )
+
+
+def in_pool(avail: tuple[tuple[float, float], ...], layout: Layout, duration: float) -> list[bool]:
+    """Per rank: was its instance in the pool at all during the run."""
+    per_inst = [lo < min(hi, duration) for lo, hi in avail]
+    return [per_inst[k // layout.dp_ranks] for k in range(len(layout.rank_units()))]
+
+
+def requests_in_system(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray,
+                       n_ranks: int, duration: float) -> np.ndarray:
+    """Time-average requests in the system (waiting + running) per rank: each request counts
+    from its arrival to its finish (or the end of the run). By Little's law this is arrival rate
+    times residence time, so more requests, longer requests and a slower unit all raise it."""
+    stay = np.clip(np.minimum(leave, duration) - arrival, 0.0, None)
+    ok = rank >= 0
+    return np.bincount(rank[ok], weights=stay[ok], minlength=n_ranks)[:n_ranks] / duration
+
+
+def replayed(result: SimResult, obs: Observed, pool: list[bool]) -> tuple[Metrics, np.ndarray]:
+    """Metrics of a replay, and the load per rank (simulator rank order)."""
+    lay = obs.layout
+    rq = result.requests.filter(pl.col("status") != "rejected")
+    t0 = result.start_s
+    rank = (rq["instance"].str.strip_prefix("inst-").cast(pl.Int64) * lay.dp_ranks
+            + rq["dp_rank"]).to_numpy()
+    leave = (rq["finish_s"].fill_null(result.end_s) - t0).to_numpy()
+    load = requests_in_system(rank, (rq["arrival_s"] - t0).to_numpy(), leave, len(pool),
+                              obs.duration_s)
+    started = rq.filter(pl.col("first_token_s").is_not_null())
+    kv = result.steps.select((pl.col("used_blocks") / pl.col("total_blocks")).max()).item()
+    finished = int(rq["finish_s"].is_not_null().sum())
+    m = _metrics(load[np.array(pool)], (started["first_scheduled_s"] - started["arrival_s"]) * 1000,
+                 (started["first_token_s"] - started["arrival_s"]) * 1000,
+                 None if kv is None else float(kv), finished, obs.duration_s)
+    return m, load
+
+
+def observed(log: RequestLog, obs: Observed, pool: list[bool]) -> tuple[Metrics, np.ndarray]:
+    """The same metrics from the evidence itself (requests placed as the replay places them)."""
+    lay = obs.layout
+    wl = obs.workload
+    assert wl.instance_hint is not None and wl.rank_hint is not None
+    rank = wl.instance_hint * lay.dp_ranks + np.maximum(wl.rank_hint, 0)
+    req = log.requests.sort("arrival_s")
+    e2e = req["e2e_ms"].to_numpy()
+    leave = np.where(np.isnan(e2e), np.inf, wl.arrival_s + e2e / 1000.0)
+    load = requests_in_system(rank, wl.arrival_s, leave, len(pool), obs.duration_s)
+    rq = req.filter(pl.col("ttft_ms").is_not_null() & (pl.col("ttft_ms") > 0))
+    kv = log.steps["kv_usage"].max() if not log.steps.is_empty() else None
+    finished = int(req["e2e_ms"].is_not_null().sum())
+    m = _metrics(load[np.array(pool)], rq["queue_wait_ms"], rq["ttft_ms"],
+                 float(kv) if isinstance(kv, (int, float)) else None, finished, obs.duration_s)
+    return m, load

@@ -1,0 +1,130 @@
+"""The balancing policies real systems ship, as simulator policies: each picks what its
+definition says on a hand-set load, and changes the placement in a full run."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from skewscope.sim.engine import simulate
+from skewscope.sim.policies import OBSERVED, SAME_AS, Router, RoutingSpec
+from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.workload import Workload
+
+EVERY = (0, 1, 2, 3)
+
+
+class Load:
+    """A hand-set LoadView: waiting and running requests and tokens per unit."""
+
+    def __init__(self, waiting: list[int], running: list[int], tokens: list[int] | None = None
+                 ) -> None:
+        self.w, self.r = waiting, running
+        self.t = tokens or [0] * len(waiting)
+
+    def outstanding_requests(self, unit: int) -> int:
+        return self.w[unit] + self.r[unit]
+
+    def outstanding_tokens(self, unit: int) -> int:
+        return self.t[unit]
+
+    def waiting_requests(self, unit: int) -> int:
+        return self.w[unit]
+
+    def running_requests(self, unit: int) -> int:
+        return self.r[unit]
+
+
+def router(policy: str, n: int = 4) -> Router:
+    return Router(RoutingSpec(policy), n, np.random.default_rng(0), ("",))
+
+
+def test_vllm_dp_scores_four_waiting_plus_running() -> None:
+    # scores 4w+r: 0 -> 4*3+0=12, 1 -> 4*1+10=14, 2 -> 4*0+13=13, 3 -> 4*2+5=13
+    load = Load([3, 1, 0, 2], [0, 10, 13, 5])
+    assert router("vllm_dp").choose(0, -1, EVERY, load) == 0
+    # least_requests on the same load would pick unit 0 too (3) — make them disagree:
+    load = Load([2, 0, 0, 0], [0, 7, 9, 9])  # 4w+r: 8, 7, 9, 9; w+r: 2, 7, 9, 9
+    assert router("vllm_dp").choose(0, -1, EVERY, load) == 1
+    assert router("least_requests").choose(0, -1, EVERY, load) == 0
+
+
+@pytest.mark.parametrize("alias", sorted(SAME_AS))
+def test_sglang_names_pick_what_their_algorithm_picks(alias: str) -> None:
+    load = Load([1, 0, 4, 0], [5, 2, 0, 9], tokens=[900, 50, 400, 700])
+    a, b = router(alias), router(SAME_AS[alias])
+    assert [a.choose(0, -1, EVERY, load) for _ in range(8)] == \
+        [b.choose(0, -1, EVERY, load) for _ in range(8)]
+    assert router("shortest_queue").choose(0, -1, EVERY, load) == 1
+    assert router("minimum_tokens").choose(0, -1, EVERY, load) == 1
+
+
+def test_consistent_hash_is_stable_and_moves_only_the_leavers_sessions() -> None:
+    r = router("consistent_hash")
+    load = Load([0] * 4, [0] * 4)
+    first = {s: r.choose(0, s, EVERY, load) for s in range(400)}
+    assert all(r.choose(0, s, EVERY, load) == u for s, u in first.items())
+    assert len(set(first.values())) == 4  # the ring spreads sessions over every unit
+    fresh = router("consistent_hash")  # another process builds the same ring
+    assert all(fresh.choose(0, s, EVERY, load) == u for s, u in first.items())
+    rest = (0, 2, 3)
+    after = {s: r.choose(0, s, rest, load) for s in range(400)}
+    moved = [s for s in first if after[s] != first[s]]
+    assert moved and all(first[s] == 1 for s in moved)  # only unit 1's sessions moved
+    assert all(after[s] in rest for s in moved)
+
+
+def test_cache_aware_keeps_a_prefix_until_the_load_is_imbalanced() -> None:
+    r = router("cache_aware")
+    even = Load([0] * 4, [3, 1, 3, 3])
+    home = r.choose(0, 7, EVERY, even)
+    assert home == 1  # a new prefix goes to the shortest queue
+    busy = Load([0] * 4, [3, 40, 3, 3])  # max - min = 37 <= 64: still balanced
+    assert r.choose(0, 7, EVERY, busy) == 1  # the prefix stays where its cache is
+    skewed = Load([0] * 4, [3, 90, 3, 3])  # 87 > 64 and 90 > 1.5 * 3: imbalanced
+    moved = r.choose(0, 7, EVERY, skewed)
+    assert moved != 1
+    assert r.choose(0, 7, EVERY, Load([0] * 4, [3, 3, 3, 3])) == moved  # and it stays there
+
+
+def test_observed_replays_the_hint_and_falls_back_to_weights() -> None:
+    r = Router(RoutingSpec(OBSERVED, (3.0, 1.0)), 2, np.random.default_rng(0), ("",))
+    load = Load([0, 0], [0, 0])
+    assert [r.choose(0, -1, (0, 1), load, hint=h) for h in (1, 1, 0, 1)] == [1, 1, 0, 1]
+    fallback = [r.choose(0, -1, (0, 1), load) for _ in range(40)]
+    assert abs(fallback.count(0) - 3 * fallback.count(1)) <= 4 + 4  # 3:1 overall
+
+
+def test_observed_placement_reproduces_a_run_exactly() -> None:
+    sc = builtin_scenarios()["wrong-weights"]
+    first = simulate(sc, record_members=False)
+    rq = first.requests
+    inst = rq["instance"].str.strip_prefix("inst-").cast(pl.Int64).to_numpy()
+    wl = Workload(
+        arrival_s=(rq["arrival_s"] - first.start_s).to_numpy(),
+        input_tokens=rq["input_tokens"].to_numpy(), output_tokens=rq["output_tokens"].to_numpy(),
+        tag=np.zeros(rq.height, dtype=np.int64), session=np.full(rq.height, -1, dtype=np.int64),
+        instance_hint=inst, rank_hint=rq["dp_rank"].to_numpy(),
+    )
+    obs = RoutingSpec(OBSERVED)
+    again = simulate(sc.__class__(**{**sc.__dict__, "gateway": obs}), workload=wl,
+                     record_members=False)
+    assert again.requests["instance"].to_list() == rq["instance"].to_list()
+    a = again.requests["first_token_s"].fill_null(-1).to_numpy()
+    b = rq["first_token_s"].fill_null(-1).to_numpy()
+    assert np.allclose(a, b, rtol=0, atol=1e-6)  # same schedule, to float round-off
+
+
+@pytest.mark.parametrize("policy", ["vllm_dp", "shortest_queue", "minimum_tokens"])
+def test_dp_balancers_even_out_a_dp_hot_rank(policy: str) -> None:
+    sc = builtin_scenarios()["dp-count"]
+    fixed = simulate(sc.__class__(**{**sc.__dict__, "dispatcher": RoutingSpec(policy)}),
+                     record_members=False)
+    base = simulate(sc, record_members=False)
+
+    def ttft_p99(res: object) -> float:
+        rq = res.requests.filter(pl.col("first_token_s").is_not_null())  # type: ignore[attr-defined]
+        return float((rq["first_token_s"] - rq["arrival_s"]).quantile(0.99) or 0)
+
+    assert ttft_p99(fixed) < 0.2 * ttft_p99(base)

@@ -1,0 +1,140 @@
+"""``skewscope whatif`` against simulator truth: every built-in skew scenario is simulated,
+written as msServiceProfiler folders and replayed from those files only. The replay of the
+current routing must reproduce the observed metrics, and the candidate that removes the
+scenario's known cause must be predicted to cut the load ratio and TTFT P99."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skewscope.cli import main
+from skewscope.config import WHATIF
+from skewscope.sim.engine import simulate
+from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.writers.profiler import write_profiler
+
+# scenario -> the candidate that removes its cause (by construction of the scenario)
+FIX: dict[str, str] = {
+    "wrong-weights": "fix_weights",
+    "sticky-sessions": "round_robin",
+    "health-check": "restore_pool",
+    "late-join": "restore_pool",
+    "long-input": "least_tokens",
+    "long-output": "least_tokens",
+    "slow-device": "fix_weights",
+    "kv-exhaustion": "fix_weights",
+    "dp-count": "dp:fix_weights",
+    "dp-weight": "dp:minimum_tokens",
+}
+STARVED = {"health-check", "late-join"}  # the cause is an idle unit: min/median load is cut
+
+
+def whatif_json(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Any:
+    assert main(["whatif", str(folder), "--format", "json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = {}
+    for name in [*FIX, "balanced"]:
+        folder = tmp_path_factory.mktemp(name)
+        write_profiler(simulate(builtin_scenarios()[name]), folder)
+        out[name] = folder
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(FIX))
+def test_replay_reproduces_evidence_and_the_fix_is_predicted_to_help(
+    name: str, folders: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = whatif_json(folders[name], capsys)
+    names = [p["name"] for p in doc["policies"]]
+    assert doc["current_policy"] in names and doc["recommended"] in names
+    for metric in ("ttft_p99_ms", "queue_wait_p95_ms", "max_over_median_load"):
+        c = doc["calibration"][metric]
+        close = abs(c["replayed"] - c["observed"]) <= max(
+            WHATIF.calibration_max_error * abs(c["observed"]),
+            WHATIF.calibration_floor_ms if metric.endswith("_ms") else
+            WHATIF.calibration_floor_ratio)
+        assert close and c["ok"], (metric, c)
+    assert doc["trusted"] is True
+    by = {p["name"]: p["predicted"] for p in doc["policies"]}
+    cur, fix = by[doc["current_policy"]], by[FIX[name]]
+    assert fix["ttft_p99_ms"] < 0.7 * cur["ttft_p99_ms"]
+    if name in STARVED:
+        assert fix["min_over_median_load"] > 2 * cur["min_over_median_load"]
+    else:
+        assert fix["max_over_median_load"] < cur["max_over_median_load"] - 0.1
+    assert doc["recommended"] != doc["current_policy"]
+    rec = by[doc["recommended"]]
+    assert rec["ttft_p99_ms"] <= fix["ttft_p99_ms"]  # the pick is the best predicted
+
+
+def test_balanced_service_keeps_its_routing(
+    folders: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = whatif_json(folders["balanced"], capsys)
+    assert doc["trusted"] is True
+    assert doc["recommended"] == doc["current_policy"] == "current"
+    assert doc["inferred"]["instance"].startswith("round_robin")
+
+
+def test_inferred_routing_and_pool_changes(
+    folders: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = whatif_json(folders["wrong-weights"], capsys)
+    assert doc["inferred"]["instance"].startswith("weighted")
+    share = doc["policies"][0]["unit_load"]
+    assert max(share, key=share.get) == "inst-1"
+    doc = whatif_json(folders["health-check"], capsys)
+    assert any("inst-3 left the pool" in n for n in doc["notes"])
+    doc = whatif_json(folders["slow-device"], capsys)
+    speeds = {u["unit"]: u["speed"] for u in doc["service_model"]["units"]}
+    assert speeds["inst-1"] == pytest.approx(1.8, rel=0.05)
+    assert all(speeds[u] == pytest.approx(1.0, rel=0.05) for u in ("inst-0", "inst-2", "inst-3"))
+    assert "remove_slow_unit" in [p["name"] for p in doc["policies"]]
+
+
+def test_policy_lists_and_formats(
+    folders: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = whatif_json(folders["dp-count"], capsys, "--dp-policies", "vllm_dp")
+    assert [p["name"] for p in doc["policies"]] == ["current", "dp:vllm_dp", "dp:fix_weights"]
+    assert main(["whatif", str(folders["dp-count"]), "--format", "markdown",
+                 "--dp-policies", "vllm_dp"]) == 0
+    md = capsys.readouterr().out
+    assert "| dp:vllm_dp * | dp |" in md and "TTFT P99 observed" in md
+    out = tmp_path / "w.txt"
+    assert main(["whatif", str(folders["dp-count"]), "-o", str(out),
+                 "--dp-policies", "vllm_dp"]) == 0
+    assert "Recommended: dp:vllm_dp" in out.read_text()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--policies", "nope"], "--policies: unknown policy 'nope'"),
+    (["--prometheus", "http://127.0.0.1:1"], "online sources"),
+    ([], "give profiler PATHs"),
+])
+def test_usage_errors_are_one_line(
+    args: list[str], fragment: str, capsys: pytest.CaptureFixture[str], folders: dict[str, Path]
+) -> None:
+    argv = ["whatif", *args] if args[:1] != ["--policies"] else [
+        "whatif", str(folders["balanced"]), *args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1
+
+
+def test_folder_without_requests_is_an_input_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], folders: dict[str, Path]
+) -> None:
+    inst = tmp_path / "inst-0"
+    inst.mkdir()
+    (inst / "batch.csv").write_text((folders["balanced"] / "inst-0" / "batch.csv").read_text())
+    assert main(["whatif", str(inst)]) == 3
+    assert "no request.csv" in capsys.readouterr().err
