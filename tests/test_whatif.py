@@ -34,7 +34,8 @@ STARVED = {"health-check", "late-join"}  # the cause is an idle unit: min/median
 
 
 def whatif_json(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Any:
-    assert main(["whatif", str(folder), "--format", "json", *extra]) == 0
+    jobs = [] if "--jobs" in extra else ["--jobs", "1"]
+    assert main(["whatif", str(folder), "--format", "json", *jobs, *extra]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -105,12 +106,14 @@ def test_policy_lists_and_formats(
 ) -> None:
     doc = whatif_json(folders["dp-count"], capsys, "--dp-policies", "vllm_dp")
     assert [p["name"] for p in doc["policies"]] == ["current", "dp:vllm_dp", "dp:fix_weights"]
-    assert main(["whatif", str(folders["dp-count"]), "--format", "markdown",
+    pooled = whatif_json(folders["dp-count"], capsys, "--dp-policies", "vllm_dp", "--jobs", "2")
+    assert pooled == doc  # worker processes give the same replays
+    assert main(["whatif", str(folders["dp-count"]), "--format", "markdown", "--jobs", "1",
                  "--dp-policies", "vllm_dp"]) == 0
     md = capsys.readouterr().out
     assert "| dp:vllm_dp * | dp |" in md and "TTFT P99 observed" in md
     out = tmp_path / "w.txt"
-    assert main(["whatif", str(folders["dp-count"]), "-o", str(out),
+    assert main(["whatif", str(folders["dp-count"]), "-o", str(out), "--jobs", "1",
                  "--dp-policies", "vllm_dp"]) == 0
     assert "Recommended: dp:vllm_dp" in out.read_text()
 
@@ -118,12 +121,13 @@ def test_policy_lists_and_formats(
 @pytest.mark.parametrize("args, fragment", [
     (["--policies", "nope"], "--policies: unknown policy 'nope'"),
     (["--prometheus", "http://127.0.0.1:1"], "online sources"),
+    (["--jobs", "0"], "--jobs: expected a positive number"),
     ([], "give profiler PATHs"),
 ])
 def test_usage_errors_are_one_line(
     args: list[str], fragment: str, capsys: pytest.CaptureFixture[str], folders: dict[str, Path]
 ) -> None:
-    argv = ["whatif", *args] if args[:1] != ["--policies"] else [
+    argv = ["whatif", *args] if args[:1] not in (["--policies"], ["--jobs"]) else [
         "whatif", str(folders["balanced"]), *args]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -136,5 +140,5 @@ def test_folder_without_requests_is_an_input_error(
     inst = tmp_path / "inst-0"
     inst.mkdir()
     (inst / "batch.csv").write_text((folders["balanced"] / "inst-0" / "batch.csv").read_text())
-    assert main(["whatif", str(inst)]) == 3
+    assert main(["whatif", str(inst), "--jobs", "1"]) == 3
     assert "no request.csv" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from typing import Any
@@ -30,6 +31,8 @@ def register(sub: Any) -> None:
     w.add_argument("--dp-policies", metavar="LIST",
                    help="DP-level candidates (default: round_robin,vllm_dp,shortest_queue,"
                    "minimum_tokens)")
+    w.add_argument("--jobs", type=int, metavar="N",
+                   help="replays in parallel processes (default: the CPUs available)")
     common.add_output_args(w)
     w.set_defaults(run=run)
 
@@ -54,10 +57,13 @@ def run(args: argparse.Namespace) -> int:
     from skewscope.sources.workload import load_request_log
     from skewscope.whatif.predict import whatif
 
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs: expected a positive number, got {args.jobs}")
+    jobs = args.jobs or len(os.sched_getaffinity(0))
     log = load_request_log(args.paths)
     tty = sys.stderr.isatty()
-    report = whatif(log, ", ".join(args.paths), policies, dp_policies,
-                    progress=(lambda n: print(f"replaying {n}…", file=sys.stderr)) if tty
+    report = whatif(log, ", ".join(args.paths), policies, dp_policies, jobs=jobs,
+                    progress=(lambda n: print(f"replayed {n}", file=sys.stderr)) if tty
                     else None)
     render = RENDER[renderer.name]
     if args.output is None:

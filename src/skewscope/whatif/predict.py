@@ -8,8 +8,8 @@ import numpy as np
 
 from skewscope.config import WHATIF, WhatIfSettings
 from skewscope.sources.workload import RequestLog
-from skewscope.whatif.calibrate import calibrate
-from skewscope.whatif.extract import extract
+from skewscope.whatif.calibrate import ServiceModel, calibrate
+from skewscope.whatif.extract import Observed, extract
 from skewscope.whatif.model import (
     METRIC_KEYS,
     CalibrationRow,
@@ -19,7 +19,7 @@ from skewscope.whatif.model import (
     WhatIfReport,
 )
 from skewscope.whatif.plans import CURRENT, build_plans
-from skewscope.whatif.replay import in_pool, observed, replayed, run_plan
+from skewscope.whatif.replay import Plan, in_pool, observed, replayed, run_plan
 
 RATIO_METRICS = frozenset({"max_over_median_load", "min_over_median_load", "kv_peak"})
 
@@ -69,29 +69,57 @@ def _recommend(results: list[PolicyResult], s: WhatIfSettings) -> tuple[str, dic
     return best, gain
 
 
+def replay_one(plan: Plan, obs: Observed, model: ServiceModel) -> tuple[Metrics, np.ndarray]:
+    """One candidate's replay and its metrics (a process-pool task: module level, picklable)."""
+    pool = in_pool(plan.availability, obs.layout, obs.duration_s)
+    return replayed(run_plan(plan, obs, model), obs, pool)
+
+
+def _replay_all(plans: list[Plan], obs: Observed, model: ServiceModel, jobs: int,
+                progress: Callable[[str], None] | None) -> list[tuple[Metrics, np.ndarray]]:
+    """Replays are independent: with ``jobs`` > 1 they run in worker processes (the simulator
+    is pure Python, so threads would not help)."""
+    if jobs <= 1 or len(plans) == 1:
+        out = []
+        for plan in plans:
+            if progress is not None:
+                progress(plan.name)
+            out.append(replay_one(plan, obs, model))
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # forkserver: forking a process that runs polars' thread pool can deadlock the child
+    ctx = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(plans)), mp_context=ctx) as ex:
+        futures = [ex.submit(replay_one, plan, obs, model) for plan in plans]
+        done = []
+        for plan, fut in zip(plans, futures, strict=True):
+            done.append(fut.result())
+            if progress is not None:
+                progress(plan.name)
+        return done
+
+
 def whatif(
     log: RequestLog, source: str, policies: tuple[str, ...], dp_policies: tuple[str, ...],
-    s: WhatIfSettings = WHATIF, progress: Callable[[str], None] | None = None,
+    s: WhatIfSettings = WHATIF, progress: Callable[[str], None] | None = None, jobs: int = 1,
 ) -> WhatIfReport:
     obs = extract(log, s)
     model = calibrate(log, obs.layout, s)
     plans, plan_notes = build_plans(obs, model, policies, dp_policies)
     units = obs.layout.rank_units()
     results: list[PolicyResult] = []
-    current_load = np.zeros(len(units))
     rep_current: Metrics | None = None
-    for plan in plans:
-        if progress is not None:
-            progress(plan.name)
-        pool = in_pool(plan.availability, obs.layout, obs.duration_s)
-        m, load = replayed(run_plan(plan, obs, model), obs, pool)
+    for plan, (m, load) in zip(plans, _replay_all(plans, obs, model, jobs, progress),
+                               strict=True):
         if plan.name == CURRENT:
-            rep_current, current_load = m, load
+            rep_current = m
         results.append(PolicyResult(plan.name, plan.level, plan.description, m,
                                     _shares(load, units)))
     assert rep_current is not None
     pool = in_pool(obs.availability, obs.layout, obs.duration_s)
-    obs_metrics, obs_load = observed(log, obs, pool)
+    obs_metrics, _ = observed(log, obs, pool)
     rows = calibration_rows(obs_metrics, rep_current, s)
     trusted = model.calibrated and all(r.ok for r in rows)
     notes = list(obs.notes) + list(model.notes) + plan_notes
@@ -109,7 +137,6 @@ def whatif(
         UnitModel(u, spec.speed, spec.total_blocks, requests[k] if requests else 0)
         for k, (u, spec) in enumerate(zip(units, model.ranks, strict=True))
     )
-    del current_load, obs_load
     b = model.base
     return WhatIfReport(
         source=source, duration_s=obs.duration_s, n_requests=len(obs.workload),
