@@ -142,3 +142,13 @@ def test_folder_without_requests_is_an_input_error(
     (inst / "batch.csv").write_text((folders["balanced"] / "inst-0" / "batch.csv").read_text())
     assert main(["whatif", str(inst), "--jobs", "1"]) == 3
     assert "no request.csv" in capsys.readouterr().err
+
+
+def test_instances_with_different_dp_sizes_are_refused(
+    capsys: pytest.CaptureFixture[str], folders: dict[str, Path]
+) -> None:
+    argv = ["whatif", f"a={folders['dp-count'] / 'inst-0'}",
+            f"b={folders['balanced'] / 'inst-0'}", "--jobs", "1"]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "different DP sizes" in err and "a: 4" in err and "b: 1" in err

@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs: expected a positive number, got {args.jobs}")
-    jobs = args.jobs or len(os.sched_getaffinity(0))
+    jobs = args.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                         else os.cpu_count() or 1)
     log = load_request_log(args.paths)
     tty = sys.stderr.isatty()
     report = whatif(log, ", ".join(args.paths), policies, dp_policies, jobs=jobs,
