@@ -152,3 +152,18 @@ def test_instances_with_different_dp_sizes_are_refused(
     assert main(argv) == 3
     err = capsys.readouterr().err
     assert "different DP sizes" in err and "a: 4" in err and "b: 1" in err
+
+
+def test_without_step_times_the_replay_is_untrusted_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], folders: dict[str, Path]
+) -> None:
+    for inst in ("inst-0", "inst-1", "inst-2", "inst-3"):  # request.csv only: no batch.csv
+        (tmp_path / inst).mkdir()
+        (tmp_path / inst / "request.csv").write_text(
+            (folders["wrong-weights"] / inst / "request.csv").read_text())
+    doc = whatif_json(tmp_path, capsys)
+    assert doc["trusted"] is False
+    assert "do not trust the ranking" in doc["notes"][0]
+    assert any("too few timed steps" in n for n in doc["notes"])
+    assert main(["whatif", str(tmp_path), "--jobs", "1", "--format", "markdown"]) == 0
+    assert "UNTRUSTED" in capsys.readouterr().out

@@ -30,10 +30,12 @@ def change(v: float | None) -> str:
 
 
 def headline(r: WhatIfReport) -> str:
+    untrusted = "" if r.trusted else "UNTRUSTED (the replay does not match the evidence) — "
     if r.recommended == r.current_policy:
-        return "No candidate beats the current routing by enough to recommend a change."
+        return untrusted + "No candidate beats the current routing by enough to recommend a change."
     g = r.gain
-    return (f"Recommended: {r.recommended} — TTFT P99 {change(g.get('ttft_p99_ms'))}, "
+    best = "Recommended" if r.trusted else "Best predicted"
+    return (f"{untrusted}{best}: {r.recommended} — TTFT P99 {change(g.get('ttft_p99_ms'))}, "
             f"max/median load {change(g.get('max_over_median_load'))}, "
             f"queue wait P95 {change(g.get('queue_wait_p95_ms'))} against the current routing.")
 
@@ -95,7 +97,8 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
 
     console = Console(record=True, width=width or 140, file=io.StringIO(), force_terminal=color,
                       color_system="standard" if color else None)
-    style = "bold green" if r.recommended != r.current_policy else "bold"
+    style = "bold red" if not r.trusted else (
+        "bold green" if r.recommended != r.current_policy else "bold")
     console.print(Panel(Text(headline(r), style=style), title="skewscope what-if"))
     console.print(Text(scope(r), style="dim"))
     table = Table(*HEADER, title="Predicted by replaying the evidence", title_justify="left")
