@@ -133,7 +133,7 @@ def test_decomposition_splits_excess_exactly() -> None:
 def test_json_contract_fields() -> None:
     report = diagnose_frame(make_frame(even(c=Spec(rate=44.0))))
     doc = json.loads(jsonout.render(report))
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["verdict"] == "imbalanced"
     assert doc["level"] == "instance"
     assert doc["hot_units"] == ["c"]

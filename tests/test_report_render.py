@@ -27,7 +27,7 @@ def test_terminal_shows_verdict_finding_cause_and_side_by_side() -> None:
     assert "Imbalanced at instance level: hot c (count skew)" in text
     assert "count skew — c" in text
     assert "Routing weights favour some units" in text
-    assert "requests / window" in text and "peers (median)" in text
+    assert "request rate (req/s)" in text and "peers (median)" in text
     # the ratio column agrees with the model
     row = HOT.findings[0].side_by_side[0]
     assert row.ratio == row.hot / row.reference
@@ -65,12 +65,12 @@ def test_infinite_ratio_is_the_same_number_in_tables_summary_and_json() -> None:
     hot = next(f for f in report.findings if f.units == ("v/dp0",))
     assert hot.severity == "high"
     assert hot.evidence["count_ratio"] == float("inf")
-    row = next(r for r in hot.side_by_side if r.metric == "requests_per_window")
+    row = next(r for r in hot.side_by_side if r.metric == "requests_per_s")
     assert row.reference == 0 and row.ratio == float("inf")
     doc = json.loads(jsonout.render(report))
     jhot = next(f for f in doc["findings"] if f["units"] == ["v/dp0"])
     assert jhot["evidence"]["count_ratio"] == "inf"
-    jrow = next(r for r in jhot["side_by_side"] if r["metric"] == "requests_per_window")
+    jrow = next(r for r in jhot["side_by_side"] if r["metric"] == "requests_per_s")
     assert jrow["ratio"] == "inf"
     assert "∞x the requests" in hot.summary
     text = _terminal(report)

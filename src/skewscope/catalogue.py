@@ -40,6 +40,22 @@ class Severity(StrEnum):
     LOW = "low"
 
 
+class CompareVerdict(StrEnum):
+    """Did a fix converge? ``skewscope compare BEFORE AFTER``, per signal and overall."""
+
+    CONVERGED = "converged"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    WORSE = "worse"
+
+
+class FailOn(StrEnum):
+    """``--fail-on``: which outcome gives the gate exit code (errors.GATE_EXIT_CODE)."""
+
+    IMBALANCED = "imbalanced"
+    WORSE = "worse"
+
+
 class Role(StrEnum):
     """A unit's place in the report: hot, stalled (holds requests, finishes none), starved
     (almost no traffic) or normal."""
@@ -81,12 +97,12 @@ class Metric:
 # The catalogue of summary metrics, in report order. The analysis computes these keys; the
 # renderers take labels, units and short names from here.
 METRICS: tuple[Metric, ...] = (
-    Metric("requests_per_window", "requests / window", "req", "req/win"),
+    Metric("requests_per_s", "request rate", "req/s", "req/s"),
     Metric("prompt_tokens_per_request", "input tokens / request", "tok", "in tok/req"),
     Metric("generation_tokens_per_request", "output tokens / request", "tok", "out tok/req"),
-    Metric("tokens_per_window", "tokens / window", "tok"),
+    Metric("tokens_per_s", "token rate", "tok/s"),
     Metric("batch_size", "batch size (mean)", "seq"),
-    Metric("scheduled_tokens_per_window", "scheduled tokens / window", "tok"),
+    Metric("scheduled_tokens_per_s", "scheduled token rate", "tok/s"),
     Metric("step_time_ms", "batch execution time", "ms", "step ms"),
     Metric("cost_us_per_token", "execution time / scheduled token", "µs"),
     Metric("running", "running requests (mean)", "req", "running"),
@@ -107,7 +123,7 @@ METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 
 # Columns of the compact per-unit table, in order (each has a short name above).
 UNIT_COLUMNS: tuple[str, ...] = (
-    "requests_per_window",
+    "requests_per_s",
     "prompt_tokens_per_request",
     "generation_tokens_per_request",
     "running",
@@ -130,3 +146,17 @@ HEAT_SIGNALS: tuple[str, ...] = (
     "waiting",
     "queue_wait_mean_ms",
 )
+
+# Per-window series the report carries for each unit (the HTML report draws them; compare
+# reads them): key, label, unit. Rates are per second so they do not change with --window.
+SERIES: tuple[Metric, ...] = (
+    Metric("requests_per_s", "request rate", "req/s"),
+    Metric("tokens_per_s", "token rate", "tok/s"),
+    Metric("tokens_per_request", "tokens / request", "tok"),
+    Metric("running", "running requests", "req"),
+    Metric("waiting", "waiting requests", "req"),
+    Metric("queue_wait_mean_ms", "queue wait (mean)", "ms"),
+    Metric("ttft_p99_ms", "TTFT p99", "ms"),
+    Metric("kv_usage", "KV usage", "frac"),
+)
+SERIES_BY_KEY: dict[str, Metric] = {m.key: m for m in SERIES}

@@ -87,7 +87,7 @@ def decompose(n_h: float, w_h: float, n_r: float, w_r: float) -> tuple[float, fl
 
 
 def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Classification:
-    n_h, n_r = hot["requests_per_window"], ref["requests_per_window"]
+    n_h, n_r = hot["requests_per_s"], ref["requests_per_s"]
     in_h, in_r = hot["prompt_tokens_per_request"], ref["prompt_tokens_per_request"]
     out_h, out_r = hot["generation_tokens_per_request"], ref["generation_tokens_per_request"]
     w_h, w_r = in_h + out_h, in_r + out_r

@@ -22,6 +22,7 @@ from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, load_ra
 from skewscope.analysis.saturation import Saturation, saturation, unplaced_link
 from skewscope.analysis.stall import Stall, find_stalls, stall_evidence, stall_summary
 from skewscope.analysis.summary import reference_summary, unit_summary
+from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
 from skewscope.catalogue import METRIC_BY_KEY
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
 from skewscope.errors import UsageError
@@ -30,10 +31,10 @@ from skewscope.report.model import Finding, Report, RootCauseRef, SideBySide, Un
 
 TAIL_METRICS = ("queue_wait_p95_ms", "ttft_p99_ms", "e2e_p99_ms")
 SIDE_BY_SIDE = (
-    "requests_per_window",
+    "requests_per_s",
     "prompt_tokens_per_request",
     "generation_tokens_per_request",
-    "tokens_per_window",
+    "tokens_per_s",
     "batch_size",
     "step_time_ms",
     "cost_us_per_token",
@@ -151,6 +152,7 @@ class _HotResult:
     sat: Saturation
     lower_bound: str  # why the request ratio understates its traffic: "finished", "unplaced", ""
     unplaced: float  # unplaced requests per window of its instance linked to it (NaN: none)
+    window_s: float  # window length (rates are per second, ``unplaced`` is per window)
 
 
 def diagnose_frame(
@@ -173,7 +175,7 @@ def diagnose_frame(
     }
     if frame.df.height == 0:
         return _insufficient(base, notes, "the input holds no data in the analysed range")
-    m = build_matrix(frame.df, group_by_instance=frame.level == Level.DP)
+    m = build_matrix(frame.df, group_by_instance=frame.level == Level.DP, window_s=frame.window_s)
     span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
     base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
     reason = _gate(m, th)
@@ -220,10 +222,17 @@ def diagnose_frame(
         if r
     ]
     hot_units = tuple(r.heat.unit for r in results)
-    findings = [*_stall_findings(m, stalls), *(_hot_finding(r, frame.level, th) for r in results)]
+    findings = [
+        *_stall_findings(m, stalls),
+        *(_when(m, _hot_finding(r, frame.level, th), r.heat.hot, r.heat.active) for r in results),
+    ]
     hot_units = (*(s.unit for s in stalls), *hot_units)
     if starved_idx:
-        findings.append(_starved_finding(m, heats, starved_idx, frame.level))
+        starved_when = np.any(np.stack([heats[j].starved for j in starved_idx]), axis=0)
+        judged = np.any(np.stack([heats[j].active for j in starved_idx]), axis=0)
+        findings.append(
+            _when(m, _starved_finding(m, heats, starved_idx, frame.level), starved_when, judged)
+        )
     transient = tuple(_transient_note(m, h, frame.window_s, th) for h in heats if h.transient_hot
                       and h.index not in hot_idx and h.index not in stalled)
     unexplained = [heats[j].unit for j in hot_idx if heats[j].unit not in hot_units]
@@ -247,6 +256,8 @@ def diagnose_frame(
         units=units,
         findings=tuple(findings),
         transient=transient,
+        episodes=episodes(m, heats, set(hot_idx), th),
+        series=series(m, heats),
         notes=notes,
         **base,  # type: ignore[arg-type]
     )
@@ -317,6 +328,12 @@ def _side_by_side(hot: dict[str, float], ref: dict[str, float]) -> tuple[SideByS
         h, r = hot.get(k, math.nan), ref.get(k, math.nan)
         rows.append(SideBySide(k, h, r, load_ratio(h, r)))
     return tuple(rows)
+
+
+def _when(m: SignalMatrix, f: Finding, flags: Flags, judged: Flags) -> Finding:
+    """The finding's timeline and its peers' per-window band for each series signal."""
+    peers = [m.units.index(u) for u in f.reference_units]
+    return replace(f, timeline=timeline(m, flags, judged), peer_bands=peer_bands(m, peers))
 
 
 def _cold_minorities(m: SignalMatrix, heats: list[UnitHeat]) -> dict[str, list[int]]:
@@ -408,7 +425,7 @@ def _judge_hot(
     lower = "" if not sat.saturated else "finished" if counts_finished else (
         "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
     return _HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
-                      sat, lower, linked)
+                      sat, lower, linked, m.window_s)
 
 
 def _counts_finished(frame: UnitFrame) -> bool:
@@ -494,8 +511,9 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
 
 def _with_unplaced(r: _HotResult) -> float:
     """The request ratio if the linked unplaced requests are counted on the hot rank."""
-    n_h, n_r = r.hot["requests_per_window"], r.ref["requests_per_window"]
-    return load_ratio(n_h + r.unplaced, n_r) if math.isfinite(r.unplaced) else math.nan
+    n_h, n_r = r.hot["requests_per_s"], r.ref["requests_per_s"]
+    linked = r.unplaced / r.window_s
+    return load_ratio(n_h + linked, n_r) if math.isfinite(r.unplaced) else math.nan
 
 
 def _saturation_sentence(r: _HotResult) -> str:

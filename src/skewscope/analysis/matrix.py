@@ -27,6 +27,7 @@ class SignalMatrix:
     units: tuple[str, ...]
     groups: tuple[str, ...]  # peer group of each unit: its instance at DP level, "" otherwise
     values: dict[str, Array]  # signal -> (W, U); NaN = missing
+    window_s: float = float("nan")  # window length: turns per-window totals into rates
 
     def get(self, signal: str) -> Array:
         return self.values[signal]
@@ -39,7 +40,9 @@ class SignalMatrix:
 
 
 
-def build_matrix(df: pl.DataFrame, *, group_by_instance: bool) -> SignalMatrix:
+def build_matrix(
+    df: pl.DataFrame, *, group_by_instance: bool, window_s: float = float("nan")
+) -> SignalMatrix:
     """Pivot a UnitFrame table into (window x unit) arrays, adding derived signals.
 
     A missing cell stays NaN: sources fill true zeros themselves (the profiler reader knows
@@ -60,7 +63,9 @@ def build_matrix(df: pl.DataFrame, *, group_by_instance: bool) -> SignalMatrix:
         grid[rows, cols] = column
         values[name] = grid
     values["total_tokens"] = _add(values["prompt_tokens"], values["generation_tokens"])
-    return SignalMatrix(windows=windows, units=units, groups=groups, values=values)
+    return SignalMatrix(
+        windows=windows, units=units, groups=groups, values=values, window_s=window_s
+    )
 
 
 def _add(a: Array, b: Array) -> Array:

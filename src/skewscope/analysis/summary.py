@@ -24,12 +24,12 @@ def unit_summary(m: SignalMatrix, j: int, mask: Flags) -> dict[str, float]:
     )
     free = col("free_blocks_min")
     return {
-        "requests_per_window": nanmean(col("requests")),
+        "requests_per_s": nanmean(col("requests")) / m.window_s,
         "prompt_tokens_per_request": safe_ratio(prompt, req),
         "generation_tokens_per_request": safe_ratio(gen, req),
-        "tokens_per_window": nanmean(col("total_tokens")),
+        "tokens_per_s": nanmean(col("total_tokens")) / m.window_s,
         "batch_size": nanmean(col("batch_size")),
-        "scheduled_tokens_per_window": nanmean(col("scheduled_tokens")),
+        "scheduled_tokens_per_s": nanmean(col("scheduled_tokens")) / m.window_s,
         "step_time_ms": safe_ratio(busy, steps),
         "cost_us_per_token": safe_ratio(busy * 1000.0, work_tokens),
         "running": nanmean(col("running")),

@@ -7,7 +7,7 @@ import math
 
 from skewscope.catalogue import METRIC_BY_KEY, UNIT_COLUMNS
 from skewscope.errors import one_line
-from skewscope.report.model import Finding, Report, UnitReport, rounded
+from skewscope.report.model import Episode, Finding, Report, UnitReport, rounded
 
 __all__ = ["UNIT_COLUMNS"]  # re-exported for the renderers
 
@@ -72,6 +72,40 @@ def when(epoch_s: float) -> str:
     if not math.isfinite(epoch_s):
         return "—"
     return dt.datetime.fromtimestamp(epoch_s, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def span(start_s: float, end_s: float) -> str:
+    """'2025-04-23 00:52:10 → 00:53:15 UTC' (the date again only when it changes)."""
+    if not (math.isfinite(start_s) and math.isfinite(end_s)):
+        return "—"
+    a = dt.datetime.fromtimestamp(start_s, tz=dt.UTC)
+    b = dt.datetime.fromtimestamp(end_s, tz=dt.UTC)
+    tail = b.strftime("%H:%M:%S" if a.date() == b.date() else "%Y-%m-%d %H:%M:%S")
+    return f"{a:%Y-%m-%d %H:%M:%S} → {tail} UTC"
+
+
+def finding_when(f: Finding) -> str:
+    """Onset, end and longest run of a finding, in one line ('' without a timeline)."""
+    t = f.timeline
+    longest = t.longest if t else None
+    if t is None or longest is None:
+        return ""
+    text = (f"When: {span(t.onset_s, t.end_s)} · hot in {t.hot_windows} of "
+            f"{t.judged_windows} windows")
+    if len(t.runs) > 1:
+        text += (f" ({len(t.runs)} runs; longest {longest.windows} windows, "
+                 f"{span(longest.start_s, longest.end_s)})")
+    return text
+
+
+def episode_line(e: Episode) -> str:
+    """A transient burst: unit, when, how hot, and what it did to queueing."""
+    hurt = [f"{short_label(k)} {e.impact[k]:.1f}x peers" for k in e.hurting]
+    driver = e.driver.replace("_", " ")
+    peak = f"peak {e.peak_ratio:.1f}x peers on {driver}" if math.isfinite(e.peak_ratio) else ""
+    impact = "; " + ", ".join(hurt) if hurt else "; no queueing impact"
+    return (f"{name(e.unit)}: {span(e.run.start_s, e.run.end_s)} ({e.run.windows} windows, "
+            f"{peak}{impact})")
 
 
 def headline(report: Report) -> str:

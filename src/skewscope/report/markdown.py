@@ -21,6 +21,10 @@ def render(report: Report, heading: str = "#") -> str:
         out.extend(_finding(f, heading + "#"))
     if report.units:
         out.extend(_units(report, heading + "#"))
+    if report.episodes:
+        out.append(f"{heading}# Transient episodes")
+        out.extend(f"- {_text(fmt.episode_line(e))}" for e in report.episodes)
+        out.append("")
     if report.transient:
         out.append(f"{heading}# Dismissed as jitter")
         out.extend(f"- {_text(fmt.clean(t))}" for t in report.transient)
@@ -47,7 +51,8 @@ def _row(cells: list[str]) -> str:
 
 
 def _finding(f: Finding, h: str) -> list[str]:
-    lines = [f"{h} {_text(fmt.finding_title(f))}", "", _text(fmt.clean(f.summary)), "",
+    when = [_text(fmt.finding_when(f)), ""] if f.timeline else []
+    lines = [f"{h} {_text(fmt.finding_title(f))}", "", _text(fmt.clean(f.summary)), "", *when,
              _text("Likely cause: " + "; or ".join(fmt.clean(c.title) for c in f.root_causes)),
              "", "Actions:"]
     lines.extend(f"- {_text(fmt.clean(a))}" for a in f.actions)

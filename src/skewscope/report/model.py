@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: per-second rates replace the per-window ones
 Verdict = str  # "imbalanced" | "balanced" | "insufficient_data"
 
 
@@ -85,6 +86,118 @@ class SideBySide(NamedTuple):
     ratio: float
 
 
+def utc(epoch_s: float) -> str | None:
+    """ISO 8601 UTC, as the JSON carries times beside their epoch seconds."""
+    if not math.isfinite(epoch_s):
+        return None
+    return dt.datetime.fromtimestamp(epoch_s, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive hot windows: from the first window's start to the last window's end."""
+
+    start_s: float
+    end_s: float
+    windows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(  # type: ignore[no-any-return]
+            {"start_s": self.start_s, "end_s": self.end_s, "start": utc(self.start_s),
+             "end": utc(self.end_s), "windows": self.windows}
+        )
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """When a unit ran hot: onset (first hot window) to end (last hot window), its runs."""
+
+    runs: tuple[Run, ...]
+    judged_windows: int  # windows judged between onset and end (hot or not)
+
+    @property
+    def onset_s(self) -> float:
+        return self.runs[0].start_s if self.runs else math.nan
+
+    @property
+    def end_s(self) -> float:
+        return self.runs[-1].end_s if self.runs else math.nan
+
+    @property
+    def longest(self) -> Run | None:
+        return max(self.runs, key=lambda r: r.windows) if self.runs else None
+
+    @property
+    def hot_windows(self) -> int:
+        return sum(r.windows for r in self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        longest = self.longest
+        return _clean(  # type: ignore[no-any-return]
+            {
+                "onset_s": self.onset_s,
+                "end_s": self.end_s,
+                "onset": utc(self.onset_s),
+                "end": utc(self.end_s),
+                "hot_windows": self.hot_windows,
+                "windows_between": self.judged_windows,
+                "longest_run": longest.to_dict() if longest else None,
+                "runs": [r.to_dict() for r in self.runs],
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A short burst on one unit (not a persistent hot spot): when, how hot, what it cost."""
+
+    unit: str
+    run: Run
+    peak_ratio: float  # highest heat ratio against the peers in the run
+    driver: str  # heat signal that was highest
+    impact: dict[str, float]  # impact metric -> unit / peers over the run (NaN = not measured)
+    hurting: tuple[str, ...] = ()  # impact metrics at or above the impact threshold
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(  # type: ignore[no-any-return]
+            {"unit": self.unit, **self.run.to_dict(), "peak_ratio": self.peak_ratio,
+             "driver": self.driver, "impact_ratios": self.impact, "hurting": list(self.hurting)}
+        )
+
+
+@dataclass(frozen=True)
+class Band:
+    """The peers of a finding's unit, per window: median and range of one signal."""
+
+    median: tuple[float, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(  # type: ignore[no-any-return]
+            {"median": self.median, "min": self.low, "max": self.high}
+        )
+
+
+@dataclass(frozen=True)
+class Series:
+    """Per-window values of the report's units, computed by the analysis (renderers draw them,
+    ``compare`` reads them). Keys of ``values`` are ``catalogue.SERIES`` keys."""
+
+    window_starts: tuple[float, ...]
+    values: dict[str, dict[str, tuple[float, ...]]]  # signal -> unit -> per window
+    hot: dict[str, tuple[bool, ...]]  # unit -> hot in that window (heat: UnitReport)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(  # type: ignore[no-any-return]
+            {
+                "window_starts": self.window_starts,
+                "values": self.values,
+                "hot": self.hot,
+            }
+        )
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: str  # "count" | "weight" | "capability" | "unknown" | "stalled"
@@ -97,6 +210,8 @@ class Finding:
     root_causes: tuple[RootCauseRef, ...]
     weight_side: str | None = None
     side_by_side: tuple[SideBySide, ...] = ()
+    timeline: Timeline | None = None
+    peer_bands: dict[str, Band] = field(default_factory=dict)  # series key -> peers' band
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -111,6 +226,8 @@ class Finding:
                 "actions": list(self.actions),
                 "evidence": self.evidence,
                 "side_by_side": [row._asdict() for row in self.side_by_side],
+                "timeline": self.timeline.to_dict() if self.timeline else None,
+                "peer_bands": {k: b.to_dict() for k, b in self.peer_bands.items()},
             }
         )
 
@@ -134,6 +251,8 @@ class Report:
     placed_share: float | None = None
     drilldown: tuple[Report, ...] = ()  # DP-level reports of hot instances (auto level)
     aliases: dict[str, str] = field(default_factory=dict)
+    episodes: tuple[Episode, ...] = ()  # transient bursts with their times and impact
+    series: Series | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -151,11 +270,13 @@ class Report:
                 "units": [u.to_dict() for u in self.units],
                 "findings": [f.to_dict() for f in self.findings],
                 "transient": list(self.transient),
+                "episodes": [e.to_dict() for e in self.episodes],
                 "notes": list(self.notes),
                 "missing": list(self.missing),
                 "placed_share": self.placed_share,
                 "aliases": self.aliases,
                 "drilldown": [d.to_dict() for d in self.drilldown],
+                "series": self.series.to_dict() if self.series else None,
             }
         )
 

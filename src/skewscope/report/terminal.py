@@ -54,6 +54,8 @@ def _body(report: Report, width: int, nested: bool = False) -> Group:
         parts.append(_finding(f))
     if report.units:
         parts.extend(_units(report, width))
+    for e in report.episodes:
+        parts.append(Text(f"episode: {fmt.episode_line(e)}", style="dim"))
     for line in report.transient:
         parts.append(Text(f"· {fmt.clean(line)}", style="dim"))
     for line in fmt.footer_notes(report):
@@ -76,7 +78,8 @@ def _finding(f: Finding) -> Panel:
             continue
         table.add_row(Text(fmt.label(key)), fmt.value(key, hot), fmt.value(key, ref),
                       fmt.ratio(ratio))
-    causes = Text("Likely cause: " + "; or ".join(fmt.clean(c.title) for c in f.root_causes))
+    causes = Text("\n".join(x for x in (fmt.finding_when(f), "Likely cause: " + "; or ".join(
+        fmt.clean(c.title) for c in f.root_causes)) if x))
     actions = Text("\n".join(f"→ {fmt.clean(a)}" for a in f.actions), style="green")
     return Panel(
         Group(Text(fmt.clean(f.summary)), causes, actions, table),
