@@ -37,6 +37,7 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("terminal", (".txt",), "skewscope.report.terminal"),
     Renderer("markdown", (".md", ".markdown"), "skewscope.report.markdown"),
     Renderer("json", (".json",), "skewscope.report.jsonout"),
+    Renderer("html", (".html", ".htm"), "skewscope.report.html"),
 )
 DEFAULT_RENDERER = "terminal"
 
