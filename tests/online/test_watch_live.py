@@ -23,6 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from skewscope.cli import main
+from skewscope.report.model import SCHEMA_VERSION
 from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import load_scenario
 from skewscope.sim.writers.live import serve
@@ -127,7 +128,7 @@ def test_watch_scrapes_simulated_cluster_exports_and_stops_on_sigterm(
     assert err[-1] == "skewscope watch: stopped"
     assert not any("Traceback" in line for line in err)
     docs = [json.loads(line) for line in out]
-    assert docs and all(d["schema_version"] == 1 for d in docs)
+    assert docs and all(d["schema_version"] == SCHEMA_VERSION for d in docs)
     assert hot_unit in docs[-1]["hot_units"]
 
     assert main(["history", "list", "--db", str(db), "--format", "json"]) == 0
