@@ -46,6 +46,7 @@ def register(sub: Any) -> None:
 
 def load_evidence(args: argparse.Namespace) -> Evidence:
     window = common.parse_duration(args.window, "--window") if args.window else None
+    _read_url_paths(args)
     chosen = [bool(args.paths), bool(args.prometheus), bool(args.scrape)]
     if sum(chosen) != 1:
         raise UsageError("diagnose: give profiler PATHs, or --prometheus URL, or --scrape URL...")
@@ -57,6 +58,31 @@ def load_evidence(args: argparse.Namespace) -> Evidence:
     if args.prometheus:
         return common.load_prometheus_evidence(args, window)
     return common.load_scrape_evidence(args, window)
+
+
+def _read_url_paths(args: argparse.Namespace) -> None:
+    """PATHs that are URLs become --prometheus or --scrape (see cli/urls.py)."""
+    from skewscope.cli import urls
+
+    found = [p for p in args.paths if urls.looks_like_url(p)]
+    if not found:
+        return
+    if len(found) != len(args.paths):
+        raise UsageError("diagnose: give profiler folders or URLs, not both")
+    if args.prometheus or args.scrape:
+        raise UsageError("diagnose: a URL as PATH cannot be combined with --prometheus/--scrape")
+    kind, targets = urls.classify(found, common.auth_from_args(args),
+                                  common.parse_duration(args.timeout, "--timeout"))
+    args.paths = []
+    if kind == "prometheus":
+        if not (args.last or (args.start and args.end)):
+            from skewscope.sources.auth import redact_url
+
+            raise UsageError(f"{redact_url(targets[0])} is a Prometheus API: give a range, e.g. "
+                             "--last 30m, or --start T --end T")
+        args.prometheus = targets[0]
+    else:
+        args.scrape = targets
 
 
 def offline_range(args: argparse.Namespace) -> tuple[float | None, float | None, float | None]:

@@ -1,0 +1,132 @@
+"""A bare URL given as ``diagnose``'s source, as users of one-argument tools expect.
+
+``skewscope diagnose http://prom:9090`` reads a Prometheus-compatible API and
+``skewscope diagnose http://host:8000/metrics`` scrapes the endpoint; ``host:9090`` (no scheme)
+is read as ``http://host:9090`` and the user is told so. A URL with a ``/metrics`` path is
+scraped; otherwise the Prometheus API is probed (``/api/v1/status/buildinfo``, then
+``/api/v1/query``), then the URL itself and ``URL/metrics`` as an exposition. When nothing
+answers, one line says what was tried.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from skewscope.errors import SourceError, UsageError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from skewscope.sources.auth import HttpAuth
+
+_HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}(?:/\S*)?$")
+_NO_ANSWER = "no answer"
+_EXPOSITION = re.compile(r"^(?:# (?:TYPE|HELP) |[A-Za-z_:][\w:]*(?:\{[^}]*\})? \S)", re.M)
+
+
+def looks_like_url(arg: str) -> bool:
+    """A PATH argument that is a URL: it has a scheme, or is ``host:port[/path]`` and no such
+    file exists (a folder could be named ``a:1``)."""
+    from skewscope.sources.auth import has_scheme
+
+    if has_scheme(arg):
+        return True
+    return _HOST_PORT.match(arg) is not None and not Path(arg).exists()
+
+
+def note(text: str) -> None:
+    from skewscope.errors import one_line
+
+    print(f"skewscope: note: {one_line(text)}", file=sys.stderr)
+
+
+def classify(urls: list[str], auth: HttpAuth, timeout_s: float) -> tuple[str, list[str]]:
+    """``("prometheus", [base])`` or ``("scrape", [metrics URLs])`` for the URLs given as
+    sources, with a note on stderr saying how each was read."""
+    import httpx
+
+    from skewscope.sources.auth import normalise_url, redact_url
+
+    kinds: list[tuple[str, str]] = []
+    with httpx.Client(**auth.client_kwargs(), timeout=timeout_s) as client:
+        for raw in urls:
+            url, scheme_note = normalise_url(raw, "source")
+            if scheme_note:
+                note(scheme_note)
+            kind, target, how = _probe(client, url.rstrip("/"))
+            note(f"{redact_url(url)} {how}: reading it as --{kind} {redact_url(target)}")
+            kinds.append((kind, target))
+    found = {k for k, _ in kinds}
+    if found == {"scrape"}:
+        return "scrape", [t for _, t in kinds]
+    if len(kinds) == 1:
+        return kinds[0][0], [kinds[0][1]]
+    raise UsageError("diagnose: give one Prometheus URL, or one or more /metrics URLs "
+                     "(these are a mix or several Prometheus APIs)")
+
+
+def _probe(client: httpx.Client, url: str) -> tuple[str, str, str]:
+    """(kind, target URL, how it answered); SourceError when neither kind answers."""
+    from skewscope.sources.auth import redact_url
+
+    tried: list[str] = []
+    path = url.split("://", 1)[1].partition("/")[2]
+    if not path.endswith("metrics"):
+        for api, params in (("/api/v1/status/buildinfo", None), ("/api/v1/query", {"query": "1"})):
+            ok, why = _api_answers(client, url + api, params)
+            if ok:
+                return "prometheus", url, f"answers as a Prometheus API ({api})"
+            if why.startswith(_NO_ANSWER):  # the host itself is unreachable: say so once
+                raise SourceError(f"{redact_url(url)}: {why}; nothing to read as a Prometheus "
+                                  "API or a /metrics endpoint")
+            tried.append(f"{api}: {why}")
+    candidates = [url] if path else []
+    if not path.endswith("metrics"):
+        candidates.append(url + "/metrics")
+    for cand in candidates:
+        ok, why = _exposition_answers(client, cand)
+        if ok:
+            return "scrape", cand, "serves /metrics"
+        tried.append(f"{redact_url(cand)}: {why}")
+    raise SourceError(f"{redact_url(url)}: neither a Prometheus API nor a /metrics endpoint "
+                      f"answers ({'; '.join(tried)}); use --prometheus URL or --scrape URL")
+
+
+def _get(client: httpx.Client, url: str, params: dict[str, str] | None
+         ) -> tuple[httpx.Response | None, str]:
+    import httpx
+
+    from skewscope.sources.auth import quoted
+
+    try:
+        return client.get(url, params=params), ""
+    except httpx.HTTPError as e:
+        return None, quoted(f"{_NO_ANSWER} ({type(e).__name__}: {e})", 160)
+
+
+def _api_answers(client: httpx.Client, url: str, params: dict[str, str] | None
+                 ) -> tuple[bool, str]:
+    resp, why = _get(client, url, params)
+    if resp is None:
+        return False, why
+    if resp.status_code != 200:
+        return False, f"HTTP {resp.status_code}"
+    try:
+        body = resp.json()
+    except ValueError:
+        return False, "not JSON"
+    ok = isinstance(body, dict) and body.get("status") == "success"
+    return ok, "" if ok else "not a Prometheus API answer"
+
+
+def _exposition_answers(client: httpx.Client, url: str) -> tuple[bool, str]:
+    resp, why = _get(client, url, None)
+    if resp is None:
+        return False, why
+    if resp.status_code != 200:
+        return False, f"HTTP {resp.status_code}"
+    ok = _EXPOSITION.search(resp.text[:65536]) is not None
+    return ok, "" if ok else "not a metrics exposition"
