@@ -27,13 +27,11 @@ from skewscope.sources.auth import HttpAuth, normalise_url, quoted, redact_url
 from skewscope.sources.dialects import (
     SIGNAL_SPECS,
     Alias,
-    Key,
-    Values,
-    build_evidence,
     detect_dialect,
     get_dialect,
     resolve,
 )
+from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.fetch import Fetched, bounded_get, make_client
 from skewscope.sources.promql import build_query, normalise_selector
 from skewscope.sources.validate import parse_number, parse_rank, parse_timestamp

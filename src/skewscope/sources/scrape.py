@@ -26,16 +26,14 @@ from skewscope.sources.dialects import (
     SIGNAL_SPECS,
     Alias,
     Dialect,
-    Key,
     Kind,
     SignalSpec,
-    Values,
-    build_evidence,
     detect_dialect,
     get_dialect,
     normalise_name,
     resolve,
 )
+from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.exposition import Labels, parse_exposition
 from skewscope.sources.validate import parse_bound, parse_rank
 

@@ -1,0 +1,197 @@
+"""Evidence from the value tables the online sources produce; shared by Prometheus and scrape.
+
+Both sources reduce their series to ``{signal: {(window_start_s, instance, dp_rank): value}}``
+per level (``Values``); this module turns those tables into UnitFrames (rows only where a unit
+has data, absent signals listed as missing), rescales KV usage reported in percent, notes units
+that only reported NaN/Inf, and drops a DP level with nothing to compare inside an instance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from skewscope.frame import (
+    SIGNAL_COLUMNS,
+    Evidence,
+    Level,
+    UnitFrame,
+    conform,
+    dp_unit_id,
+    empty_schema,
+)
+from skewscope.sources.dialects import ROLES, SIGNAL_SPECS, Alias, Kind, present_spellings
+
+Key = tuple[float, str, int | None]
+Values = dict[str, dict[Key, float]]
+
+
+def clean(value: float) -> float | None:
+    """NaN/inf (empty histogram window, 0/0 mean) is missing, never a number."""
+    return value if math.isfinite(value) else None
+
+
+def percent_units(tables: Iterable[Mapping[Key, float]]) -> set[tuple[str, int | None]]:
+    """Units whose KV usage series is in percent: any value > 1 in any of ``tables``."""
+    return {(key[1], key[2]) for table in tables for key, v in table.items() if v > 1.0}
+
+
+def divide_units(
+    table: Mapping[Key, float], units: set[tuple[str, int | None]]
+) -> dict[Key, float]:
+    return {k: (v / 100.0 if (k[1], k[2]) in units else v) for k, v in table.items()}
+
+
+def unit_id(instance: str, dp_rank: int | None) -> str:
+    """Instance id, or ``<instance>/dp<rank>`` for a DP rank."""
+    return instance if dp_rank is None else dp_unit_id(instance, dp_rank)
+
+
+def _row_order(item: tuple[Key, object]) -> tuple[float, str, int]:
+    t, inst, dp = item[0]
+    return (t, inst, -1 if dp is None else dp)
+
+
+def assemble(
+    level: Level,
+    values: Values,
+    *,
+    aliases: Mapping[str, str],
+    window_s: float,
+    source: str,
+    notes: Iterable[str] = (),
+) -> UnitFrame:
+    """Build a UnitFrame: rows only where a unit has data; absent signals listed as missing.
+
+    Units that are not present in every window (scale in/out, series that stop) get a note.
+    """
+    import polars as pl
+
+    rows: dict[tuple[float, str, int | None], dict[str, float | None]] = {}
+    for signal, table in values.items():
+        for key, value in table.items():
+            rows.setdefault(key, {})[signal] = clean(value)
+    missing = tuple(s for s in SIGNAL_COLUMNS if not values.get(s))
+    records = [
+        {
+            "window_start_s": t,
+            "unit": unit_id(inst, dp),
+            "instance": inst,
+            "dp_rank": dp,
+            **sig,
+        }
+        for (t, inst, dp), sig in sorted(rows.items(), key=_row_order)
+    ]
+    all_notes = list(notes)
+    windows = sorted({k[0] for k in rows})
+    per_unit: dict[str, set[float]] = defaultdict(set)
+    for t, inst, dp in rows:
+        per_unit[unit_id(inst, dp)].add(t)
+    for unit, ts in sorted(per_unit.items()):
+        if len(ts) < len(windows):
+            all_notes.append(
+                f"{level.value} unit {unit} has data in {len(ts)} of {len(windows)} windows "
+                "(joined late, left early or its series stopped); rows only where present"
+            )
+    if records:
+        df = conform(pl.DataFrame(records, schema=empty_schema(), strict=False))  # type: ignore[arg-type]
+    else:
+        df = conform(pl.DataFrame(schema=empty_schema()))  # type: ignore[arg-type]
+    return UnitFrame(
+        df=df,
+        level=level,
+        window_s=window_s,
+        source=source,
+        aliases=dict(aliases),
+        missing=missing,
+        notes=tuple(all_notes),
+    )
+
+
+QUANTILE_NOTE = (
+    "percentiles (p95/p99) are estimated from histogram buckets with linear interpolation inside "
+    "a bucket, as PromQL histogram_quantile does; they are only as fine as the bucket bounds"
+)
+
+
+def nonfinite_notes(values: Values, level: Level) -> list[str]:
+    """Units whose counter or gauge signal was only ever NaN/±Inf: say so, they are missing.
+
+    (Histogram signals are NaN in any window without observations, which is not news.)
+    """
+    only_bad: dict[str, list[str]] = defaultdict(list)
+    for spec in SIGNAL_SPECS:
+        if ROLES[spec.role].kind is Kind.HISTOGRAM or spec.signal not in values:
+            continue
+        seen: dict[tuple[str, int | None], bool] = {}
+        for (_, inst, dp), v in values[spec.signal].items():
+            seen[(inst, dp)] = seen.get((inst, dp), False) or math.isfinite(v)
+        for unit, any_finite in seen.items():
+            if not any_finite:
+                only_bad[unit_id(*unit)].append(spec.signal)
+    return [
+        f"{level.value} unit {unit} reported only NaN/Inf for {', '.join(signals)}; "
+        "those values are missing for it (not zero, not under-loaded)"
+        for unit, signals in sorted(only_bad.items())
+    ]
+
+
+def build_evidence(
+    inst_values: Values,
+    dp_values: Values | None,
+    *,
+    resolved: Mapping[str, Alias],
+    names: Iterable[str],
+    window_s: float,
+    source: str,
+    notes: Iterable[str] = (),
+) -> Evidence:
+    """Turn per-level value tables into Evidence; shared by the Prometheus and scrape paths.
+
+    KV usage reported in percent is rescaled per unit; the DP frame is dropped (with a note)
+    when no instance shows more than one rank, because there is nothing to compare inside it.
+    """
+    names = set(names)
+    all_notes = list(notes)
+    aliases = {sig: present_spellings(a, names) for sig, a in resolved.items()}
+    if any(s.over_time == "quantile" and s.signal in resolved for s in SIGNAL_SPECS):
+        all_notes.append(QUANTILE_NOTE)
+
+    def fix_percent(values: Values, level: Level) -> Values:
+        kv = [values.get("kv_usage", {}), values.get("kv_usage_max", {})]
+        units = percent_units(kv)
+        if not units:
+            return values
+        all_notes.append(
+            f"KV usage of {len(units)} {level.value} unit(s) was reported in percent "
+            f"({', '.join(sorted(unit_id(*u) for u in units))}); divided by 100"
+        )
+        out = dict(values)
+        for sig in ("kv_usage", "kv_usage_max"):
+            if sig in out:
+                out[sig] = divide_units(out[sig], units)
+        return out
+
+    all_notes += nonfinite_notes(inst_values, Level.INSTANCE)
+    inst_values = fix_percent(inst_values, Level.INSTANCE)
+    dp_frame = None
+    if dp_values is not None:
+        ranks: dict[str, set[int]] = defaultdict(set)
+        for table in dp_values.values():
+            for _, inst, dp in table:
+                if dp is not None:
+                    ranks[inst].add(dp)
+        if ranks and max(len(r) for r in ranks.values()) >= 2:
+            all_notes += nonfinite_notes(dp_values, Level.DP)
+            dp_values = fix_percent(dp_values, Level.DP)
+            dp_aliases = {s: a for s, a in aliases.items() if dp_values.get(s)}
+            dp_frame = assemble(
+                Level.DP, dp_values, aliases=dp_aliases, window_s=window_s, source=source
+            )
+        else:
+            all_notes.append("no instance shows more than one DP rank; DP level skipped")
+    inst_frame = assemble(
+        Level.INSTANCE, inst_values, aliases=aliases, window_s=window_s, source=source
+    )
+    return Evidence(instance=inst_frame, dp=dp_frame, notes=tuple(all_notes))
