@@ -140,25 +140,39 @@ def _mindie(t_off: int) -> Iterator[Sample]:
         yield Sample("npu_cache_usage_perc", lab, T0 + t_off, kv_pct)
 
 
-# SGLang: per dp_rank: (requests/step, running); every tp_rank repeats the scheduler series and
-# rank 0 also exports per-priority parts next to the priority="" aggregate. Neither may be double
-# counted. Finished requests are a tokenizer-side counter: one series per instance, no dp_rank.
-SGLANG = {"0": (20.0, 5.0), "1": (4.0, 1.0)}
+# SGLang: per dp_rank: (requests/step, running, input tokens/request); every tp_rank repeats the
+# scheduler series and rank 0 also exports per-priority parts next to the priority="" aggregate.
+# Neither may be double counted. Finished requests are a tokenizer-side counter: one series per
+# instance, no dp_rank; per rank, requests leaving the queue (queue_time_seconds_count) and
+# realtime_tokens_total{mode} (input = prefill_compute + prefill_cache, output = decode).
+SGLANG = {"0": (20.0, 5.0, 100.0), "1": (4.0, 1.0, 400.0)}
+SGLANG_CACHED = 0.25  # share of the input served from the prefix cache (mode prefill_cache)
 
 
 def _sglang(t_off: int) -> Iterator[Sample]:
-    for dp, (_, run) in SGLANG.items():
+    k = t_off // STEP
+    for dp, (req, run, inp) in SGLANG.items():
         for tp in ("0", "1"):
             base = {"job": "sglang", "instance": "s1:30000", "dp_rank": dp, "tp_rank": tp}
-            yield Sample("sglang:num_running_reqs", _lab(**base, priority=""), T0 + t_off, run)
+            at = T0 + t_off
+            yield Sample("sglang:num_running_reqs", _lab(**base, priority=""), at, run)
+            yield Sample("sglang:queue_time_seconds_count", _lab(**base, priority=""), at, req * k)
+            for mode, per_req in (
+                ("prefill_compute", inp * (1 - SGLANG_CACHED)),
+                ("prefill_cache", inp * SGLANG_CACHED),
+                ("decode", GEN_PER_REQ),
+            ):
+                lab = _lab(**base, priority="", mode=mode)
+                yield Sample("sglang:realtime_tokens_total", lab, at, req * per_req * k)
             if dp == "0":
-                for prio, part in (("1", 3.0), ("2", 2.0)):
+                for prio, part in (("1", 0.6), ("2", 0.4)):
                     lab = _lab(**base, priority=prio)
-                    yield Sample("sglang:num_running_reqs", lab, T0 + t_off, part)
+                    yield Sample("sglang:num_running_reqs", lab, at, run * part)
+                    yield Sample("sglang:queue_time_seconds_count", lab, at, req * part * k)
 
 
 def _sglang_tokenizer(t_off: int) -> Iterator[Sample]:
-    total = sum(req for req, _ in SGLANG.values())
+    total = sum(req for req, _, _ in SGLANG.values())
     lab = _lab(job="sglang", instance="s1:30000")
     yield Sample("sglang:num_requests_total", lab, T0 + t_off, total * (t_off // STEP))
 

@@ -7,7 +7,17 @@ import math
 
 import polars as pl
 import pytest
-from online_history import MINDIE, N_WINDOWS, SGLANG, SPAN, STEP, T0, WINDOW, vllm_truth
+from online_history import (
+    GEN_PER_REQ,
+    MINDIE,
+    N_WINDOWS,
+    SGLANG,
+    SPAN,
+    STEP,
+    T0,
+    WINDOW,
+    vllm_truth,
+)
 
 from skewscope.frame import Level
 from skewscope.sources.prometheus import load_prometheus
@@ -89,15 +99,27 @@ def test_mindie_is_instance_level_with_percent_kv_normalised(backend: str) -> No
 
 
 def test_sglang_tp_ranks_and_priority_parts_are_not_double_counted(backend: str) -> None:
+    """Per-rank requests and tokens come from the schedulers' counters (queue_time _count,
+    realtime_tokens_total{mode}); the tokenizer's counters stay the instance-level source."""
     ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="sglang"')
     assert ev.dp is not None
     rows = _by_unit(ev.dp.df)
-    for dp, (_, run) in SGLANG.items():
-        assert all(r["running"] == run for r in rows[f"s1:30000/dp{dp}"])
-    assert "requests" in ev.dp.missing  # tokenizer-side counter carries no dp_rank
+    per_w = WINDOW / STEP
+    for dp, (req, run, inp) in SGLANG.items():
+        unit = rows[f"s1:30000/dp{dp}"]
+        assert all(r["running"] == run for r in unit)
+        assert all(_close(r["requests"], req * per_w) for r in unit)
+        assert all(_close(r["prompt_tokens"], req * inp * per_w) for r in unit)
+        assert all(_close(r["generation_tokens"], req * GEN_PER_REQ * per_w) for r in unit)
+    assert ev.dp.aliases["requests"] == "sglang:queue_time_seconds_count"
+    assert ev.dp.aliases["prompt_tokens"] == (
+        'sglang:realtime_tokens_total{mode=~"prefill_compute|prefill_cache"}'
+    )
+    assert ev.dp.aliases["generation_tokens"] == 'sglang:realtime_tokens_total{mode="decode"}'
     inst = _by_unit(ev.instance.df)["s1:30000"]
     assert all(r["running"] == 6.0 for r in inst)
-    assert all(r["requests"] == 24 * WINDOW / STEP for r in inst)
+    assert all(r["requests"] == 24 * per_w for r in inst)
+    assert ev.instance.aliases["requests"] == "sglang:num_requests_total"
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "ms-service-metric"])

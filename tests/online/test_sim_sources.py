@@ -21,6 +21,7 @@ from skewscope.sources.scrape import load_scrape
 CASES = [
     ("dp-count", "vllm"),
     ("dp-count", "sglang"),
+    ("dp-weight", "sglang"),
     ("dp-count", "ms-service-metric"),
     ("wrong-weights", "vllm"),
     ("wrong-weights", "mindie"),
@@ -51,8 +52,11 @@ def sim_prometheus(
         yield url
 
 
-def finished_per_unit(result: SimResult, lo: float, hi: float, dp: bool) -> dict[str, int]:
-    req = result.requests.filter((pl.col("finish_s") > lo) & (pl.col("finish_s") <= hi))
+def finished_per_unit(
+    result: SimResult, lo: float, hi: float, dp: bool, when: str = "finish_s"
+) -> dict[str, int]:
+    """Requests per unit whose ``when`` (finish, or first scheduling) falls in (lo, hi]."""
+    req = result.requests.filter((pl.col(when) > lo) & (pl.col(when) <= hi))
     keys = ["instance", "dp_rank"] if dp else ["instance"]
     out: dict[str, int] = {}
     for row in req.group_by(keys).len().iter_rows(named=True):
@@ -80,19 +84,16 @@ def test_backfilled_scenario_requests_match_simulation(
     assert frame is not None
     lo = float(frame.df["window_start_s"].min())  # type: ignore[arg-type]
     hi = float(frame.df["window_start_s"].max()) + WINDOW  # type: ignore[arg-type]
-    truth = finished_per_unit(result, lo, hi, use_dp)
-    if "requests" in frame.missing:  # SGLang counts requests in the tokenizer: no dp_rank
-        assert dialect == "sglang"
-        running = dict(frame.df.group_by("unit").agg(pl.col("running").mean()).iter_rows())
-        assert max(running, key=lambda u: running[u]).removeprefix("127.0.0.1:") in set(
-            result.truth.hot_units
-        )
-        return
+    # SGLang per rank counts requests leaving the waiting queue (queue_time_seconds_count)
+    when = "first_scheduled_s" if dialect == "sglang" and use_dp else "finish_s"
+    truth = finished_per_unit(result, lo, hi, use_dp, when)
     got = dict(frame.df.group_by("unit").agg(pl.col("requests").sum()).iter_rows())
     assert set(got) == set(truth)
     for unit, n in truth.items():
         # increase() extrapolates inside a window from samples STEP apart: small error only
         assert abs(got[unit] - n) <= max(3.0, 0.1 * n), (unit, got[unit], n)
+    if result.truth.kind == "weight":  # equal requests: the hot unit carries the tokens
+        got = dict(frame.df.group_by("unit").agg(pl.col("prompt_tokens").sum()).iter_rows())
     top = max(got, key=lambda u: got[u])
     assert top.removeprefix("127.0.0.1:") in set(result.truth.hot_units)
 
@@ -111,22 +112,22 @@ def test_live_simulated_endpoints_scrape(sim_runs: dict[str, SimResult]) -> None
     assert totals[0] == max(totals.values()) and totals[0] > 0
 
 
-def test_sglang_dp_skew_without_per_rank_counters_is_reported_as_unknown_kind(
-    sim_prometheus: str, sim_runs: dict[str, SimResult]
+@pytest.mark.parametrize(("scenario", "kind"), [("dp-count", "count"), ("dp-weight", "weight")])
+def test_sglang_dp_skew_is_classified_from_per_rank_counters(
+    sim_prometheus: str, sim_runs: dict[str, SimResult], scenario: str, kind: str
 ) -> None:
-    """SGLang exports request/token counters per instance only: the hot rank is still found
-    (running, waiting, queue wait), and the report says it cannot tell count from weight."""
+    """SGLang's tokenizer counters have no dp_rank, but its schedulers count requests and
+    tokens per rank: the hot rank's kind is told like vLLM's (it was ``unknown`` before)."""
     from skewscope.analysis.diagnose import diagnose
 
-    result = sim_runs["dp-count"]
+    result = sim_runs[scenario]
     ev = load_prometheus(
-        sim_prometheus, start=result.start_s, end=result.end_s, selector='job="dp-count-sglang"'
+        sim_prometheus, start=result.start_s, end=result.end_s, selector=f'job="{scenario}-sglang"'
     )
+    assert ev.dp is not None and "requests" not in ev.dp.missing
     doc = diagnose(ev).to_dict()
     assert doc["verdict"] == "imbalanced"
     assert doc["level"] == "dp"
-    assert [u.removeprefix("127.0.0.1:") for u in doc["hot_units"]] == ["inst-0/dp0"]
+    assert [u.removeprefix("127.0.0.1:") for u in doc["hot_units"]] == list(result.truth.hot_units)
     (finding,) = doc["findings"]
-    assert finding["kind"] == "unknown"
-    assert finding["root_causes"][0]["key"] == "dp_dispatch"
-    assert "cannot be told apart" in finding["summary"]
+    assert finding["kind"] == kind == result.truth.kind

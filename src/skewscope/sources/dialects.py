@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from skewscope.errors import SourceError
-from skewscope.frame import SIGNAL_COLUMNS
+from skewscope.frame import SIGNAL_COLUMNS, Level
 
 
 class Kind(StrEnum):
@@ -38,6 +38,7 @@ class Matcher:
     label: str
     op: str  # "=", "!=", "=~", "!~"
     value: str
+    selects: bool = False  # picks a part of the family (SGLang ``mode``): shown in provenance
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         got = labels.get(self.label, "")
@@ -170,11 +171,28 @@ _MS_EXTRA: dict[str, tuple[Alias, ...]] = {
 # unlabelled series); with priority scheduling, ``priority=""`` is the aggregate of the labelled
 # per-priority series and is also what an engine without priorities exports, so keep only it.
 _SG = (Matcher("tp_rank", "=~", "0|"), Matcher("priority", "=", ""))
+# Per-rank load from the schedulers (python/sglang/srt/metrics/collector.py, verified at
+# sgl-project/sglang@00ae9c1590d2): the ``_count`` of ``queue_time_seconds`` counts requests
+# leaving each rank's waiting queue (observed when a request enters its first forward);
+# ``realtime_tokens_total{mode}`` counts tokens per rank as they are processed, input side =
+# ``prefill_compute`` + ``prefill_cache``, output side = ``decode``. The tokenizer-side counters
+# (one series per instance, no dp_rank) stay first, so the instance level is unchanged; at DP
+# level the first alias carrying a DP label is used (``resolve``).
+_SG_INPUT = (*_SG, Matcher("mode", "=~", "prefill_compute|prefill_cache", selects=True))
+_SG_OUTPUT = (*_SG, Matcher("mode", "=", "decode", selects=True))
 _SGLANG_ROLES: dict[str, tuple[Alias, ...]] = {
-    # tokenizer-side counters: one series per instance, no dp_rank
-    "finished_requests": (Alias("sglang:num_requests_total", None, _SG),),
-    "prompt_tokens": (Alias("sglang:prompt_tokens_total", None, _SG),),
-    "generation_tokens": (Alias("sglang:generation_tokens_total", None, _SG),),
+    "finished_requests": (
+        Alias("sglang:num_requests_total", None, _SG),
+        Alias("sglang:queue_time_seconds_count", "dp_rank", _SG),
+    ),
+    "prompt_tokens": (
+        Alias("sglang:prompt_tokens_total", None, _SG),
+        Alias("sglang:realtime_tokens_total", "dp_rank", _SG_INPUT),
+    ),
+    "generation_tokens": (
+        Alias("sglang:generation_tokens_total", None, _SG),
+        Alias("sglang:realtime_tokens_total", "dp_rank", _SG_OUTPUT),
+    ),
     "running": (Alias("sglang:num_running_reqs", "dp_rank", _SG),),
     "waiting": (Alias("sglang:num_queue_reqs", "dp_rank", _SG),),
     "kv_usage": (Alias("sglang:token_usage", "dp_rank", _SG),),
@@ -273,13 +291,21 @@ def get_dialect(name: str) -> Dialect:
         raise SourceError(f"unknown dialect {name!r}; known dialects: {known}") from None
 
 
-def resolve(dialect: Dialect, metric_names: Iterable[str]) -> dict[str, Alias]:
-    """Signal -> the first alias of its role whose samples are present (absent signals omitted)."""
+def resolve(
+    dialect: Dialect, metric_names: Iterable[str], level: Level = Level.INSTANCE
+) -> dict[str, Alias]:
+    """Signal -> the first alias of its role whose samples are present (absent signals omitted).
+
+    At DP level only aliases carrying a DP label count: a role may be read from one metric per
+    instance and from another per rank (SGLang's tokenizer and scheduler counters).
+    """
     present = {normalise_name(n) for n in metric_names}
     found: dict[str, Alias] = {}
     for spec in SIGNAL_SPECS:
         kind = ROLES[spec.role].kind
         for alias in dialect.roles.get(spec.role, ()):
+            if level is Level.DP and alias.dp_label is None:
+                continue
             samples = required_samples(alias, kind, spec.over_time)
             if all(normalise_name(s) in present for s in samples):
                 found[spec.signal] = alias
@@ -299,4 +325,5 @@ def present_spellings(alias: Alias, names: Iterable[str]) -> str:
             if n.endswith(sfx) and normalise_name(n[: -len(sfx)]) == want
         }
     )
-    return "|".join(found) or alias.name
+    parts = ",".join(f'{m.label}{m.op}"{m.value}"' for m in alias.matchers if m.selects)
+    return ("|".join(found) or alias.name) + (f"{{{parts}}}" if parts else "")

@@ -146,8 +146,12 @@ def build_evidence(
     window_s: float,
     source: str,
     notes: Iterable[str] = (),
+    dp_resolved: Mapping[str, Alias] | None = None,
 ) -> Evidence:
     """Turn per-level value tables into Evidence; shared by the Prometheus and scrape paths.
+
+    ``resolved`` are the instance-level aliases, ``dp_resolved`` the DP-level ones (default:
+    the instance aliases that carry a DP label).
 
     KV usage reported in percent is rescaled per unit; the DP frame is dropped (with a note)
     when no instance shows more than one rank, because there is nothing to compare inside it.
@@ -185,7 +189,11 @@ def build_evidence(
         if ranks and max(len(r) for r in ranks.values()) >= 2:
             all_notes += nonfinite_notes(dp_values, Level.DP)
             dp_values = fix_percent(dp_values, Level.DP)
-            dp_aliases = {s: a for s, a in aliases.items() if dp_values.get(s)}
+            if dp_resolved is None:
+                dp_resolved = {s: a for s, a in resolved.items() if a.dp_label}
+            dp_aliases = {
+                s: present_spellings(a, names) for s, a in dp_resolved.items() if dp_values.get(s)
+            }
             dp_frame = assemble(
                 Level.DP, dp_values, aliases=dp_aliases, window_s=window_s, source=source
             )

@@ -265,17 +265,17 @@ def load_prometheus(
     try:
         names = client.metric_names(start, end, sel)
         chosen = get_dialect(dialect) if dialect else get_dialect(detect_dialect(names))
-        resolved = resolve(chosen, names)
+        resolved = {lvl: resolve(chosen, names, lvl) for lvl in (Level.INSTANCE, Level.DP)}
         notes = [f"dialect: {chosen.name} ({'given' if dialect else 'detected'})"]
         if url_note:
             notes.append(url_note)
         levels = [Level.INSTANCE]
-        if any(a.dp_label for a in resolved.values()):
+        if resolved[Level.DP]:
             levels.append(Level.DP)
         jobs: list[tuple[Level, str, Alias, str]] = []
         for level in levels:
             for spec in SIGNAL_SPECS:
-                alias = resolved.get(spec.signal)
+                alias = resolved[level].get(spec.signal)
                 if alias is None:
                     continue
                 q = build_query(spec, alias, level=level, window_s=w, selector=sel)
@@ -308,7 +308,8 @@ def load_prometheus(
         return build_evidence(
             per_level[Level.INSTANCE],
             per_level.get(Level.DP),
-            resolved=resolved,
+            resolved=resolved[Level.INSTANCE],
+            dp_resolved=resolved[Level.DP],
             names=names,
             window_s=w,
             source="prometheus",

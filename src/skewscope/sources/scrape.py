@@ -303,17 +303,17 @@ def evidence_from_snapshots(
     """
     names = {s[0] for snaps in snapshots.values() for snap in snaps for s in snap.samples or ()}
     chosen: Dialect = get_dialect(dialect or detect_dialect(names))
-    resolved = resolve(chosen, names)
+    resolved = {lvl: resolve(chosen, names, lvl) for lvl in (Level.INSTANCE, Level.DP)}
     all_notes = [f"dialect: {chosen.name} ({'given' if dialect else 'detected'})", *notes]
-    dp_wanted = any(a.dp_label for a in resolved.values())
+    dp_wanted = bool(resolved[Level.DP])
     per_level: dict[Level, Values] = {Level.INSTANCE: {}, Level.DP: {}}
     bad: list[str] = []
     for level in (Level.INSTANCE, Level.DP):
         if level is Level.DP and not dp_wanted:
             continue
         for spec in SIGNAL_SPECS:
-            alias = resolved.get(spec.signal)
-            if alias is None or (level is Level.DP and alias.dp_label is None):
+            alias = resolved[level].get(spec.signal)
+            if alias is None:
                 continue
             table: dict[Key, float] = {}
             for inst, snaps in snapshots.items():
@@ -339,7 +339,8 @@ def evidence_from_snapshots(
     return build_evidence(
         per_level[Level.INSTANCE],
         per_level[Level.DP] if dp_wanted else None,
-        resolved=resolved,
+        resolved=resolved[Level.INSTANCE],
+        dp_resolved=resolved[Level.DP],
         names=names,
         window_s=window_s,
         source="scrape",

@@ -57,6 +57,11 @@ SGLANG_TTFT = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.
                100.0, 200.0, 400.0)
 SGLANG_E2E = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0,
               100.0, 200.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0)
+# queue_time_seconds as a real SGLang 0.5.23 exports it (tests/data/samples/sglang-0.5.23-*).
+SGLANG_QUEUE = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0,
+                15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 200.0, 300.0, 400.0,
+                500.0, 600.0, 700.0, 800.0, 900.0, 1000.0, 1200.0, 1400.0, 1600.0, 1800.0, 2000.0,
+                2500.0, 3000.0)
 SGLANG_ITL = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06,
               0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
 BATCH_SIZE = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0)
@@ -98,6 +103,9 @@ class MetricSpec:
     buckets: tuple[float, ...] = ()
     scale: float = 1.0
     split: tuple[str, tuple[str, ...], str] | None = None
+    # (label, ((value, role), ...)): one series per value, each carrying its own counter role
+    # ("" = always 0), like SGLang's realtime_tokens_total{mode}
+    parts: tuple[str, tuple[tuple[str, str], ...]] | None = None
 
 
 # The real vLLM 0.32 label set of cache_config_info (values that the simulator knows are
@@ -188,8 +196,15 @@ def _sglang_specs() -> list[MetricSpec]:
               "Maximum total number of tokens in the KV cache pool."),
         sched("sglang:num_retracted_requests", "counter", "preemptions",
               "The number of retracted requests."),
-        sched("sglang:queue_time_seconds", "histogram", "queue",
-              "Histogram of queueing time in seconds.", buckets=SGLANG_E2E),
+        # observed when a request leaves the waiting queue, so its _count is a per-rank
+        # request rate (collector.py, sgl-project/sglang@00ae9c1590d2)
+        sched("sglang:queue_time_seconds", "histogram", "queue_at_schedule",
+              "Histogram of queueing time in seconds.", buckets=SGLANG_QUEUE),
+        sched("sglang:realtime_tokens", "counter", "realtime_tokens",
+              "Total number of tokens processed (updated on each log interval). "
+              "mode: prefill_compute, prefill_cache, decode.",
+              parts=("mode", (("prefill_compute", "prompt_tokens"), ("prefill_cache", ""),
+                              ("decode", "generation_tokens")))),
         MetricSpec("sglang:prompt_tokens", "counter", "prompt_tokens",
                    "Number of prefill tokens processed."),
         MetricSpec("sglang:generation_tokens", "counter", "generation_tokens",
@@ -366,6 +381,7 @@ class RankModel:
         h["ttft"] = _Observations(first, first - arrival)
         h["e2e"] = _Observations(finish, finish - arrival)
         h["queue"] = _Observations(finish, sched - arrival)
+        h["queue_at_schedule"] = _Observations(sched, sched - arrival)
         with np.errstate(divide="ignore", invalid="ignore"):
             tpot = np.where(out > 1, (finish - first) / (out - 1), np.nan)
         h["tpot"] = _Observations(finish, tpot)
@@ -496,6 +512,14 @@ class InstanceModel:
                     metrics.append(self._hist(spec, ranks, t, labels))
                     continue
                 sample = spec.name + ("_total" if spec.kind == "counter" else "")
+                if spec.parts is not None:
+                    key, roles = spec.parts
+                    metrics.extend(
+                        [Series(sample, _sorted({**labels, key: v}),
+                                np.asarray(sum(r.counters[role].at(t) for r in ranks))
+                                if role else np.zeros(len(t)))]
+                        for v, role in roles)
+                    continue
                 values = self._scalar(spec, ranks, t)
                 if spec.split is None:
                     metrics.append([Series(sample, _sorted(labels), values)])

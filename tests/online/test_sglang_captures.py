@@ -1,0 +1,55 @@
+"""Real SGLang 0.5.23 DP=2 captures through the scrape path: per-rank requests and tokens come
+from the schedulers' counters, never doubled across tp_rank, and the tokenizer's counters keep
+the instance level."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from skewscope.sources.dialects import detect_dialect
+from skewscope.sources.scrape import Snapshot, evidence_from_snapshots, parse_exposition
+
+SAMPLES = Path(__file__).parents[1] / "data" / "samples"
+
+
+def _samples(name: str) -> tuple[tuple[str, tuple[tuple[str, str], ...], float], ...]:
+    text = (SAMPLES / f"sglang-0.5.23-cpu-dp2{name}.metrics.txt").read_text()
+    return tuple(parse_exposition(text).samples)
+
+
+def test_two_real_scrapes_give_per_rank_requests_and_tokens() -> None:
+    """Between the idle capture and the in-flight one (two long requests pinned to rank 1),
+    rank 1's queue-time count rose 5 -> 8, its input tokens (prefill_compute + prefill_cache)
+    35 -> 50 and decode tokens 23 -> 28; rank 0 did not move. The tokenizer's finished-request
+    counter stayed at 9 (the requests were still running)."""
+    before, after = _samples(""), _samples("-inflight")
+    assert detect_dialect(s[0] for s in before) == "sglang"
+    ev = evidence_from_snapshots(
+        {"h:30100": [Snapshot(0.0, before), Snapshot(5.0, after)]},
+        t0=0.0,
+        window_s=5.0,
+        n_windows=1,
+    )
+    assert ev.dp is not None
+    rows = {r["unit"]: r for r in ev.dp.df.iter_rows(named=True)}
+    r0, r1 = rows["h:30100/dp0"], rows["h:30100/dp1"]
+    assert (r0["requests"], r0["prompt_tokens"], r0["generation_tokens"]) == (0.0, 0.0, 0.0)
+    assert (r1["requests"], r1["prompt_tokens"], r1["generation_tokens"]) == (3.0, 15.0, 5.0)
+    assert (r0["running"], r1["running"]) == (0.0, 1.0)  # mean of the two scrapes: 0 and 2
+    inst = ev.instance.df.row(0, named=True)
+    assert inst["requests"] == 0.0  # num_requests_total counts finished requests
+    assert ev.instance.aliases["requests"] == "sglang:num_requests_total"
+    assert ev.dp.aliases["requests"] == "sglang:queue_time_seconds_count"
+
+
+def test_capture_without_all_schedulers_flag_still_has_ranks() -> None:
+    """With plain DP the dp_rank series appear even without --enable-metrics-for-all-schedulers."""
+    samples = _samples("-no-allsched")
+    ev = evidence_from_snapshots(
+        {"h:30100": [Snapshot(0.0, samples), Snapshot(5.0, samples)]},
+        t0=0.0,
+        window_s=5.0,
+        n_windows=1,
+    )
+    assert ev.dp is not None and ev.dp.units == ["h:30100/dp0", "h:30100/dp1"]
+    assert {"requests", "prompt_tokens", "generation_tokens"} <= set(ev.dp.aliases)
