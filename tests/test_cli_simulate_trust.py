@@ -5,6 +5,7 @@ absent; Ctrl-C stops live mode; a silent client cannot pin a server thread."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -224,3 +225,38 @@ def test_silent_client_is_disconnected_after_the_read_timeout() -> None:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as partial:
             partial.sendall(b"GET /metrics HTTP/1.1\r\n")  # never finishes the headers
             assert partial.recv(1024) == b""
+
+
+# ------------------------------------------------------------------------------ progress
+def test_simulation_progress_is_periodic_lines_off_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewscope.cli import progress
+
+    clock = iter(range(0, 10**9, 100))  # every update is "long after" the last line
+    monkeypatch.setattr(progress.time, "monotonic", lambda: float(next(clock)))
+    sc = tmp_path / "busy.toml"
+    sc.write_text("duration_s = 60\n[workload]\nrate = 80\n" + _TRUTH)  # ~4,800 arrivals
+    assert main(["simulate", str(sc), "--openmetrics", str(tmp_path / "h.om")]) == 0
+    err = capsys.readouterr().err
+    done = [float(m.replace(",", "")) for m in
+            re.findall(r"^skewscope: simulating busy: ([\d,]+) of 60 simulated s$", err, re.M)]
+    assert len(done) >= 2 and done == sorted(done) and done[-1] > 0
+    assert "\r" not in err and "\x1b" not in err  # plain lines, no bar
+
+
+def test_serve_progress_follows_the_replay_until_it_stops() -> None:
+    import io
+
+    from skewscope.cli.progress import Ticker
+    from skewscope.cli.simulate import wait_with_progress
+
+    result = make_result(n_requests=30, duration_s=20.0)
+    buf = io.StringIO()
+    with serve(result, "vllm", speed=40.0, grace_s=0.2) as cluster:
+        ticker = Ticker("replaying at 40x", result.end_s - result.start_s, "simulated s",
+                        every_s=0.0, out=buf, tty=False)
+        wait_with_progress(cluster, ticker, slice_s=0.05)  # returns when the watchdog stops it
+        assert cluster.stopped
+    lines = buf.getvalue().splitlines()
+    assert len(lines) >= 3 and all(ln.startswith("skewscope: replaying at 40x: ") for ln in lines)

@@ -12,7 +12,9 @@ from skewscope.cli import common
 from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
+    from skewscope.cli.progress import Ticker
     from skewscope.sim.records import SimResult
+    from skewscope.sim.writers.live import LiveCluster
 
 
 def register(sub: Any) -> None:
@@ -94,9 +96,15 @@ def run(args: argparse.Namespace) -> int:
     if args.serve and args.port and last_port > MAX_PORT:
         raise UsageError(f"--port {args.port}: {scenario.instances} instances need ports up to "
                          f"{last_port}, above {MAX_PORT}")
+    from skewscope.cli.progress import Ticker
     from skewscope.sim.engine import simulate
 
-    result = simulate(scenario, seed=args.seed, record_members=bool(args.out))
+    ticker = Ticker(f"simulating {scenario.name}", scenario.duration_s, "simulated s")
+    try:
+        result = simulate(scenario, seed=args.seed, record_members=bool(args.out),
+                          progress=ticker.update)
+    finally:
+        ticker.close()
     if args.out:
         _write_out(result, Path(args.out), args.generation)
         print(f"wrote {len(result.instances)} instance folder(s) and truth.json to {args.out}")
@@ -141,7 +149,23 @@ def _serve(result: SimResult, args: argparse.Namespace) -> int:
         try:
             for name, url in cluster.urls.items():
                 print(f"serving {name} at {url}", flush=True)
-            cluster.wait()
+            wait_with_progress(cluster, _ticker_for(cluster))
         except KeyboardInterrupt:
             print("skewscope: interrupted, live servers stopped", file=sys.stderr)
     return 0
+
+
+def _ticker_for(cluster: LiveCluster) -> Ticker:
+    from skewscope.cli.progress import Ticker
+
+    return Ticker(f"replaying at {cluster.speed:g}x", cluster.model.end_s - cluster.start_s,
+                  "simulated s")
+
+
+def wait_with_progress(cluster: LiveCluster, ticker: Ticker, slice_s: float = 0.5) -> None:
+    """Until the servers stop: the replay position on stderr (a bar, or a line now and then)."""
+    try:
+        while not cluster.wait(slice_s):
+            ticker.update(cluster.sim_time() - cluster.start_s)
+    finally:
+        ticker.close()

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 # Fixed start so outputs are byte-for-byte reproducible: 2025-04-23 00:52:13 UTC.
 START_S = 1_745_369_533.0
 
+PROGRESS_EVERY = 2048  # arrivals between progress callbacks (cheap against the steps between)
 _STEP_FIELDS = 12  # rank, start, end, pf_bs, dec_bs, pf_tok, running, waiting, used, alloc,
 # freed, preempted
 _MEMBER_FIELDS = 7  # step_id, request, iter, type, scheduled, prompt, computed
@@ -337,10 +338,12 @@ def simulate(
     record_members: bool = True,
     duration_s: float | None = None,
     workload: Workload | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> SimResult:
     """Run a scenario and return its tables; the same (scenario, seed) gives identical tables.
 
     ``workload`` replays given requests instead of drawing the scenario's (what-if replays).
+    ``progress`` is called with the simulated time every ``PROGRESS_EVERY`` arrivals.
     """
     seed = scenario.seed if seed is None else seed
     duration = scenario.duration_s if duration_s is None else duration_s
@@ -353,7 +356,7 @@ def simulate(
     n_inst, n_dp = scenario.instances, scenario.dp_ranks
     specs = [scenario.rank_spec(i, d) for i in range(n_inst) for d in range(n_dp)]
     ranks = [_Rank(g, sp, reqs, rec, members) for g, sp in enumerate(specs)]
-    n_steps = _run(scenario, wl, reqs, ranks, rng_route, duration)
+    n_steps = _run(scenario, wl, reqs, ranks, rng_route, duration, progress)
     infos = [
         RankInfo(
             instance=scenario.instance_name(g // n_dp), dp_rank=g % n_dp,
@@ -394,7 +397,7 @@ def simulate(
 
 def _run(
     scenario: Scenario, wl: Workload, reqs: _Requests, ranks: list[_Rank],
-    rng: np.random.Generator, duration: float,
+    rng: np.random.Generator, duration: float, progress: Callable[[float], None] | None = None,
 ) -> int:
     """The event loop: steps and arrivals in time order (a step starting at the same instant
     as an arrival sees it). Returns the number of steps executed."""
@@ -421,6 +424,8 @@ def _run(
     p0, out = reqs.p0, reqs.out
     for q, ta in enumerate(arrivals):
         sid = _steps_before(ta, heap, steps, busy, sid)
+        if progress is not None and not q % PROGRESS_EVERY:
+            progress(ta)
         up = avail.at(ta)
         if not up:
             reqs.rejected[q] = True  # no healthy instance: the gateway refuses the request
