@@ -260,3 +260,17 @@ def test_serve_progress_follows_the_replay_until_it_stops() -> None:
         assert cluster.stopped
     lines = buf.getvalue().splitlines()
     assert len(lines) >= 3 and all(ln.startswith("skewscope: replaying at 40x: ") for ln in lines)
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_progress_escapes_a_hostile_scenario_name(tty: bool) -> None:
+    import io
+
+    from skewscope.cli.progress import Ticker
+
+    buf = io.StringIO()
+    t = Ticker("simulating evil\x1b]0;pwned\x07[/]", 10.0, "simulated s", every_s=0.0, out=buf,
+               tty=tty)
+    t.update(5.0)
+    t.close()
+    assert "\x1b]0" not in buf.getvalue() and "\x07" not in buf.getvalue()

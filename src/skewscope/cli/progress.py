@@ -15,18 +15,21 @@ class Ticker:
     def __init__(self, what: str, total: float, unit: str, *, every_s: float | None = None,
                  out: TextIO | None = None, tty: bool | None = None) -> None:
         from skewscope.config import Thresholds
+        from skewscope.errors import one_line
 
-        self.what, self.total, self.unit = what, total, unit
+        # ``what`` can quote a scenario name from a user's file: one bounded, escaped line
+        self.what, self.total, self.unit = one_line(what, 120), total, unit
         self.every_s = Thresholds().progress_every_s if every_s is None else every_s
         self.out = out or sys.stderr
         self._last = time.monotonic()
         self._bar = None
         if self.out.isatty() if tty is None else tty:
             from rich.console import Console
+            from rich.markup import escape
             from rich.progress import Progress
 
             self._bar = Progress(console=Console(file=self.out), transient=True)
-            self._task = self._bar.add_task(what, total=total)
+            self._task = self._bar.add_task(escape(self.what), total=total)
             self._bar.start()
 
     def update(self, done: float) -> None:

@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Callable
 
+from skewscope.report import fmt
 from skewscope.whatif.model import METRIC_KEYS, METRIC_LABELS, WhatIfReport
 
 TABLE_KEYS: tuple[str, ...] = METRIC_KEYS
@@ -59,7 +60,7 @@ def calibration_lines(r: WhatIfReport) -> list[str]:
 
 def scope(r: WhatIfReport) -> str:
     inferred = "; ".join(f"{lvl}: {d}" for lvl, d in r.inferred)
-    return (f"{r.source}: {r.n_requests:,} requests over {r.duration_s:.0f} s, "
+    return (f"{fmt.name(r.source)}: {r.n_requests:,} requests over {r.duration_s:.0f} s, "
             f"{r.instances} instance(s) x {r.dp_ranks} DP rank(s). Current routing — {inferred}.")
 
 
@@ -85,7 +86,7 @@ def render_markdown(r: WhatIfReport, *, width: int | None = None, color: bool = 
             "## Calibration", "", trust_line(r), ""]
     out += [f"- {line}" for line in calibration_lines(r)]
     if r.notes:
-        out += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
+        out += ["", "## Notes", ""] + [f"- {fmt.clean(n)}" for n in r.notes]
     return "\n".join(out) + "\n"
 
 
@@ -111,7 +112,7 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
     for p in r.policies:
         console.print(Text(f"· {p.name}: {p.description}", style="dim"))
     for n in r.notes:
-        console.print(Text(f"note: {n}", style="yellow"))
+        console.print(Text(f"note: {fmt.clean(n)}", style="yellow"))
     return console.export_text(styles=color)
 
 
