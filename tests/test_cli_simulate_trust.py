@@ -90,6 +90,8 @@ _TRUTH = '[truth]\nverdict = "balanced"\n'
         ("duration_s = 1e15\n", "duration_s"),
         ("[cluster.rank]\nblock_size = 100000000\n", "cluster.rank.block_size"),
         ("[cluster.rank]\nfixed_ms = 0.0001\n", "cluster.rank.fixed_ms"),
+        ("[workload]\ninput = { median = 1e300, max = 9000000000000000000 }\n",
+         "workload.input.max"),
     ],
 )
 def test_bad_or_huge_scenarios_are_refused_naming_the_key(

@@ -18,6 +18,7 @@ MAX_DURATION_S = 7 * 86400.0  # simulated seconds in one run
 MAX_UNITS = 1024  # instances x dp_ranks
 MAX_REQUESTS = 2_000_000  # expected arrivals: rate x duration (+ burst extra); ~200 B each
 MAX_RANK_STEPS = 20_000_000  # engine steps if every rank were busy throughout (~100 B each)
+MAX_TOKENS = 10_000_000  # tokens in one request's prompt or output (the longest contexts: ~10M)
 MAX_BLOCK_SIZE = 1024  # tokens per KV block (a rank keeps one counter per block offset)
 
 
@@ -52,6 +53,19 @@ def check_limits(sc: Scenario) -> None:
     if n > MAX_REQUESTS:
         raise SimulationError(f"{src}: key 'workload.rate': rate x duration_s = {n:,.0f} "
                               f"expected requests, above the limit of {MAX_REQUESTS:,}")
+    w = sc.workload
+    lengths = [("workload.input", w.input.max), ("workload.output", w.output.max)]
+    for k, c in enumerate(w.classes):
+        lengths += [(f"workload.class[{k}].input", c.input.max),
+                    (f"workload.class[{k}].output", c.output.max)]
+    if w.trace is not None:
+        lengths += [("workload.trace.max_input", w.trace.max_input),
+                    ("workload.trace.max_output", w.trace.max_output)]
+    for key, most in lengths:
+        if most > MAX_TOKENS:
+            shown = key if key.startswith("workload.trace") else f"{key}.max"
+            raise SimulationError(f"{src}: key '{shown}': {most:,} tokens is above the limit of "
+                                  f"{MAX_TOKENS:,} per request")
     specs = [sc.rank_spec(i, d) for i in range(sc.instances) for d in range(sc.dp_ranks)]
     where = [("cluster.rank", sc.rank)] + [(f"cluster.override (unit {u})", s)
                                            for u, s in sc.overrides]

@@ -1,0 +1,50 @@
+"""`-o FILE` as users meet it: written whole with ordinary permissions, or not at all."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from skewscope import atomic
+from skewscope.cli import main
+
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "cluster-skew")
+
+
+def test_report_file_has_ordinary_permissions(tmp_path: Path) -> None:
+    out = tmp_path / "r.md"
+    assert main(["diagnose", EXAMPLE, "-o", str(out)]) == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask  # not mkstemp's 0600
+    assert out.read_text().startswith("# skewscope report")
+
+
+def test_unwritable_output_is_one_line_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["diagnose", EXAMPLE, "-o", str(tmp_path / "missing" / "r.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("skewscope: error: -o ") and "\n" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_write_keeps_the_old_report_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.json"
+    out.write_text("previous")
+    real_replace = os.replace
+
+    def disk_full(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "replace", disk_full)
+    assert main(["diagnose", EXAMPLE, "-o", str(out), "--force"]) == 2
+    monkeypatch.setattr(atomic.os, "replace", real_replace)
+    assert "No space left on device" in capsys.readouterr().err
+    assert out.read_text() == "previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
