@@ -129,3 +129,14 @@ def test_unusable_scrape_urls_are_usage_errors(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+def test_collect_fetches_scheme_less_urls_over_http() -> None:
+    """watch's rolling sampler calls ``collect`` directly, without load_scrape's URL check."""
+    from skewscope.sources.collect import collect
+
+    with serve(static_handler(PINNED.read_text())) as url:
+        bare = url.removeprefix("http://") + "/metrics"
+        got = collect([bare], duration_s=0.0, interval_s=1.0, progress=False)
+    (snap,) = got.snaps[bare]
+    assert snap.error == "" and snap.samples and len(snap.samples) == 673

@@ -20,7 +20,7 @@ import httpx
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError
-from skewscope.sources.auth import HttpAuth
+from skewscope.sources.auth import HttpAuth, has_scheme
 from skewscope.sources.exposition import Sample, parse_exposition
 from skewscope.sources.fetch import bounded_get, make_client
 
@@ -57,11 +57,14 @@ class Collected:
 def fetch_snapshot(
     client: httpx.Client, url: str, t: float, *, deadline_s: float, max_bytes: int
 ) -> Snapshot:
-    """One scrape; every failure becomes a Snapshot with an error, never an exception."""
+    """One scrape; every failure becomes a Snapshot with an error, never an exception.
+
+    A URL without a scheme is fetched over http (``load_scrape`` says so in a note).
+    """
     try:
         got = bounded_get(
             client,
-            url,
+            url if has_scheme(url) else "http://" + url,
             what="/metrics target",
             shown_url=url,
             deadline_s=deadline_s,
