@@ -57,3 +57,16 @@ def test_endless_scrape_body_is_cut_at_the_size_limit() -> None:
     with serve(endless_handler()) as url, pytest.raises(SourceError) as err:
         _scrape(url, thresholds=Thresholds(max_scrape_mb=0.5))
     assert "more than the 512 KiB response limit" in str(err.value)
+
+
+def test_probing_a_trickling_bare_url_ends_at_the_deadline(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from skewscope.cli import main
+
+    with serve(trickle_handler()) as url:
+        code = main(["diagnose", url, "--last", "10m", "--timeout", "1s"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 4
+    assert err[-1].startswith(f"skewscope: error: {url}: no answer (source at {url}")
+    assert "did not answer within 1s" in err[-1]

@@ -10,6 +10,7 @@ answers, one line says what was tried.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     import httpx
 
     from skewscope.sources.auth import HttpAuth
+    from skewscope.sources.fetch import Fetched
 
 _HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}(?:/\S*)?$")
 _NO_ANSWER = "no answer"
@@ -46,17 +48,22 @@ def note(text: str) -> None:
 def classify(urls: list[str], auth: HttpAuth, timeout_s: float) -> tuple[str, list[str]]:
     """``("prometheus", [base])`` or ``("scrape", [metrics URLs])`` for the URLs given as
     sources, with a note on stderr saying how each was read."""
-    import httpx
-
     from skewscope.sources.auth import normalise_url, redact_url
+    from skewscope.sources.fetch import make_client
 
     kinds: list[tuple[str, str]] = []
-    with httpx.Client(**auth.client_kwargs(), timeout=timeout_s) as client:
+    # Probes are bounded like every online request (fetch.bounded_get). The API probe carries
+    # the credentials a --prometheus URL would; the /metrics probes only named ones (an ambient
+    # token never goes to a scrape target).
+    with (
+        make_client(auth, timeout_s) as api_client,
+        make_client(auth.without_ambient(), timeout_s) as scrape_client,
+    ):
         for raw in urls:
             url, scheme_note = normalise_url(raw, "source")
             if scheme_note:
                 note(scheme_note)
-            kind, target, how = _probe(client, url.rstrip("/"))
+            kind, target, how = _probe((api_client, scrape_client), url.rstrip("/"), timeout_s)
             note(f"{redact_url(url)} {how}: reading it as --{kind} {redact_url(target)}")
             kinds.append((kind, target))
     found = {k for k, _ in kinds}
@@ -68,7 +75,8 @@ def classify(urls: list[str], auth: HttpAuth, timeout_s: float) -> tuple[str, li
                      "(these are a mix or several Prometheus APIs)")
 
 
-def _probe(client: httpx.Client, url: str) -> tuple[str, str, str]:
+def _probe(clients: tuple[httpx.Client, httpx.Client], url: str, timeout_s: float
+           ) -> tuple[str, str, str]:
     """(kind, target URL, how it answered); SourceError when neither kind answers."""
     from skewscope.sources.auth import redact_url
 
@@ -76,7 +84,7 @@ def _probe(client: httpx.Client, url: str) -> tuple[str, str, str]:
     path = url.split("://", 1)[1].partition("/")[2]
     if not path.endswith("metrics"):
         for api, params in (("/api/v1/status/buildinfo", None), ("/api/v1/query", {"query": "1"})):
-            ok, why = _api_answers(client, url + api, params)
+            ok, why = _api_answers(clients[0], url + api, params, timeout_s)
             if ok:
                 return "prometheus", url, f"answers as a Prometheus API ({api})"
             if why.startswith(_NO_ANSWER):  # the host itself is unreachable: say so once
@@ -87,7 +95,7 @@ def _probe(client: httpx.Client, url: str) -> tuple[str, str, str]:
     if not path.endswith("metrics"):
         candidates.append(url + "/metrics")
     for cand in candidates:
-        ok, why = _exposition_answers(client, cand)
+        ok, why = _exposition_answers(clients[1], cand, timeout_s)
         if ok:
             return "scrape", cand, "serves /metrics"
         tried.append(f"{redact_url(cand)}: {why}")
@@ -95,38 +103,40 @@ def _probe(client: httpx.Client, url: str) -> tuple[str, str, str]:
                       f"answers ({'; '.join(tried)}); use --prometheus URL or --scrape URL")
 
 
-def _get(client: httpx.Client, url: str, params: dict[str, str] | None
-         ) -> tuple[httpx.Response | None, str]:
-    import httpx
-
+def _get(client: httpx.Client, url: str, params: dict[str, str] | None, timeout_s: float
+         ) -> tuple[Fetched | None, str]:
+    from skewscope.config import DEFAULT_THRESHOLDS
     from skewscope.sources.auth import quoted
+    from skewscope.sources.fetch import bounded_get
 
     try:
-        return client.get(url, params=params), ""
-    except httpx.HTTPError as e:
-        return None, quoted(f"{_NO_ANSWER} ({type(e).__name__}: {e})", 160)
+        got = bounded_get(client, url, what="source", shown_url=url, deadline_s=timeout_s,
+                          max_bytes=int(DEFAULT_THRESHOLDS.max_scrape_mb * 2**20), params=params)
+    except SourceError as e:
+        return None, quoted(f"{_NO_ANSWER} ({e})", 160)
+    return got, ""
 
 
-def _api_answers(client: httpx.Client, url: str, params: dict[str, str] | None
-                 ) -> tuple[bool, str]:
-    resp, why = _get(client, url, params)
+def _api_answers(client: httpx.Client, url: str, params: dict[str, str] | None,
+                 timeout_s: float) -> tuple[bool, str]:
+    resp, why = _get(client, url, params, timeout_s)
     if resp is None:
         return False, why
-    if resp.status_code != 200:
-        return False, f"HTTP {resp.status_code}"
+    if resp.status != 200:
+        return False, f"HTTP {resp.status}"
     try:
-        body = resp.json()
-    except ValueError:
+        body = json.loads(resp.body)
+    except (ValueError, RecursionError):
         return False, "not JSON"
     ok = isinstance(body, dict) and body.get("status") == "success"
     return ok, "" if ok else "not a Prometheus API answer"
 
 
-def _exposition_answers(client: httpx.Client, url: str) -> tuple[bool, str]:
-    resp, why = _get(client, url, None)
+def _exposition_answers(client: httpx.Client, url: str, timeout_s: float) -> tuple[bool, str]:
+    resp, why = _get(client, url, None, timeout_s)
     if resp is None:
         return False, why
-    if resp.status_code != 200:
-        return False, f"HTTP {resp.status_code}"
-    ok = _EXPOSITION.search(resp.text[:65536]) is not None
+    if resp.status != 200:
+        return False, f"HTTP {resp.status}"
+    ok = _EXPOSITION.search(resp.text()[:65536]) is not None
     return ok, "" if ok else "not a metrics exposition"
