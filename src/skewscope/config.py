@@ -62,6 +62,15 @@ class Thresholds:
     # ``persist_share`` of the judged windows; its request ratio then understates its traffic.
     saturated_running_share: float = 0.9
     saturated_min_waiting: float = 1.0
+    # Weight skew must be more than luck: a seeded permutation test reassigns the window cells
+    # (tokens, requests) of the hot unit and its peers within each window; heavier requests with
+    # a one-sided p-value at or above ``weight_p_value`` are "consistent with chance". The level
+    # is strict because a unit is only tested after it was picked as persistently hot, which
+    # already favours unlucky draws (Pareto prompts behind round robin: 2 of 12 seeds reach
+    # p < 0.05; true weight skew in the built-in scenarios sits at the floor, 0.001).
+    weight_p_value: float = 0.01
+    permutations: int = 999
+    permutation_seed: int = 20250423
     # Fleet-wide DP pattern: the same DP rank hot in at least this many instances and this
     # share of the multi-rank instances is one dispatch policy everywhere, reported once.
     fleet_pattern_min_instances: int = 2

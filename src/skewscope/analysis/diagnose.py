@@ -20,6 +20,7 @@ from skewscope.analysis.fleet import fleet_dp_patterns
 from skewscope.analysis.impact import Impact, Trend, gap_trend, impact
 from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, load_ratio
 from skewscope.analysis.saturation import Saturation, saturation, unplaced_link
+from skewscope.analysis.significance import weight_p_value
 from skewscope.analysis.stall import Stall, find_stalls, stall_evidence, stall_summary
 from skewscope.analysis.summary import reference_summary, unit_summary
 from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
@@ -153,6 +154,7 @@ class _HotResult:
     lower_bound: str  # why the request ratio understates its traffic: "finished", "unplaced", ""
     unplaced: float  # unplaced requests per window of its instance linked to it (NaN: none)
     window_s: float  # window length (rates are per second, ``unplaced`` is per window)
+    weight_p: float  # permutation p-value of its heavier requests (NaN: not tested)
 
 
 def diagnose_frame(
@@ -221,6 +223,9 @@ def diagnose_frame(
         )
         if r
     ]
+    chance = [r for r in results if r.cls.kind is None]
+    results = [r for r in results if r.cls.kind is not None]
+    notes = (*notes, *(_chance_note(r) for r in chance))
     hot_units = tuple(r.heat.unit for r in results)
     findings = [
         *_stall_findings(m, stalls),
@@ -235,7 +240,9 @@ def diagnose_frame(
         )
     transient = tuple(_transient_note(m, h, frame.window_s, th) for h in heats if h.transient_hot
                       and h.index not in hot_idx and h.index not in stalled)
-    unexplained = [heats[j].unit for j in hot_idx if heats[j].unit not in hot_units]
+    lucky = {r.heat.unit for r in chance}
+    unexplained = [heats[j].unit for j in hot_idx
+                   if heats[j].unit not in hot_units and heats[j].unit not in lucky]
     if unexplained:
         notes = (*notes, "ran hotter on pressure signals but no load or capability difference "
                  f"explains it: {', '.join(unexplained)}")
@@ -418,6 +425,12 @@ def _judge_hot(
     cls = classify(hot, ref, th)
     if cls.kind is None:
         return None
+    p_value = math.nan
+    if "weight" in (cls.kind, cls.secondary_kind):
+        signal = "prompt_tokens" if cls.weight_side == "input" else "generation_tokens"
+        p_value = weight_p_value(m, j, ref_cols, mask, signal, th)
+        if p_value >= th.weight_p_value:
+            cls = _without_weight(cls)
     imp = impact(m, j, hot, ref, mask, th)
     trend = gap_trend(m, j, ref_cols, mask, th)
     sat = saturation(m, j, mask, th)
@@ -425,7 +438,25 @@ def _judge_hot(
     lower = "" if not sat.saturated else "finished" if counts_finished else (
         "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
     return _HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
-                      sat, lower, linked, m.window_s)
+                      sat, lower, linked, m.window_s, p_value)
+
+
+def _without_weight(cls: Classification) -> Classification:
+    """Heavier requests consistent with chance: keep the count part, else no kind (noted)."""
+    if cls.kind == "weight" and cls.secondary_kind == "count":
+        return replace(cls, kind="count", secondary_kind=None, weight_side=None)
+    if cls.kind == "weight":
+        return replace(cls, kind=None, secondary_kind=None, weight_side=None)
+    return replace(cls, secondary_kind=None, weight_side=None)
+
+
+def _chance_note(r: _HotResult) -> str:
+    return (
+        f"{r.heat.unit} ran hotter with heavier requests ({_x(r.cls.input_ratio)} the input, "
+        f"{_x(r.cls.output_ratio)} the output tokens per request of its peers), but that is "
+        f"consistent with chance (p = {r.weight_p:.2f}, permutation of per-window token loads "
+        "across the units): heavy-tailed request sizes, not weight skew"
+    )
 
 
 def _counts_finished(frame: UnitFrame) -> bool:
@@ -485,6 +516,7 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
         "kv_filling": r.imp.kv_filling,
         "queue_growing": r.imp.queue_growing,
         "resource": list(r.imp.resource_notes),
+        "weight_p_value": r.weight_p,
         "saturated": r.sat.saturated,
         "saturated_share": r.sat.share,
         "batch_ceiling": r.sat.ceiling,
@@ -618,6 +650,8 @@ def _summary(r: _HotResult, th: Thresholds) -> str:
             f"({_x(c.weight_ratio)}) but {_x(c.capability_ratio)} the {c.capability_basis}: "
             "capability skew"
         )
+    if "weight" in (c.kind, c.secondary_kind) and math.isfinite(r.weight_p):
+        body += f" (beyond chance: permutation p = {r.weight_p:.3f})"
     parts = [f"{head}: {body}."]
     if math.isfinite(c.count_share) and c.kind in ("count", "weight"):
         parts.append(_split_sentence(c.count_share, c.weight_share))
