@@ -279,6 +279,18 @@ def test_stalled_engine_in_a_near_idle_service_is_flagged_not_insufficient() -> 
 def test_slow_but_progressing_unit_is_not_stalled() -> None:
     report = diagnose_frame(make_frame(even(d=Spec(speed=1.9))))
     assert all(f.kind != "stalled" for f in report.findings)
+    # a saturated unit finishing only 2 requests a window behind a queue of hundreds is slow
+    # (short windows, long requests), not hung
+    import polars as pl
+
+    from skewscope.frame import UnitFrame
+
+    frame = make_frame(even(d=Spec(rate=40.0, ceiling=2.0)), source="prometheus")
+    no_steps = frame.df.with_columns(pl.lit(None, dtype=pl.Float64).alias("steps"))
+    report = diagnose_frame(UnitFrame(df=no_steps, level=Level.INSTANCE, window_s=10.0,
+                                      source="prometheus"))
+    d = next(u for u in report.units if u.unit == "d")
+    assert d.metrics["waiting"] > 100 and d.role != "stalled"
 
 
 def _fleet(hot_rank: dict[str, int], inst_rate: dict[str, float] | None = None) -> Evidence:

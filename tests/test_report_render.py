@@ -76,3 +76,42 @@ def test_infinite_ratio_is_the_same_number_in_tables_summary_and_json() -> None:
     text = _terminal(report)
     assert "∞x" in text
     assert "∞x" in markdown.render(report)
+
+
+def test_bucket_bounded_percentiles_are_marked_and_never_form_a_ratio() -> None:
+    # c is hot; its TTFT p99 fell in the +Inf bucket (PromQL answers the last bound, 10 s) and
+    # its peers' p99 sit exactly on the 300 ms bound: no "33x" may be built from them
+    import polars as pl
+
+    from skewscope.frame import BOUND_LOWER, BOUND_UPPER, Level, UnitFrame
+
+    frame = make_frame({u: Spec(rate=44.0) if u == "c" else Spec() for u in "abcd"},
+                       source="prometheus")
+    hot = pl.col("unit") == "c"
+    df = frame.df.with_columns(
+        pl.when(hot).then(10_000.0).otherwise(300.0).alias("ttft_p99_ms"),
+        pl.when(hot).then(BOUND_LOWER).otherwise(BOUND_UPPER).alias("ttft_p99_ms_bound"),
+    )
+    report = diagnose_frame(UnitFrame(df=df, level=Level.INSTANCE, window_s=10.0,
+                                      source="prometheus"))
+    (f,) = report.findings
+    row = next(r for r in f.side_by_side if r.metric == "ttft_p99_ms")
+    assert (row.hot_bound, row.reference_bound) == ("lower", "upper")
+    assert row.ratio != row.ratio  # NaN: no ratio from bounds
+    assert f.evidence["impact_ratios"]["ttft_p99_ms"] != f.evidence["impact_ratios"]["ttft_p99_ms"]
+    assert "TTFT p99" not in f.summary.split("Histogram bucket bounds")[0]
+    assert "TTFT p99 > 10,000 ms vs < 300 ms" in f.summary
+    units = {u.unit: u for u in report.units}
+    assert units["c"].bounds == {"ttft_p99_ms": "lower"}
+    assert units["a"].bounds == {"ttft_p99_ms": "upper"}
+    text = _terminal(report)
+    assert "> 10,000" in text and "< 300" in text
+    md = markdown.render(report)
+    assert "| > 10,000 | < 300 | — |" in md
+    doc = json.loads(jsonout.render(report))
+    jrow = next(r for r in doc["findings"][0]["side_by_side"] if r["metric"] == "ttft_p99_ms")
+    assert jrow["ratio"] is None and jrow["hot_bound"] == "lower"
+    assert doc["units"][2]["bounds"] == {"ttft_p99_ms": "lower"}
+    # an unmarked source keeps its ratio
+    plain = next(r for r in HOT.findings[0].side_by_side if r.metric == "ttft_p99_ms")
+    assert plain.ratio == plain.ratio and plain.hot_bound == ""

@@ -84,6 +84,11 @@ class Generation(StrEnum):
     MINDIE = "mindie"
 
 
+# How a percentile that rests on a histogram bucket bound is printed (UnitReport.bounds):
+# "upper" = the truth is at most the value, "lower" = above it (+Inf bucket), "mixed" = both.
+BOUND_PREFIX: dict[str, str] = {"upper": "< ", "lower": "> ", "mixed": "~"}
+
+
 @dataclass(frozen=True)
 class Metric:
     """A per-unit summary metric: its key in UnitReport.metrics, label and unit."""

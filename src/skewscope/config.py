@@ -51,12 +51,13 @@ class Thresholds:
     # Trend rule (online): gap between the hot and the idle units widening while P95/P99 rises.
     trend_min_slope_share: float = 0.02  # per window, relative to the mean gap
     # Stalled engine: in a window it holds at least ``stalled_min_in_flight`` requests (mean
-    # running + waiting) while its progress (steps executed, else finished requests) is at most
-    # ``stalled_progress_share`` of that. Persistent by ``persist_share``/``min_consecutive``
-    # over the windows the unit reported, whatever the service's volume: a hung engine is the
-    # worst hot unit, never "near-idle".
+    # running + waiting) while its progress (steps executed, else finished requests) stays below
+    # ``stalled_max_progress`` — nothing, whatever the window length (a saturated unit that
+    # finishes a few requests per short window is slow, not stalled). Persistent by
+    # ``persist_share``/``min_consecutive`` over the windows the unit reported, whatever the
+    # service's volume: a hung engine is the worst hot unit, never "near-idle".
     stalled_min_in_flight: float = 4.0
-    stalled_progress_share: float = 0.05
+    stalled_max_progress: float = 0.5
     # Saturation: a hot unit sits at its batch ceiling when its mean running stays within this
     # share of its own peak while at least ``saturated_min_waiting`` requests wait, in
     # ``persist_share`` of the judged windows; its request ratio then understates its traffic.

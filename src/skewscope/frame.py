@@ -46,6 +46,26 @@ SIGNALS: dict[str, tuple[str, str]] = {
 }
 SIGNAL_COLUMNS: tuple[str, ...] = tuple(SIGNALS)
 
+# Percentiles a source estimates from histogram buckets can be only *bounded*: when the rank
+# lands exactly on a bucket's upper bound, or in the +Inf bucket (PromQL then answers the
+# highest finite bound), the number is a bucket bound, not a measurement. Such a source fills the
+# companion column ``<signal>_bound`` (``bound_column``) of these signals:
+#   null          exact, or interpolated inside a bucket (an estimate, but not a bound);
+#   BOUND_UPPER   the value is a bucket's upper bound, the true percentile is at most it ("< v");
+#   BOUND_LOWER   the rank fell in the +Inf bucket: the true percentile is above it ("> v").
+# The analysis never forms a ratio from a bounded value and carries the mark to the Report.
+PERCENTILE_SIGNALS: tuple[str, ...] = ("queue_wait_p95_ms", "ttft_p99_ms", "e2e_p99_ms")
+BOUND_UPPER = 1.0
+BOUND_LOWER = -1.0
+
+
+def bound_column(signal: str) -> str:
+    """Name of the companion bound column of a percentile signal."""
+    return f"{signal}_bound"
+
+
+BOUND_COLUMNS: tuple[str, ...] = tuple(bound_column(s) for s in PERCENTILE_SIGNALS)
+
 # Totals within a window: where a unit's source is present but saw no event, the value is 0
 # (a starved unit), not missing.
 TOTAL_SIGNALS: frozenset[str] = frozenset(
@@ -104,12 +124,12 @@ def empty_schema() -> dict[str, object]:
         "instance": pl.Utf8,
         "dp_rank": pl.Int64,
     }
-    schema.update({name: pl.Float64 for name in SIGNAL_COLUMNS})
+    schema.update({name: pl.Float64 for name in (*SIGNAL_COLUMNS, *BOUND_COLUMNS)})
     return schema
 
 
 def conform(df: pl.DataFrame) -> pl.DataFrame:
-    """Add absent signal columns as null and cast to the canonical schema and order."""
+    """Add absent signal (and bound) columns as null; cast to the canonical schema and order."""
     import polars as pl
 
     schema = empty_schema()

@@ -22,9 +22,14 @@ from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, load_ra
 from skewscope.analysis.saturation import Saturation, saturation, unplaced_link
 from skewscope.analysis.significance import weight_p_value
 from skewscope.analysis.stall import Stall, find_stalls, stall_evidence, stall_summary
-from skewscope.analysis.summary import reference_summary, unit_summary
+from skewscope.analysis.summary import (
+    reference_bounds,
+    reference_summary,
+    unit_bounds,
+    unit_summary,
+)
 from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
-from skewscope.catalogue import METRIC_BY_KEY
+from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence, Level, UnitFrame
@@ -155,6 +160,8 @@ class _HotResult:
     unplaced: float  # unplaced requests per window of its instance linked to it (NaN: none)
     window_s: float  # window length (rates are per second, ``unplaced`` is per window)
     weight_p: float  # permutation p-value of its heavier requests (NaN: not tested)
+    hot_bounds: dict[str, str]  # percentile metrics resting on bucket bounds (summary.unit_bounds)
+    ref_bounds: dict[str, str]
 
 
 def diagnose_frame(
@@ -329,11 +336,19 @@ def _stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
     return out
 
 
-def _side_by_side(hot: dict[str, float], ref: dict[str, float]) -> tuple[SideBySide, ...]:
+def _side_by_side(
+    hot: dict[str, float],
+    ref: dict[str, float],
+    hot_bounds: dict[str, str] | None = None,
+    ref_bounds: dict[str, str] | None = None,
+) -> tuple[SideBySide, ...]:
+    """Hot against reference per metric; no ratio where either side is a bucket bound."""
+    hb, rb = hot_bounds or {}, ref_bounds or {}
     rows = []
     for k in SIDE_BY_SIDE:
         h, r = hot.get(k, math.nan), ref.get(k, math.nan)
-        rows.append(SideBySide(k, h, r, load_ratio(h, r)))
+        ratio = math.nan if k in hb or k in rb else load_ratio(h, r)
+        rows.append(SideBySide(k, h, r, ratio, hb.get(k, ""), rb.get(k, "")))
     return tuple(rows)
 
 
@@ -431,14 +446,16 @@ def _judge_hot(
         p_value = weight_p_value(m, j, ref_cols, mask, signal, th)
         if p_value >= th.weight_p_value:
             cls = _without_weight(cls)
-    imp = impact(m, j, hot, ref, mask, th)
+    hot_bounds = unit_bounds(m, j, mask)
+    ref_bounds = reference_bounds([unit_bounds(m, k, mask) for k in ref_cols])
+    imp = impact(m, j, hot, ref, mask, th, frozenset({*hot_bounds, *ref_bounds}))
     trend = gap_trend(m, j, ref_cols, mask, th)
     sat = saturation(m, j, mask, th)
     linked = unplaced if sat.saturated and unplaced_link(m, j, mask, unplaced, th) else math.nan
     lower = "" if not sat.saturated else "finished" if counts_finished else (
         "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
     return _HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
-                      sat, lower, linked, m.window_s, p_value)
+                      sat, lower, linked, m.window_s, p_value, hot_bounds, ref_bounds)
 
 
 def _without_weight(cls: Classification) -> Classification:
@@ -537,7 +554,7 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
         evidence=evidence,
         actions=tuple(actions),
         root_causes=tuple(RootCauseRef(k, ROOT_CAUSES[k].title) for k in causes),
-        side_by_side=_side_by_side(r.hot, r.ref),
+        side_by_side=_side_by_side(r.hot, r.ref, r.hot_bounds, r.ref_bounds),
     )
 
 
@@ -590,6 +607,10 @@ def _num(key: str, v: float) -> str:
         return f"{v:.0%}"
     text = f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
     return f"{text} {unit}" if unit == "ms" else text
+
+
+def _bounded_num(key: str, v: float, bound: str) -> str:
+    return BOUND_PREFIX.get(bound, "") + _num(key, v)
 
 
 def _split_sentence(count_share: float, weight_share: float) -> str:
@@ -662,6 +683,16 @@ def _summary(r: _HotResult, th: Thresholds) -> str:
     ]
     if hurts:
         parts.append("Impact against its peers: " + ", ".join(hurts) + ".")
+    bounded = [k for k in TAIL_METRICS if k in r.hot_bounds or k in r.ref_bounds]
+    if bounded:
+        shown = ", ".join(
+            f"{METRIC_BY_KEY[k].label} {_bounded_num(k, r.hot[k], r.hot_bounds.get(k, ''))} vs "
+            f"{_bounded_num(k, r.ref[k], r.ref_bounds.get(k, ''))}"
+            for k in bounded
+        )
+        parts.append(
+            f"Histogram bucket bounds only, so no ratio is formed from them: {shown}."
+        )
     else:
         parts.append("No measurable queueing or latency impact yet.")
     if r.imp.kv_exhausted:
@@ -732,6 +763,7 @@ def _unit_report(
         metrics=unit_summary(m, j, mask),
         load_ratios=_load_ratios(heat) if heat else {},
         heat_by_window=tuple(np.where(heat.active, heat.score, np.nan).tolist()) if heat else (),
+        bounds=unit_bounds(m, j, mask),
     )
 
 

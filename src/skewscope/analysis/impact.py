@@ -42,11 +42,15 @@ def impact(
     ref: dict[str, float],
     mask: Flags,
     th: Thresholds,
+    bounded: frozenset[str] = frozenset(),
 ) -> Impact:
+    """``bounded``: metrics whose hot or reference value is only a histogram bucket bound; no
+    ratio is formed from them (a bound over a bound says nothing about how far apart they are)."""
     ratios: dict[str, float] = {}
     for key, floor in IMPACT_METRICS.items():
         h, r = hot.get(key, math.nan), ref.get(key, math.nan)
-        ratios[key] = safe_ratio(h, max(r, floor)) if math.isfinite(r) else math.nan
+        ok = math.isfinite(r) and key not in bounded
+        ratios[key] = safe_ratio(h, max(r, floor)) if ok else math.nan
     hurting = tuple(k for k, v in ratios.items() if math.isfinite(v) and v >= th.impact_ratio)
 
     notes: list[str] = []

@@ -6,13 +6,19 @@ instead of reading as an idle unit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from skewscope.frame import SIGNAL_COLUMNS
+from skewscope.frame import (
+    BOUND_LOWER,
+    BOUND_UPPER,
+    PERCENTILE_SIGNALS,
+    SIGNAL_COLUMNS,
+    bound_column,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -28,6 +34,7 @@ class SignalMatrix:
     groups: tuple[str, ...]  # peer group of each unit: its instance at DP level, "" otherwise
     values: dict[str, Array]  # signal -> (W, U); NaN = missing
     window_s: float = float("nan")  # window length: turns per-window totals into rates
+    bounds: dict[str, Array] = field(default_factory=dict)  # percentile -> frame.BOUND_*, NaN
 
     def get(self, signal: str) -> Array:
         return self.values[signal]
@@ -63,9 +70,30 @@ def build_matrix(
         grid[rows, cols] = column
         values[name] = grid
     values["total_tokens"] = _add(values["prompt_tokens"], values["generation_tokens"])
+    bounds: dict[str, Array] = {}
+    for name in PERCENTILE_SIGNALS:
+        if bound_column(name) in df.columns:
+            grid = np.full((len(windows), len(units)), np.nan)
+            column = df[bound_column(name)].cast(float).fill_null(np.nan).to_numpy()
+            grid[rows, cols] = column.astype(np.float64)
+            if np.isfinite(grid).any():
+                bounds[name] = grid
     return SignalMatrix(
-        windows=windows, units=units, groups=groups, values=values, window_s=window_s
+        windows=windows, units=units, groups=groups, values=values, window_s=window_s,
+        bounds=bounds,
     )
+
+
+# How a summary value relates to the truth when some of its windows were bucket bounds.
+UPPER, LOWER, MIXED = "upper", "lower", "mixed"
+
+
+def combine_bounds(flags: Array) -> str:
+    """'upper' (at most), 'lower' (at least), 'mixed' (both) or '' from BOUND_* flags: a mean or
+    median of values that are each >= their truth is itself >= the truth's, and so on."""
+    upper = bool((flags == BOUND_UPPER).any())
+    lower = bool((flags == BOUND_LOWER).any())
+    return MIXED if upper and lower else UPPER if upper else LOWER if lower else ""
 
 
 def _add(a: Array, b: Array) -> Array:

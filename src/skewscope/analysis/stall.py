@@ -52,7 +52,7 @@ def find_stalls(m: SignalMatrix, th: Thresholds) -> list[Stall]:
             continue
         with np.errstate(invalid="ignore"):
             stalled = known & (in_flight[:, j] >= th.stalled_min_in_flight) & (
-                progress <= th.stalled_progress_share * in_flight[:, j]
+                progress < th.stalled_max_progress
             )
         share = float(stalled.sum()) / n_known
         run = longest_run(stalled[known])

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from skewscope.analysis.matrix import Array, Flags, SignalMatrix, nanmean, nansum, safe_ratio
+from skewscope.analysis.matrix import (
+    LOWER,
+    MIXED,
+    UPPER,
+    Array,
+    Flags,
+    SignalMatrix,
+    combine_bounds,
+    nanmean,
+    nansum,
+    safe_ratio,
+)
 
 
 def unit_summary(m: SignalMatrix, j: int, mask: Flags) -> dict[str, float]:
@@ -61,4 +72,27 @@ def reference_summary(summaries: list[dict[str, float]]) -> dict[str, float]:
         vals = np.array([s[key] for s in summaries], dtype=np.float64)
         finite = vals[np.isfinite(vals)]
         out[key] = float(np.median(finite)) if finite.size else float("nan")
+    return out
+
+
+def unit_bounds(m: SignalMatrix, j: int, mask: Flags) -> dict[str, str]:
+    """Percentile metrics of unit ``j`` that rest on bucket bounds: metric -> upper/lower/mixed.
+
+    The summary of a percentile is the mean over windows, so one bounded window bounds it."""
+    out: dict[str, str] = {}
+    for sig, flags in m.bounds.items():
+        measured = mask & np.isfinite(m.get(sig)[:, j])
+        mark = combine_bounds(flags[measured, j])
+        if mark:
+            out[sig] = mark
+    return out
+
+
+def reference_bounds(per_unit: list[dict[str, str]]) -> dict[str, str]:
+    """Bounds of the peers' median: upper if any peer's value is an upper bound, and so on."""
+    out: dict[str, str] = {}
+    for key in {k for b in per_unit for k in b}:
+        marks = {b[key] for b in per_unit if key in b}
+        up, low = marks & {UPPER, MIXED}, marks & {LOWER, MIXED}
+        out[key] = MIXED if up and low else UPPER if up else LOWER
     return out

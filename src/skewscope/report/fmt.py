@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from skewscope.catalogue import METRIC_BY_KEY, UNIT_COLUMNS
+from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, UNIT_COLUMNS
 from skewscope.errors import one_line
 from skewscope.report.model import Episode, Finding, Report, UnitReport, rounded
 
@@ -34,18 +34,21 @@ def names(units: tuple[str, ...] | list[str]) -> str:
 def hot_share(u: UnitReport) -> str:
     return "—" if not math.isfinite(u.hot_share) else f"{u.hot_share:.0%}"
 
-def value(key: str, v: float | None) -> str:
-    """Format one metric value by its unit; '—' marks a value that was not measured."""
+def value(key: str, v: float | None, bound: str = "") -> str:
+    """Format one metric value by its unit; '—' marks a value that was not measured, and a
+    histogram bucket bound reads '< 300' (at most) or '> 10,000' (the +Inf bucket)."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
     unit = METRIC_BY_KEY[key].unit if key in METRIC_BY_KEY else ""
     if unit == "frac":
-        return f"{v:.0%}"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
+        text = f"{v:.0%}"
+    elif abs(v) >= 100:
+        text = f"{v:,.0f}"
+    elif abs(v) >= 10:
+        text = f"{v:.1f}"
+    else:
+        text = f"{v:.2f}"
+    return BOUND_PREFIX.get(bound, "") + text
 
 
 def ratio(r: float) -> str:

@@ -58,11 +58,12 @@ def _finding(f: Finding, h: str) -> list[str]:
     lines.extend(f"- {_text(fmt.clean(a))}" for a in f.actions)
     lines.extend(["", _row(["metric", fmt.names(f.units), "peers (median)", "unit / peers"]),
                   "|---|---:|---:|---:|"])
-    for key, hot, ref, ratio in f.side_by_side:
-        if fmt.value(key, hot) == "—" and fmt.value(key, ref) == "—":
+    for row in f.side_by_side:
+        hot = fmt.value(row.metric, row.hot, row.hot_bound)
+        ref = fmt.value(row.metric, row.reference, row.reference_bound)
+        if hot == "—" and ref == "—":
             continue
-        lines.append(_row([fmt.label(key), fmt.value(key, hot), fmt.value(key, ref),
-                           fmt.ratio(ratio)]))
+        lines.append(_row([fmt.label(row.metric), hot, ref, fmt.ratio(row.ratio)]))
     lines.append("")
     return lines
 
@@ -72,7 +73,7 @@ def _units(report: Report, h: str) -> list[str]:
     lines = [f"{h} Units", "", _row(cols),
              "|" + "---|" * 3 + "---:|" * len(fmt.UNIT_COLUMNS)]
     for u in report.units:
-        vals = [fmt.value(k, u.metrics.get(k)) for k in fmt.UNIT_COLUMNS]
+        vals = [fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for k in fmt.UNIT_COLUMNS]
         lines.append(_row([fmt.name(u.unit), u.role, fmt.hot_share(u), *vals]))
     lines.append("")
     return lines

@@ -49,6 +49,9 @@ class UnitReport:
     load_ratios: dict[str, float] = field(default_factory=dict)
     # Per window of the report: the highest of those ratios (NaN where not judged).
     heat_by_window: tuple[float, ...] = ()
+    # Percentile metrics that rest on histogram bucket bounds: "upper" (print "< v"), "lower"
+    # ("> v", the +Inf bucket) or "mixed" ("~v"); absent = measured or interpolated.
+    bounds: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -62,6 +65,7 @@ class UnitReport:
                 "load_ratios": self.load_ratios,
                 "heat_by_window": list(self.heat_by_window),
                 **self.metrics,
+                "bounds": self.bounds,
             }
         )
 
@@ -77,13 +81,15 @@ class RootCauseRef:
 
 class SideBySide(NamedTuple):
     """One metric of a finding, hot against the median of its peers. ``ratio`` is computed by
-    the analysis (inf when the peers did none of it, NaN when not measured): renderers print
-    it, they never divide."""
+    the analysis (inf when the peers did none of it, NaN when not measured or when either side
+    is only a bucket bound): renderers print it, they never divide."""
 
     metric: str
     hot: float
     reference: float
     ratio: float
+    hot_bound: str = ""  # "upper" | "lower" | "mixed" when a bucket bound, see UnitReport.bounds
+    reference_bound: str = ""
 
 
 def utc(epoch_s: float) -> str | None:

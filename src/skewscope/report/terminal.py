@@ -73,11 +73,12 @@ def _finding(f: Finding) -> Panel:
                      style="bold", no_wrap=True)
     table.add_column("peers (median)", justify="right", no_wrap=True)
     table.add_column("unit / peers", justify="right", no_wrap=True)
-    for key, hot, ref, ratio in f.side_by_side:
-        if fmt.value(key, hot) == "—" and fmt.value(key, ref) == "—":
+    for row in f.side_by_side:
+        hot = fmt.value(row.metric, row.hot, row.hot_bound)
+        ref = fmt.value(row.metric, row.reference, row.reference_bound)
+        if hot == "—" and ref == "—":
             continue
-        table.add_row(Text(fmt.label(key)), fmt.value(key, hot), fmt.value(key, ref),
-                      fmt.ratio(ratio))
+        table.add_row(Text(fmt.label(row.metric)), hot, ref, fmt.ratio(row.ratio))
     causes = Text("\n".join(x for x in (fmt.finding_when(f), "Likely cause: " + "; or ".join(
         fmt.clean(c.title) for c in f.root_causes)) if x))
     actions = Text("\n".join(f"→ {fmt.clean(a)}" for a in f.actions), style="green")
@@ -92,7 +93,8 @@ def _unit_columns(report: Report) -> list[tuple[str, list[str]]]:
     """(header, one cell per unit) for every column after the unit id."""
     cols = [("role", [u.role for u in report.units]),
             ("hot %", [fmt.hot_share(u) for u in report.units])]
-    cols += [(fmt.short_label(k), [fmt.value(k, u.metrics.get(k)) for u in report.units])
+    cols += [(fmt.short_label(k),
+              [fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for u in report.units])
              for k in fmt.UNIT_COLUMNS]
     return cols
 

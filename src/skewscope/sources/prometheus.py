@@ -22,9 +22,10 @@ import httpx
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
-from skewscope.frame import MAX_WINDOWS, Evidence, Level, choose_window
+from skewscope.frame import MAX_WINDOWS, Evidence, Level, bound_column, choose_window
 from skewscope.sources.auth import HttpAuth, normalise_url, quoted, redact_url
 from skewscope.sources.dialects import (
+    ROLES,
     SIGNAL_SPECS,
     Alias,
     detect_dialect,
@@ -33,8 +34,13 @@ from skewscope.sources.dialects import (
 )
 from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.fetch import Fetched, bounded_get, make_client
-from skewscope.sources.promql import build_query, normalise_selector
-from skewscope.sources.validate import parse_number, parse_rank, parse_timestamp
+from skewscope.sources.promql import (
+    bound_marks,
+    bucket_bounds_query,
+    build_query,
+    normalise_selector,
+)
+from skewscope.sources.validate import parse_bound, parse_number, parse_rank, parse_timestamp
 
 MAX_POINTS = MAX_WINDOWS  # Prometheus refuses query_range with more points per series
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -224,6 +230,45 @@ def matrix_to_values(
     return out
 
 
+def _mark_bucket_bounds(
+    client: PromClient,
+    jobs: list[tuple[Level, str, Alias, str]],
+    per_level: Mapping[Level, Values],
+    selector: str,
+    start: float,
+    end: float,
+) -> list[str]:
+    """Add ``<signal>_bound`` tables (frame.py) where histogram_quantile answered a bucket
+    bound: one ``count by (le)`` query per histogram over the whole range. The check is an
+    extra: when the backend refuses it, the percentiles stay unmarked and a note says so."""
+    les: dict[str, set[float]] = {}
+    for level, signal, alias, _ in jobs:
+        spec = next(s for s in SIGNAL_SPECS if s.signal == signal)
+        table = per_level[level].get(signal)
+        if spec.over_time != "quantile" or not table:
+            continue
+        if alias.name not in les:
+            span = max(end - start, 1.0)
+            try:
+                result = client.query_range(
+                    bucket_bounds_query(alias, span, selector), end, end, span
+                )
+            except SourceError as exc:
+                return [f"histogram bucket bounds not checked ({exc}): percentiles unmarked"]
+            found = set()
+            for r in result:
+                metric = r.get("metric") if isinstance(r, dict) else None
+                raw = metric.get("le") if isinstance(metric, dict) else None
+                le = parse_bound(raw) if isinstance(raw, str) else None
+                if le is not None:
+                    found.add(le)
+            les[alias.name] = found
+        marks = bound_marks(table, les[alias.name], ROLES[spec.role].scale)
+        if marks:
+            per_level[level][bound_column(signal)] = marks
+    return []
+
+
 def load_prometheus(
     url: str,
     *,
@@ -294,6 +339,7 @@ def load_prometheus(
             )
             if table:
                 per_level[level][signal] = table
+        notes.extend(_mark_bucket_bounds(client, jobs, per_level, sel, first_t, last_t))
         if bad:
             notes.append(
                 f"skipped {len(bad)} series without a usable instance or DP label "

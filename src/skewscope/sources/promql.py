@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from skewscope.errors import UsageError
-from skewscope.frame import Level
+from skewscope.frame import BOUND_LOWER, BOUND_UPPER, Level
 from skewscope.sources.dialects import ROLES, Alias, Kind, Matcher, SignalSpec, name_regex
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -152,3 +152,33 @@ def build_query(
         count = _increase(alias.name + "_count", alias, by, w, selector)
         expr = f"({total} / {count})"
     return _scaled(expr, role.scale)
+
+
+# --- which histogram_quantile answers are only bucket bounds (frame.py: <signal>_bound) -------
+# histogram_quantile answers the highest finite bound when the rank falls in the +Inf bucket, and
+# a bucket's bound when the rank is exactly its cumulative count. One extra query per histogram
+# lists its bucket bounds; every answer equal to one of them is marked.
+
+
+def bucket_bounds_query(alias: Alias, range_s: float, selector: str = "") -> str:
+    """The bucket bounds (``le`` values) a histogram exposed over the last ``range_s``."""
+    sel = series_selector(alias.name + "_bucket", alias, selector)
+    return f"count by (le) (last_over_time({sel}[{duration(range_s)}]))"
+
+
+def bound_marks(
+    values: dict[tuple[float, str, int | None], float], les: set[float], scale: float
+) -> dict[tuple[float, str, int | None], float]:
+    """frame.BOUND_LOWER where a value is the highest finite bound (the +Inf bucket answer),
+    frame.BOUND_UPPER where it is another bound; other values are interpolated (unmarked)."""
+    finite = sorted(b for b in les if b == b and b != float("inf"))
+    if not finite:
+        return {}
+    out = {}
+    for key, v in values.items():
+        raw = v / scale
+        if abs(raw - finite[-1]) <= 1e-9 * max(1.0, abs(finite[-1])):
+            out[key] = BOUND_LOWER
+        elif any(abs(raw - b) <= 1e-9 * max(1.0, abs(b)) for b in finite[:-1]):
+            out[key] = BOUND_UPPER
+    return out

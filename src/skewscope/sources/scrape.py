@@ -18,7 +18,14 @@ from urllib.parse import urlsplit
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
-from skewscope.frame import Evidence, Level, choose_window
+from skewscope.frame import (
+    BOUND_LOWER,
+    BOUND_UPPER,
+    Evidence,
+    Level,
+    bound_column,
+    choose_window,
+)
 from skewscope.sources.auth import HttpAuth, normalise_url, quoted
 from skewscope.sources.collect import Snapshot, collect
 from skewscope.sources.dialects import (
@@ -156,6 +163,22 @@ def bucket_quantile(q: float, buckets: Mapping[float, float]) -> float:
     return lo + (bounds[i] - lo) * ((rank - below) / (counts[i] - below))
 
 
+def bucket_quantile_bound(q: float, buckets: Mapping[float, float]) -> float:
+    """Whether ``bucket_quantile`` answers a bucket bound (frame.BOUND_UPPER: the rank is the
+    cumulative count at a bound, the truth is at most it; frame.BOUND_LOWER: the rank is in the
+    +Inf bucket, the truth is above the highest finite bound), else NaN (interpolated)."""
+    value = bucket_quantile(q, buckets)
+    if math.isnan(value):
+        return math.nan
+    bounds = sorted(buckets)
+    counts = [max(buckets[b] for b in bounds[: i + 1]) for i in range(len(bounds))]
+    if q * counts[-1] > counts[-2]:
+        return BOUND_LOWER
+    if any(math.isclose(value, b, rel_tol=1e-12) for b in bounds[:-1]):
+        return BOUND_UPPER
+    return math.nan
+
+
 # ------------------------------------------------------------------------------------------------
 # Snapshots -> per-level values
 
@@ -232,18 +255,8 @@ def signal_values(
         red = lambda pts: gauge_reduce(pts, 0.0, w, spec.over_time)  # noqa: E731
         vals = _combine(_grouped(snaps, alias.name, alias, level, red, bad), spec.across)
     elif spec.over_time == "quantile":
-        per_le: dict[tuple[int | None, int], dict[float, float]] = defaultdict(dict)
-        for (dp, labels), windows in _grouped(
-            snaps, alias.name + "_bucket", alias, level, inc, bad
-        ).items():
-            raw = dict(labels).get("le", "")
-            le = parse_bound(raw)
-            if le is None:
-                bad.append(f"le={quoted(repr(raw), 40)}")
-                continue
-            for k, v in windows.items():
-                per_le[(dp, k)][le] = per_le[(dp, k)].get(le, 0.0) + v
         assert spec.quantile is not None
+        per_le = _bucket_increases(alias, snaps, level, inc, bad)
         vals = {key: bucket_quantile(spec.quantile, b) for key, b in per_le.items()}
     else:
         total = _combine(_grouped(snaps, alias.name + "_sum", alias, level, inc, bad), "sum")
@@ -286,6 +299,44 @@ def _source_notes(snapshots: Mapping[str, Sequence[Snapshot]], bad: list[str]) -
     return notes
 
 
+def _bucket_increases(
+    alias: Alias,
+    snaps: Sequence[Snapshot],
+    level: Level,
+    inc: Callable[[list[Point]], dict[int, float]],
+    bad: list[str],
+) -> dict[tuple[int | None, int], dict[float, float]]:
+    """{(dp rank or None, window index): {le: cumulative count increase}} of one histogram."""
+    per_le: dict[tuple[int | None, int], dict[float, float]] = defaultdict(dict)
+    for (dp, labels), windows in _grouped(
+        snaps, alias.name + "_bucket", alias, level, inc, bad
+    ).items():
+        raw = dict(labels).get("le", "")
+        le = parse_bound(raw)
+        if le is None:
+            bad.append(f"le={quoted(repr(raw), 40)}")
+            continue
+        for k, v in windows.items():
+            per_le[(dp, k)][le] = per_le[(dp, k)].get(le, 0.0) + v
+    return per_le
+
+
+def quantile_bounds(
+    spec: SignalSpec, alias: Alias, snaps: Sequence[Snapshot], level: Level, w: float
+) -> dict[tuple[int | None, int], float]:
+    """{(dp rank or None, window index): frame.BOUND_*} where the quantile is a bucket bound
+    (unusable series are reported by ``signal_values``, not twice)."""
+    assert spec.quantile is not None
+    lost = [s.t for s in snaps if s.samples is None]
+    inc = lambda pts: counter_increases(pts, 0.0, w, lost)  # noqa: E731
+    out = {}
+    for key, b in _bucket_increases(alias, snaps, level, inc, []).items():
+        flag = bucket_quantile_bound(spec.quantile, b)
+        if not math.isnan(flag):
+            out[key] = flag
+    return out
+
+
 def evidence_from_snapshots(
     snapshots: Mapping[str, Sequence[Snapshot]],
     *,
@@ -323,6 +374,17 @@ def evidence_from_snapshots(
                         table[(round(t0 + k * window_s, 6), inst, dp)] = v
             if table:
                 per_level[level][spec.signal] = table
+            if table and spec.over_time == "quantile":  # frame.py: which values are bounds
+                marks = {
+                    (round(t0 + k * window_s, 6), inst, dp): flag
+                    for inst, snaps in snapshots.items()
+                    for (dp, k), flag in quantile_bounds(
+                        spec, alias, snaps, level, window_s
+                    ).items()
+                    if k < n_windows
+                }
+                if marks:
+                    per_level[level][bound_column(spec.signal)] = marks
     all_notes += _source_notes(snapshots, bad)
     for inst, snaps in snapshots.items():
         dead = _dead_windows(snaps, window_s, n_windows)
