@@ -103,3 +103,31 @@ def test_prometheus_marks_answers_equal_to_a_bucket_bound() -> None:
     marks = bound_marks(values, {0.1, 0.5, 1.0, math.inf}, 1000.0)
     assert marks == {(0.0, "a", None): BOUND_LOWER, (0.0, "b", None): BOUND_UPPER}
     assert spec.over_time == "quantile"
+
+
+def test_real_backend_lists_the_bucket_bounds_and_marks_no_interpolated_answer(
+    backend: str,
+) -> None:
+    # the known history's TTFT p99 values are all interpolated inside a bucket (990 ms in
+    # (0.5, 1], 99 ms in (0, 0.1]): the bounds query must list 0.1/0.5/1/+Inf and mark nothing
+    from online_history import SPAN, T0, TTFT_BOUNDS, WINDOW
+
+    from skewscope.sources.prometheus import PromClient, load_prometheus
+
+    client = PromClient(backend)
+    try:
+        name = next(n for n in client.metric_names(T0, T0 + SPAN, "")
+                    if n.endswith("time_to_first_token_seconds_bucket"))
+        alias = Alias(name.removesuffix("_bucket"), "engine")
+        result = client.query_range(bucket_bounds_query(alias, SPAN, '{job="vllm-dp"}'),
+                                    T0 + SPAN, T0 + SPAN, SPAN)
+    finally:
+        client.close()
+    les = {r["metric"]["le"] for r in result}
+    assert {float(x) for x in les} == {float(x) for x in TTFT_BOUNDS}
+    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW,
+                         selector='job="vllm-dp"')
+    assert ev.dp is not None
+    for frame in (ev.instance, ev.dp):
+        assert frame.df["ttft_p99_ms"].null_count() < frame.df.height
+        assert frame.df["ttft_p99_ms_bound"].null_count() == frame.df.height
