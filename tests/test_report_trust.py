@@ -56,12 +56,15 @@ def _numbers(report: Report) -> set[str]:
     for r in _all_reports(report):
         for u in r.units:
             want.add(fmt.hot_share(u))
-            want.update(fmt.value(k, u.metrics.get(k)) for k in fmt.UNIT_COLUMNS)
+            want.update(fmt.value(k, u.metrics.get(k), u.bounds.get(k, ""))
+                        for k in fmt.UNIT_COLUMNS)
         for f in r.findings:
-            for key, hot, ref, ratio in f.side_by_side:
-                if fmt.value(key, hot) == "—" and fmt.value(key, ref) == "—":
+            for row in f.side_by_side:
+                hot = fmt.value(row.metric, row.hot, row.hot_bound)
+                ref = fmt.value(row.metric, row.reference, row.reference_bound)
+                if hot == "—" and ref == "—":
                     continue
-                want.update({fmt.value(key, hot), fmt.value(key, ref), fmt.ratio(ratio)})
+                want.update({hot, ref, fmt.ratio(row.ratio)})
     return want
 
 

@@ -80,7 +80,7 @@ def test_scrape_marks_the_inf_bucket_and_a_quantile_on_a_bound() -> None:
         "c": {0.5: 40},
     }
     snaps = {
-        inst: [Snapshot(float(t), parse_exposition(_exposition(le, t))) for t in range(13)]
+        inst: [Snapshot(float(t), parse_exposition(_exposition(le, t)).samples) for t in range(13)]
         for inst, le in per_step.items()
     }
     ev = evidence_from_snapshots(snaps, t0=0.0, window_s=2.0, n_windows=6, dialect="vllm")
