@@ -13,6 +13,7 @@ import io
 import json
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,8 @@ def run_one(name: str, seed: int) -> str:
     try:
         check_against_truth(doc, result.truth.to_dict())
     except AssertionError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "assertion"
-        return f"{doc['verdict']} {doc['hot_units']} {first[:120]}"
+        frame = traceback.extract_tb(exc.__traceback__)[-1]  # the check that failed
+        return f"{doc['verdict']} {doc['hot_units']}: `{(frame.line or '')[:100]}`"
     return ""
 
 

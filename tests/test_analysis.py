@@ -219,6 +219,18 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
                                     source="profiler")).findings
     assert g.evidence["kv_exhausted"] is True
     assert g.root_causes[0].key == "kv_exhaustion"
+    # peers touching 92% in one window each is a spike, not a service short of KV (their peak
+    # median is 92%; the kv-exhaustion scenario's seed 8 was missed this way)
+    w = frame.df["window_start_s"].unique().sort()
+    unit, start = pl.col("unit"), pl.col("window_start_s")
+    spike = frame.df.with_columns(
+        pl.when(unit == "c").then(0.97)
+        .when(((unit == "a") & (start == w[5])) | ((unit == "b") & (start == w[7]))).then(0.92)
+        .otherwise(0.5).alias("kv_usage_max")
+    )
+    (h,) = diagnose_frame(UnitFrame(df=spike, level=Level.INSTANCE, window_s=10.0,
+                                    source="profiler")).findings
+    assert h.evidence["kv_exhausted"] is True
 
 
 def test_majority_hot_is_judged_against_the_underloaded_minority() -> None:

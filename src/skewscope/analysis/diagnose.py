@@ -448,7 +448,8 @@ def _judge_hot(
             cls = _without_weight(cls)
     hot_bounds = unit_bounds(m, j, mask)
     ref_bounds = reference_bounds([unit_bounds(m, k, mask) for k in ref_cols])
-    imp = impact(m, j, hot, ref, mask, th, frozenset({*hot_bounds, *ref_bounds}))
+    imp = impact(m, j, hot, ref, mask, th, frozenset({*hot_bounds, *ref_bounds}),
+                 tuple(ref_cols))
     trend = gap_trend(m, j, ref_cols, mask, th)
     sat = saturation(m, j, mask, th)
     linked = unplaced if sat.saturated and unplaced_link(m, j, mask, unplaced, th) else math.nan

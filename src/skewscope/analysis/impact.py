@@ -43,9 +43,11 @@ def impact(
     mask: Flags,
     th: Thresholds,
     bounded: frozenset[str] = frozenset(),
+    ref_cols: tuple[int, ...] = (),
 ) -> Impact:
     """``bounded``: metrics whose hot or reference value is only a histogram bucket bound; no
-    ratio is formed from them (a bound over a bound says nothing about how far apart they are)."""
+    ratio is formed from them (a bound over a bound says nothing about how far apart they are).
+    ``ref_cols``: the reference units, to tell a service short of KV from a peer's KV spike."""
     ratios: dict[str, float] = {}
     for key, floor in IMPACT_METRICS.items():
         h, r = hot.get(key, math.nan), ref.get(key, math.nan)
@@ -59,6 +61,10 @@ def impact(
     ref_peak = ref.get("kv_usage_max", math.nan)
     kv_high = math.isfinite(kv_peak) and kv_peak >= th.kv_high
     peers_high = math.isfinite(ref_peak) and ref_peak >= th.kv_high
+    if peers_high and ref_cols:
+        # the whole service is short of KV only if the peers sit near exhaustion persistently,
+        # not when one of them touched it in a window or two
+        peers_high = _high_kv_share(m, ref_cols, mask, th) >= th.persist_share
     kv_exhausted = kv_high and not peers_high  # exhaustion is a skew finding only if it is local
     if kv_exhausted:
         notes.append(f"KV usage peaks at {kv_peak:.0%} (>= {th.kv_high:.0%}: near exhaustion)")
@@ -87,6 +93,15 @@ def impact(
         queue_growing=queue_growing,
         resource_notes=tuple(notes),
     )
+
+
+def _high_kv_share(m: SignalMatrix, cols: tuple[int, ...], mask: Flags, th: Thresholds) -> float:
+    """Median over ``cols`` of the share of measured windows with peak KV at or above kv_high."""
+    peak = m.get("kv_usage_max")[mask][:, list(cols)]
+    measured = np.isfinite(peak)
+    with np.errstate(invalid="ignore"):
+        shares = (measured & (peak >= th.kv_high)).sum(axis=0) / np.maximum(measured.sum(0), 1)
+    return float(np.median(shares))
 
 
 def trend_slope(y: Array) -> float:
