@@ -82,6 +82,9 @@ class Thresholds:
     max_scrape_mb: float = 16.0
     # A scrape without a terminal prints one progress line on stderr this often.
     progress_every_s: float = 10.0
+    # compare: a signal has converged when no unit is hot_ratio or more from its peers (either
+    # way); otherwise it improved (worse) when its log imbalance shrank (grew) by this share.
+    compare_change: float = 0.25
 
 
 DEFAULT_THRESHOLDS = Thresholds()

@@ -41,6 +41,10 @@ class SimulationError(SkewscopeError):
     exit_code = 5
 
 
+# --fail-on: the run worked, and its verdict is the one the gate was told to fail on
+# (diagnose: imbalanced; compare: not converged, or worse). Kept apart from the error codes.
+GATE_EXIT_CODE = 6
+
 MAX_MESSAGE_CHARS = 400
 
 

@@ -17,6 +17,7 @@ from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
     from skewscope.frame import Evidence
+    from skewscope.report.comparison import Comparison
     from skewscope.report.model import Report
     from skewscope.report.registry import Renderer
     from skewscope.sources.auth import HttpAuth
@@ -209,7 +210,7 @@ def check_output(args: argparse.Namespace) -> None:
         raise UsageError(f"-o {args.output}: file exists (use --force to overwrite)")
 
 
-def emit_report(report: Report, args: argparse.Namespace) -> None:
+def emit_report(report: Report | Comparison, args: argparse.Namespace) -> None:
     """Render with the chosen renderer; write atomically to -o FILE, or to stdout."""
     renderer = pick_renderer(args)
     if args.output is None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from skewscope.catalogue import FailOn, Verdict
 from skewscope.cli import common
-from skewscope.errors import UsageError
+from skewscope.errors import GATE_EXIT_CODE, UsageError
 
 if TYPE_CHECKING:
     from skewscope.frame import Evidence
@@ -40,6 +41,8 @@ def register(sub: Any) -> None:
     d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"),
                    help=LEVEL_HELP)
     d.add_argument("--window", metavar="DURATION", help=window_help())
+    d.add_argument("--fail-on", choices=[str(FailOn.IMBALANCED)],
+                   help="exit 6 when the verdict is imbalanced (CI or canary gate)")
     common.add_output_args(d)
     d.set_defaults(run=run)
 
@@ -106,4 +109,6 @@ def run(args: argparse.Namespace) -> int:
     evidence = load_evidence(args)
     report = diagnose(evidence, level=args.level)
     common.emit_report(report, args)
+    if args.fail_on == FailOn.IMBALANCED and report.verdict == Verdict.IMBALANCED:
+        return GATE_EXIT_CODE
     return 0

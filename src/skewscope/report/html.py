@@ -19,7 +19,8 @@ import jinja2
 from markupsafe import Markup
 
 from skewscope.catalogue import SERIES
-from skewscope.report import fmt
+from skewscope.report import compare_text, fmt
+from skewscope.report.comparison import Comparison
 from skewscope.report.model import Report
 
 VENDOR_JS = "uPlot.iife.min.js"
@@ -75,3 +76,7 @@ def page(template: str, title: str, doc: dict[str, Any], **context: Any) -> str:
 
 def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
     return page("report.html.j2", "skewscope report", report.to_dict(), report=report)
+
+
+def render_comparison(c: Comparison, *, width: int | None = None, color: bool = False) -> str:
+    return page("compare.html.j2", "skewscope compare", c.to_dict(), c=c, ct=compare_text)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 
+from skewscope.report.comparison import Comparison
 from skewscope.report.model import Report
 
 
-def render(report: Report) -> str:
+def render(report: Report | Comparison) -> str:
     return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
 
 
 def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
     return render(report) + "\n"
+
+
+def render_comparison(c: Comparison, *, width: int | None = None, color: bool = False) -> str:
+    return render(c) + "\n"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from skewscope.report import fmt
+from skewscope.report import compare_text, fmt
+from skewscope.report.comparison import Comparison
 from skewscope.report.model import Finding, Report
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
@@ -77,3 +78,21 @@ def _units(report: Report, h: str) -> list[str]:
         lines.append(_row([fmt.name(u.unit), u.role, fmt.hot_share(u), *vals]))
     lines.append("")
     return lines
+
+
+def render_comparison(c: Comparison, *, width: int | None = None, color: bool = False) -> str:
+    ct = compare_text
+    out = ["# skewscope compare", "", f"**{_text(ct.headline(c))}**", "",
+           f"- {_text(ct.side_line('before', c.before))}",
+           f"- {_text(ct.side_line('after', c.after))}",
+           f"- hot/peer follows: {_text(fmt.names(c.focus_units) or '—')}", "",
+           _row(["signal", *(f"{h} {side}" for h in ct.HEADER for side in ("before", "after")),
+                 "verdict"]),
+           "|---|" + "---:|---:|" * len(ct.HEADER) + "---|"]
+    for s in c.signals:
+        pairs = [v for pair in zip(ct.cells(s, s.before), ct.cells(s, s.after), strict=True)
+                 for v in pair]
+        out.append(_row([ct.signal_label(s), *pairs, s.verdict]))
+    if c.notes:
+        out.extend(["", "## Notes", *(f"- {_text(fmt.clean(n))}" for n in c.notes)])
+    return "\n".join(out) + "\n"

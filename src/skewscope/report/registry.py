@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from skewscope.report.comparison import Comparison
     from skewscope.report.model import Report
 
 
@@ -21,20 +22,29 @@ class RenderFn(Protocol):
 @dataclass(frozen=True)
 class Renderer:
     """A report format. ``module`` exposes ``render_text(report, *, width, color) -> str``
-    (width and color matter to the terminal format only). It is imported only when used, so
-    rich and jinja2 stay off the ``--help`` path."""
+    (width and color matter to the terminal format only) and ``compare_module`` (default: the
+    same) ``render_comparison(comparison, *, width, color) -> str`` for ``skewscope compare``.
+    Modules are imported only when used, so rich and jinja2 stay off the ``--help`` path."""
 
     name: str
     extensions: tuple[str, ...]
     module: str
+    compare_module: str = ""
 
-    def render(self, report: Report, *, width: int | None = None, color: bool = False) -> str:
+    def render(
+        self, doc: Report | Comparison, *, width: int | None = None, color: bool = False
+    ) -> str:
+        from skewscope.report.comparison import Comparison
+
+        if isinstance(doc, Comparison):
+            module = importlib.import_module(self.compare_module or self.module)
+            return str(module.render_comparison(doc, width=width, color=color))
         fn: RenderFn = importlib.import_module(self.module).render_text
-        return fn(report, width=width, color=color)
+        return fn(doc, width=width, color=color)
 
 
 RENDERERS: tuple[Renderer, ...] = (
-    Renderer("terminal", (".txt",), "skewscope.report.terminal"),
+    Renderer("terminal", (".txt",), "skewscope.report.terminal", "skewscope.report.compare_text"),
     Renderer("markdown", (".md", ".markdown"), "skewscope.report.markdown"),
     Renderer("json", (".json",), "skewscope.report.jsonout"),
     Renderer("html", (".html", ".htm"), "skewscope.report.html"),

@@ -1,0 +1,141 @@
+"""``skewscope compare BEFORE AFTER``: did the fix converge?
+
+Each side is a profiler folder (diagnosed now), a JSON report saved by ``diagnose --format
+json``, or, with ``--prometheus URL``, a time range of the same Prometheus
+(``--before-start/--before-end/--after-start/--after-end``). ``--fail-on`` turns the verdict
+into exit code 6 for CI or a canary gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from skewscope.catalogue import CompareVerdict, FailOn
+from skewscope.cli import common
+from skewscope.errors import GATE_EXIT_CODE, InputError, UsageError
+
+if TYPE_CHECKING:
+    from skewscope.report.comparison import Comparison
+
+
+def register(sub: Any) -> None:
+    c: argparse.ArgumentParser = sub.add_parser(
+        "compare",
+        help="compare two runs (before/after a fix): did the load converge?",
+        description="BEFORE and AFTER are profiler folders or JSON reports (diagnose --format "
+        "json); or give --prometheus URL with --before-start/--before-end/--after-start/"
+        "--after-end. Exit 6 when --fail-on matches.",
+    )
+    c.add_argument("before", nargs="?", metavar="BEFORE", help="profiler folder or JSON report")
+    c.add_argument("after", nargs="?", metavar="AFTER", help="profiler folder or JSON report")
+    prom = c.add_argument_group("Prometheus: two ranges of the same server")
+    prom.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible query API base")
+    for side in ("before", "after"):
+        for edge in ("start", "end"):
+            prom.add_argument(f"--{side}-{edge}", metavar="T",
+                              help=f"{side} range {edge}: epoch seconds or ISO 8601")
+    prom.add_argument("--step", metavar="DURATION", help="query step = window (e.g. 15s)")
+    prom.add_argument("--selector", default="", help='label matchers, e.g. {model_name="m"}')
+    prom.add_argument("--dialect", choices=common.DIALECT_CHOICES,
+                      help="metric dialect (default: detected from the metric names)")
+    common.add_auth_args(c)
+    c.add_argument("--level", default="auto", choices=("auto", "instance", "dp"))
+    c.add_argument("--window", metavar="DURATION", help="window size (default: >= 24 windows)")
+    c.add_argument("--fail-on", choices=[str(f) for f in FailOn],
+                   help="exit 6 when the after side is still imbalanced (verdict not "
+                   "converged), or only when it got worse")
+    common.add_output_args(c)
+    c.set_defaults(run=run)
+
+
+def _report(args: argparse.Namespace, path: str | None, side: str) -> dict[str, Any]:
+    """One side as a report dict (``Report.to_dict()`` form)."""
+    from skewscope.analysis.diagnose import diagnose
+
+    window = common.parse_duration(args.window, "--window") if args.window else None
+    if args.prometheus:
+        start = common.parse_time(getattr(args, f"{side}_start"), f"--{side}-start")
+        end = common.parse_time(getattr(args, f"{side}_end"), f"--{side}-end")
+        if end <= start:
+            raise UsageError(f"--{side}-end must be after --{side}-start")
+        evidence = common.prometheus_loader(args, window)(start, end)
+        return diagnose(evidence, level=args.level).to_dict()
+    assert path is not None
+    p = Path(path)
+    if p.is_file():
+        return load_json_report(p)
+    from skewscope.sources.profiler import load_profiler
+
+    return diagnose(load_profiler([path], window_s=window), level=args.level).to_dict()
+
+
+def load_json_report(path: Path) -> dict[str, Any]:
+    """A saved diagnose report; it must carry the per-window series (schema_version >= 2)."""
+    from skewscope.report.model import SCHEMA_VERSION
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: line {e.lineno}: not JSON ({e.msg})") from None
+    if not isinstance(doc, dict) or "verdict" not in doc or "units" not in doc:
+        raise InputError(f"{path}: expected a skewscope diagnose JSON report")
+    if doc.get("kind") == "compare":
+        raise InputError(f"{path}: is a compare report; give a diagnose report")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version < 2 or version > SCHEMA_VERSION:
+        raise InputError(
+            f"{path}: schema_version {version!r}: compare needs 2..{SCHEMA_VERSION} (a report "
+            "with per-window series; re-run diagnose --format json)"
+        )
+    shapes = {"series": dict | None, "units": list, "hot_units": list, "starved_units": list}
+    for key, kind in shapes.items():
+        if not isinstance(doc.get(key), kind):
+            raise InputError(f"{path}: field {key!r} is not what a diagnose report holds")
+    if not all(isinstance(u, dict) and isinstance(u.get("unit"), str) for u in doc["units"]):
+        raise InputError(f"{path}: field 'units' holds an entry without a 'unit' name")
+    return doc
+
+
+def comparison(args: argparse.Namespace) -> Comparison:
+    from skewscope.analysis.compare import compare
+
+    if args.prometheus:
+        if args.before or args.after:
+            raise UsageError("compare: give BEFORE AFTER paths or --prometheus, not both")
+        missing = [f"--{s}-{e}" for s in ("before", "after") for e in ("start", "end")
+                   if not getattr(args, f"{s}_{e}")]
+        if missing:
+            raise UsageError(f"compare --prometheus needs {', '.join(missing)}")
+        labels = (f"{args.before_start} .. {args.before_end}",
+                  f"{args.after_start} .. {args.after_end}")
+    else:
+        if not (args.before and args.after):
+            raise UsageError("compare: give BEFORE and AFTER (profiler folders or JSON reports), "
+                             "or --prometheus URL with --before-start/--before-end/"
+                             "--after-start/--after-end")
+        labels = (args.before, args.after)
+    before = _report(args, args.before, "before")
+    after = _report(args, args.after, "after")
+    return compare(before, after, labels)
+
+
+def gate(fail_on: str | None, verdict: str) -> int:
+    """Exit code for --fail-on: 6 when the gate trips, else 0."""
+    if fail_on == FailOn.WORSE and verdict == CompareVerdict.WORSE:
+        return GATE_EXIT_CODE
+    if fail_on == FailOn.IMBALANCED and verdict != CompareVerdict.CONVERGED:
+        return GATE_EXIT_CODE
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    common.pick_renderer(args)
+    common.check_output(args)
+    result = comparison(args)
+    common.emit_report(result, args)
+    return gate(args.fail_on, result.verdict)
