@@ -16,7 +16,8 @@ series the analysis put in each report:
 Verdict per signal: ``converged`` when the worst ratio is below ``hot_ratio``; else ``improved``
 / ``worse`` when its log shrank / grew by ``compare_change``; else ``unchanged``. Overall:
 ``worse`` when any signal got worse, ``converged`` when all converged and the after side is not
-imbalanced, ``improved`` when some signal improved or converged, else ``unchanged``.
+imbalanced, ``improved`` when some signal improved or converged from an uneven before, else
+``unchanged``.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def compare(
     if not signals:
         notes.append("no signal is measured on both sides; nothing to compare")
     return Comparison(
-        verdict=_overall(signals, after),
+        verdict=_overall(signals, after, th),
         before=_side(before, labels[0]),
         after=_side(after, labels[1]),
         focus_units=focus,
@@ -177,7 +178,7 @@ def _log(r: float) -> float:
     return math.log(r) if r > 0 and math.isfinite(r) else math.inf
 
 
-def _overall(signals: list[SignalComparison], after: Mapping[str, Any]) -> str:
+def _overall(signals: list[SignalComparison], after: Mapping[str, Any], th: Thresholds) -> str:
     verdicts = {s.verdict for s in signals}
     if not signals:
         return CompareVerdict.UNCHANGED
@@ -185,9 +186,10 @@ def _overall(signals: list[SignalComparison], after: Mapping[str, Any]) -> str:
         return CompareVerdict.WORSE
     if verdicts == {CompareVerdict.CONVERGED} and after.get("verdict") != Verdict.IMBALANCED:
         return CompareVerdict.CONVERGED
-    if verdicts & {CompareVerdict.IMPROVED, CompareVerdict.CONVERGED}:
-        return CompareVerdict.IMPROVED
-    return CompareVerdict.UNCHANGED
+    # a signal that was already even before is no progress
+    progressed = [s for s in signals if s.verdict == CompareVerdict.IMPROVED or (
+        s.verdict == CompareVerdict.CONVERGED and not s.before.worst_ratio < th.hot_ratio)]
+    return CompareVerdict.IMPROVED if progressed else CompareVerdict.UNCHANGED
 
 
 def _side(doc: Mapping[str, Any], label: str) -> Side:
