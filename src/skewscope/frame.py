@@ -43,6 +43,9 @@ SIGNALS: dict[str, tuple[str, str]] = {
     "blocks_allocated": ("KV blocks allocated", "sum"),
     "blocks_freed": ("KV blocks freed", "sum"),
     "preemptions": ("requests preempted or retracted", "sum"),
+    # from device exporters joined to the unit (DCGM, npu-exporter), mean over its devices
+    "device_util": ("mean device utilisation, fraction 0..1", "mean"),
+    "device_mem_mb": ("device memory used (MiB), summed over the unit's devices", "sum"),
 }
 SIGNAL_COLUMNS: tuple[str, ...] = tuple(SIGNALS)
 

@@ -177,10 +177,33 @@ def _sglang_tokenizer(t_off: int) -> Iterator[Sample]:
     yield Sample("sglang:num_requests_total", lab, T0 + t_off, total * (t_off // STEP))
 
 
+# Device exporters on the vLLM hosts (joined by host: a:9400 is on host a like a:8000):
+# DCGM (GPU_UTIL in percent, FB_USED MiB) per gpu on a, npu-exporter (percent, MB) per id on b.
+DEVICES = {
+    ("dcgm", "a:9400", "0"): (95.0, 30000.0),
+    ("dcgm", "a:9400", "1"): (30.0, 10000.0),
+    ("npu", "b:9101", "0"): (40.0, 20000.0),
+    ("npu", "b:9101", "1"): (45.0, 21000.0),
+}
+
+
+def _devices(t_off: int) -> Iterator[Sample]:
+    for (kind, inst, dev), (util, mem) in DEVICES.items():
+        at = T0 + t_off
+        if kind == "dcgm":
+            lab = _lab(job="dcgm", instance=inst, gpu=dev, Hostname="node-a", UUID=f"GPU-{dev}")
+            yield Sample("DCGM_FI_DEV_GPU_UTIL", lab, at, util)
+            yield Sample("DCGM_FI_DEV_FB_USED", lab, at, mem)
+        else:
+            lab = _lab(job="npu", instance=inst, id=dev)
+            yield Sample("npu_chip_info_utilization", lab, at, util)
+            yield Sample("npu_chip_info_hbm_used_memory", lab, at, mem)
+
+
 def history() -> list[Sample]:
     out: list[Sample] = []
     for t_off in range(0, SPAN + 1, STEP):
-        for gen in (_vllm, _scale, _mindie, _sglang, _sglang_tokenizer):
+        for gen in (_vllm, _scale, _mindie, _sglang, _sglang_tokenizer, _devices):
             out.extend(gen(t_off))
     return out
 

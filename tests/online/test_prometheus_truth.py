@@ -8,6 +8,7 @@ import math
 import polars as pl
 import pytest
 from online_history import (
+    DEVICES,
     GEN_PER_REQ,
     MINDIE,
     N_WINDOWS,
@@ -140,3 +141,20 @@ def test_default_window_comes_from_choose_window(prometheus_url: str) -> None:
     ev = load_prometheus(prometheus_url, start=T0, end=T0 + SPAN, selector='{job="vllm-dp"}')
     assert ev.instance.window_s == 60.0  # 1200 s / 24 target windows -> 50 -> 60
     assert ev.instance.df.height == 2 * N_WINDOWS
+
+
+def test_device_exporters_join_the_engine_units_by_host(backend: str) -> None:
+    """DCGM on host a and npu-exporter on host b are separate jobs: the engine selector does not
+    reach them, yet their GPUs/NPUs land on a's and b's DP ranks in device order."""
+    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="vllm-dp"')
+    assert ev.dp is not None
+    rows = _by_unit(ev.dp.df)
+    for (_, target, dev), (util, mem) in DEVICES.items():
+        unit = f"{target.split(':')[0]}:8000/dp{dev}"
+        assert all(_close(r["device_util"], util / 100) for r in rows[unit]), unit
+        assert all(_close(r["device_mem_mb"], mem) for r in rows[unit]), unit
+    inst = _by_unit(ev.instance.df)
+    assert all(_close(r["device_util"], 0.625) for r in inst["a:8000"])
+    assert all(_close(r["device_mem_mb"], 41000.0) for r in inst["b:8000"])
+    assert ev.dp.aliases["device_util"] == "DCGM_FI_DEV_GPU_UTIL|npu_chip_info_utilization"
+    assert any("2 of 2 instance(s) joined to devices (2 by host)" in n for n in ev.notes)

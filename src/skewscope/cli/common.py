@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from skewscope.report.model import Report
     from skewscope.report.registry import Renderer
     from skewscope.sources.auth import HttpAuth
+    from skewscope.sources.devices import DeviceMap
 
 DIALECT_CHOICES = ("vllm", "sglang", "mindie", "ms-service-metric")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
@@ -89,6 +90,12 @@ def add_online_source_args(p: argparse.ArgumentParser, *, fixed_range: bool = Tr
     src.add_argument("--interval", default="5s", help="scrape interval (default 5s)")
     src.add_argument("--dialect", choices=DIALECT_CHOICES,
                      help="metric dialect (default: detected from the metric names)")
+    src.add_argument("--device-map", metavar="FILE",
+                     help="TOML [devices] table placing device-exporter series on units where "
+                     "pod and host labels do not match (docs/online.md)")
+    src.add_argument("--device-selector", default="", metavar="MATCHERS",
+                     help="label matchers for device-exporter series (--prometheus), "
+                     'e.g. {job="dcgm"}')
 
 
 def add_auth_args(p: argparse.ArgumentParser) -> None:
@@ -168,10 +175,13 @@ def prometheus_loader(
     url, step = args.prometheus, parse_duration(args.step, "--step") if args.step else None
     auth, timeout = auth_from_args(args), parse_duration(args.timeout, "--timeout")
 
+    device_map = device_map_from_args(args)
+
     def load(start: float, end: float) -> Evidence:
         return load_prometheus(url, start=start, end=end, step_s=step, selector=args.selector,
                                dialect=args.dialect, auth=auth, timeout_s=timeout,
-                               window_s=window)
+                               window_s=window, device_selector=args.device_selector,
+                               device_map=device_map)
 
     return load
 
@@ -188,7 +198,16 @@ def load_scrape_evidence(args: argparse.Namespace, window: float | None) -> Evid
         window_s=window,
         auth=auth_from_args(args),
         timeout_s=parse_duration(args.timeout, "--timeout"),
+        device_map=device_map_from_args(args),
     )
+
+
+def device_map_from_args(args: argparse.Namespace) -> DeviceMap | None:
+    """The --device-map file, read once (None when not given)."""
+    from skewscope.sources.devices import load_device_map
+
+    path = getattr(args, "device_map", None)
+    return load_device_map(path) if path else None
 
 
 def pick_renderer(args: argparse.Namespace) -> Renderer:

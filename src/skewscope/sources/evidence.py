@@ -147,6 +147,7 @@ def build_evidence(
     source: str,
     notes: Iterable[str] = (),
     dp_resolved: Mapping[str, Alias] | None = None,
+    extra_aliases: Mapping[str, str] | None = None,
 ) -> Evidence:
     """Turn per-level value tables into Evidence; shared by the Prometheus and scrape paths.
 
@@ -159,6 +160,7 @@ def build_evidence(
     names = set(names)
     all_notes = list(notes)
     aliases = {sig: present_spellings(a, names) for sig, a in resolved.items()}
+    aliases.update(extra_aliases or {})  # device exporters (devices.py)
     if any(s.over_time == "quantile" and s.signal in resolved for s in SIGNAL_SPECS):
         all_notes.append(QUANTILE_NOTE)
 
@@ -194,6 +196,7 @@ def build_evidence(
             dp_aliases = {
                 s: present_spellings(a, names) for s, a in dp_resolved.items() if dp_values.get(s)
             }
+            dp_aliases.update({s: a for s, a in (extra_aliases or {}).items() if dp_values.get(s)})
             dp_frame = assemble(
                 Level.DP, dp_values, aliases=dp_aliases, window_s=window_s, source=source
             )

@@ -24,13 +24,24 @@ from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import MAX_WINDOWS, Evidence, Level, bound_column, choose_window
 from skewscope.sources.auth import HttpAuth, normalise_url, quoted, redact_url
+from skewscope.sources.devices import (
+    SIGNAL_OF_ROLE,
+    DeviceMap,
+    DeviceSeries,
+    EngineInstance,
+    device_values,
+    engines_from_keys,
+    merge_values,
+)
 from skewscope.sources.dialects import (
     ROLES,
     SIGNAL_SPECS,
     Alias,
+    DeviceExporter,
     detect_dialect,
     get_dialect,
     resolve,
+    resolve_devices,
 )
 from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.fetch import Fetched, bounded_get, make_client
@@ -38,7 +49,9 @@ from skewscope.sources.promql import (
     bound_marks,
     bucket_bounds_query,
     build_query,
+    duration,
     normalise_selector,
+    series_selector,
 )
 from skewscope.sources.validate import parse_bound, parse_number, parse_rank, parse_timestamp
 
@@ -144,6 +157,15 @@ class PromClient:
             params["match[]"] = "{" + selector + "}"
         data = self.get("/api/v1/label/__name__/values", params)
         return decode_names(data, self.where)
+
+    def series(self, match: str, start: float, end: float) -> list[dict[str, str]]:
+        """Label sets of the series matching ``match`` in [start, end]."""
+        data = self.get("/api/v1/series", {"match[]": match, "start": start, "end": end})
+        if not isinstance(data, list) or not all(
+            isinstance(d, dict) and all(isinstance(v, str) for v in d.values()) for d in data
+        ):
+            raise SourceError(f"{self.where} returned series that are not label sets")
+        return data
 
     def query_range(self, query: str, start: float, end: float, step: float) -> list[Any]:
         data = self.get(
@@ -269,6 +291,82 @@ def _mark_bucket_bounds(
     return []
 
 
+def device_series(
+    result: list[Any], exporter: DeviceExporter, role: str, window_s: float, where: str
+) -> list[DeviceSeries]:
+    """Per-device series of a range matrix (labels kept: the join needs them)."""
+    out = []
+    for i, series in enumerate(result):
+        labels = series.get("metric") if isinstance(series, dict) else None
+        points = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(labels, dict) or not isinstance(points, list):
+            raise SourceError(f"{where} returned series {i} without metric labels and values")
+        values: dict[float, float] = {}
+        for j, point in enumerate(points):
+            ts = value = None
+            if isinstance(point, list) and len(point) == 2:
+                ts, value = parse_timestamp(point[0]), parse_number(point[1])
+            if ts is None or value is None:
+                shown = quoted(reprlib.repr(point), 60)
+                raise SourceError(f"{where} returned device series {i} point {j} as {shown}")
+            values[round(ts - window_s, 6)] = value
+        target = str(labels.get("instance", ""))
+        out.append(DeviceSeries(exporter, target, labels, role, values))
+    return out
+
+
+def _engines(
+    label_sets: list[dict[str, str]], per_level: dict[Level, Values], alias: Alias
+) -> list[EngineInstance]:
+    """Engine instances (ranks from the DP tables, labels from their series) for the join."""
+    labels: dict[str, dict[str, str]] = {}
+    for ls in label_sets:
+        inst = ls.get("instance", "")
+        if inst:
+            labels.setdefault(inst, ls)
+    found = engines_from_keys([*per_level.get(Level.INSTANCE, {}).values(),
+                               *per_level.get(Level.DP, {}).values()])
+    return [EngineInstance(e.instance, e.ranks, labels.get(e.instance, {})) for e in found]
+
+
+def _load_devices(
+    client: PromClient,
+    names: list[str],
+    engine_alias: Alias | None,
+    per_level: dict[Level, Values],
+    *,
+    span: tuple[float, float, float, float, float],
+    selector: str,
+    device_selector: str,
+    device_map: DeviceMap | None,
+) -> tuple[dict[str, str], list[str]]:
+    """Query device exporters, join them to the engine units and add their signals.
+
+    ``span`` = (start, end, first evaluation, last evaluation, window).
+    """
+    found = resolve_devices(names)
+    if not found or engine_alias is None:
+        return {}, []
+    start, end, first_t, last_t, w = span
+    series: list[DeviceSeries] = []
+    aliases: dict[str, str] = {}
+    for role, exporter, alias in found:
+        sel = series_selector(alias.name, alias, device_selector)
+        result = client.query_range(f"avg_over_time({sel}[{duration(w)}])", first_t, last_t, w)
+        for got in device_series(result, exporter, role, w, client.where):
+            scaled = {t: v * alias.scale for t, v in got.values.items()}
+            series.append(DeviceSeries(exporter, got.target, got.labels, role, scaled))
+        signal = SIGNAL_OF_ROLE[role]
+        aliases[signal] = "|".join(filter(None, (aliases.get(signal), alias.name)))
+    match = series_selector(engine_alias.name, engine_alias, selector)
+    engines = _engines(client.series(match, start, end), per_level, engine_alias)
+    tables, notes = device_values(series, engines, device_map)
+    for level, values in tables.items():
+        if level in per_level:
+            per_level[level] = merge_values(per_level[level], values)
+    return aliases, notes
+
+
 def load_prometheus(
     url: str,
     *,
@@ -282,6 +380,8 @@ def load_prometheus(
     window_s: float | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     max_workers: int = 4,
+    device_selector: str = "",
+    device_map: DeviceMap | None = None,
 ) -> Evidence:
     """Load per-window, per-unit signals for [start, end] (epoch seconds) from a Prometheus API.
 
@@ -345,17 +445,33 @@ def load_prometheus(
                 f"skipped {len(bad)} series without a usable instance or DP label "
                 f"(e.g. {sorted(set(bad))[0]})"
             )
-        notes.extend(dict.fromkeys(client.warnings))
         if not per_level[Level.INSTANCE]:
             raise SourceError(
                 f"{client.where} has {chosen.name} metric names but no samples "
                 "in whole windows of the range; widen the range or check the selector"
             )
+        engine_alias = next(iter(resolved[Level.INSTANCE].values()), None)
+        dev_sel = normalise_selector(device_selector)
+        # the engine selector does not apply to device exporters: list their names apart
+        dev_names = client.metric_names(start, end, dev_sel) if sel or dev_sel else names
+        device_aliases, device_notes = _load_devices(
+            client,
+            dev_names,
+            engine_alias,
+            per_level,
+            span=(start, end, first_t, last_t, w),
+            selector=sel,
+            device_selector=dev_sel,
+            device_map=device_map,
+        )
+        notes += device_notes
+        notes.extend(dict.fromkeys(client.warnings))
         return build_evidence(
             per_level[Level.INSTANCE],
             per_level.get(Level.DP),
             resolved=resolved[Level.INSTANCE],
             dp_resolved=resolved[Level.DP],
+            extra_aliases=device_aliases,
             names=names,
             window_s=w,
             source="prometheus",

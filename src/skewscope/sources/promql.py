@@ -151,7 +151,7 @@ def build_query(
         total = _increase(alias.name + "_sum", alias, by, w, selector)
         count = _increase(alias.name + "_count", alias, by, w, selector)
         expr = f"({total} / {count})"
-    return _scaled(expr, role.scale)
+    return _scaled(expr, role.scale * alias.scale)
 
 
 # --- which histogram_quantile answers are only bucket bounds (frame.py: <signal>_bound) -------

@@ -28,6 +28,14 @@ from skewscope.frame import (
 )
 from skewscope.sources.auth import HttpAuth, normalise_url, quoted
 from skewscope.sources.collect import Snapshot, collect
+from skewscope.sources.devices import (
+    SIGNAL_OF_ROLE,
+    DeviceMap,
+    DeviceSeries,
+    device_values,
+    engines_from_keys,
+    merge_values,
+)
 from skewscope.sources.dialects import (
     ROLES,
     SIGNAL_SPECS,
@@ -39,6 +47,7 @@ from skewscope.sources.dialects import (
     get_dialect,
     normalise_name,
     resolve,
+    resolve_devices,
 )
 from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.exposition import Labels, parse_exposition
@@ -262,7 +271,7 @@ def signal_values(
         total = _combine(_grouped(snaps, alias.name + "_sum", alias, level, inc, bad), "sum")
         count = _combine(_grouped(snaps, alias.name + "_count", alias, level, inc, bad), "sum")
         vals = {k: (total[k] / c if c > 0 else math.nan) for k, c in count.items() if k in total}
-    return {k: v * role.scale for k, v in vals.items()}
+    return {k: v * role.scale * alias.scale for k, v in vals.items()}
 
 
 def _dead_windows(snaps: Sequence[Snapshot], window_s: float, n_windows: int) -> list[int]:
@@ -337,6 +346,31 @@ def quantile_bounds(
     return out
 
 
+def _device_series(
+    snapshots: Mapping[str, Sequence[Snapshot]],
+    names: set[str],
+    t0: float,
+    window_s: float,
+    n_windows: int,
+) -> tuple[list[DeviceSeries], dict[str, str]]:
+    """Per-device, per-window means of the device exporters' gauges among the targets."""
+    series: list[DeviceSeries] = []
+    aliases: dict[str, str] = {}
+    for role, exporter, alias in resolve_devices(names):
+        signal = SIGNAL_OF_ROLE[role]
+        aliases[signal] = "|".join(filter(None, (aliases.get(signal), alias.name)))
+        for inst, snaps in snapshots.items():
+            for labels, points in _series_points(snaps, alias.name, alias).items():
+                per_w = gauge_reduce(points, 0.0, window_s, "avg")
+                values = {
+                    round(t0 + k * window_s, 6): v * alias.scale
+                    for k, v in per_w.items()
+                    if k < n_windows and math.isfinite(v)
+                }
+                series.append(DeviceSeries(exporter, inst, dict(labels), role, values))
+    return series, aliases
+
+
 def evidence_from_snapshots(
     snapshots: Mapping[str, Sequence[Snapshot]],
     *,
@@ -345,6 +379,7 @@ def evidence_from_snapshots(
     n_windows: int,
     dialect: str | None = None,
     notes: Iterable[str] = (),
+    device_map: DeviceMap | None = None,
 ) -> Evidence:
     """Reduce per-target snapshots (instance -> scrapes in time order) into Evidence.
 
@@ -386,6 +421,15 @@ def evidence_from_snapshots(
                 if marks:
                     per_level[level][bound_column(spec.signal)] = marks
     all_notes += _source_notes(snapshots, bad)
+    devices, device_aliases = _device_series(snapshots, names, t0, window_s, n_windows)
+    if devices:
+        engines = engines_from_keys(
+            [*per_level[Level.INSTANCE].values(), *per_level[Level.DP].values()]
+        )
+        tables, device_notes = device_values(devices, engines, device_map)
+        for level in per_level:
+            per_level[level] = merge_values(per_level[level], tables[level])
+        all_notes += device_notes
     for inst, snaps in snapshots.items():
         dead = _dead_windows(snaps, window_s, n_windows)
         if not dead:
@@ -403,6 +447,7 @@ def evidence_from_snapshots(
         per_level[Level.DP] if dp_wanted else None,
         resolved=resolved[Level.INSTANCE],
         dp_resolved=resolved[Level.DP],
+        extra_aliases=device_aliases,
         names=names,
         window_s=window_s,
         source="scrape",
@@ -439,6 +484,7 @@ def load_scrape(
     auth: HttpAuth | None = None,
     timeout_s: float | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    device_map: DeviceMap | None = None,
 ) -> Evidence:
     """Scrape ``urls`` for ``duration_s`` and reduce to per-window, per-unit Evidence.
 
@@ -495,7 +541,13 @@ def load_scrape(
         notes.append(f"scraped {n_windows * w:g}s: whole windows of {w:g}s only")
     snaps = {u: [s for s in got.snaps[u] if window_index(s.t, 0.0, w) < n_windows] for u in urls}
     return evidence_from_targets(
-        snaps, t0=got.t0, window_s=w, n_windows=n_windows, dialect=dialect, notes=notes
+        snaps,
+        t0=got.t0,
+        window_s=w,
+        n_windows=n_windows,
+        dialect=dialect,
+        notes=notes,
+        device_map=device_map,
     )
 
 
@@ -527,6 +579,7 @@ def evidence_from_targets(
     n_windows: int,
     dialect: str | None = None,
     notes: Iterable[str] = (),
+    device_map: DeviceMap | None = None,
 ) -> Evidence:
     """Per-URL scrapes -> Evidence: a target whose scrapes all failed is left out with a note,
     partial failures are noted; all targets down raises SourceError. Shared by ``load_scrape``
@@ -550,5 +603,11 @@ def evidence_from_targets(
         first = next((s.error for ss in snaps.values() for s in ss if s.error), "no scrape")
         raise SourceError(f"all {len(snaps)} /metrics targets are down (e.g. {first})")
     return evidence_from_snapshots(
-        good, t0=t0, window_s=window_s, n_windows=n_windows, dialect=dialect, notes=all_notes
+        good,
+        t0=t0,
+        window_s=window_s,
+        n_windows=n_windows,
+        dialect=dialect,
+        notes=all_notes,
+        device_map=device_map,
     )
