@@ -48,3 +48,22 @@ def test_failed_write_keeps_the_old_report_and_no_temp(
     assert "No space left on device" in capsys.readouterr().err
     assert out.read_text() == "previous"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.mark.parametrize(("fmt_args", "shown"), [
+    ([], "inst-1\\x1b]0;pwned\\x07|x"),
+    (["--format", "markdown"], "inst-1\\\\x1b\\]0;pwned\\\\x07\\|x"),
+])
+def test_hostile_folder_names_never_reach_the_terminal_raw(
+    tmp_path: Path, fmt_args: list[str], shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    evil = "inst-1\x1b]0;pwned\x07|x"  # an OSC title sequence and a table pipe in a folder name
+    for name in ("inst-0", "inst-1", "inst-2"):
+        shutil.copytree(Path(EXAMPLE) / name, tmp_path / (evil if name == "inst-1" else name))
+    assert main(["diagnose", str(tmp_path), *fmt_args]) == 0
+    out, err = capsys.readouterr()
+    for stream in (out, err):
+        assert "\x1b" not in stream and "\x07" not in stream
+    assert f"hot {shown}" in out  # the hot unit, escaped and whole
