@@ -33,9 +33,11 @@ def register(sub: Any) -> None:
         "diagnose",
         help="diagnose load skew from profiler folders, Prometheus or live /metrics",
         description="Offline: PATH is an msServiceProfiler instance folder or a folder of them "
-        "(NAME=PATH names an instance). Online: --prometheus URL or --scrape URL...",
+        "(NAME=PATH names an instance). Online: --prometheus URL or --scrape URL..., or the URL "
+        "itself as PATH (a Prometheus API is probed, a /metrics URL is scraped).",
     )
-    d.add_argument("paths", nargs="*", metavar="PATH", help="profiler folder(s), NAME=PATH")
+    d.add_argument("paths", nargs="*", metavar="PATH",
+                   help="profiler folder(s), NAME=PATH, or URL(s)")
     common.add_online_source_args(d)
     common.add_auth_args(d)
     d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"),
