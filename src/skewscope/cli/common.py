@@ -180,7 +180,8 @@ def prometheus_loader(
     def load(start: float, end: float) -> Evidence:
         return load_prometheus(url, start=start, end=end, step_s=step, selector=args.selector,
                                dialect=args.dialect, auth=auth, timeout_s=timeout,
-                               window_s=window, device_selector=args.device_selector,
+                               window_s=window,
+                               device_selector=getattr(args, "device_selector", ""),
                                device_map=device_map)
 
     return load
