@@ -96,7 +96,7 @@ def test_cli_compare_folders_and_json_with_the_gate(
     assert main(["compare", str(fixed_run), skewed, "--level", "instance",
                  "--fail-on", "worse"]) == GATE_EXIT_CODE
     text = capsys.readouterr().out
-    assert "Worse:" in text and "request rate (req/s)" in text
+    assert "Worse:" in text and "req/s" in text and " → " in text
     for fmt in ("markdown", "html"):
         out = tmp_path / f"c.{fmt}"
         assert main(["compare", str(before), str(fixed_run), "--level", "instance",
@@ -187,3 +187,14 @@ def test_saturated_wrong_weights_fixed_converge_despite_queue_bursts(tmp_path: P
                                                              for s in c.signals]
     assert c.verdict == "converged"
     assert compare(docs[1], docs[0]).verdict == "worse"
+
+
+def test_terminal_comparison_reads_from_80_columns() -> None:
+    from skewscope.report.compare_text import render_comparison
+
+    c = compare(run(d=Spec(rate=400.0)), run(d=Spec(rate=39.0)))
+    text = render_comparison(c, width=80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "…" not in text  # no value cut
+    req = by_signal(c)["requests_per_s"]
+    assert f"{req.before.p95:,.0f} → " in text or f"{req.before.p95:.1f} → " in text

@@ -155,13 +155,13 @@ HEAT_SIGNALS: tuple[str, ...] = (
 # Per-window series the report carries for each unit (the HTML report draws them; compare
 # reads them): key, label, unit. Rates are per second so they do not change with --window.
 SERIES: tuple[Metric, ...] = (
-    Metric("requests_per_s", "request rate", "req/s"),
-    Metric("tokens_per_s", "token rate", "tok/s"),
-    Metric("tokens_per_request", "tokens / request", "tok"),
-    Metric("running", "running requests", "req"),
-    Metric("waiting", "waiting requests", "req"),
-    Metric("queue_wait_mean_ms", "queue wait (mean)", "ms"),
-    Metric("ttft_p99_ms", "TTFT p99", "ms"),
-    Metric("kv_usage", "KV usage", "frac"),
+    Metric("requests_per_s", "request rate", "req/s", "req/s"),
+    Metric("tokens_per_s", "token rate", "tok/s", "tok/s"),
+    Metric("tokens_per_request", "tokens / request", "tok", "tok/req"),
+    Metric("running", "running requests", "req", "running"),
+    Metric("waiting", "waiting requests", "req", "waiting"),
+    Metric("queue_wait_mean_ms", "queue wait (mean)", "ms", "queue ms"),
+    Metric("ttft_p99_ms", "TTFT p99", "ms", "TTFT p99 ms"),
+    Metric("kv_usage", "KV usage", "frac", "KV"),
 )
 SERIES_BY_KEY: dict[str, Metric] = {m.key: m for m in SERIES}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import math
 
+from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -51,25 +52,38 @@ def cells(s: SignalComparison, f: Figures) -> list[str]:
 HEADER = ("hot/peer", "max/median", "CV", "P95 / P99")
 
 
+def _arrow(before: str, after: str) -> str:
+    return f"{before} → {after}"
+
+
 def render_comparison(c: Comparison, *, width: int | None = None, color: bool = False) -> str:
+    """Two narrow tables (spread across units, fleet tail), each cell 'before → after', so the
+    comparison reads from 80 columns."""
     console = Console(record=True, width=width or DEFAULT_WIDTH, file=io.StringIO(),
                       force_terminal=color, color_system="standard" if color else None)
-    table = Table(header_style="bold", title="before → after, per signal")
-    table.add_column("signal", no_wrap=True)
-    for h in HEADER:
-        table.add_column(f"{h} before", justify="right")
-        table.add_column("after", justify="right")
-    table.add_column("verdict")
+    spread = Table(header_style="bold", title="across units, before → after", box=box.SIMPLE_HEAD)
+    tail = Table(header_style="bold", title="fleet tail, before → after", box=box.SIMPLE_HEAD)
+    for table in (spread, tail):
+        table.add_column("signal", no_wrap=True)
+    for h in ("hot/peer", "max/median", "CV"):
+        spread.add_column(h, justify="right", no_wrap=True)
+    spread.add_column("verdict", no_wrap=True)
+    for h in ("P95", "P99"):
+        tail.add_column(h, justify="right", no_wrap=True)
     for s in c.signals:
         b, a = cells(s, s.before), cells(s, s.after)
-        table.add_row(signal_label(s), *(v for pair in zip(b, a, strict=True) for v in pair),
-                      Text(s.verdict, style=VERDICT_STYLE.get(s.verdict, "")))
+        short = SERIES_BY_KEY[s.signal].short
+        spread.add_row(short, *(_arrow(p, q) for p, q in zip(b[:3], a[:3], strict=True)),
+                       Text(s.verdict, style=VERDICT_STYLE.get(s.verdict, "")))
+        unit = "kv_usage" if s.signal == "kv_usage" else ""
+        tail.add_row(short, _arrow(fmt.value(unit, s.before.p95), fmt.value(unit, s.after.p95)),
+                     _arrow(fmt.value(unit, s.before.p99), fmt.value(unit, s.after.p99)))
     parts: list[object] = [Panel(Group(
         Text(headline(c), style=VERDICT_STYLE.get(c.verdict, "")),
         Text(side_line("before", c.before), style="dim"),
         Text(side_line("after", c.after), style="dim"),
         Text(f"hot/peer follows: {fmt.names(c.focus_units) or '—'}", style="dim"),
-    ), title="skewscope compare"), table]
+    ), title="skewscope compare"), spread, tail]
     parts.extend(Text(f"note: {fmt.clean(n)}", style="yellow") for n in c.notes)
     console.print(Group(*parts))  # type: ignore[arg-type]
     return console.export_text(styles=color)
