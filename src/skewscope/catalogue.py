@@ -165,3 +165,40 @@ SERIES: tuple[Metric, ...] = (
     Metric("kv_usage", "KV usage", "frac", "KV"),
 )
 SERIES_BY_KEY: dict[str, Metric] = {m.key: m for m in SERIES}
+
+
+class GatewaySource(StrEnum):
+    """Where gateway evidence came from (docs/gateway.md)."""
+
+    SGLANG_ROUTER = "sglang-router"  # SGLang Model Gateway, metric prefix ``smg_``
+    NGINX = "nginx"  # access log with $upstream_addr
+    ENVOY = "envoy"  # JSON access log with %UPSTREAM_HOST%
+
+
+class PolicyClass(StrEnum):
+    """What a routing policy looks at, which decides the cause its skew points to."""
+
+    TOKEN_BLIND = "token_blind"  # counts requests, not tokens, queues or KV
+    STICKY = "sticky"  # a key (session, user, header) pins requests to a unit
+    PREFIX = "prefix"  # a shared prompt prefix or cached KV pins requests to a unit
+    LOAD_AWARE = "load_aware"  # picks by a polled load figure
+
+
+# Router policy names (sglang-router ``--policy``/``smg_worker_selection_total{policy}``,
+# vllm-router ``--routing-logic``) and what each one looks at.
+POLICY_CLASS: dict[str, PolicyClass] = {
+    "round_robin": PolicyClass.TOKEN_BLIND,
+    "random": PolicyClass.TOKEN_BLIND,
+    "consistent_hash": PolicyClass.STICKY,
+    "consistent_hashing": PolicyClass.STICKY,
+    "manual": PolicyClass.STICKY,
+    "session": PolicyClass.STICKY,
+    "sticky_least_loaded": PolicyClass.STICKY,
+    "cache_aware": PolicyClass.PREFIX,
+    "prefix_hash": PolicyClass.PREFIX,
+    "prefixaware": PolicyClass.PREFIX,
+    "kv_aware": PolicyClass.PREFIX,
+    "kvaware": PolicyClass.PREFIX,
+    "power_of_two": PolicyClass.LOAD_AWARE,
+    "least_loaded": PolicyClass.LOAD_AWARE,
+}

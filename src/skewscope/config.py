@@ -85,6 +85,14 @@ class Thresholds:
     # compare: a signal has converged when no unit is hot_ratio or more from its peers (either
     # way); otherwise it improved (worse) when its log imbalance shrank (grew) by this share.
     compare_change: float = 0.25
+    # Gateway evidence (analysis/gateway.py). The router "sends more" to a unit when its
+    # requests over the peers' median reach ``count_ratio``; a few keys "dominate" a hot unit
+    # when its ``gateway_top_keys`` biggest keys carry at least ``gateway_key_share`` of its
+    # excess over the peers' median; a unit the gateway kept out of rotation (unhealthy or
+    # circuit open) for at least ``gateway_down_share`` of the range is reported as such.
+    gateway_top_keys: int = 3
+    gateway_key_share: float = 0.5
+    gateway_down_share: float = 0.05
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -123,6 +131,17 @@ ROOT_CAUSES: dict[str, RootCause] = {
             (
                 "Change connection pooling or the gateway policy (limit connection reuse).",
                 "Balance on queue length or in-flight requests instead of connections.",
+            ),
+        ),
+        RootCause(
+            "prefix_affinity",
+            "Cache-aware or prefix routing sends every request with a shared prompt prefix to "
+            "the unit that cached it",
+            (
+                "Lower the router's cache-affinity weight or raise its load-balance threshold so "
+                "load wins over cache hits on a hot unit.",
+                "Replicate the hot prefix (or its KV) on several units, or split the shared "
+                "prefix's traffic over a group of units.",
             ),
         ),
         RootCause(

@@ -7,6 +7,7 @@ abstains on missing signals instead of reading them as "idle".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -109,12 +110,54 @@ class UnitFrame:
 
 
 @dataclass(frozen=True)
+class GatewayUnit:
+    """What the gateway did with one upstream over the analysed range.
+
+    ``upstream`` is the gateway's name for it, normalised to ``host:port`` (the same spelling
+    as an engine's Prometheus ``instance`` label, which is how the analysis joins the two).
+    A share the source cannot tell is NaN; ``keys`` is empty when no client/session key was
+    logged."""
+
+    upstream: str
+    requests: float  # requests the gateway sent to it
+    in_pool: bool = True  # listed in the gateway's worker list (or seen in its log)
+    unhealthy_share: float = math.nan  # share of the range it was marked unhealthy
+    breaker_open_share: float = math.nan  # share of the range its circuit breaker was open
+    request_bytes: float = math.nan  # mean request size in bytes
+    keys: tuple[tuple[str, float], ...] = ()  # top client/session keys: (key, requests)
+    distinct_keys: int = 0
+
+
+@dataclass(frozen=True)
+class GatewayEvidence:
+    """Gateway evidence, carried beside the engine evidence: which upstream the router or
+    HTTP gateway sent each request to, its health view and its policy."""
+
+    source: str  # catalogue.GatewaySource
+    units: tuple[GatewayUnit, ...]
+    policy: str | None = None  # catalogue.POLICY_CLASS key, when the source names it
+    key_name: str | None = None  # what the per-key counts are keyed by (header, client address)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Evidence:
-    """What a source loaded: the instance-level frame and, where ranks are known, the DP frame."""
+    """What a source loaded: the instance-level frame and, where ranks are known, the DP frame;
+    ``gateway`` what the gateway in front of the units decided, when a gateway source was read."""
 
     instance: UnitFrame
     dp: UnitFrame | None = None
     notes: tuple[str, ...] = ()
+    gateway: GatewayEvidence | None = None
+
+
+def upstream_key(address: str) -> str:
+    """``http://10.0.0.1:8000/metrics`` and ``10.0.0.1:8000`` -> ``10.0.0.1:8000``: the one
+    spelling of a unit's address that gateway and engine evidence are joined on."""
+    a = address.strip()
+    if "://" in a:
+        a = a.split("://", 1)[1]
+    return a.split("/", 1)[0].lower()
 
 
 def empty_schema() -> dict[str, object]:

@@ -17,6 +17,7 @@ import numpy as np
 from skewscope.analysis.classify import Classification, classify
 from skewscope.analysis.detect import UnitHeat, detect
 from skewscope.analysis.fleet import fleet_dp_patterns
+from skewscope.analysis.gateway import join_gateway, missing_gateway_note
 from skewscope.analysis.impact import Impact, Trend, gap_trend, impact
 from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, load_ratio
 from skewscope.analysis.saturation import Saturation, saturation, unplaced_link
@@ -59,6 +60,14 @@ SIDE_BY_SIDE = (
 def diagnose(
     evidence: Evidence, level: str = "auto", th: Thresholds = DEFAULT_THRESHOLDS
 ) -> Report:
+    """The method over the evidence; gateway evidence, when read, is joined to the top level."""
+    report = _diagnose(evidence, level, th)
+    if evidence.gateway is None:
+        return missing_gateway_note(report)
+    return join_gateway(report, evidence.gateway, th)
+
+
+def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     notes = (*evidence.notes, *_dp_size_note(evidence))
     if level == Level.INSTANCE:
         return diagnose_frame(evidence.instance, th, extra_notes=notes)

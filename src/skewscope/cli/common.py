@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
-    from skewscope.frame import Evidence
+    from skewscope.frame import Evidence, GatewayEvidence
     from skewscope.report.comparison import Comparison
     from skewscope.report.model import Report
     from skewscope.report.registry import Renderer
@@ -185,6 +185,29 @@ def prometheus_loader(
                                device_map=device_map)
 
     return load
+
+
+def load_gateway_evidence(
+    args: argparse.Namespace, engines: Evidence
+) -> GatewayEvidence | None:
+    """--access-log files (over the engines' time range), else a router's metrics in the
+    --prometheus the engines came from."""
+    if getattr(args, "access_log", None):
+        from skewscope.sources.access_log import read_access_logs
+
+        df, w = engines.instance.df, engines.instance.window_s
+        if df.height == 0:
+            return read_access_logs(args.access_log)
+        return read_access_logs(args.access_log, float(df["window_start_s"].min()),  # type: ignore[arg-type]
+                                float(df["window_start_s"].max()) + w)  # type: ignore[arg-type]
+    if getattr(args, "prometheus", None):
+        from skewscope.sources.gateway_router import load_router_prometheus
+
+        start, end = online_range(args)
+        return load_router_prometheus(args.prometheus, start=start, end=end,
+                                      auth=auth_from_args(args),
+                                      timeout_s=parse_duration(args.timeout, "--timeout"))
+    return None
 
 
 def load_scrape_evidence(args: argparse.Namespace, window: float | None) -> Evidence:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from skewscope.catalogue import FailOn, Verdict
@@ -40,6 +41,9 @@ def register(sub: Any) -> None:
                    help="profiler folder(s), NAME=PATH, or URL(s)")
     common.add_online_source_args(d)
     common.add_auth_args(d)
+    d.add_argument("--access-log", nargs="+", metavar="FILE",
+                   help="gateway access log(s), nginx or Envoy, JSON or key=value lines with "
+                   "the upstream address (docs/gateway.md): what the gateway sent each unit")
     d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"),
                    help=LEVEL_HELP)
     d.add_argument("--window", metavar="DURATION", help=window_help())
@@ -50,6 +54,13 @@ def register(sub: Any) -> None:
 
 
 def load_evidence(args: argparse.Namespace) -> Evidence:
+    """Engine evidence from the one source given, with the gateway's beside it when read."""
+    evidence = _engine_evidence(args)
+    gateway = common.load_gateway_evidence(args, evidence)
+    return replace(evidence, gateway=gateway) if gateway is not None else evidence
+
+
+def _engine_evidence(args: argparse.Namespace) -> Evidence:
     window = common.parse_duration(args.window, "--window") if args.window else None
     _read_url_paths(args)
     chosen = [bool(args.paths), bool(args.prometheus), bool(args.scrape)]

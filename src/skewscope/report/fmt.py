@@ -7,7 +7,7 @@ import math
 
 from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, UNIT_COLUMNS
 from skewscope.errors import one_line
-from skewscope.report.model import Episode, Finding, Report, UnitReport, rounded
+from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport, rounded
 
 __all__ = ["UNIT_COLUMNS"]  # re-exported for the renderers
 
@@ -151,3 +151,29 @@ def footer_notes(report: Report) -> list[str]:
     if report.missing:
         notes.append("missing: " + names(report.missing))
     return notes  # the online sources already note that percentiles are bucket estimates
+
+
+GATEWAY_COLUMNS = ("upstream", "unit", "router share", "engine share", "unhealthy",
+                   "circuit open", "req bytes", "top keys")
+
+
+def gateway_title(g: GatewayFacts) -> str:
+    policy = f"policy {clean(g.policy)}" if g.policy else "policy not exported"
+    kind = f" ({g.policy_class.replace('_', '-')})" if g.policy_class else ""
+    return f"Gateway: {clean(g.source)}, {policy}{kind}"
+
+
+def gateway_rows(g: GatewayFacts) -> list[list[str]]:
+    """One row per upstream, cells in GATEWAY_COLUMNS order (the JSON report's numbers)."""
+
+    def pct(v: float) -> str:
+        return f"{v:.0%}" if math.isfinite(v) else "—"
+
+    rows = []
+    for u in g.units:
+        keys = ", ".join(f"{name(k)} ({n:.0f})" for k, n in u.top_keys) or "—"
+        rows.append([name(u.upstream), name(u.unit) if u.unit else "—", pct(u.router_share),
+                     pct(u.engine_share), pct(u.unhealthy_share), pct(u.breaker_open_share),
+                     f"{u.request_bytes:,.0f}" if math.isfinite(u.request_bytes) else "—",
+                     keys if u.in_pool else f"not in pool; {keys}"])
+    return rows

@@ -22,6 +22,12 @@ def render(report: Report, heading: str = "#") -> str:
         out.extend(_finding(f, heading + "#"))
     if report.units:
         out.extend(_units(report, heading + "#"))
+    if report.gateway:
+        out.append(f"{heading}# {_text(fmt.gateway_title(report.gateway))}")
+        out.extend(["", _row(list(fmt.GATEWAY_COLUMNS)),
+                    "|---|---|" + "---:|" * 5 + "---|"])
+        out.extend(_row(r) for r in fmt.gateway_rows(report.gateway))
+        out.append("")
     if report.episodes:
         out.append(f"{heading}# Transient episodes")
         out.extend(f"- {_text(fmt.episode_line(e))}" for e in report.episodes)

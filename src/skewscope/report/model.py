@@ -239,6 +239,62 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class GatewayUnitFacts:
+    """One upstream of the gateway beside its engine (analysis/gateway.py)."""
+
+    upstream: str  # the gateway's name for it, host:port
+    unit: str | None  # the engine unit it joined to (None: the engine evidence lacks it)
+    requests: float  # requests the gateway sent it
+    router_share: float  # its share of the gateway's requests
+    engine_share: float  # its engine's share of the engines' requests (NaN: not joined)
+    in_pool: bool
+    unhealthy_share: float  # share of the range the gateway marked it unhealthy
+    breaker_open_share: float  # share of the range its circuit breaker was open
+    request_bytes: float  # mean request size
+    top_keys: tuple[tuple[str, float], ...] = ()  # (key, requests), biggest first
+    top_keys_excess_share: float = math.nan  # share of its excess the top keys carried
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(  # type: ignore[no-any-return]
+            {
+                "upstream": self.upstream,
+                "unit": self.unit,
+                "requests": self.requests,
+                "router_share": self.router_share,
+                "engine_share": self.engine_share,
+                "in_pool": self.in_pool,
+                "unhealthy_share": self.unhealthy_share,
+                "breaker_open_share": self.breaker_open_share,
+                "request_bytes": self.request_bytes,
+                "top_keys": [{"key": k, "requests": n} for k, n in self.top_keys],
+                "top_keys_excess_share": self.top_keys_excess_share,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class GatewayFacts:
+    """What the gateway decided, joined to the engine units."""
+
+    source: str  # catalogue.GatewaySource
+    policy: str | None
+    policy_class: str | None  # catalogue.PolicyClass
+    key_name: str | None  # what the per-key counts are keyed by
+    units: tuple[GatewayUnitFacts, ...]
+    not_in_gateway: tuple[str, ...] = ()  # engine units the gateway does not list / never used
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "policy": self.policy,
+            "policy_class": self.policy_class,
+            "key_name": self.key_name,
+            "units": [u.to_dict() for u in self.units],
+            "not_in_gateway": list(self.not_in_gateway),
+        }
+
+
+@dataclass(frozen=True)
 class Report:
     verdict: Verdict
     level: str  # "instance" | "dp"
@@ -259,6 +315,7 @@ class Report:
     aliases: dict[str, str] = field(default_factory=dict)
     episodes: tuple[Episode, ...] = ()  # transient bursts with their times and impact
     series: Series | None = None
+    gateway: GatewayFacts | None = None  # the gateway's decisions, when gateway evidence was read
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -283,6 +340,7 @@ class Report:
                 "aliases": self.aliases,
                 "drilldown": [d.to_dict() for d in self.drilldown],
                 "series": self.series.to_dict() if self.series else None,
+                "gateway": self.gateway.to_dict() if self.gateway else None,
             }
         )
 

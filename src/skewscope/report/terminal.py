@@ -54,6 +54,8 @@ def _body(report: Report, width: int, nested: bool = False) -> Group:
         parts.append(_finding(f))
     if report.units:
         parts.extend(_units(report, width))
+    if report.gateway:
+        parts.append(_gateway(report))
     for e in report.episodes:
         parts.append(Text(f"episode: {fmt.episode_line(e)}", style="dim"))
     for line in report.transient:
@@ -63,6 +65,18 @@ def _body(report: Report, width: int, nested: bool = False) -> Group:
     for d in report.drilldown:
         parts.append(_body(d, width, nested=True))
     return Group(*parts)
+
+
+def _gateway(report: Report) -> Table:
+    assert report.gateway is not None
+    table = Table(title=fmt.gateway_title(report.gateway), title_justify="left",
+                  show_header=True, header_style="bold", box=None, pad_edge=False)
+    for col in fmt.GATEWAY_COLUMNS:
+        table.add_column(col, justify="left" if col in ("upstream", "unit", "top keys")
+                         else "right", overflow="fold")
+    for row in fmt.gateway_rows(report.gateway):
+        table.add_row(*row)
+    return table
 
 
 def _finding(f: Finding) -> Panel:

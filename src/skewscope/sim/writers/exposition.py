@@ -544,6 +544,7 @@ class ClusterModel:
         dialect_specs(dialect)  # validate early
         self.dialect = dialect
         self.start_s, self.end_s = result.start_s, result.end_s
+        self.model_name = result.model_name
         self.instances = {i: InstanceModel(result, i, dialect) for i in result.instances}
 
     def text(self, instance: str, t: float) -> str:

@@ -6,17 +6,33 @@ run's end; the servers shut themselves down ``grace_s`` wall seconds after that,
 cluster never outlives a test run.  Plain text ``version=0.0.4`` is served on purpose: it keeps
 the colons in ``vllm:*`` names (OpenMetrics negotiation would escape them, see
 real-components.md).
+
+Each server also answers what a router in front of an engine needs (docs/gateway.md):
+``POST /v1/completions`` and ``/v1/chat/completions`` (OpenAI shape), ``GET /health``,
+``/health_generate``, ``/v1/models``, ``/model_info``, ``/server_info`` (what sglang-router
+probes at start-up). A routed request is *not* fed into the simulated run (its replay is fixed);
+it is counted on top of it: the instance's finished-request, prompt- and generation-token
+counters and its running gauge include the routed requests, so engine metrics show what the
+router sent. Its latency follows the instance's routed load: ``ROUTED_BASE_S`` plus
+``ROUTED_PER_TOKEN_S`` per output token, times (1 + requests in flight / ``ROUTED_SLOTS``),
+capped at ``ROUTED_MAX_S``; latency histograms stay the replay's. Prompt tokens are counted as
+whitespace-separated words. ``POST /sim/health`` with ``{"healthy": false}`` makes ``/health``
+(and the completions) answer 503 until set back: a test's switch for a failing worker.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
-from skewscope.sim.writers.exposition import CONTENT_TYPE, ClusterModel
+import numpy as np
+
+from skewscope.sim.writers.exposition import CONTENT_TYPE, ClusterModel, Family, render_text
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -27,6 +43,37 @@ if TYPE_CHECKING:
 MAX_PORT = 65535
 READ_TIMEOUT_S = 10.0  # a connection that sends no complete request for this long is closed
 _WAIT_SLICE_S = 0.2  # wait() wakes this often so Ctrl-C (SIGINT) is handled in the main thread
+ROUTED_BASE_S = 0.02
+ROUTED_PER_TOKEN_S = 0.002
+ROUTED_SLOTS = 8
+ROUTED_MAX_S = 2.0
+ROUTED_MAX_BODY = 1 << 20  # a completion request body above this is refused (413)
+_ROUTED_ROLES = ("finished", "prompt_tokens", "generation_tokens", "running")
+
+
+@dataclass
+class Routed:
+    """Requests routed to one instance from outside, counted on top of the replay."""
+
+    finished: float = 0.0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    running: float = 0.0
+    healthy: bool = True
+
+    def add_to(self, fams: list[Family]) -> list[Family]:
+        """The families with the routed counts added to the first rank's series."""
+        for fam in fams:
+            role = fam.spec.role
+            if role not in _ROUTED_ROLES or fam.spec.kind == "histogram" or not fam.metrics:
+                continue
+            extra = getattr(self, role)
+            carrier = fam.spec.split
+            for s in fam.metrics[0] if carrier is None else [
+                    s for g in fam.metrics[: len(carrier[1])] for s in g
+                    if (carrier[0], carrier[2]) in s.labels]:
+                s.values = s.values + np.float64(extra)
+        return fams
 
 
 class _Server(ThreadingHTTPServer):
@@ -45,16 +92,97 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.settimeout(self.server.read_timeout_s)
 
     def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] != "/metrics":
+        path = self.path.split("?", 1)[0]
+        cluster = self.server.cluster
+        routed = cluster.routed[self.server.instance]
+        if path in ("/health", "/health_generate"):
+            self._json(200 if routed.healthy else 503, {"healthy": routed.healthy})
+            return
+        if path in ("/v1/models", "/model_info", "/get_model_info", "/server_info",
+                    "/get_server_info"):
+            model = cluster.model.model_name
+            self._json(200, {"object": "list", "data": [{"id": model, "object": "model"}]}
+                       if path == "/v1/models" else {"model_path": model, "dp_size": 1})
+            return
+        if path != "/metrics":
             self.send_error(404)
             return
-        cluster = self.server.cluster
-        body = cluster.model.text(self.server.instance, cluster.sim_time()).encode()
+        with cluster.lock:
+            fams = cluster.model.instances[self.server.instance].families(
+                np.array([cluster.sim_time()]))
+            body = render_text(routed.add_to(fams)).encode()
         self.send_response(200)
         self.send_header("Content-Type", CONTENT_TYPE)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            n = -1
+        if not 0 <= n <= ROUTED_MAX_BODY:
+            self.send_error(413 if n > 0 else 411)
+            return
+        try:
+            body = json.loads(self.rfile.read(n) or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            self._json(400, {"error": "expected a JSON object"})
+            return
+        routed = self.server.cluster.routed[self.server.instance]
+        if path == "/sim/health":
+            routed.healthy = bool(body.get("healthy", True))
+            self._json(200, {"healthy": routed.healthy})
+            return
+        if path not in ("/v1/completions", "/v1/chat/completions"):
+            self.send_error(404)
+            return
+        if not routed.healthy:
+            self._json(503, {"error": "unhealthy"})
+            return
+        self._complete(path, body, routed)
+
+    def _complete(self, path: str, body: dict[str, object], routed: Routed) -> None:
+        """Answer after a delay that follows this instance's routed load; count the request."""
+        chat = path.endswith("chat/completions")
+        text = (" ".join(str(m.get("content", "")) for m in body.get("messages", [])  # type: ignore[attr-defined]
+                         if isinstance(m, dict)) if chat else str(body.get("prompt", "")))
+        prompt = float(len(text.split()))
+        raw = body.get("max_tokens", body.get("max_completion_tokens", 16))
+        out = float(raw) if isinstance(raw, int | float) and 0 < raw <= 1e6 else 16.0
+        lock = self.server.cluster.lock
+        with lock:
+            routed.running += 1
+            load = routed.running
+        try:
+            time.sleep(min(ROUTED_MAX_S, (ROUTED_BASE_S + ROUTED_PER_TOKEN_S * out)
+                           * (1 + load / ROUTED_SLOTS)))
+        finally:
+            with lock:
+                routed.running -= 1
+                routed.finished += 1
+                routed.prompt_tokens += prompt
+                routed.generation_tokens += out
+        choice = ({"index": 0, "message": {"role": "assistant", "content": "ok"},
+                   "finish_reason": "length"} if chat else
+                  {"index": 0, "text": "ok", "finish_reason": "length"})
+        self._json(200, {"id": "cmpl-sim", "object": "chat.completion" if chat else
+                         "text_completion", "model": self.server.cluster.model.model_name,
+                         "choices": [choice],
+                         "usage": {"prompt_tokens": int(prompt), "completion_tokens": int(out),
+                                   "total_tokens": int(prompt + out)}})
+
+    def _json(self, status: int, obj: object) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def log_message(self, format: str, *args: object) -> None:
         """Silence per-request logging (scrapers poll every few seconds)."""
@@ -75,6 +203,8 @@ class LiveCluster:
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
         self._lock = threading.Lock()
+        self.lock = threading.Lock()  # guards the routed counts
+        self.routed = {i: Routed() for i in model.instances}
 
     def sim_time(self) -> float:
         """Simulated time now, clamped to the end of the run."""

@@ -1,0 +1,254 @@
+"""Method step 3 at the gateway: join what the router decided with how each engine was loaded,
+and rank the root causes of an instance-level finding on it.
+
+Engine metrics alone cannot tell wrong weights from stickiness (both are "more requests"); the
+gateway's per-upstream counts, health view, policy and per-key counts can:
+- the router sent the hot unit more than its peers -> routing; under a sticky policy, or when a
+  few keys carry most of its excess -> ``sticky_sessions``; under a cache-aware/prefix policy ->
+  ``prefix_affinity``; else ``routing_weights``;
+- the router sent an even share but the unit's requests are heavier -> ``long_requests``, with
+  the policy named (it counts requests, not tokens);
+- a starved unit the router marked unhealthy / circuit-open while its engine reported metrics,
+  or that is missing from the router's list -> ``health_check``.
+Pure functions over the Report and the GatewayEvidence; no source is read here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from statistics import median
+
+from skewscope.catalogue import POLICY_CLASS, Level, PolicyClass
+from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
+from skewscope.frame import GatewayEvidence, GatewayUnit, upstream_key
+from skewscope.report.model import (
+    Finding,
+    GatewayFacts,
+    GatewayUnitFacts,
+    Report,
+    RootCauseRef,
+)
+
+NO_GATEWAY_NOTE = (
+    "no gateway evidence: engine metrics cannot tell wrong routing weights from sticky "
+    "sessions or a failed health check; give the gateway's access log (--access-log) or a "
+    "Prometheus that also scrapes the router (sglang-router smg_* metrics) to settle it"
+)
+
+
+def missing_gateway_note(report: Report) -> Report:
+    """Without gateway evidence the report says which evidence would settle a count finding."""
+    if report.level != Level.INSTANCE or not any(
+        f.kind in ("count", "weight", "unknown") for f in report.findings
+    ):
+        return report
+    return replace(report, notes=(*report.notes, NO_GATEWAY_NOTE))
+
+
+def join_gateway(
+    report: Report, gw: GatewayEvidence, th: Thresholds = DEFAULT_THRESHOLDS
+) -> Report:
+    """The report with its gateway facts and, at instance level, the findings re-ranked."""
+    facts = gateway_facts(report, gw, th)
+    notes = list(gw.notes)
+    unjoined = [u.upstream for u in facts.units if u.unit is None]
+    if unjoined:
+        notes.append(
+            f"gateway upstream(s) {', '.join(unjoined)} match no engine unit (joined on "
+            "host:port, the engines' Prometheus instance label)"
+        )
+    if report.level != Level.INSTANCE:
+        return replace(report, gateway=facts, notes=(*report.notes, *notes))
+    findings = tuple(_rank(f, facts, gw, th) for f in report.findings)
+    return replace(report, gateway=facts, findings=findings, notes=(*report.notes, *notes))
+
+
+def gateway_facts(report: Report, gw: GatewayEvidence, th: Thresholds) -> GatewayFacts:
+    engine_rates = {
+        upstream_key(u.unit): (u.unit, u.metrics.get("requests_per_s", math.nan))
+        for u in report.units
+    }
+    finite = [r for _, r in engine_rates.values() if math.isfinite(r)]
+    engine_total = sum(finite)
+    router_total = sum(u.requests for u in gw.units)
+    peers_median = _median_requests(gw.units)
+    out = []
+    for g in gw.units:
+        unit, rate = engine_rates.get(g.upstream, (None, math.nan))
+        excess = g.requests - peers_median.get(g.upstream, math.nan)
+        top = g.keys[: th.gateway_top_keys]
+        carried = sum(n for _, n in top)
+        out.append(
+            GatewayUnitFacts(
+                upstream=g.upstream,
+                unit=unit,
+                requests=g.requests,
+                router_share=g.requests / router_total if router_total else math.nan,
+                engine_share=rate / engine_total if engine_total and math.isfinite(rate)
+                else math.nan,
+                in_pool=g.in_pool,
+                unhealthy_share=g.unhealthy_share,
+                breaker_open_share=g.breaker_open_share,
+                request_bytes=g.request_bytes,
+                top_keys=top,
+                top_keys_excess_share=min(1.0, carried / excess) if top and excess > 0
+                else math.nan,
+            )
+        )
+    listed = {g.upstream for g in gw.units if g.in_pool and g.requests > 0}
+    missing = tuple(u for k, (u, _) in sorted(engine_rates.items()) if k not in listed)
+    policy = gw.policy
+    pclass = POLICY_CLASS.get(policy) if policy else None
+    return GatewayFacts(gw.source, policy, str(pclass) if pclass else None, gw.key_name,
+                        tuple(out), missing)
+
+
+def _median_requests(units: tuple[GatewayUnit, ...]) -> dict[str, float]:
+    """Per upstream, the median requests of its peers (leave-one-out, as step 1 judges)."""
+    out = {}
+    for g in units:
+        peers = [p.requests for p in units if p.upstream != g.upstream and p.in_pool]
+        out[g.upstream] = float(median(peers)) if peers else math.nan
+    return out
+
+
+def _rank(f: Finding, facts: GatewayFacts, gw: GatewayEvidence, th: Thresholds) -> Finding:
+    by_unit = {u.unit: u for u in facts.units if u.unit is not None}
+    if f.kind in ("count", "unknown") and f.units and f.units[0] in by_unit and not (
+        f.evidence.get("starved_share")
+    ):
+        return _count(f, by_unit[f.units[0]], facts, gw, th)
+    if f.kind == "weight" and f.units and f.units[0] in by_unit:
+        return _weight(f, by_unit[f.units[0]], facts, gw, th)
+    if "starved_share" in f.evidence:
+        return _starved(f, by_unit, facts, th)
+    return f
+
+
+def _router_ratio(u: GatewayUnitFacts, facts: GatewayFacts) -> float:
+    peers = [p.requests for p in facts.units if p.upstream != u.upstream and p.in_pool]
+    ref = float(median(peers)) if peers else math.nan
+    if not ref > 0:
+        return math.inf if u.requests > 0 else math.nan
+    return u.requests / ref
+
+
+def _policy_text(facts: GatewayFacts) -> str:
+    return f"under {facts.policy}" if facts.policy else "(policy not exported)"
+
+
+def _count(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvidence,
+           th: Thresholds) -> Finding:
+    ratio = _router_ratio(u, facts)
+    head = (
+        f"The gateway ({facts.source}) sent {u.router_share:.0%} of its requests to {u.upstream} "
+        f"{_policy_text(facts)} ({_x(ratio)} its peers' median); the engines saw "
+        f"{_pct(u.engine_share)} of theirs there."
+    )
+    if not ratio >= th.count_ratio:
+        text = (f"{head} The gateway did not send it more: its extra requests came another way "
+                "(another entry point or clients calling the engine directly).")
+        return _with(f, text, None, {"router_ratio": ratio, **_facts_evidence(u, facts)})
+    keys = _keys_sentence(u, facts)
+    dominated = math.isfinite(u.top_keys_excess_share) and (
+        u.top_keys_excess_share >= th.gateway_key_share)
+    if facts.policy_class == PolicyClass.STICKY or dominated:
+        lead = "sticky_sessions"
+    elif facts.policy_class == PolicyClass.PREFIX:
+        lead = "prefix_affinity"
+        keys += (" Its policy routes by cached prefix: requests sharing a prompt prefix all go "
+                 "to the unit that cached it.")
+    else:
+        lead = "routing_weights"
+    return _with(f, f"{head}{keys}", lead, {"router_ratio": ratio, **_facts_evidence(u, facts)})
+
+
+def _weight(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvidence,
+            th: Thresholds) -> Finding:
+    ratio = _router_ratio(u, facts)
+    if ratio >= th.count_ratio:
+        return _count(f, u, facts, gw, th)
+    peers = [p.request_bytes for p in facts.units
+             if p.upstream != u.upstream and math.isfinite(p.request_bytes)]
+    size = ""
+    if math.isfinite(u.request_bytes) and peers and median(peers) > 0:
+        size = f"; its requests were {_x(u.request_bytes / float(median(peers)))} the bytes"
+    blind = ("which counts requests, not tokens, queues or KV"
+             if facts.policy_class in (None, PolicyClass.TOKEN_BLIND) else
+             "which did not balance the tokens")
+    text = (
+        f"The gateway ({facts.source}) sent {u.upstream} an even share of requests "
+        f"({u.router_share:.0%}, {_x(ratio)} its peers' median) {_policy_text(facts)}, {blind}"
+        f"{size}: a token-blind balance lets heavy requests pile up."
+    )
+    return _with(f, text, "long_requests", {"router_ratio": ratio, **_facts_evidence(u, facts)})
+
+
+def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFacts,
+             th: Thresholds) -> Finding:
+    parts = []
+    for unit in f.units:
+        u = by_unit.get(unit)
+        if u is None or not u.in_pool or (unit in facts.not_in_gateway and u.requests == 0):
+            parts.append(f"The gateway ({facts.source}) does not list {unit} or never sent it a "
+                         "request: it is not in the pool (did not rejoin after a restart or "
+                         "scale-out).")
+            continue
+        down = [(s, what) for s, what in ((u.unhealthy_share, "unhealthy"),
+                                          (u.breaker_open_share, "circuit-open"))
+                if math.isfinite(s) and s >= th.gateway_down_share]
+        if down:
+            listing = " and ".join(f"{what} {s:.0%} of the range" for s, what in down)
+            breaker = (" The circuit breaker keeps a recovered worker at zero traffic for its "
+                       "whole cool-down." if any(w == "circuit-open" for _, w in down) else "")
+            parts.append(f"The gateway marked {unit} {listing} while its engine kept reporting "
+                         f"metrics (it was up).{breaker}")
+    if not parts:
+        return f
+    return _with(f, " ".join(parts), "health_check", {})
+
+
+def _keys_sentence(u: GatewayUnitFacts, facts: GatewayFacts) -> str:
+    if not u.top_keys or not math.isfinite(u.top_keys_excess_share):
+        return ""
+    by = f" ({facts.key_name})" if facts.key_name else ""
+    return (f" {len(u.top_keys)} key(s){by} carried {u.top_keys_excess_share:.0%} of its excess "
+            f"over its peers' median: {', '.join(k for k, _ in u.top_keys)}.")
+
+
+def _facts_evidence(u: GatewayUnitFacts, facts: GatewayFacts) -> dict[str, object]:
+    return {
+        "source": facts.source,
+        "policy": facts.policy,
+        "router_share": u.router_share,
+        "engine_share": u.engine_share,
+        "top_keys_excess_share": u.top_keys_excess_share,
+    }
+
+
+def _with(f: Finding, sentence: str, lead: str | None, evidence: dict[str, object]) -> Finding:
+    """The finding with the gateway's sentence, evidence and ``lead`` cause ranked first (after
+    KV exhaustion, which says to throttle first whatever the cause)."""
+    keys = [c.key for c in f.root_causes]
+    if lead is not None:
+        keys = [k for k in keys if k != lead]
+        keys.insert(1 if keys and keys[0] == "kv_exhaustion" else 0, lead)
+    actions: list[str] = []
+    for k in keys:
+        actions.extend(a for a in ROOT_CAUSES[k].actions if a not in actions)
+    return replace(
+        f,
+        summary=f"{f.summary} {sentence}",
+        root_causes=tuple(RootCauseRef(k, ROOT_CAUSES[k].title) for k in keys),
+        actions=tuple(actions),
+        evidence={**f.evidence, "gateway": {**evidence, "lead_cause": lead}},
+    )
+
+
+def _x(v: float) -> str:
+    return "∞x" if v == math.inf else f"{v:.2f}x" if math.isfinite(v) else "n/a"
+
+
+def _pct(v: float) -> str:
+    return f"{v:.0%}" if math.isfinite(v) else "n/a (not joined)"

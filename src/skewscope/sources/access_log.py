@@ -1,0 +1,195 @@
+"""HTTP gateway access logs -> GatewayEvidence: requests and request sizes per upstream, and how
+concentrated each upstream's traffic is by client or session key.
+
+Three line shapes are read, detected per file from its first non-blank line:
+- Envoy's default format string (``[%START_TIME%] "%REQ(:METHOD)% ..." ... "%UPSTREAM_HOST%"``,
+  envoyproxy.io configuration/observability/access_log "Default format string"); its client
+  key is ``X-Forwarded-For``;
+- JSON objects, one a line: nginx ``log_format NAME escape=json '{...}'`` and Envoy's
+  ``json_format`` access logs;
+- ``key=value`` pairs (values may be double-quoted), e.g. nginx
+  ``log_format skewscope 'upstream_addr=$upstream_addr request_length=$request_length ...'``.
+Field names are looked up in the alias tuples below (the nginx variable name without ``$``, or
+Envoy's command operator name), so a log keeps its own names. docs/gateway.md lists them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from skewscope.catalogue import GatewaySource
+from skewscope.errors import InputError
+from skewscope.frame import GatewayEvidence, GatewayUnit, upstream_key
+
+UPSTREAM = ("upstream_addr", "upstream_host", "UPSTREAM_HOST", "upstream")
+TIME = ("msec", "time_iso8601", "time_local", "start_time", "START_TIME", "timestamp", "time")
+REQUEST_BYTES = ("request_length", "bytes_received", "BYTES_RECEIVED")
+# Client / session keys, most specific first: a session or user header, then the client.
+KEYS = ("http_x_session_id", "x_session_id", "session_id", "session", "http_x_smg_routing_key",
+        "http_x_user_id", "user_id", "user", "remote_addr", "downstream_remote_address",
+        "DOWNSTREAM_REMOTE_ADDRESS", "x_forwarded_for", "client")
+ENVOY_HINTS = ("upstream_host", "UPSTREAM_HOST", "downstream_remote_address",
+               "DOWNSTREAM_REMOTE_ADDRESS", "bytes_received", "BYTES_RECEIVED")
+KEPT_KEYS = 10  # per upstream, the biggest keys carried in the evidence
+ENVOY_DEFAULT = re.compile(
+    r'^\[(?P<START_TIME>[^\]]+)\] "(?P<request>[^"]*)" (?P<RESPONSE_CODE>\S+) '
+    r"(?P<RESPONSE_FLAGS>\S+) (?P<BYTES_RECEIVED>\S+) (?P<BYTES_SENT>\S+) (?P<DURATION>\S+) "
+    r'(?P<upstream_service_time>\S+) "(?P<x_forwarded_for>[^"]*)" "(?P<user_agent>[^"]*)" '
+    r'"(?P<x_request_id>[^"]*)" "(?P<authority>[^"]*)" "(?P<UPSTREAM_HOST>[^"]*)"')
+_PAIR = re.compile(r'([A-Za-z_][\w.-]*)=("(?:[^"\\]|\\.)*"|\S*)')
+_EMPTY = ("", "-")
+SHAPES = {"json": "a JSON-object", "envoy": "an Envoy default-format", "pairs": "a key=value"}
+
+
+@dataclass
+class _Tally:
+    requests: int = 0
+    bytes_total: float = 0.0
+    bytes_seen: int = 0
+    keys: Counter[str] = field(default_factory=Counter)
+
+
+def _parse_line(line: str, shape: str) -> dict[str, str]:
+    if shape == "envoy":
+        m = ENVOY_DEFAULT.match(line)
+        if m is None:
+            raise ValueError("not Envoy's default format")
+        return m.groupdict()
+    if shape == "json":
+        obj = json.loads(line)
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        return {str(k): "" if v is None else str(v) for k, v in obj.items()}
+    pairs = {k: v[1:-1] if v.startswith('"') else v for k, v in _PAIR.findall(line)}
+    if not pairs:
+        raise ValueError("no key=value pair")
+    return pairs
+
+
+def _first(fields: dict[str, str], names: Sequence[str]) -> tuple[str | None, str]:
+    for n in names:
+        v = fields.get(n)
+        if v is not None and v not in _EMPTY:
+            return n, v
+    return None, ""
+
+
+def _last_upstream(value: str) -> str:
+    """nginx lists every upstream it tried (``a, b`` after a retry, ``a : b`` across an internal
+    redirect): the last one answered."""
+    return upstream_key(re.split(r"\s*[,:]\s+", value)[-1])
+
+
+def parse_time(value: str) -> float | None:
+    """Epoch seconds of nginx ``$msec``, ``$time_iso8601``, ``$time_local`` or Envoy's
+    ``%START_TIME%``; None when the text is none of them."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        t = dt.datetime.fromisoformat(value)
+    except ValueError:
+        try:
+            t = dt.datetime.strptime(value, "%d/%b/%Y:%H:%M:%S %z")
+        except ValueError:
+            return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return t.timestamp()
+
+
+def read_access_logs(paths: Sequence[str], start: float | None = None,
+                     end: float | None = None) -> GatewayEvidence:
+    """Tally every file's lines by upstream; one clean InputError names the first bad line.
+
+    With ``start``/``end`` (the engine evidence's range, epoch seconds) only requests logged in
+    [start, end) count, so the gateway and the engines are compared over the same time."""
+    tallies: dict[str, _Tally] = {}
+    outside = untimed = 0
+    key_name: str | None = None
+    envoy = False
+    no_upstream = 0
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise InputError(f"{path}: cannot read the access log ({e.strerror})") from None
+        lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+        if not lines:
+            raise InputError(f"{path}: the access log is empty")
+        head = lines[0][1].lstrip()
+        shape = "json" if head.startswith("{") else "envoy" if head.startswith("[") else "pairs"
+        file_key: str | None = None  # one key field per file, so keys of one kind are counted
+        for n, line in lines:
+            try:
+                fields = _parse_line(line, shape)
+            except ValueError as e:
+                raise InputError(
+                    f"{path}:{n}: expected {SHAPES[shape]} access-log line like the file's first "
+                    f"line ({e})") from None
+            name, up = _first(fields, UPSTREAM)
+            if name is None and not any(u in fields for u in UPSTREAM):
+                raise InputError(f"{path}:{n}: no upstream field (expected one of "
+                                 f"{', '.join(UPSTREAM)})")
+            envoy = envoy or any(h in fields for h in ENVOY_HINTS)
+            if not up:
+                no_upstream += 1  # answered by the gateway itself (4xx, cache, no upstream)
+                continue
+            if start is not None and end is not None:
+                _, when = _first(fields, TIME)
+                t_s = parse_time(when) if when else None
+                if t_s is None:
+                    untimed += 1
+                elif not start <= t_s < end:
+                    outside += 1
+                    continue
+            t = tallies.setdefault(_last_upstream(up), _Tally())
+            t.requests += 1
+            _, size = _first(fields, REQUEST_BYTES)
+            try:
+                b = float(size)
+            except ValueError:
+                b = math.nan
+            if math.isfinite(b):
+                t.bytes_total += b
+                t.bytes_seen += 1
+            if file_key is None:
+                file_key = next((k for k in KEYS if k in fields), "")
+                key_name = key_name or file_key or None
+            key = fields.get(file_key, "") if file_key else ""
+            if key not in _EMPTY:
+                t.keys[key] += 1
+    if not tallies:
+        raise InputError(f"{', '.join(paths)}: no request in the access log reached an upstream"
+                         + (" in the engines' time range" if outside else ""))
+    notes = [f"{no_upstream} logged request(s) had no upstream (answered by the gateway itself) "
+             "and are not counted"] if no_upstream else []
+    if outside:
+        notes.append(f"{outside} logged request(s) outside the engines' time range left out")
+    if untimed:
+        notes.append(f"{untimed} logged request(s) without a readable time (fields "
+                     f"{', '.join(TIME)}) counted whatever their time")
+    units = tuple(
+        GatewayUnit(
+            upstream=up,
+            requests=float(t.requests),
+            request_bytes=t.bytes_total / t.bytes_seen if t.bytes_seen else math.nan,
+            keys=tuple((k, float(c)) for k, c in t.keys.most_common(KEPT_KEYS)),
+            distinct_keys=len(t.keys),
+        )
+        for up, t in sorted(tallies.items())
+    )
+    return GatewayEvidence(
+        source=GatewaySource.ENVOY if envoy else GatewaySource.NGINX,
+        units=units,
+        key_name=key_name,
+        notes=tuple(notes),
+    )
