@@ -55,8 +55,8 @@ def test_port_in_use_names_the_port(capsys: pytest.CaptureFixture[str]) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        # instance 0 gets port-3 .. instance 3 gets `port`: the last one collides
-        assert main(["simulate", "balanced", "--serve", "--port", str(port - 3)]) == 2
+        # instance 0 asks for the taken port first (instance k gets port + k)
+        assert main(["simulate", "balanced", "--serve", "--port", str(port)]) == 2
     line = _one_line_error(capsys)
     assert f"127.0.0.1:{port}" in line and "choose another port" in line
 
