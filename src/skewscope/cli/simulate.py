@@ -96,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
     if args.serve and args.port and last_port > MAX_PORT:
         raise UsageError(f"--port {args.port}: {scenario.instances} instances need ports up to "
                          f"{last_port}, above {MAX_PORT}")
+    if args.openmetrics:  # refused before the run, not after it
+        from skewscope.sim.writers.openmetrics import check_scrapes
+
+        check_scrapes(scenario.duration_s, args.metrics_interval, scenario.instances)
     from skewscope.cli.progress import Ticker
     from skewscope.sim.engine import simulate
 

@@ -64,15 +64,18 @@ def _with(labels: tuple[tuple[str, str], ...], extra: Mapping[str, str]) -> str:
 MAX_SCRAPES = 50_000
 
 
-def _history(result: SimResult, dialect: str, step_s: float
-             ) -> tuple[NDArray[np.float64], dict[str, list[Family]]]:
-    span = result.end_s - result.start_s
-    n = (span / step_s + 1) * len(result.instances)
+def check_scrapes(span_s: float, step_s: float, n_instances: int) -> None:
+    """Refuse a history above ``MAX_SCRAPES`` (the CLI calls this before simulating)."""
+    n = (span_s / step_s + 1) * n_instances
     if not n <= MAX_SCRAPES:
         raise SimulationError(
-            f"metrics interval {step_s:g} s over {span:g} s for {len(result.instances)} "
-            f"instances gives {n:,.0f} scrapes; at most {MAX_SCRAPES:,} (choose a longer "
-            "interval)")
+            f"metrics interval {step_s:g} s over {span_s:g} s for {n_instances} instances gives "
+            f"{n:,.0f} scrapes; at most {MAX_SCRAPES:,} (choose a longer interval)")
+
+
+def _history(result: SimResult, dialect: str, step_s: float
+             ) -> tuple[NDArray[np.float64], dict[str, list[Family]]]:
+    check_scrapes(result.end_s - result.start_s, step_s, len(result.instances))
     model = ClusterModel(result, dialect)
     times = scrape_times(result.start_s, result.end_s, step_s)
     return times, {i: m.families(times) for i, m in model.instances.items()}
