@@ -115,3 +115,12 @@ def test_bucket_bounded_percentiles_are_marked_and_never_form_a_ratio() -> None:
     # an unmarked source keeps its ratio
     plain = next(r for r in HOT.findings[0].side_by_side if r.metric == "ttft_p99_ms")
     assert plain.ratio == plain.ratio and plain.hot_bound == ""
+
+
+def test_stalled_and_fleet_findings_read_as_what_they_are() -> None:
+    quiet = Spec(rate=0.3)
+    stalled = diagnose_frame(make_frame({"a": quiet, "b": quiet, "c": quiet,
+                                         "d": Spec(rate=0.3, stalled_from=0)}))
+    text = _terminal(stalled)
+    assert "hot d (stalled engine)." in text and "[HIGH] stalled engine — d" in text
+    assert "stalled skew" not in text and "stalled skew" not in markdown.render(stalled)

@@ -34,6 +34,11 @@ class Kind(StrEnum):
     STALLED = "stalled"  # holds requests, finishes none: not a skew kind, the worst hot unit
 
 
+def kind_title(kind: str) -> str:
+    """How a finding's kind reads in titles: "count skew", ... but "stalled engine"."""
+    return "stalled engine" if kind == Kind.STALLED else f"{kind} skew"
+
+
 class Severity(StrEnum):
     HIGH = "high"
     MEDIUM = "medium"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, UNIT_COLUMNS
+from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, UNIT_COLUMNS, kind_title
 from skewscope.errors import one_line
 from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport, rounded
 
@@ -126,7 +126,7 @@ def headline(report: Report) -> str:
         parts.append("starved " + names(report.starved_units))
     return (
         f"Imbalanced at {report.level} level: {'; '.join(parts) or 'see findings'} "
-        f"({' + '.join(kinds)} skew)."
+        f"({' + '.join(kind_title(k) for k in kinds)})."
     )
 
 
@@ -140,7 +140,7 @@ def scope(report: Report) -> str:
 
 def finding_title(f: Finding) -> str:
     side = f" ({f.weight_side}-heavy)" if f.weight_side else ""
-    return f"[{f.severity.upper()}] {f.kind} skew{side} — {names(f.units)}"
+    return f"[{f.severity.upper()}] {kind_title(f.kind)}{side} — {names(f.units)}"
 
 
 def footer_notes(report: Report) -> list[str]:

@@ -63,8 +63,9 @@ def _finding(f: Finding, h: str) -> list[str]:
              _text("Likely cause: " + "; or ".join(fmt.clean(c.title) for c in f.root_causes)),
              "", "Actions:"]
     lines.extend(f"- {_text(fmt.clean(a))}" for a in f.actions)
-    lines.extend(["", _row(["metric", fmt.names(f.units), "peers (median)", "unit / peers"]),
-                  "|---|---:|---:|---:|"])
+    if f.side_by_side:  # a fleet-wide pattern has no single hot unit to put side by side
+        lines.extend(["", _row(["metric", fmt.names(f.units), "peers (median)", "unit / peers"]),
+                      "|---|---:|---:|---:|"])
     for row in f.side_by_side:
         hot = fmt.value(row.metric, row.hot, row.hot_bound)
         ref = fmt.value(row.metric, row.reference, row.reference_bound)

@@ -97,7 +97,7 @@ def _finding(f: Finding) -> Panel:
         fmt.clean(c.title) for c in f.root_causes)) if x))
     actions = Text("\n".join(f"→ {fmt.clean(a)}" for a in f.actions), style="green")
     return Panel(
-        Group(Text(fmt.clean(f.summary)), causes, actions, table),
+        Group(Text(fmt.clean(f.summary)), causes, actions, *([table] if table.rows else [])),
         title=Text(fmt.finding_title(f), style=SEVERITY_STYLE.get(f.severity, "")),
         title_align="left",
     )
