@@ -9,7 +9,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skewscope.sources.profiler import Grid, extract_rids, prefill_count
+from skewscope.sources.profiler import WI, Grid, extract_rids, prefill_count
 from skewscope.sources.profiler_schema import datetime_to_us
 
 EPOCH = datetime(1970, 1, 1)
@@ -70,3 +70,14 @@ def test_window_assignment_conserves_counts(times: list[float], window_s: float)
     assert idx["_wi"].is_between(grid.first, grid.last).all()
     starts = idx["_wi"] * window_s
     assert ((df["start_s"] >= starts - 1e-6) & (df["start_s"] < starts + window_s + 1e-6)).all()
+
+
+def test_window_index_agrees_across_frame_sizes_at_an_edge() -> None:
+    """Found by hypothesis: polars divided a one-row and a two-row frame differently, so the
+    grid's first window missed the event that spanned it."""
+    t = 1799999999.9999998  # just below 360000000 * 5
+    grid = Grid.spanning(t, t, 5.0)
+    one = pl.DataFrame({"start_s": [t]}).select(grid.index())[WI].to_list()
+    two = pl.DataFrame({"start_s": [t, t]}).select(grid.index())[WI].to_list()
+    assert one == [359999999] and two == [359999999, 359999999]
+    assert grid.first == grid.last == 359999999

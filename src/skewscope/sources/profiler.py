@@ -670,7 +670,13 @@ class Grid:
         return cls(window_s, int(ends[0]), int(ends[1]))
 
     def index(self) -> pl.Expr:
-        return (pl.col("start_s") / self.window_s).floor().cast(pl.Int64).alias(WI)
+        """floor(t / window_s), exact at window edges: polars may divide by multiplying with
+        the reciprocal on some frames and not others, so one rounding step is corrected by
+        comparing q * window_s with t itself."""
+        t, w = pl.col("start_s"), self.window_s
+        q = (t / w).floor()
+        q = pl.when(q * w > t).then(q - 1).when((q + 1) * w <= t).then(q + 1).otherwise(q)
+        return q.cast(pl.Int64).alias(WI)
 
     def windows(self) -> pl.DataFrame:
         return pl.DataFrame({WI: pl.int_range(self.first, self.last + 1, eager=True)})
