@@ -166,7 +166,8 @@ def test_label_value_escaping_round_trips(value: str) -> None:
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(value=st.text(max_size=30))
+# Label values are UTF-8 text: a lone surrogate cannot be sent at all (not a quoting question).
+@given(value=st.text(st.characters(exclude_categories=("Cs",)), max_size=30))
 def test_real_prometheus_parses_escaped_values_back(prometheus_url: str, value: str) -> None:
     """label_join with two absent source labels yields exactly the separator string."""
     query = f'label_join(vector(1), "x", {quote(value)}, "absent_a", "absent_b")'
