@@ -135,3 +135,18 @@ def test_empty_request_log_of_a_busy_unit_is_not_called_starved(
     doc = json.loads(capsys.readouterr().out)
     assert doc["starved_units"] == []
     assert doc["hot_units"] == ["inst-1"]
+
+
+def test_glob_characters_in_folder_names_are_plain_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """polars reads '[...]', '*' and '?' in a path as a glob unless told not to."""
+    import shutil
+
+    truth = json.loads((EXAMPLE / "truth.json").read_text())
+    root = tmp_path / "prof[2025]*?"
+    for inst in ("inst-0", "inst-1", "inst-2"):
+        shutil.copytree(EXAMPLE / inst, root / f"{inst}[x]")
+    assert main(["diagnose", str(root), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["hot_units"] == [f"{u}[x]" for u in truth["hot_units"]]

@@ -194,7 +194,9 @@ def prepare(path: Path) -> Prepared | None:
     pv.read_header(path)  # bounded and valid CSV, before polars reads it
     # the names as polars reads them (a malformed or repeated name is renamed there): the
     # columns resolved from them are then the columns every scan finds
-    header = pl.read_csv(path, n_rows=0, infer_schema=False, encoding="utf8-lossy").columns
+    header = pl.read_csv(
+        path, n_rows=0, infer_schema=False, encoding="utf8-lossy", glob=False
+    ).columns
     with path.open("rb") as fh:
         fh.seek(size - 1)
         ends_with_newline = fh.read(1) == b"\n"
@@ -250,7 +252,7 @@ def _describe(col: Col) -> str:
 def _head(prep: Prepared, names: list[str]) -> pl.DataFrame:
     n = 50 if prep.n_rows is None else min(50, prep.n_rows)
     return pl.read_csv(
-        prep.path, n_rows=n, infer_schema=False, columns=names, encoding="utf8-lossy"
+        prep.path, n_rows=n, infer_schema=False, columns=names, encoding="utf8-lossy", glob=False
     )
 
 
@@ -367,7 +369,7 @@ def scan(prep: Prepared, res: Resolved) -> pl.LazyFrame:
     never materialised by queries that do not ask for it).
     """
     lf = pl.scan_csv(
-        prep.path, infer_schema=False, n_rows=prep.n_rows, encoding="utf8-lossy"
+        prep.path, infer_schema=False, n_rows=prep.n_rows, encoding="utf8-lossy", glob=False
     ).with_row_index(ROW)
     values, flags = [], []
     for col in res.schema.columns:
@@ -391,7 +393,9 @@ def raise_first_bad(df: pl.DataFrame, prep: Prepared, res: Resolved) -> None:
     row, canon = int(bad[ROW][0]), str(bad[BAD][0])
     raw_name = res.raw[canon]
     cell = (
-        pl.scan_csv(prep.path, infer_schema=False, n_rows=row + 1, encoding="utf8-lossy")
+        pl.scan_csv(
+            prep.path, infer_schema=False, n_rows=row + 1, encoding="utf8-lossy", glob=False
+        )
         .select(raw_name)
         .tail(1)
         .collect()[raw_name][0]
