@@ -78,6 +78,17 @@ class Dialect(StrEnum):
     SGLANG = "sglang"
     MINDIE = "mindie"
     MS_SERVICE_METRIC = "ms-service-metric"
+    DYNAMO = "dynamo"  # NVIDIA Dynamo: per-worker series (worker_id)
+    LLM_D = "llm-d"  # llm-d endpoint picker: per-endpoint queue (engines not scraped)
+
+
+# The dialects the simulator can write (sim/writers/exposition.py).
+SIMULATED_DIALECTS: tuple[str, ...] = (
+    Dialect.VLLM,
+    Dialect.SGLANG,
+    Dialect.MINDIE,
+    Dialect.MS_SERVICE_METRIC,
+)
 
 
 class Generation(StrEnum):

@@ -200,10 +200,39 @@ def _devices(t_off: int) -> Iterator[Sample]:
             yield Sample("npu_chip_info_hbm_used_memory", lab, at, mem)
 
 
+# NVIDIA Dynamo: one Prometheus target exposing two workers' component metrics (named by the
+# auto-injected worker_id label); w1 finishes 3x the requests of w2. Per 15 s step:
+# (requests, inflight, kv usage fraction). The non-generate endpoint must not be counted.
+DYNAMO = {"7587888160958628": (30.0, 9.0, 0.8), "7587888160958701": (10.0, 3.0, 0.3)}
+
+
+def _dynamo(t_off: int) -> Iterator[Sample]:
+    k, at = t_off // STEP, T0 + t_off
+    for worker, (req, inflight, kv) in DYNAMO.items():
+        base = {"job": "dynamo", "instance": "dyn:9090", "worker_id": worker,
+                "dynamo_namespace": "dynamo", "dynamo_component": "backend"}
+        gen = _lab(**base, dynamo_endpoint="generate")
+        yield Sample("dynamo_component_requests_total", gen, at, req * k)
+        yield Sample("dynamo_component_inflight_requests", gen, at, inflight)
+        other = _lab(**base, dynamo_endpoint="clear_kv_blocks")
+        yield Sample("dynamo_component_requests_total", other, at, 1000.0 * k)
+        yield Sample("dynamo_component_kvstats_gpu_cache_usage_percent", _lab(**base), at, kv)
+
+
+# llm-d endpoint picker: per-endpoint queue of two DP pods (endpoints "<pod>-rank-<n>").
+LLMD = {"vllm-a-rank-0": 12.0, "vllm-a-rank-1": 1.0, "vllm-b-rank-0": 2.0, "vllm-b-rank-1": 2.0}
+
+
+def _llmd(t_off: int) -> Iterator[Sample]:
+    for endpoint, queue in LLMD.items():
+        lab = _lab(job="llm-d", instance="epp:9090", name="pool", model_server_endpoint=endpoint)
+        yield Sample("llm_d_router_epp_per_endpoint_queue_size", lab, T0 + t_off, queue)
+
+
 def history() -> list[Sample]:
     out: list[Sample] = []
     for t_off in range(0, SPAN + 1, STEP):
-        for gen in (_vllm, _scale, _mindie, _sglang, _sglang_tokenizer, _devices):
+        for gen in (_vllm, _scale, _mindie, _sglang, _sglang_tokenizer, _devices, _dynamo, _llmd):
             out.extend(gen(t_off))
     return out
 

@@ -9,7 +9,9 @@ import polars as pl
 import pytest
 from online_history import (
     DEVICES,
+    DYNAMO,
     GEN_PER_REQ,
+    LLMD,
     MINDIE,
     N_WINDOWS,
     SGLANG,
@@ -158,3 +160,36 @@ def test_device_exporters_join_the_engine_units_by_host(backend: str) -> None:
     assert all(_close(r["device_mem_mb"], 41000.0) for r in inst["b:8000"])
     assert ev.dp.aliases["device_util"] == "DCGM_FI_DEV_GPU_UTIL|npu_chip_info_utilization"
     assert any("2 of 2 instance(s) joined to devices (2 by host)" in n for n in ev.notes)
+
+
+def test_dynamo_workers_are_units_named_by_worker_id(backend: str) -> None:
+    """One target, two workers: units are worker ids; only the generate endpoint counts."""
+    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="dynamo"')
+    assert "dialect: dynamo (detected)" in ev.notes
+    rows = _by_unit(ev.instance.df)
+    assert set(rows) == set(DYNAMO)
+    for worker, (req, inflight, kv) in DYNAMO.items():
+        assert all(_close(r["requests"], req * WINDOW / STEP) for r in rows[worker])
+        assert all(_close(r["running"], inflight) for r in rows[worker])
+        assert all(_close(r["kv_usage"], kv) for r in rows[worker])
+    assert ev.dp is None
+
+
+def test_llmd_endpoint_queue_splits_pods_into_ranks(backend: str) -> None:
+    """Endpoints "<pod>-rank-<n>" are rank n of the pod; the pod sums its ranks' queues, and
+    the hot rank is found from the router's queue alone."""
+    from skewscope.analysis.diagnose import diagnose
+
+    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="llm-d"')
+    assert "dialect: llm-d (detected)" in ev.notes
+    assert ev.dp is not None
+    rows = _by_unit(ev.dp.df)
+    for endpoint, queue in LLMD.items():
+        pod, rank = endpoint.rsplit("-rank-", 1)
+        assert all(r["waiting"] == queue for r in rows[f"{pod}/dp{rank}"])
+    inst = _by_unit(ev.instance.df)
+    assert all(r["waiting"] == 13.0 for r in inst["vllm-a"])
+    # a queue is no request count: the instance level cannot pass the volume gate
+    assert diagnose(ev).to_dict()["verdict"] == "insufficient_data"
+    doc = diagnose(ev, level="dp").to_dict()
+    assert doc["verdict"] == "imbalanced" and doc["hot_units"] == ["vllm-a/dp0"]

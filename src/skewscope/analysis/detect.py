@@ -128,6 +128,7 @@ def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
     """(W, U) True where the unit's peer group carried enough load to judge that window."""
     req = m.get("requests")
     run = m.get("running")
+    wait = m.get("waiting")
     group_arr = np.array(m.groups)
     active = np.zeros(req.shape, dtype=bool)
     for g in set(m.groups):
@@ -135,8 +136,10 @@ def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
         if np.isfinite(req[:, cols]).any():
             per_unit = np.nansum(req[:, cols], axis=1) / cols.size
             ok = per_unit >= th.min_requests_per_window
-        else:
+        elif np.isfinite(run[:, cols]).any():
             ok = np.nansum(run[:, cols], axis=1) / cols.size >= 1.0
+        else:  # a router's per-endpoint queue is all there is (llm-d, engines not scraped)
+            ok = np.nansum(wait[:, cols], axis=1) / cols.size >= 1.0
         active[:, cols] = ok[:, None]
     return active
 

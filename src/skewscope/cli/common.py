@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from skewscope.catalogue import Dialect
 from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from skewscope.sources.auth import HttpAuth
     from skewscope.sources.devices import DeviceMap
 
-DIALECT_CHOICES = ("vllm", "sglang", "mindie", "ms-service-metric")
+DIALECT_CHOICES = tuple(d.value for d in Dialect)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
                    "y": 31536000.0}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from skewscope.catalogue import SIMULATED_DIALECTS
 from skewscope.cli import common
 from skewscope.errors import UsageError
 
@@ -31,7 +32,7 @@ def register(sub: Any) -> None:
     s.add_argument("--metrics-interval", default="5s",
                    help="OpenMetrics history: seconds between samples (default 5s)")
     s.add_argument("--serve", action="store_true", help="serve live /metrics per instance")
-    s.add_argument("--metrics-dialect", default="vllm", choices=common.DIALECT_CHOICES)
+    s.add_argument("--metrics-dialect", default="vllm", choices=SIMULATED_DIALECTS)
     s.add_argument("--speed", default="1", help="live mode: simulated s per wall s (> 0)")
     s.add_argument("--port", default="0",
                    help="live mode: first port, instance k on PORT+k (default 0 = any free)")

@@ -17,8 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from skewscope.catalogue import Dialect as CatalogueDialect
 from skewscope.errors import SourceError
 from skewscope.frame import SIGNAL_COLUMNS, Level
+from skewscope.sources.validate import parse_rank
 
 
 class Kind(StrEnum):
@@ -63,6 +65,44 @@ class Alias:
     dp_label: str | None = None
     matchers: tuple[Matcher, ...] = ()
     scale: float = 1.0  # this spelling's unit to the role's (DCGM_FI_DEV_GPU_UTIL % -> fraction)
+    # The label naming the unit's instance when it is not the target itself (a router or
+    # frontend exporting one series per backend: Dynamo ``worker_id``, llm-d
+    # ``model_server_endpoint``); None: Prometheus ``instance`` / the scraped target.
+    unit_label: str | None = None
+    # The unit label's value is ``<instance>-rank-<n>`` (llm-d endpoints of a DP pod): the rank
+    # comes from the suffix. Such aliases are only for counters and gauges (combined per pod
+    # after the query, which a histogram quantile cannot be).
+    rank_in_unit: bool = False
+
+    @property
+    def per_rank(self) -> bool:
+        """Whether this metric tells DP ranks apart."""
+        return self.dp_label is not None or self.rank_in_unit
+
+
+_RANK_SUFFIX = re.compile(r"^(?P<inst>.+)-rank-(?P<rank>[0-9]+)$")
+
+
+def unit_of(
+    alias: Alias, labels: Mapping[str, str], level: Level, target: str = ""
+) -> tuple[str, int | None] | None:
+    """(instance, rank or None) a series belongs to; None when it names no usable unit.
+
+    ``target`` is the instance when the alias has no unit label and the labels carry none
+    (a direct scrape). A DP-level series whose rank is not a non-negative integer is None.
+    """
+    inst = labels.get(alias.unit_label or "instance", "") or ("" if alias.unit_label else target)
+    if not inst:
+        return None
+    if alias.rank_in_unit:
+        m = _RANK_SUFFIX.match(inst)
+        if level is Level.INSTANCE:
+            return (m["inst"] if m else inst), None
+        return (m["inst"], int(m["rank"])) if m else None
+    if level is Level.INSTANCE:
+        return inst, None
+    rank = parse_rank(labels.get(alias.dp_label or "", ""))
+    return None if rank is None else (inst, rank)
 
 
 @dataclass(frozen=True)
@@ -129,6 +169,16 @@ SIGNAL_SPECS: tuple[SignalSpec, ...] = (
     SignalSpec("preemptions", "preemptions", "increase"),
 )
 assert {s.signal for s in SIGNAL_SPECS} <= set(SIGNAL_COLUMNS)
+SPEC_BY_SIGNAL: dict[str, SignalSpec] = {s.signal: s for s in SIGNAL_SPECS}
+
+
+def combine(values: list[float], how: str) -> float:
+    """Several series' values of one unit and window, combined as the spec says."""
+    if how == "sum":
+        return sum(values)
+    if how == "avg":
+        return sum(values) / len(values)
+    return max(values) if how == "max" else min(values)
 assert {s.role for s in SIGNAL_SPECS} <= set(ROLES)
 
 
@@ -217,6 +267,53 @@ _MINDIE_ROLES: dict[str, tuple[Alias, ...]] = {
 }
 
 
+# NVIDIA Dynamo (lib/runtime/src/metrics/prometheus_names.rs at ai-dynamo/dynamo@04070c75b52f):
+# every worker's component metrics are prefixed ``dynamo_component_`` and carry the worker's
+# instance id as the auto-injected ``worker_id`` label, so units are named by ``worker_id``
+# (one frontend or Prometheus job may expose many workers). The work handler's
+# ``requests_total`` / ``inflight_requests`` on the ``generate`` endpoint count the worker's
+# requests; ``kvstats_gpu_cache_usage_percent`` is a fraction (0..1) despite its name. The
+# frontend's per-worker gauges (``dynamo_frontend_worker_active_decode_blocks``,
+# ``..._active_prefill_tokens`` with ``worker_id``, ``dp_rank``, ``worker_type``) count KV
+# blocks and prefill tokens, not requests or a usage share: they have no canonical signal and
+# are not read (docs/online.md).
+_DYN = (Matcher("dynamo_endpoint", "=~", "generate|"),)
+_DYNAMO_ROLES: dict[str, tuple[Alias, ...]] = {
+    "finished_requests": (
+        Alias("dynamo_component_requests_total", matchers=_DYN, unit_label="worker_id"),
+    ),
+    "running": (
+        Alias("dynamo_component_inflight_requests", matchers=_DYN, unit_label="worker_id"),
+    ),
+    "kv_usage": (
+        Alias("dynamo_component_kvstats_gpu_cache_usage_percent", unit_label="worker_id"),
+    ),
+}
+
+# llm-d endpoint picker (EPP), when the engines are not scraped directly: its per-endpoint queue
+# is the model server's waiting queue as the router polls it. Endpoints of a DP pod are named
+# ``<pod>-rank-<n>``. Names: ``llm_d_router_epp_per_endpoint_queue_size{name,
+# model_server_endpoint}`` (llm-d/llm-d-router pkg/epp/metrics/llm_d_router_metrics.go at
+# 047069960690), ``llm_d_epp_per_endpoint_queue_size`` (llm-d-router v0.10/v0.11 releases), and
+# the Gateway API Inference Extension's ``inference_pool_per_pod_queue_size{name,
+# model_server_pod}`` (kubernetes-sigs/gateway-api-inference-extension pkg/epp/metrics).
+_LLMD_ROLES: dict[str, tuple[Alias, ...]] = {
+    "waiting": (
+        Alias(
+            "llm_d_router_epp_per_endpoint_queue_size",
+            unit_label="model_server_endpoint",
+            rank_in_unit=True,
+        ),
+        Alias(
+            "llm_d_epp_per_endpoint_queue_size",
+            unit_label="model_server_endpoint",
+            rank_in_unit=True,
+        ),
+        Alias("inference_pool_per_pod_queue_size", unit_label="model_server_pod"),
+    ),
+}
+
+
 def _merge(
     base: dict[str, tuple[Alias, ...]], extra: dict[str, tuple[Alias, ...]]
 ) -> dict[str, tuple[Alias, ...]]:
@@ -235,8 +332,11 @@ DIALECTS: dict[str, Dialect] = {
         Dialect("ms-service-metric", _merge(_VLLM_ROLES, _MS_EXTRA)),
         Dialect("sglang", _SGLANG_ROLES),
         Dialect("mindie", _MINDIE_ROLES),
+        Dialect("dynamo", _DYNAMO_ROLES),
+        Dialect("llm-d", _LLMD_ROLES),
     )
 }
+assert set(DIALECTS) == {d.value for d in CatalogueDialect}
 
 
 def normalise_name(name: str) -> str:
@@ -278,7 +378,7 @@ def detect_dialect(metric_names: Iterable[str]) -> str:
     if not best:
         raise SourceError(
             "no known serving-engine metrics found (looked for vLLM, ms-service-metric, SGLang, "
-            "MindIE names); check the target or selector"
+            "MindIE, Dynamo, llm-d names); check the target or selector"
         )
     return best
 
@@ -305,7 +405,7 @@ def resolve(
     for spec in SIGNAL_SPECS:
         kind = ROLES[spec.role].kind
         for alias in dialect.roles.get(spec.role, ()):
-            if level is Level.DP and alias.dp_label is None:
+            if level is Level.DP and not alias.per_rank:
                 continue
             samples = required_samples(alias, kind, spec.over_time)
             if all(normalise_name(s) in present for s in samples):

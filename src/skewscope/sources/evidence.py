@@ -192,7 +192,7 @@ def build_evidence(
             all_notes += nonfinite_notes(dp_values, Level.DP)
             dp_values = fix_percent(dp_values, Level.DP)
             if dp_resolved is None:
-                dp_resolved = {s: a for s, a in resolved.items() if a.dp_label}
+                dp_resolved = {s: a for s, a in resolved.items() if a.per_rank}
             dp_aliases = {
                 s: present_spellings(a, names) for s, a in dp_resolved.items() if dp_values.get(s)
             }

@@ -13,6 +13,7 @@ import json
 import math
 import reprlib
 import time
+from collections import defaultdict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,12 +37,15 @@ from skewscope.sources.devices import (
 from skewscope.sources.dialects import (
     ROLES,
     SIGNAL_SPECS,
+    SPEC_BY_SIGNAL,
     Alias,
     DeviceExporter,
+    combine,
     detect_dialect,
     get_dialect,
     resolve,
     resolve_devices,
+    unit_of,
 )
 from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.fetch import Fetched, bounded_get, make_client
@@ -53,7 +57,7 @@ from skewscope.sources.promql import (
     normalise_selector,
     series_selector,
 )
-from skewscope.sources.validate import parse_bound, parse_number, parse_rank, parse_timestamp
+from skewscope.sources.validate import parse_bound, parse_number, parse_timestamp
 
 MAX_POINTS = MAX_WINDOWS  # Prometheus refuses query_range with more points per series
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -211,33 +215,43 @@ def plan_windows(start: float, end: float, window_s: float) -> tuple[float, floa
 
 
 def matrix_to_values(
-    result: list[Any], *, window_s: float, dp_label: str | None, bad: list[str], where: str = ""
+    result: list[Any],
+    *,
+    window_s: float,
+    alias: Alias,
+    level: Level,
+    across: str = "sum",
+    bad: list[str],
+    where: str = "",
 ) -> dict[Key, float]:
     """Series of a range matrix -> {(window_start_s, instance, dp_rank): value}.
 
-    Series without an instance label (or with a DP label that is not an integer) are skipped;
-    their label sets are reported through ``bad``. A series or point of the wrong shape is a
+    The unit comes from ``instance`` (or the alias' unit label) and, at DP level, the DP label
+    (or the ``-rank-<n>`` suffix). Series naming no usable unit are skipped; their label sets
+    are reported through ``bad``. Series landing on the same unit (llm-d endpoints of one pod
+    at instance level) combine by ``across``. A series or point of the wrong shape is a
     SourceError naming it (the server is not speaking the Prometheus API).
     """
-    out: dict[Key, float] = {}
+    acc: dict[Key, list[float]] = defaultdict(list)
     for i, series in enumerate(result):
         labels = series.get("metric") if isinstance(series, dict) else None
         points = series.get("values") if isinstance(series, dict) else None
         if not isinstance(labels, dict) or not isinstance(points, list):
             raise SourceError(f"{where} returned series {i} without metric labels and values")
-        inst = labels.get("instance", "")
-        if not isinstance(inst, str):
-            raise SourceError(f"{where} returned series {i} with a non-text instance label")
-        dp: int | None = None
-        if dp_label is not None:
-            raw = labels.get(dp_label, "")
-            dp = parse_rank(raw)
-            if dp is None:
-                bad.append(f"{dp_label}={quoted(repr(raw), 40)} on {inst or '?'}")
-                continue
-        if not inst:
-            bad.append("series without an instance label")
+        unit_label = alias.unit_label or "instance"
+        if not isinstance(labels.get(unit_label, ""), str):
+            raise SourceError(f"{where} returned series {i} with a non-text {unit_label} label")
+        unit = unit_of(alias, labels, level)
+        if unit is None:
+            inst = labels.get(alias.unit_label or "instance", "")
+            if not inst:
+                bad.append(f"series without a {alias.unit_label or 'instance'} label")
+            else:
+                raw = inst if alias.rank_in_unit else labels.get(alias.dp_label or "", "")
+                label = alias.unit_label if alias.rank_in_unit else alias.dp_label
+                bad.append(f"{label}={quoted(repr(raw), 40)} on {inst}")
             continue
+        inst, dp = unit
         for j, point in enumerate(points):
             ts = value = None
             if isinstance(point, list) and len(point) == 2:
@@ -248,8 +262,8 @@ def matrix_to_values(
                     f"{where} returned series {i} ({inst}) point {j} as {shown}; expected "
                     '[time, "number"]'
                 )
-            out[(round(ts - window_s, 6), inst, dp)] = value
-    return out
+            acc[(round(ts - window_s, 6), inst, dp)].append(value)
+    return {k: combine(vs, across) for k, vs in acc.items()}
 
 
 def _mark_bucket_bounds(
@@ -433,9 +447,14 @@ def load_prometheus(
         bad: list[str] = []
         per_level: dict[Level, Values] = {lvl: {} for lvl in levels}
         for (level, signal, alias, _), result in zip(jobs, results, strict=True):
-            dp_label = alias.dp_label if level is Level.DP else None
             table = matrix_to_values(
-                result, window_s=w, dp_label=dp_label, bad=bad, where=client.where
+                result,
+                window_s=w,
+                alias=alias,
+                level=level,
+                across=SPEC_BY_SIGNAL[signal].across,
+                bad=bad,
+                where=client.where,
             )
             if table:
                 per_level[level][signal] = table

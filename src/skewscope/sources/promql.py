@@ -114,12 +114,16 @@ def duration(seconds: float) -> str:
 
 
 def group_labels(level: Level, alias: Alias) -> str | None:
-    """``instance`` or ``instance, <dp label>``; None when the metric carries no DP rank."""
+    """``instance`` (or the alias' unit label), plus the DP label at DP level; None when the
+    metric carries no DP rank."""
+    inst = check_label_name(alias.unit_label or "instance")
+    if alias.rank_in_unit:  # "<pod>-rank-<n>": ranks are split (and pods combined) afterwards
+        return inst
     if level is Level.INSTANCE:
-        return "instance"
+        return inst
     if alias.dp_label is None:
         return None
-    return f"instance, {check_label_name(alias.dp_label)}"
+    return f"{inst}, {check_label_name(alias.dp_label)}"
 
 
 def _scaled(expr: str, scale: float) -> str:

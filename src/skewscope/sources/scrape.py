@@ -48,10 +48,11 @@ from skewscope.sources.dialects import (
     normalise_name,
     resolve,
     resolve_devices,
+    unit_of,
 )
 from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.exposition import Labels, parse_exposition
-from skewscope.sources.validate import parse_bound, parse_rank
+from skewscope.sources.validate import parse_bound
 
 __all__ = [
     "Snapshot",
@@ -206,6 +207,9 @@ def _series_points(snaps: Sequence[Snapshot], name: str, alias: Alias) -> dict[L
     return {lab: [(s.t, vals.get(s.t)) for s in ok] for lab, vals in series.items()}
 
 
+Unit = tuple[str | None, int | None]  # (instance named by a label, else None: the target; rank)
+
+
 def _grouped(
     snaps: Sequence[Snapshot],
     name: str,
@@ -213,31 +217,32 @@ def _grouped(
     level: Level,
     reduce: Callable[[list[Point]], dict[int, float]],
     bad: list[str],
-) -> dict[tuple[int | None, Labels], dict[int, float]]:
-    """Reduce each series per window; key = (dp rank, labels) so callers can group and combine.
+) -> dict[tuple[Unit, Labels], dict[int, float]]:
+    """Reduce each series per window; key = (unit, labels) so callers can group and combine.
 
-    At DP level a series whose DP label is not a rank is skipped and described in ``bad``.
+    A series naming no usable unit (a DP label that is not a rank, an empty unit label) is
+    skipped and described in ``bad``.
     """
-    out: dict[tuple[int | None, Labels], dict[int, float]] = {}
+    out: dict[tuple[Unit, Labels], dict[int, float]] = {}
     for labels, points in _series_points(snaps, name, alias).items():
-        dp = None
-        if level is Level.DP:
-            raw = dict(labels).get(alias.dp_label or "", "")
-            dp = parse_rank(raw)
-            if dp is None:
-                bad.append(f"{alias.dp_label}={quoted(repr(raw), 40)}")
-                continue
-        out[(dp, labels)] = reduce(points)
+        got = unit_of(alias, dict(labels), level, target="-")
+        if got is None:
+            label = alias.unit_label if alias.rank_in_unit else alias.dp_label
+            raw = dict(labels).get(label or "", "")
+            bad.append(f"{label}={quoted(repr(raw), 40)}")
+            continue
+        inst = got[0] if alias.unit_label else None
+        out[((inst, got[1]), labels)] = reduce(points)
     return out
 
 
 def _combine(
-    per_series: Mapping[tuple[int | None, Labels], dict[int, float]], how: str
-) -> dict[tuple[int | None, int], float]:
-    groups: dict[tuple[int | None, int], list[float]] = defaultdict(list)
-    for (dp, _), windows in per_series.items():
+    per_series: Mapping[tuple[Unit, Labels], dict[int, float]], how: str
+) -> dict[tuple[Unit, int], float]:
+    groups: dict[tuple[Unit, int], list[float]] = defaultdict(list)
+    for (unit, _), windows in per_series.items():
         for k, v in windows.items():
-            groups[(dp, k)].append(v)
+            groups[(unit, k)].append(v)
     return {key: _ACROSS[how](vs) for key, vs in groups.items()}
 
 
@@ -248,8 +253,9 @@ def signal_values(
     level: Level,
     w: float,
     bad: list[str] | None = None,
-) -> dict[tuple[int | None, int], float]:
-    """{(dp rank or None, window index): value} of one signal for one target.
+) -> dict[tuple[Unit, int], float]:
+    """{((instance or None, dp rank or None), window index): value} of one signal for one
+    target (the instance is None where the target itself is the unit).
 
     Series that cannot be used (a DP label that is not a rank, a bucket bound that is not a
     number) are skipped and described in ``bad``.
@@ -314,10 +320,10 @@ def _bucket_increases(
     level: Level,
     inc: Callable[[list[Point]], dict[int, float]],
     bad: list[str],
-) -> dict[tuple[int | None, int], dict[float, float]]:
-    """{(dp rank or None, window index): {le: cumulative count increase}} of one histogram."""
-    per_le: dict[tuple[int | None, int], dict[float, float]] = defaultdict(dict)
-    for (dp, labels), windows in _grouped(
+) -> dict[tuple[Unit, int], dict[float, float]]:
+    """{(unit, window index): {le: cumulative count increase}} of one histogram."""
+    per_le: dict[tuple[Unit, int], dict[float, float]] = defaultdict(dict)
+    for (unit, labels), windows in _grouped(
         snaps, alias.name + "_bucket", alias, level, inc, bad
     ).items():
         raw = dict(labels).get("le", "")
@@ -326,14 +332,14 @@ def _bucket_increases(
             bad.append(f"le={quoted(repr(raw), 40)}")
             continue
         for k, v in windows.items():
-            per_le[(dp, k)][le] = per_le[(dp, k)].get(le, 0.0) + v
+            per_le[(unit, k)][le] = per_le[(unit, k)].get(le, 0.0) + v
     return per_le
 
 
 def quantile_bounds(
     spec: SignalSpec, alias: Alias, snaps: Sequence[Snapshot], level: Level, w: float
-) -> dict[tuple[int | None, int], float]:
-    """{(dp rank or None, window index): frame.BOUND_*} where the quantile is a bucket bound
+) -> dict[tuple[Unit, int], float]:
+    """{(unit, window index): frame.BOUND_*} where the quantile is a bucket bound
     (unusable series are reported by ``signal_values``, not twice)."""
     assert spec.quantile is not None
     lost = [s.t for s in snaps if s.samples is None]
@@ -404,16 +410,16 @@ def evidence_from_snapshots(
             table: dict[Key, float] = {}
             for inst, snaps in snapshots.items():
                 got = signal_values(spec, alias, snaps, level, window_s, bad)
-                for (dp, k), v in got.items():
+                for ((named, dp), k), v in got.items():
                     if k < n_windows:
-                        table[(round(t0 + k * window_s, 6), inst, dp)] = v
+                        table[(round(t0 + k * window_s, 6), named or inst, dp)] = v
             if table:
                 per_level[level][spec.signal] = table
             if table and spec.over_time == "quantile":  # frame.py: which values are bounds
                 marks = {
-                    (round(t0 + k * window_s, 6), inst, dp): flag
+                    (round(t0 + k * window_s, 6), named or inst, dp): flag
                     for inst, snaps in snapshots.items()
-                    for (dp, k), flag in quantile_bounds(
+                    for ((named, dp), k), flag in quantile_bounds(
                         spec, alias, snaps, level, window_s
                     ).items()
                     if k < n_windows

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import polars as pl
 
+from skewscope.catalogue import SIMULATED_DIALECTS
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     F64 = NDArray[np.float64]
 
 Kind = Literal["counter", "gauge", "histogram"]
-DIALECTS: tuple[str, ...] = ("vllm", "sglang", "mindie", "ms-service-metric")
+DIALECTS: tuple[str, ...] = tuple(SIMULATED_DIALECTS)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # ----------------------------------------------------------------------------- buckets

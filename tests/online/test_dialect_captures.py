@@ -1,10 +1,13 @@
-"""Real SGLang 0.5.23 DP=2 captures through the scrape path: per-rank requests and tokens come
-from the schedulers' counters, never doubled across tp_rank, and the tokenizer's counters keep
-the instance level."""
+"""Dialect samples through the scrape path: real SGLang 0.5.23 DP=2 captures (per-rank requests
+and tokens from the schedulers' counters, never doubled across tp_rank, the tokenizer's counters
+keep the instance level) and faithfully written Dynamo / llm-d router expositions (units named
+by a label, not by the target)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from skewscope.sources.dialects import detect_dialect
 from skewscope.sources.scrape import Snapshot, evidence_from_snapshots, parse_exposition
@@ -53,3 +56,46 @@ def test_capture_without_all_schedulers_flag_still_has_ranks() -> None:
     )
     assert ev.dp is not None and ev.dp.units == ["h:30100/dp0", "h:30100/dp1"]
     assert {"requests", "prompt_tokens", "generation_tokens"} <= set(ev.dp.aliases)
+
+
+@pytest.mark.parametrize(
+    ("sample", "dialect", "inst_units", "dp_units"),
+    [
+        ("dynamo", "dynamo", ["7587888160958628", "7587888160958701"], None),
+        (
+            "llm-d-epp",
+            "llm-d",
+            ["qwen-decode-7d9f-b4k8q", "qwen-decode-7d9f-x97w2"],
+            [
+                "qwen-decode-7d9f-b4k8q/dp0",
+                "qwen-decode-7d9f-b4k8q/dp1",
+                "qwen-decode-7d9f-x97w2/dp0",
+                "qwen-decode-7d9f-x97w2/dp1",
+            ],
+        ),
+    ],
+)
+def test_router_side_samples_name_units_by_label(
+    sample: str, dialect: str, inst_units: list[str], dp_units: list[str] | None
+) -> None:
+    """A frontend or endpoint picker exports one series per backend: units are named by the
+    backend's label (Dynamo worker_id, llm-d endpoint "<pod>-rank-<n>"), not by the target."""
+    text = (SAMPLES / f"{sample}.faithful.metrics.txt").read_text()
+    samples = tuple(parse_exposition(text).samples)
+    assert detect_dialect(s[0] for s in samples) == dialect
+    ev = evidence_from_snapshots(
+        {"router:9090": [Snapshot(0.0, samples), Snapshot(5.0, samples)]},
+        t0=0.0,
+        window_s=5.0,
+        n_windows=1,
+    )
+    assert ev.instance.units == inst_units
+    rows = {r["unit"]: r for r in ev.instance.df.iter_rows(named=True)}
+    if dialect == "dynamo":
+        assert rows["7587888160958628"]["running"] == 14.0
+        assert rows["7587888160958628"]["kv_usage"] == 0.83
+        assert rows["7587888160958701"]["requests"] == 0.0  # the same value twice: no increase
+        assert ev.dp is None
+    else:
+        assert rows["qwen-decode-7d9f-x97w2"]["waiting"] == 9.0
+        assert ev.dp is not None and ev.dp.units == dp_units
