@@ -32,6 +32,7 @@ class Kind(StrEnum):
     CAPABILITY = "capability"
     UNKNOWN = "unknown"
     STALLED = "stalled"  # holds requests, finishes none: not a skew kind, the worst hot unit
+    KV_SHORTAGE = "kv_shortage"  # a hot unit out of KV blocks (method step 4 drill-down)
 
 
 def kind_title(kind: str) -> str:
@@ -139,6 +140,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("free_blocks_min", "free KV blocks (lowest)", "blocks"),
     Metric("alloc_free_ratio", "KV blocks allocated / freed", "x"),
     Metric("preemptions", "preemptions", "req"),
+    Metric("device_util", "device utilisation (mean)", "frac"),
+    Metric("busy_share", "share of time executing steps", "frac"),
 )
 METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 

@@ -76,6 +76,15 @@ class Thresholds:
     # share of the multi-rank instances is one dispatch policy everywhere, reported once.
     fleet_pattern_min_instances: int = 2
     fleet_pattern_share: float = 0.5
+    # Is the device full (method step 4)? A device at or above this utilisation (DCGM /
+    # npu-exporter, else the share of the window spent executing steps) is saturated; a hot
+    # unit's device is "busier" than its peers' when it is ``capability_ratio`` times theirs
+    # and at least ``device_busier_margin`` higher in absolute terms.
+    device_saturated: float = 0.8
+    device_busier_margin: float = 0.1
+    # KV block shortage: running requests are "flat" when their least-squares slope per window
+    # stays within this share of their mean (while the waiting queue grows).
+    running_flat_share: float = 0.05
     # Online sources: a response larger than this is abandoned (an endless or runaway body must
     # not exhaust memory); one Prometheus range query / one /metrics scrape.
     max_query_mb: float = 128.0
@@ -177,6 +186,39 @@ ROOT_CAUSES: dict[str, RootCause] = {
                 "Drain the unit from the routing pool now: every request sent to it waits forever.",
                 "Inspect the engine process and device (logs, stack dump, device health); restart "
                 "it and check that it finishes requests again before it rejoins the pool.",
+            ),
+        ),
+        RootCause(
+            "device_or_process",
+            "The unit's device is busier at the same load: the device or the process on it is "
+            "slower (throttling, errors, a degraded accelerator, contention on the host)",
+            (
+                "Check the device: clocks and throttling, power, temperature, ECC / XID errors.",
+                "Check the engine process and host: CPU pinning, other processes on the device, "
+                "NUMA placement; move the unit to a healthy device and compare.",
+            ),
+        ),
+        RootCause(
+            "scheduler_bound",
+            "The hot unit's queue grows while its device is not saturated: KV capacity or the "
+            "scheduler, not compute, limits it",
+            (
+                "Check the engine's batch limits (max running sequences, max batched tokens) and "
+                "its KV capacity before adding compute.",
+                "Check CPU-side scheduling and tokenisation on the unit (a busy host thread "
+                "starves a free device).",
+            ),
+        ),
+        RootCause(
+            "kv_shortage",
+            "KV block shortage: the hot unit cannot admit more work because its KV blocks run "
+            "out (free blocks near zero, batch stuck at a ceiling, requests waiting)",
+            (
+                "Move traffic off the unit first: lower its routing weight or drain part of it.",
+                "Lower max concurrency (max running sequences) or the max request length.",
+                "Add KV capacity: more device memory for the cache, KV quantisation or offload, "
+                "more blocks per unit.",
+                "Enable prefix caching so shared prompt prefixes take their blocks once.",
             ),
         ),
         RootCause(

@@ -20,6 +20,14 @@ from skewscope.analysis.fleet import fleet_dp_patterns
 from skewscope.analysis.gateway import join_gateway, missing_gateway_note
 from skewscope.analysis.impact import Impact, Trend, gap_trend, impact
 from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, load_ratio
+from skewscope.analysis.price import price_note, skew_price
+from skewscope.analysis.resource import (
+    DeviceState,
+    KvShortage,
+    device_causes,
+    device_state,
+    kv_shortage,
+)
 from skewscope.analysis.saturation import Saturation, saturation, unplaced_link
 from skewscope.analysis.significance import weight_p_value
 from skewscope.analysis.stall import Stall, find_stalls, stall_evidence, stall_summary
@@ -30,7 +38,7 @@ from skewscope.analysis.summary import (
     unit_summary,
 )
 from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
-from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY
+from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, Kind
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence, Level, UnitFrame
@@ -171,6 +179,8 @@ class _HotResult:
     weight_p: float  # permutation p-value of its heavier requests (NaN: not tested)
     hot_bounds: dict[str, str]  # percentile metrics resting on bucket bounds (summary.unit_bounds)
     ref_bounds: dict[str, str]
+    dev: DeviceState  # is the device full?
+    kv: KvShortage  # KV block shortage symptoms
 
 
 def diagnose_frame(
@@ -246,6 +256,7 @@ def diagnose_frame(
     findings = [
         *_stall_findings(m, stalls),
         *(_when(m, _hot_finding(r, frame.level, th), r.heat.hot, r.heat.active) for r in results),
+        *(_when(m, _kv_finding(r), r.heat.hot, r.heat.active) for r in results if r.kv.found),
     ]
     hot_units = (*(s.unit for s in stalls), *hot_units)
     if starved_idx:
@@ -272,8 +283,12 @@ def diagnose_frame(
         )
         for h in heats
     )
+    prices = tuple(skew_price(m)) if frame.level == Level.DP else ()
+    hot_instances = {m.groups[j] for j in hot_idx}
+    notes = (*notes, *(price_note(p) for p in prices if p.instance in hot_instances))
     return Report(
         verdict="imbalanced" if findings else "balanced",
+        skew_price=prices,
         hot_units=hot_units,
         starved_units=tuple(m.units[j] for j in starved_idx),
         units=units,
@@ -465,7 +480,8 @@ def _judge_hot(
     lower = "" if not sat.saturated else "finished" if counts_finished else (
         "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
     return _HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
-                      sat, lower, linked, m.window_s, p_value, hot_bounds, ref_bounds)
+                      sat, lower, linked, m.window_s, p_value, hot_bounds, ref_bounds,
+                      device_state(hot, ref, th), kv_shortage(m, j, mask, hot, imp, sat, th))
 
 
 def _without_weight(cls: Classification) -> Classification:
@@ -497,6 +513,8 @@ def _causes(r: _HotResult, level: Level) -> list[str]:
     causes = _kind_causes(r.cls.kind, level)
     if r.cls.secondary_kind:
         causes += [c for c in _kind_causes(r.cls.secondary_kind, level) if c not in causes]
+    first, _ = device_causes(r.cls.kind, r.dev, r.imp)
+    causes = [*first, *(c for c in causes if c not in first)]
     if r.imp.kv_exhausted:
         causes.insert(0, "kv_exhaustion")
     return causes
@@ -553,6 +571,8 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
         "gap_widening_while_tail_rises": r.trend.widening,
         "gap_slope_share": r.trend.gap_slope_share,
         "tail_slope_share": r.trend.tail_slope_share,
+        **r.dev.as_evidence(),
+        "kv_shortage": list(r.kv.keys),
     }
     return Finding(
         kind=str(r.cls.kind),
@@ -711,7 +731,41 @@ def _summary(r: _HotResult, th: Thresholds) -> str:
         parts.append(_saturation_sentence(r))
     if r.trend.widening:
         parts.append("The gap keeps widening while the service's P99 rises.")
+    parts += device_causes(r.cls.kind, r.dev, r.imp)[1]
+    if r.kv.found:
+        parts.append("It is short of KV blocks (see the kv_shortage finding).")
     return " ".join(parts)
+
+
+def _kv_finding(r: _HotResult) -> Finding:
+    """The KV block shortage case on a hot unit, with the fixes in the order to apply them."""
+    cause = ROOT_CAUSES["kv_shortage"]
+    severe = {"preemptions", "waiting_grows_running_flat"} & set(r.kv.keys)
+    return Finding(
+        kind=str(Kind.KV_SHORTAGE),
+        units=(r.heat.unit,),
+        reference_units=r.ref_units,
+        severity="high" if severe or r.imp.kv_exhausted else "medium",
+        summary=(
+            f"{r.heat.unit} is short of KV blocks: " + "; ".join(r.kv.symptoms) + ". Queueing "
+            "with a full KV cache means it cannot admit more work: move traffic off it first, "
+            "then lower concurrency or length limits, add KV capacity or enable prefix caching."
+        ),
+        evidence={
+            "symptoms": list(r.kv.keys),
+            "kv_usage_max": r.hot.get("kv_usage_max", math.nan),
+            "free_blocks_min": r.hot.get("free_blocks_min", math.nan),
+            "alloc_free_ratio": r.hot.get("alloc_free_ratio", math.nan),
+            "preemptions": r.hot.get("preemptions", math.nan),
+            "waiting_growth_per_window": r.imp.waiting_growth_per_window,
+            "running_slope_share": r.kv.running_slope_share,
+            "batch_ceiling": r.sat.ceiling,
+            "saturated_share": r.sat.share,
+            **r.dev.as_evidence(),
+        },
+        actions=cause.actions,
+        root_causes=(RootCauseRef(cause.key, cause.title),),
+    )
 
 
 def _starved_finding(

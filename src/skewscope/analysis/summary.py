@@ -60,6 +60,8 @@ def unit_summary(m: SignalMatrix, j: int, mask: Flags) -> dict[str, float]:
             nansum(col("blocks_allocated")), nansum(col("blocks_freed"))
         ),
         "preemptions": nansum(col("preemptions")),
+        "device_util": nanmean(col("device_util")),
+        "busy_share": nanmean(col("busy_ms")) / (m.window_s * 1000.0),
     }
 
 

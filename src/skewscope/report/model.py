@@ -295,6 +295,35 @@ class GatewayFacts:
 
 
 @dataclass(frozen=True)
+class SkewPrice:
+    """What DP skew costs one instance (analysis/price.py): the ranks' idle share when they step
+    in lockstep, ``1 − mean/max`` of the per-window load, and the device-hours it wastes."""
+
+    instance: str
+    ranks: int
+    basis: str  # "busy_ms" | "scheduled_tokens" | "total_tokens"
+    idle_share: float  # mean over the windows
+    worst_window_idle_share: float
+    windows: int
+    device_hours: float
+    devices_per_rank: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(  # type: ignore[no-any-return]
+            {
+                "instance": self.instance,
+                "ranks": self.ranks,
+                "basis": self.basis,
+                "idle_share": self.idle_share,
+                "worst_window_idle_share": self.worst_window_idle_share,
+                "windows": self.windows,
+                "device_hours": self.device_hours,
+                "devices_per_rank": self.devices_per_rank,
+            }
+        )
+
+
+@dataclass(frozen=True)
 class Report:
     verdict: Verdict
     level: str  # "instance" | "dp"
@@ -316,6 +345,7 @@ class Report:
     episodes: tuple[Episode, ...] = ()  # transient bursts with their times and impact
     series: Series | None = None
     gateway: GatewayFacts | None = None  # the gateway's decisions, when gateway evidence was read
+    skew_price: tuple[SkewPrice, ...] = ()  # DP level: per instance with two or more ranks
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -341,6 +371,7 @@ class Report:
                 "drilldown": [d.to_dict() for d in self.drilldown],
                 "series": self.series.to_dict() if self.series else None,
                 "gateway": self.gateway.to_dict() if self.gateway else None,
+                "skew_price": [p.to_dict() for p in self.skew_price],
             }
         )
 

@@ -1,0 +1,150 @@
+"""Step 4 beyond the KV peak: is the hot unit's device full, and is it short of KV blocks?
+
+The method: "if the NPU is not saturated but the queue grows, it is more likely KV or scheduler
+bound"; a slower unit at equal load whose device is busier points at the device or the process
+on it; and "queueing plus high KV leads on to the KV block shortage case". Device fullness is
+the device exporters' utilisation where joined (``device_util``), else the share of the window
+the engine spent executing steps (``busy_ms``; offline from the profiler's batch timing).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from skewscope.analysis.impact import Impact, trend_slope
+from skewscope.analysis.matrix import Flags, SignalMatrix
+from skewscope.analysis.saturation import Saturation
+from skewscope.config import Thresholds
+
+DEVICE_SOURCES = {
+    "device_util": "device utilisation",
+    "busy_share": "share of time executing steps",
+}
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    """How full the hot unit's device is, against its peers', over the judged windows."""
+
+    basis: str  # "device_util" | "busy_share" | "" (nothing measured)
+    hot: float
+    reference: float
+    saturated: bool  # hot >= device_saturated
+    busier: bool  # hot clearly above the peers (ratio and absolute margin)
+
+    def as_evidence(self) -> dict[str, object]:
+        return {
+            "device_basis": self.basis or None,
+            "device_busy": self.hot,
+            "device_busy_reference": self.reference,
+            "device_saturated": self.saturated,
+            "device_busier": self.busier,
+        }
+
+
+def device_state(
+    hot: dict[str, float], ref: dict[str, float], th: Thresholds
+) -> DeviceState:
+    """From the unit summaries (summary.unit_summary): device utilisation, else busy share."""
+    for basis in DEVICE_SOURCES:
+        h, r = hot.get(basis, math.nan), ref.get(basis, math.nan)
+        if math.isfinite(h):
+            busier = (
+                math.isfinite(r)
+                and h >= th.capability_ratio * r
+                and h - r >= th.device_busier_margin
+            )
+            return DeviceState(basis, h, r, h >= th.device_saturated, busier)
+    return DeviceState("", math.nan, math.nan, False, False)
+
+
+def device_causes(kind: str | None, dev: DeviceState, imp: Impact) -> tuple[list[str], list[str]]:
+    """(root-cause keys to put first, sentences) that the device state adds to a hot finding."""
+    if not dev.basis:
+        return [], []
+    what = DEVICE_SOURCES[dev.basis]
+    causes: list[str] = []
+    notes: list[str] = []
+    # Only a device measurement tells device from configuration: a slower unit at equal load
+    # always spends more of its time in steps, so its busy share says nothing about why.
+    if kind == "capability" and dev.busier and dev.basis == "device_util":
+        causes.append("device_or_process")
+        notes.append(
+            f"At the same load its {what} is {dev.hot:.0%} against {dev.reference:.0%} on its "
+            "peers: the device or the process on it is slower."
+        )
+    queueing = imp.queue_growing or "waiting" in imp.hurting
+    if queueing and not dev.saturated:
+        if not imp.kv_exhausted:
+            causes.append("scheduler_bound")
+        notes.append(
+            f"Its queue grows while its {what} is only {dev.hot:.0%} (below "
+            "saturation): KV capacity or the scheduler limits it, not compute."
+        )
+    return causes, notes
+
+
+@dataclass(frozen=True)
+class KvShortage:
+    symptoms: tuple[str, ...]  # sentences, in the method's order
+    keys: tuple[str, ...]  # machine-readable symptom names
+    running_slope_share: float
+
+    @property
+    def found(self) -> bool:
+        return "kv_high" in self.keys and len(self.keys) >= 2
+
+
+def kv_shortage(
+    m: SignalMatrix,
+    j: int,
+    mask: Flags,
+    hot: dict[str, float],
+    imp: Impact,
+    sat: Saturation,
+    th: Thresholds,
+) -> KvShortage:
+    """The KV block shortage case's symptoms on unit ``j`` (a finding when KV is near exhaustion
+    and at least one other symptom holds)."""
+    keys: list[str] = []
+    text: list[str] = []
+    kv_peak = hot.get("kv_usage_max", math.nan)
+    free_min = hot.get("free_blocks_min", math.nan)
+    free = m.get("free_blocks_min")[mask, j]
+    capacity = float(np.nanmax(free)) if np.isfinite(free).any() else math.nan
+    free_low = math.isfinite(free_min) and math.isfinite(capacity) and capacity > 0 and (
+        free_min <= th.kv_free_low_share * capacity
+    )
+    if (math.isfinite(kv_peak) and kv_peak >= th.kv_high) or free_low:
+        keys.append("kv_high")
+        if free_low:
+            text.append(f"free KV blocks fall to {free_min:.0f} (of up to {capacity:.0f} free)")
+        else:
+            text.append(f"KV usage peaks at {kv_peak:.0%}")
+    if sat.saturated:
+        keys.append("batch_at_ceiling")
+        text.append(
+            f"its batch stays at its ceiling (~{sat.ceiling:.1f} running) with requests waiting "
+            f"in {sat.share:.0%} of the windows"
+        )
+    if imp.kv_filling:
+        keys.append("alloc_outpaces_free")
+        text.append(f"blocks allocated outpace blocks freed ({hot['alloc_free_ratio']:.2f}x)")
+    preempt = hot.get("preemptions", math.nan)
+    if math.isfinite(preempt) and preempt > 0:
+        keys.append("preemptions")
+        text.append(f"{preempt:.0f} requests were preempted (recomputed)")
+    running = m.get("running")[mask, j]
+    slope = trend_slope(running)
+    mean_running = float(np.nanmean(running)) if np.isfinite(running).any() else math.nan
+    share = slope / mean_running if math.isfinite(slope) and mean_running > 0 else math.nan
+    if imp.queue_growing and math.isfinite(share) and abs(share) <= th.running_flat_share:
+        keys.append("waiting_grows_running_flat")
+        text.append(
+            f"waiting grows by {imp.waiting_growth_per_window:.1f} requests per window while "
+            "running stays flat"
+        )
+    return KvShortage(tuple(text), tuple(keys), share)
