@@ -160,3 +160,14 @@ def test_price_is_in_the_dp_report_and_its_json() -> None:
     assert any(n.startswith("price of DP skew on i:") for n in report.notes)
     assert not math.isnan(doc["skew_price"][0]["device_hours"])
     assert diagnose_frame(make_frame(even())).skew_price == ()  # instance level: no price
+
+
+def test_renderers_and_watch_name_the_kv_shortage_without_calling_it_a_skew() -> None:
+    from skewscope.monitor.units import hot_units
+    from skewscope.report.fmt import finding_title, headline
+
+    report = diagnose_frame(saturated(util=0.4, kv_peak=0.99, preempt=3.0))
+    assert headline(report).endswith("(count skew).")
+    assert "KV block shortage on d" in headline(report)
+    assert finding_title(report.findings[1]) == "[HIGH] KV block shortage — d"
+    assert [h.kind for h in hot_units(report)] == ["count"]  # its own finding, not the KV one

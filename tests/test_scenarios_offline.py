@@ -42,6 +42,10 @@ def check_against_truth(doc: dict[str, Any], truth: dict[str, Any]) -> None:
         assert f["evidence"]["weight_p_value"] < 0.01
     if truth["kv_exhausted"]:
         assert f["evidence"]["kv_exhausted"] is True
+        # the KV block shortage case gets a finding of its own, after the unit's skew finding
+        kv = [g for g in doc["findings"] if g["kind"] == "kv_shortage"]
+        assert [g["units"] for g in kv] == [f["units"]], doc["findings"]
+        assert "kv_high" in kv[0]["evidence"]["symptoms"]
     assert f["actions"] and f["summary"]
 
 

@@ -36,8 +36,11 @@ class Kind(StrEnum):
 
 
 def kind_title(kind: str) -> str:
-    """How a finding's kind reads in titles: "count skew", ... but "stalled engine"."""
-    return "stalled engine" if kind == Kind.STALLED else f"{kind} skew"
+    """How a finding's kind reads in titles: "count skew", ... but "stalled engine" and
+    "KV block shortage" (not skew kinds)."""
+    if kind == Kind.STALLED:
+        return "stalled engine"
+    return "KV block shortage" if kind == Kind.KV_SHORTAGE else f"{kind} skew"
 
 
 class Severity(StrEnum):

@@ -20,7 +20,7 @@ from skewscope.config import Thresholds
 # Requests and tokens are load; busy time and running sequences are pressure (Little's law: a
 # slower unit at the same load holds more requests in flight and stays busy longer). Waiting
 # requests and queue wait catch a saturated unit whose source exports no per-unit load
-# counters (SGLang counts requests per instance only); their floors keep ordinary queueing out.
+# counters (an older SGLang, a router's queue); their floors keep ordinary queueing out.
 # (The signal lists themselves live in the catalogue: the report's load_ratios use them as keys.)
 
 

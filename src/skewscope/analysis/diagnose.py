@@ -691,8 +691,9 @@ def _summary(r: _HotResult, th: Thresholds) -> str:
     elif c.kind == "unknown":
         body = (
             f"it runs hotter than its peers on {r.heat.driver.replace('_', ' ')}, but the "
-            "source exports no per-unit request or token counts at this level (SGLang counts "
-            "them per instance), so count, weight and capability skew cannot be told apart; "
+            "source exports no per-unit request or token counts at this level (e.g. SGLang "
+            "without its schedulers' per-rank counters), so count, weight and capability skew "
+            "cannot be told apart; "
             "compare per-rank request logs or an offline profile"
         )
     else:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from skewscope.catalogue import LOAD_SIGNALS
-from skewscope.report.model import Report, UnitReport
+from skewscope.report.model import Finding, Report, UnitReport
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,10 @@ def hot_units(report: Report) -> list[HotUnit]:
     out = []
     for r in levels(report):
         by_unit = {u.unit: u for u in r.units}
-        finding = {unit: f for f in r.findings for unit in f.units}
+        finding: dict[str, Finding] = {}
+        for each in r.findings:  # a unit's own skew finding first (a kv_shortage one follows)
+            for unit in each.units:
+                finding.setdefault(unit, each)
         for name in r.hot_units:
             f = finding.get(name)
             u = by_unit[name]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, UNIT_COLUMNS, kind_title
+from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, UNIT_COLUMNS, Kind, kind_title
 from skewscope.errors import one_line
 from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport, rounded
+
+KV_SHORTAGE = str(Kind.KV_SHORTAGE)
 
 __all__ = ["UNIT_COLUMNS"]  # re-exported for the renderers
 
@@ -118,12 +120,16 @@ def headline(report: Report) -> str:
                                         "nothing to judge")
     if report.verdict == "balanced":
         return f"Balanced: no persistent hot {report.level} unit across {len(report.units)} units."
-    kinds = sorted({f.kind for f in report.all_findings()})
+    findings = report.all_findings()
+    kinds = sorted({f.kind for f in findings if f.kind != KV_SHORTAGE})
+    short = [u for f in findings if f.kind == KV_SHORTAGE for u in f.units]
     parts = []
     if report.hot_units:
         parts.append("hot " + names(report.hot_units))
     if report.starved_units:
         parts.append("starved " + names(report.starved_units))
+    if short:
+        parts.append("KV block shortage on " + names(tuple(dict.fromkeys(short))))
     return (
         f"Imbalanced at {report.level} level: {'; '.join(parts) or 'see findings'} "
         f"({' + '.join(kind_title(k) for k in kinds)})."
