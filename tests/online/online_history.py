@@ -171,6 +171,21 @@ def _sglang(t_off: int) -> Iterator[Sample]:
                     yield Sample("sglang:queue_time_seconds_count", lab, at, req * part * k)
 
 
+# SGLang with --enable-dp-attention (attention TP 2 per DP rank, TP 4): the schedulers carry the
+# global tp_rank, so DP rank 1's series come from tp_rank 2 and 3, never tp_rank 0.
+SGLANG_DPA = {"0": (6.0, 3.0), "1": (2.0, 1.0)}  # requests/step, running
+
+
+def _sglang_dp_attention(t_off: int) -> Iterator[Sample]:
+    k, at = t_off // STEP, T0 + t_off
+    for dp, (req, run) in SGLANG_DPA.items():
+        for tp in (str(2 * int(dp)), str(2 * int(dp) + 1)):
+            lab = _lab(job="sglang-dpa", instance="s2:30000", dp_rank=dp, tp_rank=tp,
+                       moe_ep_rank=tp)
+            yield Sample("sglang:num_running_reqs", lab, at, run)
+            yield Sample("sglang:queue_time_seconds_count", lab, at, req * k)
+
+
 def _sglang_tokenizer(t_off: int) -> Iterator[Sample]:
     total = sum(req for req, _, _ in SGLANG.values())
     lab = _lab(job="sglang", instance="s1:30000")
@@ -232,7 +247,8 @@ def _llmd(t_off: int) -> Iterator[Sample]:
 def history() -> list[Sample]:
     out: list[Sample] = []
     for t_off in range(0, SPAN + 1, STEP):
-        for gen in (_vllm, _scale, _mindie, _sglang, _sglang_tokenizer, _devices, _dynamo, _llmd):
+        for gen in (_vllm, _scale, _mindie, _sglang, _sglang_tokenizer, _devices, _dynamo, _llmd,
+                    _sglang_dp_attention):
             out.extend(gen(t_off))
     return out
 

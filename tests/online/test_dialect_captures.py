@@ -99,3 +99,23 @@ def test_router_side_samples_name_units_by_label(
     else:
         assert rows["qwen-decode-7d9f-x97w2"]["waiting"] == 9.0
         assert ev.dp is not None and ev.dp.units == dp_units
+
+
+def test_sglang_tp_copies_are_read_once_by_the_scraper_too() -> None:
+    """DP attention: rank 1's schedulers are tp_rank 2 and 3 (copies of one series); both
+    ranks are read, each once."""
+    def text(k: int) -> str:
+        lines = []
+        for dp, tps, run, req in (("0", ("0", "1"), 3.0, 6), ("1", ("2", "3"), 1.0, 2)):
+            for tp in tps:
+                lab = f'dp_rank="{dp}",tp_rank="{tp}",moe_ep_rank="{tp}",engine_type="unified"'
+                lines.append(f"sglang:num_running_reqs{{{lab}}} {run}")
+                lines.append(f"sglang:queue_time_seconds_count{{{lab}}} {req * k}")
+        return "\n".join(lines) + "\n"
+
+    snaps = [Snapshot(float(k), tuple(parse_exposition(text(k)).samples)) for k in range(3)]
+    ev = evidence_from_snapshots({"s:1": snaps}, t0=0.0, window_s=2.0, n_windows=1)
+    assert ev.dp is not None
+    rows = {r["unit"]: r for r in ev.dp.df.iter_rows(named=True)}
+    assert (rows["s:1/dp0"]["running"], rows["s:1/dp0"]["requests"]) == (3.0, 12.0)
+    assert (rows["s:1/dp1"]["running"], rows["s:1/dp1"]["requests"]) == (1.0, 4.0)

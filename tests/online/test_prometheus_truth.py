@@ -15,6 +15,7 @@ from online_history import (
     MINDIE,
     N_WINDOWS,
     SGLANG,
+    SGLANG_DPA,
     SPAN,
     STEP,
     T0,
@@ -193,3 +194,18 @@ def test_llmd_endpoint_queue_splits_pods_into_ranks(backend: str) -> None:
     assert diagnose(ev).to_dict()["verdict"] == "insufficient_data"
     doc = diagnose(ev, level="dp").to_dict()
     assert doc["verdict"] == "imbalanced" and doc["hot_units"] == ["vllm-a/dp0"]
+
+
+def test_sglang_dp_attention_ranks_are_all_read_once(backend: str) -> None:
+    """Under --enable-dp-attention DP rank 1's schedulers are tp_rank 2 and 3: it is still read,
+    and its two TP copies count once."""
+    ev = load_prometheus(
+        backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="sglang-dpa"'
+    )
+    assert ev.dp is not None
+    rows = _by_unit(ev.dp.df)
+    for dp, (req, run) in SGLANG_DPA.items():
+        unit = rows[f"s2:30000/dp{dp}"]
+        assert all(r["running"] == run for r in unit)
+        assert all(_close(r["requests"], req * WINDOW / STEP) for r in unit)
+    assert all(r["running"] == 4.0 for r in _by_unit(ev.instance.df)["s2:30000"])

@@ -31,7 +31,7 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True)
 class Matcher:
-    """A label matcher applied to a role's series (e.g. SGLang ``tp_rank=~"0|"``).
+    """A label matcher applied to a role's series (e.g. SGLang ``priority=""``).
 
     Kept as data so PromQL renders it and the scrape path evaluates it identically.
     An absent label counts as the empty string, as in PromQL.
@@ -73,6 +73,10 @@ class Alias:
     # comes from the suffix. Such aliases are only for counters and gauges (combined per pod
     # after the query, which a histogram quantile cannot be).
     rank_in_unit: bool = False
+    # Labels that only tell copies of one series apart (SGLang: every TP rank of a DP rank
+    # exports the same scheduler series with its own ``tp_rank``): series differing only in
+    # them are one, read once (their max), never summed.
+    copies: tuple[str, ...] = ()
 
     @property
     def per_rank(self) -> bool:
@@ -218,10 +222,20 @@ _MS_EXTRA: dict[str, tuple[Alias, ...]] = {
     "preemptions": (Alias("vllm_profiling_running_to_waiting_count", "dp"),),
 }
 
-# SGLang: one series per tp_rank with --enable-metrics-for-all-schedulers (keep tp_rank 0 or the
-# unlabelled series); with priority scheduling, ``priority=""`` is the aggregate of the labelled
-# per-priority series and is also what an engine without priorities exports, so keep only it.
-_SG = (Matcher("tp_rank", "=~", "0|"), Matcher("priority", "=", ""))
+# SGLang: every scheduler of a DP rank exports the same series with its own ``tp_rank`` (and
+# ``moe_ep_rank``) — all of them with --enable-metrics-for-all-schedulers, else the first of
+# the rank, whose ``tp_rank`` is not 0 for DP ranks > 0 under --enable-dp-attention — so they
+# are copies, read once (``Alias.copies``), never summed and never filtered to tp_rank 0. With
+# priority scheduling, ``priority=""`` is the aggregate of the labelled per-priority series and
+# is also what an engine without priorities exports, so keep only it.
+_SG = (Matcher("priority", "=", ""),)
+_SG_COPIES = ("tp_rank", "moe_ep_rank")
+
+
+def _sg(name: str, dp_label: str | None, matchers: tuple[Matcher, ...]) -> Alias:
+    return Alias(name, dp_label, matchers, copies=_SG_COPIES)
+
+
 # Per-rank load from the schedulers (python/sglang/srt/metrics/collector.py, verified at
 # sgl-project/sglang@00ae9c1590d2): the ``_count`` of ``queue_time_seconds`` counts requests
 # leaving each rank's waiting queue (observed when a request enters its first forward);
@@ -233,25 +247,25 @@ _SG_INPUT = (*_SG, Matcher("mode", "=~", "prefill_compute|prefill_cache", select
 _SG_OUTPUT = (*_SG, Matcher("mode", "=", "decode", selects=True))
 _SGLANG_ROLES: dict[str, tuple[Alias, ...]] = {
     "finished_requests": (
-        Alias("sglang:num_requests_total", None, _SG),
-        Alias("sglang:queue_time_seconds_count", "dp_rank", _SG),
+        _sg("sglang:num_requests_total", None, _SG),
+        _sg("sglang:queue_time_seconds_count", "dp_rank", _SG),
     ),
     "prompt_tokens": (
-        Alias("sglang:prompt_tokens_total", None, _SG),
-        Alias("sglang:realtime_tokens_total", "dp_rank", _SG_INPUT),
+        _sg("sglang:prompt_tokens_total", None, _SG),
+        _sg("sglang:realtime_tokens_total", "dp_rank", _SG_INPUT),
     ),
     "generation_tokens": (
-        Alias("sglang:generation_tokens_total", None, _SG),
-        Alias("sglang:realtime_tokens_total", "dp_rank", _SG_OUTPUT),
+        _sg("sglang:generation_tokens_total", None, _SG),
+        _sg("sglang:realtime_tokens_total", "dp_rank", _SG_OUTPUT),
     ),
-    "running": (Alias("sglang:num_running_reqs", "dp_rank", _SG),),
-    "waiting": (Alias("sglang:num_queue_reqs", "dp_rank", _SG),),
-    "kv_usage": (Alias("sglang:token_usage", "dp_rank", _SG),),
-    "ttft": (Alias("sglang:time_to_first_token_seconds", None, _SG),),  # no dp_rank label
-    "e2e": (Alias("sglang:e2e_request_latency_seconds", None, _SG),),
-    "queue_time": (Alias("sglang:queue_time_seconds", "dp_rank", _SG),),
-    "busy": (Alias("sglang:gpu_execution_seconds_total", "dp_rank", _SG),),
-    "preemptions": (Alias("sglang:num_retracted_requests_total", "dp_rank", _SG),),
+    "running": (_sg("sglang:num_running_reqs", "dp_rank", _SG),),
+    "waiting": (_sg("sglang:num_queue_reqs", "dp_rank", _SG),),
+    "kv_usage": (_sg("sglang:token_usage", "dp_rank", _SG),),
+    "ttft": (_sg("sglang:time_to_first_token_seconds", None, _SG),),  # no dp_rank label
+    "e2e": (_sg("sglang:e2e_request_latency_seconds", None, _SG),),
+    "queue_time": (_sg("sglang:queue_time_seconds", "dp_rank", _SG),),
+    "busy": (_sg("sglang:gpu_execution_seconds_total", "dp_rank", _SG),),
+    "preemptions": (_sg("sglang:num_retracted_requests_total", "dp_rank", _SG),),
 }
 
 _MINDIE_ROLES: dict[str, tuple[Alias, ...]] = {

@@ -130,8 +130,16 @@ def _scaled(expr: str, scale: float) -> str:
     return expr if scale == 1.0 else f"{scale:g} * {expr}"
 
 
+def _once(expr: str, alias: Alias) -> str:
+    """``expr`` with copies of one series (``Alias.copies``) collapsed to one (their max)."""
+    if not alias.copies:
+        return expr
+    return f"max without ({', '.join(check_label_name(c) for c in alias.copies)}) ({expr})"
+
+
 def _increase(name: str, alias: Alias, by: str, w: str, selector: str) -> str:
-    return f"sum by ({by}) (increase({series_selector(name, alias, selector)}[{w}]))"
+    inner = _once(f"increase({series_selector(name, alias, selector)}[{w}])", alias)
+    return f"sum by ({by}) ({inner})"
 
 
 def build_query(
@@ -147,7 +155,8 @@ def build_query(
         expr = _increase(alias.name, alias, by, w, selector)
     elif role.kind is Kind.GAUGE:
         sel = series_selector(alias.name, alias, selector)
-        expr = f"{spec.across} by ({by}) ({spec.over_time}_over_time({sel}[{w}]))"
+        inner = _once(f"{spec.over_time}_over_time({sel}[{w}])", alias)
+        expr = f"{spec.across} by ({by}) ({inner})"
     elif spec.over_time == "quantile":
         buckets = _increase(alias.name + "_bucket", alias, by + ", le", w, selector)
         expr = f"histogram_quantile({spec.quantile:g}, {buckets})"

@@ -232,7 +232,14 @@ def _grouped(
             bad.append(f"{label}={quoted(repr(raw), 40)}")
             continue
         inst = got[0] if alias.unit_label else None
-        out[((inst, got[1]), labels)] = reduce(points)
+        reduced = reduce(points)
+        if alias.copies:  # copies of one series (SGLang TP ranks): read once, their max
+            labels = tuple((k, v) for k, v in labels if k not in alias.copies)
+            seen = out.get(((inst, got[1]), labels), {})
+            reduced = {k: max(v, seen[k]) if k in seen else v for k, v in reduced.items()} | {
+                k: v for k, v in seen.items() if k not in reduced
+            }
+        out[((inst, got[1]), labels)] = reduced
     return out
 
 
