@@ -65,9 +65,14 @@ def test_builtins_cover_every_row_and_root_cause() -> None:
     kinds = {sc.truth.kind for sc in BUILTINS.values()}
     assert kinds >= CLASSIFICATION_ROWS
     # the simulator models no hung engine: engine_stalled is tested on frames built directly
-    # (tests/test_analysis.py); prefix_affinity needs gateway evidence (tests/test_gateway*.py)
+    # (tests/test_analysis.py); prefix_affinity needs gateway evidence (tests/test_gateway*.py);
+    # device_or_process needs device-exporter evidence the simulator does not write, and no
+    # scenario's truth names scheduler_bound (both: tests/test_resource.py); kv_shortage is the
+    # kv-exhaustion scenario's second finding (tests/test_scenarios_offline.py), its truth names
+    # the hot finding's kv_exhaustion
     assert {sc.truth.root_cause for sc in BUILTINS.values()} >= set(ROOT_CAUSES) - {
-        "engine_stalled", "prefix_affinity"
+        "engine_stalled", "prefix_affinity", "device_or_process", "scheduler_bound",
+        "kv_shortage",
     }
     assert {sc.truth.verdict for sc in BUILTINS.values()} == {
         "imbalanced", "balanced", "insufficient_data"
