@@ -382,7 +382,7 @@ def test_nested_output_folder_and_default_window(tmp_path: Path) -> None:
     simple_instance(tmp_path / "inst-7" / "0423-0852", 30, ranks=1, period_s=10)
     ev = load_profiler([str(tmp_path / "inst-7")])
     assert ev.instance.units == ["inst-7"]
-    assert ev.instance.window_s == 15.0  # choose_window(290 s, 24 windows, 5 s) -> 15
+    assert ev.instance.window_s == 15.0  # WINDOWS.choose(290 s): 24 windows, at least 5 s -> 15
     assert list(ev.instance.df.columns)[:4] == ["window_start_s", "unit", "instance", "dp_rank"]
     assert set(SIGNAL_COLUMNS) <= set(ev.instance.df.columns)
 

@@ -20,7 +20,7 @@ import pytest
 from profiler_fixtures import REQUEST_HEADERS, T0, Req, simple_instance, write_requests
 from skewscope.cli import main
 from skewscope.errors import InputError, UsageError
-from skewscope.frame import MAX_WINDOWS
+from skewscope.frame import WINDOWS
 from skewscope.sources.profiler import load_profiler
 
 HEADER = REQUEST_HEADERS["cann2025"]  # http_rid,start_time(ms),recv,reply,e2e,queue,ttft,cache
@@ -230,7 +230,7 @@ def test_instance_with_a_wrong_clock_is_a_clean_error(tmp_path: Path) -> None:
 
 def test_window_count_is_capped_with_a_clean_error(tmp_path: Path) -> None:
     _requests(tmp_path / "a" / "request.csv", [[f"q{i}", _ms(T0 + 60 * i)] for i in range(60)])
-    with pytest.raises(UsageError, match=f"more than {MAX_WINDOWS}: use a larger --window"):
+    with pytest.raises(UsageError, match=f"more than {WINDOWS.max_windows}: use a larger --window"):
         load_profiler([str(tmp_path / "a")], window_s=0.1)
     with pytest.raises(UsageError, match="inf windows"):  # no int64 overflow on the way
         load_profiler([str(tmp_path / "a")], window_s=1e-320)

@@ -41,13 +41,6 @@ class Thresholds:
     min_requests_per_window: float = 2.0
     min_windows: int = 6
     min_units: int = 2
-    # Default windowing: aim for this many windows, never shorter than ``min_window_s``.
-    target_windows: int = 24
-    min_window_s: float = 5.0
-    # Offline: a row whose time is further from its file's median time than this many median
-    # absolute deviations (and than the floor) is a bad clock or cell, dropped with a note.
-    time_outlier_mads: float = 20.0
-    time_outlier_floor_s: float = 6 * 3600.0
     # Trend rule (online): gap between the hot and the idle units widening while P95/P99 rises.
     trend_min_slope_share: float = 0.02  # per window, relative to the mean gap
     # Stalled engine: in a window it holds at least ``stalled_min_in_flight`` requests (mean

@@ -1,4 +1,4 @@
-"""UnitFrame: the one table every source produces and the analysis reads.
+"""UnitFrame: the one table every source produces and the analysis reads; the window policy.
 
 A row per (time window, unit). Signals are totals or summaries *within the window*, with their
 unit in the name. A signal a source cannot provide is null (missing), never 0: the analysis
@@ -15,8 +15,6 @@ from skewscope.catalogue import Level as Level  # re-exported for the sources
 
 if TYPE_CHECKING:  # polars import is slow; keep --help fast
     import polars as pl
-
-
 
 
 # Canonical signals: name -> (meaning, how to combine DP rows into an instance row).
@@ -188,18 +186,31 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
     return df.select(cols).sort("window_start_s", "unit")
 
 
-# Most windows any source builds: Prometheus refuses query_range with more points per series,
-# and offline a grid this long (times units and signals) is already hundreds of MB.
-MAX_WINDOWS = 11_000
+@dataclass(frozen=True)
+class WindowPolicy:
+    """How every source picks its windows when the user gives no ``--window``/``--step``.
 
-
-def choose_window(span_s: float, target_windows: int, min_window_s: float) -> float:
-    """Default window: enough windows to judge persistence, never shorter than ``min_window_s``.
-
-    Rounded to a readable size (1, 2, 5 x 10^k seconds) so reports and PromQL steps look sane.
+    A source's business, not the analysis': the analysis judges whatever windows it is given
+    (``Thresholds.min_windows`` only gates how few it accepts).
     """
-    raw = max(min_window_s, span_s / max(target_windows, 1))
-    for nice in (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600):
-        if nice >= raw:
-            return float(nice)
-    return float(int(raw))
+
+    # Aim for this many windows (enough to judge persistence), never shorter than
+    # ``min_window_s`` (a few requests per window at least).
+    target_windows: int = 24
+    min_window_s: float = 5.0
+    # Most windows any source builds: Prometheus refuses query_range with more points per
+    # series, and offline a grid this long (times units and signals) is already hundreds of MB.
+    max_windows: int = 11_000
+
+    def choose(self, span_s: float) -> float:
+        """Default window over ``span_s``: the span / ``target_windows``, at least
+        ``min_window_s``, rounded up to a readable size (1, 2, 5, 10, 15, 20, 30 s, 1 m ...) so
+        reports and PromQL steps look sane."""
+        raw = max(self.min_window_s, span_s / max(self.target_windows, 1))
+        for nice in (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600):
+            if nice >= raw:
+                return float(nice)
+        return float(int(raw))
+
+
+WINDOWS = WindowPolicy()

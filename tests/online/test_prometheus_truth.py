@@ -140,7 +140,7 @@ def test_dialect_override(prometheus_url: str, dialect: str) -> None:
     assert "free_blocks_min" in ev.instance.missing  # ms-service names absent in this history
 
 
-def test_default_window_comes_from_choose_window(prometheus_url: str) -> None:
+def test_default_window_comes_from_the_window_policy(prometheus_url: str) -> None:
     ev = load_prometheus(prometheus_url, start=T0, end=T0 + SPAN, selector='{job="vllm-dp"}')
     assert ev.instance.window_s == 60.0  # 1200 s / 24 target windows -> 50 -> 60
     assert ev.instance.df.height == 2 * N_WINDOWS

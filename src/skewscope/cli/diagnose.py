@@ -20,13 +20,12 @@ LEVEL_HELP = ("auto (default) judges one instance with several ranks at DP level
 
 
 def window_help() -> str:
-    """The README's words, with the numbers read from the thresholds."""
-    from skewscope.config import Thresholds
+    """The README's words, with the numbers read from the sources' window policy."""
+    from skewscope.frame import WINDOWS as W
 
-    th = Thresholds()
-    return (f"window length, e.g. 10s (default: the range / {th.target_windows} rounded up to 1, "
-            f"2, 5, 10, 15, 20, 30 s, 1 m ..., so {th.target_windows // 2}-{th.target_windows} "
-            f"windows, at least {th.min_window_s:g} s)")
+    return (f"window length, e.g. 10s (default: the range / {W.target_windows} rounded up to 1, "
+            f"2, 5, 10, 15, 20, 30 s, 1 m ..., so {W.target_windows // 2}-{W.target_windows} "
+            f"windows, at least {W.min_window_s:g} s)")
 
 
 def register(sub: Any) -> None:

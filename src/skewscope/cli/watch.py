@@ -60,15 +60,14 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
     if args.prometheus:
         shown = f"prometheus {redact_url(args.prometheus)} {args.selector}".rstrip()
         return PrometheusSource(shown, last_s, common.prometheus_loader(args, window))
-    from skewscope.config import DEFAULT_THRESHOLDS as TH
-    from skewscope.frame import choose_window
+    from skewscope.frame import WINDOWS
     from skewscope.monitor.sampler import RollingScraper
 
     sampler = RollingScraper(
         args.scrape,
         span_s=last_s,
         interval_s=common.parse_duration(args.interval, "--interval"),
-        window_s=window or choose_window(last_s, TH.target_windows, TH.min_window_s),
+        window_s=window or WINDOWS.choose(last_s),
         dialect=args.dialect,
         auth=common.auth_from_args(args),
         timeout_s=common.parse_duration(args.timeout, "--timeout") if args.timeout else None,

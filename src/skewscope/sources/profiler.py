@@ -22,15 +22,15 @@ from pathlib import Path
 
 import polars as pl
 
-from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import InputError
 from skewscope.frame import (
     SIGNAL_COLUMNS,
     TOTAL_SIGNALS,
+    WINDOWS,
     Evidence,
     Level,
     UnitFrame,
-    choose_window,
+    WindowPolicy,
     conform,
     dp_unit_id,
 )
@@ -580,13 +580,13 @@ def _load_waiting(inst: Instance, table: Table, ranks: pl.DataFrame | None) -> N
         inst.dp_available.add("waiting")
 
 
-def load_instance(files: InstanceFiles, th: Thresholds = DEFAULT_THRESHOLDS) -> Instance:
+def load_instance(files: InstanceFiles, clocks: pr.ClockPolicy = pr.CLOCKS) -> Instance:
     """Read every file of one instance and resolve its DP ranks and request placement."""
     inst = Instance(files.name)
     read = _read_files(files, inst.notes)
     tables = [r.steps if isinstance(r, BatchRead) else r for r in read.values()]
     for file, table in zip(read, tables, strict=True):  # one bad clock must not widen the grid
-        bounds = pr.time_bounds(table.df["start_s"], th)
+        bounds = pr.time_bounds(table.df["start_s"], clocks)
         table.df, dropped = pr.drop_time_outliers(table.df, file, bounds)
         inst.notes.extend(dropped)
     _align_times(tables, inst.notes)
@@ -687,19 +687,22 @@ def _span(instances: list[Instance]) -> tuple[float, float] | None:
                     if f is not None])
 
 
-def make_grid(instances: list[Instance], window_s: float | None, th: Thresholds) -> Grid:
+def make_grid(
+    instances: list[Instance], window_s: float | None, windows: WindowPolicy = WINDOWS
+) -> Grid:
     """Window grid over the span of every instance's events (aligned to multiples of window),
-    at most ``MAX_WINDOWS`` long."""
+    at most ``windows.max_windows`` long."""
     span = _span(instances)
     if span is None:
         raise InputError("no data rows in any profiler file: nothing to analyse")
     lo, hi = span
     if window_s is not None and window_s <= 0:
         raise InputError(f"window must be positive, got {window_s}")
-    w = window_s or choose_window(hi - lo, th.target_windows, th.min_window_s)
-    pr.check_window_count((hi - lo) / w + 1, w, hi - lo)  # first: no int overflow below
+    w = window_s or windows.choose(hi - lo)
+    cap = windows.max_windows
+    pr.check_window_count((hi - lo) / w + 1, w, hi - lo, cap)  # first: no int overflow below
     grid = Grid.spanning(lo, hi, w)
-    pr.check_window_count(grid.last - grid.first + 1, w, hi - lo)
+    pr.check_window_count(grid.last - grid.first + 1, w, hi - lo, cap)
     return grid
 
 
@@ -900,7 +903,8 @@ def load_profiler(
     specs: Sequence[str],
     *,
     window_s: float | None = None,
-    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    windows: WindowPolicy = WINDOWS,
+    clocks: pr.ClockPolicy = pr.CLOCKS,
     start: float | None = None,
     end: float | None = None,
     last_s: float | None = None,
@@ -910,10 +914,10 @@ def load_profiler(
 
     Raises InputError/SchemaError with a one-line message for any bad input.
     """
-    instances = [load_instance(files, thresholds) for files in discover_all(specs)]
-    pr.check_clocks({i.name: _span([i]) for i in instances}, thresholds)
+    instances = [load_instance(files, clocks) for files in discover_all(specs)]
+    pr.check_clocks({i.name: _span([i]) for i in instances}, clocks)
     zoomed = zoom(instances, start, end, last_s)
-    grid = make_grid(instances, window_s, thresholds)
+    grid = make_grid(instances, window_s, windows)
     notes = [n for i in instances for n in _prefixed(i, i.notes)] + ([zoomed] if zoomed else [])
     dp_notes = [n for i in instances if i.has_dp for n in _prefixed(i, i.dp_notes)]
     instance_frame = _frame(instances, INSTANCE_LEVEL, grid, notes)

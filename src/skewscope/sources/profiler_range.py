@@ -3,24 +3,41 @@
 
 A single timestamp decades away would otherwise stretch the window grid over millions of
 windows; the bulk of a file is its median time +- a number of median absolute deviations
-(``Thresholds.time_outlier_*``), robust to any minority of bad rows.
+(``ClockPolicy``), robust to any minority of bad rows.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import polars as pl
 
-from skewscope.config import Thresholds
 from skewscope.errors import InputError, UsageError
-from skewscope.frame import MAX_WINDOWS
+from skewscope.frame import WINDOWS
 
 CLOCK_RANGE_S = (-1e10, 1e10)  # epoch seconds a clock can show (years 1653..2286)
 
 
-def time_bounds(times: pl.Series, th: Thresholds) -> tuple[float, float]:
+@dataclass(frozen=True)
+class ClockPolicy:
+    """Which event times the reader believes: a source-side setting, not an analysis threshold.
+
+    A row whose time is further from its file's median time than ``outlier_mads`` median
+    absolute deviations (and than ``outlier_floor_s``) is a bad clock or cell, dropped with a
+    note; an instance whose capture lies further than the floor (or than the longest capture)
+    from the others' is refused.
+    """
+
+    outlier_mads: float = 20.0
+    outlier_floor_s: float = 6 * 3600.0
+
+
+CLOCKS = ClockPolicy()
+
+
+def time_bounds(times: pl.Series, th: ClockPolicy = CLOCKS) -> tuple[float, float]:
     """The range of plausible event times: median +- max(k MADs, floor) of the times a clock
     can show (an empty range when there are none)."""
     t = times.filter(times.is_between(*CLOCK_RANGE_S))
@@ -28,7 +45,7 @@ def time_bounds(times: pl.Series, th: Thresholds) -> tuple[float, float]:
         return 1.0, 0.0
     median = float(t.median())  # type: ignore[arg-type]
     mad = float((t - median).abs().median())  # type: ignore[arg-type]
-    reach = max(th.time_outlier_mads * mad, th.time_outlier_floor_s)
+    reach = max(th.outlier_mads * mad, th.outlier_floor_s)
     return median - reach, median + reach
 
 
@@ -58,14 +75,16 @@ def drop_time_outliers(
     return out, notes
 
 
-def check_clocks(spans: dict[str, tuple[float, float] | None], th: Thresholds) -> None:
+def check_clocks(
+    spans: dict[str, tuple[float, float] | None], th: ClockPolicy = CLOCKS
+) -> None:
     """InputError when an instance's capture lies far from all the others' (a clock set wrong,
     or captures of different days): windows would span the gap and compare nothing."""
     mids = {name: (s[0] + s[1]) / 2 for name, s in spans.items() if s is not None}
     if len(mids) < 2:
         return
     centre = float(pl.Series(list(mids.values())).median())  # type: ignore[arg-type]
-    reach = max(th.time_outlier_floor_s, max(s[1] - s[0] for s in spans.values() if s))
+    reach = max(th.outlier_floor_s, max(s[1] - s[0] for s in spans.values() if s))
     far = {n: m for n, m in mids.items() if abs(m - centre) > reach}
     if far:
         name, mid = next(iter(far.items()))
@@ -112,10 +131,12 @@ def zoom_note(whole: tuple[float, float], lo: float, hi: float, kept: bool) -> s
     return f"zoomed to {shown} ({capture})"
 
 
-def check_window_count(n: float, window_s: float, span_s: float) -> None:
-    """UsageError when the grid would exceed ``MAX_WINDOWS`` (the cap every source shares)."""
-    if n > MAX_WINDOWS:
+def check_window_count(
+    n: float, window_s: float, span_s: float, max_windows: int = WINDOWS.max_windows
+) -> None:
+    """UsageError when the grid would exceed ``max_windows`` (the cap every source shares)."""
+    if n > max_windows:
         raise UsageError(
             f"--window {window_s:g}s over a capture of {span_s:.0f}s gives {n:.0f} windows, more "
-            f"than {MAX_WINDOWS}: use a larger --window, or zoom in with --start/--end/--last"
+            f"than {max_windows}: use a larger --window, or zoom in with --start/--end/--last"
         )

@@ -23,7 +23,7 @@ import httpx
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
-from skewscope.frame import MAX_WINDOWS, Evidence, Level, bound_column, choose_window
+from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy, bound_column
 from skewscope.sources.auth import HttpAuth, normalise_url, quoted, redact_url
 from skewscope.sources.devices import (
     SIGNAL_OF_ROLE,
@@ -59,7 +59,6 @@ from skewscope.sources.promql import (
 )
 from skewscope.sources.validate import parse_bound, parse_number, parse_timestamp
 
-MAX_POINTS = MAX_WINDOWS  # Prometheus refuses query_range with more points per series
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
@@ -199,8 +198,11 @@ def decode_matrix(data: Any, where: str) -> list[Any]:
     return result
 
 
-def plan_windows(start: float, end: float, window_s: float) -> tuple[float, float, int]:
-    """(first evaluation time, last evaluation time, number of windows) for whole windows."""
+def plan_windows(
+    start: float, end: float, window_s: float, max_windows: int = WINDOWS.max_windows
+) -> tuple[float, float, int]:
+    """(first evaluation time, last evaluation time, number of windows) for whole windows;
+    Prometheus refuses a query_range with more than ``max_windows`` points per series."""
     first_start = math.ceil(start / window_s - 1e-9) * window_s
     last_end = math.floor(end / window_s + 1e-9) * window_s
     n = round((last_end - first_start) / window_s)
@@ -209,8 +211,8 @@ def plan_windows(start: float, end: float, window_s: float) -> tuple[float, floa
             f"the range {end - start:g}s holds no whole window of {window_s:g}s "
             "(windows are aligned to multiples of the window length)"
         )
-    if n > MAX_POINTS:
-        raise UsageError(f"{n} windows of {window_s:g}s exceed {MAX_POINTS}; use a larger step")
+    if n > max_windows:
+        raise UsageError(f"{n} windows of {window_s:g}s exceed {max_windows}; use a larger step")
     return first_start + window_s, last_end, n
 
 
@@ -393,26 +395,23 @@ def load_prometheus(
     timeout_s: float = 30,
     window_s: float | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    windows: WindowPolicy = WINDOWS,
     max_workers: int = 4,
     device_selector: str = "",
     device_map: DeviceMap | None = None,
 ) -> Evidence:
     """Load per-window, per-unit signals for [start, end] (epoch seconds) from a Prometheus API.
 
-    The window equals the query step (default: ``choose_window``), so windows tile the range.
+    The window equals the query step (default: ``windows.choose``), so windows tile the range.
     """
     if end <= start:
         raise UsageError("end must be after start")
     if step_s is not None and window_s is not None and abs(step_s - window_s) > 1e-9:
         raise UsageError("step and window must be equal (windows must tile the range)")
-    w = (
-        window_s
-        or step_s
-        or choose_window(end - start, thresholds.target_windows, thresholds.min_window_s)
-    )
+    w = window_s or step_s or windows.choose(end - start)
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s}")
-    first_t, last_t, _ = plan_windows(start, end, w)
+    first_t, last_t, _ = plan_windows(start, end, w, windows.max_windows)
     sel = normalise_selector(selector)
     url, url_note = normalise_url(url, "--prometheus")
     client = PromClient(

@@ -21,10 +21,11 @@ from skewscope.errors import SourceError, UsageError
 from skewscope.frame import (
     BOUND_LOWER,
     BOUND_UPPER,
+    WINDOWS,
     Evidence,
     Level,
+    WindowPolicy,
     bound_column,
-    choose_window,
 )
 from skewscope.sources.auth import HttpAuth, normalise_url, quoted
 from skewscope.sources.collect import Snapshot, collect
@@ -498,6 +499,7 @@ def load_scrape(
     timeout_s: float | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     device_map: DeviceMap | None = None,
+    windows: WindowPolicy = WINDOWS,
 ) -> Evidence:
     """Scrape ``urls`` for ``duration_s`` and reduce to per-window, per-unit Evidence.
 
@@ -512,7 +514,7 @@ def load_scrape(
             raise UsageError(f"{name} must be a positive number of seconds, got {value}")
     if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
         raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s}")
-    w = window_s or choose_window(duration_s, thresholds.target_windows, thresholds.min_window_s)
+    w = window_s or windows.choose(duration_s)
     if w < interval_s:
         raise UsageError(f"window {w:g}s is shorter than the scrape interval {interval_s:g}s")
     n_windows = math.floor(duration_s / w + 1e-9)
