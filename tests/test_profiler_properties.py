@@ -9,7 +9,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skewscope.sources.profiler import WI, Grid, extract_rids, prefill_count
+from skewscope.sources.profiler_frame import WI, Grid
+from skewscope.sources.profiler_read import extract_rids, prefill_count
 from skewscope.sources.profiler_schema import datetime_to_us
 
 EPOCH = datetime(1970, 1, 1)

@@ -3,8 +3,8 @@
 ``diagnose`` needs windowed signals; a what-if replay needs the requests themselves (arrival,
 prompt and output length, where each went, what it waited) and the steps each rank ran (how long
 a step of so many prefill tokens and decode sequences took, how full its KV pool was). Both come
-from the profiler reader's per-instance model (``profiler.load_instance``: header generations,
-dirty cells, time zones, DP placement by res_list), which this module only reads.
+from the profiler reader's per-instance model (``profiler_instance.load_instance``: header
+generations, dirty cells, time zones, DP placement by res_list), which this module only reads.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from skewscope.errors import InputError
-from skewscope.sources.profiler import Instance, load_instance
+from skewscope.sources.profiler_instance import Instance, load_instance
 from skewscope.sources.profiler_layout import discover_all
 
 REQUEST_COLUMNS: tuple[str, ...] = (
