@@ -101,7 +101,7 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
             unplaced=_unplaced(evidence),
         )
         if inside.verdict == "imbalanced":
-            patterns = fleet_dp_patterns(inside.findings, len(multi), th)
+            patterns = fleet_dp_patterns(inside.findings, inside.units, len(multi), th)
             return replace(inside, findings=(*patterns, *inside.findings))
         return top
     if top.verdict != "imbalanced":
@@ -113,7 +113,10 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
               for i in multi]
     kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == "imbalanced")
     patterns = fleet_dp_patterns(
-        [f for _, d in drills for f in d.findings], len(multi), th
+        [f for _, d in drills for f in d.findings],
+        [u for _, d in drills for u in d.units],
+        len(multi),
+        th,
     )
     return replace(top, drilldown=kept, findings=(*top.findings, *patterns))
 
@@ -815,13 +818,10 @@ def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Threshold
 def _unit_report(
     m: SignalMatrix, j: int, heat: UnitHeat | None, role: str, mask: Flags
 ) -> UnitReport:
-    unit = m.units[j]
-    dp_rank = int(unit.rsplit("/dp", 1)[1]) if "/dp" in unit else None
-    instance = unit.rsplit("/dp", 1)[0] if dp_rank is not None else unit
     return UnitReport(
-        unit=unit,
-        instance=instance,
-        dp_rank=dp_rank,
+        unit=m.units[j],
+        instance=m.instances[j],
+        dp_rank=m.dp_ranks[j],
         role=role,
         hot_share=heat.hot_share if heat else math.nan,
         longest_hot_run=heat.hot_run if heat else 0,

@@ -11,32 +11,33 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from skewscope.config import ROOT_CAUSES, Thresholds
-from skewscope.report.model import Finding, RootCauseRef
+from skewscope.report.model import Finding, RootCauseRef, UnitReport
 
 SEVERITY_ORDER = ("low", "medium", "high")
 
 
-def _rank_of(unit: str) -> tuple[str, int] | None:
-    if "/dp" not in unit:
-        return None
-    instance, rank = unit.rsplit("/dp", 1)
-    return (instance, int(rank)) if rank.isdigit() else None
-
-
 def fleet_dp_patterns(
-    findings: Iterable[Finding], multi_rank_instances: int, th: Thresholds
+    findings: Iterable[Finding],
+    unit_reports: Iterable[UnitReport],
+    multi_rank_instances: int,
+    th: Thresholds,
 ) -> list[Finding]:
-    """One finding per DP rank index that is hot in enough of the multi-rank instances."""
+    """One finding per DP rank index that is hot in enough of the multi-rank instances.
+
+    ``unit_reports`` say which instance and rank each unit of the findings is (never parsed back out
+    of the unit id).
+    """
     if multi_rank_instances < th.fleet_pattern_min_instances:
         return []
+    where = {u.unit: (u.instance, u.dp_rank) for u in unit_reports if u.dp_rank is not None}
     by_rank: dict[int, list[tuple[str, str, Finding]]] = defaultdict(list)
     for f in findings:
         if f.kind == "stalled" or f.evidence.get("starved_share") is not None:
             continue  # hung engines and starved ranks are local matters
         for unit in f.units:
-            where = _rank_of(unit)
-            if where:
-                by_rank[where[1]].append((where[0], unit, f))
+            if unit in where:
+                instance, rank = where[unit]
+                by_rank[rank].append((instance, unit, f))
     out = []
     for rank, hits in sorted(by_rank.items()):
         instances = sorted({inst for inst, _, _ in hits})

@@ -32,6 +32,8 @@ class SignalMatrix:
     windows: Array  # window start, epoch seconds, shape (W,)
     units: tuple[str, ...]
     groups: tuple[str, ...]  # peer group of each unit: its instance at DP level, "" otherwise
+    instances: tuple[str, ...]  # each unit's instance (the unit itself at instance level)
+    dp_ranks: tuple[int | None, ...]  # each unit's DP rank (None at instance level)
     values: dict[str, Array]  # signal -> (W, U); NaN = missing
     window_s: float = float("nan")  # window length: turns per-window totals into rates
     bounds: dict[str, Array] = field(default_factory=dict)  # percentile -> frame.BOUND_*, NaN
@@ -44,9 +46,6 @@ class SignalMatrix:
         return bool(np.isfinite(self.values[signal]).any())
 
 
-
-
-
 def build_matrix(
     df: pl.DataFrame, *, group_by_instance: bool, window_s: float = float("nan")
 ) -> SignalMatrix:
@@ -56,9 +55,10 @@ def build_matrix(
     when a unit's files cover a window; online, a missing series means the unit was absent).
     """
     windows = np.array(sorted(set(df["window_start_s"].to_list())), dtype=np.float64)
-    ident = df.select("unit", "instance").unique().sort("unit")
+    ident = df.select("unit", "instance", "dp_rank").unique("unit").sort("unit")
     units = tuple(ident["unit"].to_list())
-    groups = tuple(ident["instance"].to_list()) if group_by_instance else tuple("" for _ in units)
+    instances = tuple(ident["instance"].to_list())
+    groups = instances if group_by_instance else tuple("" for _ in units)
     w_index = {w: i for i, w in enumerate(windows.tolist())}
     u_index = {u: j for j, u in enumerate(units)}
     rows = np.array([w_index[w] for w in df["window_start_s"].to_list()], dtype=np.int64)
@@ -79,7 +79,13 @@ def build_matrix(
             if np.isfinite(grid).any():
                 bounds[name] = grid
     return SignalMatrix(
-        windows=windows, units=units, groups=groups, values=values, window_s=window_s,
+        windows=windows,
+        units=units,
+        groups=groups,
+        instances=instances,
+        dp_ranks=tuple(ident["dp_rank"].to_list()),
+        values=values,
+        window_s=window_s,
         bounds=bounds,
     )
 
