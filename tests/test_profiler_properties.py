@@ -6,7 +6,7 @@ import ast
 from datetime import datetime
 
 import polars as pl
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from skewscope.sources.profiler_frame import WI, Grid
@@ -45,6 +45,7 @@ def res_lists(draw: st.DrawFn) -> list[dict[str, object]]:
 
 
 @given(st.lists(res_lists(), min_size=1, max_size=8))
+@example([[{"rid": "'type': ", "iter": 0}]])  # a rid that reads like a key is not one
 @settings(max_examples=200)
 def test_res_list_extraction_equals_literal_eval(rows: list[list[dict[str, object]]]) -> None:
     cells = pl.Series("res_list", [repr(r) for r in rows])

@@ -44,12 +44,15 @@ def extract_rids(res_list: pl.Expr) -> pl.Expr:
 
 
 def prefill_count(res_list: pl.Expr) -> pl.Expr:
-    """Prefill entries of a res_list: ``type`` 0 (vLLM) or, without ``type`` (MindIE), iter 0."""
-    typed = res_list.str.contains("'type': ", literal=True)
-    by_type = res_list.str.count_matches(r"'type': 0\b")
-    by_iter = res_list.str.count_matches(r"'iter': 0\b")
-    return pl.when(typed).then(by_type).otherwise(by_iter).cast(pl.Float64)
+    """Prefill entries of a res_list: ``type`` 0 (vLLM) or, without ``type`` (MindIE), iter 0.
 
+    Keys are looked for with the rid values blanked: a rid such as ``"'type': "`` is text, not
+    a key."""
+    keys = res_list.str.replace_all(RID_PATTERN, "'rid': ''")
+    typed = keys.str.contains("'type': ", literal=True)
+    by_type = keys.str.count_matches(r"'type': 0\b")
+    by_iter = keys.str.count_matches(r"'iter': 0\b")
+    return pl.when(typed).then(by_type).otherwise(by_iter).cast(pl.Float64)
 
 
 def ensure(df: pl.DataFrame, cols: Sequence[str]) -> pl.DataFrame:
