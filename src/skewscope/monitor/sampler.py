@@ -22,14 +22,21 @@ from functools import cache
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence
 from skewscope.sources.auth import HttpAuth
-from skewscope.sources.dialects import DIALECTS, ROLES, Kind, normalise_name
+from skewscope.sources.devices import DeviceMap
+from skewscope.sources.dialects import DEVICE_EXPORTERS, DIALECTS, ROLES, Kind, normalise_name
 from skewscope.sources.scrape import Snapshot, collect, evidence_from_targets, instance_of
 
 
 @cache
 def read_names() -> frozenset[str]:
-    """Normalised sample names any dialect's alias table can read (histograms: all series)."""
-    out: set[str] = set()
+    """Normalised sample names any dialect's or device exporter's alias table can read
+    (histograms: all series)."""
+    out: set[str] = {
+        normalise_name(a.name)
+        for exporter in DEVICE_EXPORTERS.values()
+        for aliases in exporter.roles.values()
+        for a in aliases
+    }
     for dialect in DIALECTS.values():
         for role, aliases in dialect.roles.items():
             for alias in aliases:
@@ -64,6 +71,7 @@ class RollingScraper:
         dialect: str | None = None,
         auth: HttpAuth | None = None,
         timeout_s: float | None = None,
+        device_map: DeviceMap | None = None,
     ) -> None:
         if not urls:
             raise UsageError("no /metrics URL given")
@@ -79,6 +87,7 @@ class RollingScraper:
         self.urls = tuple(urls)
         self.span_s, self.interval_s, self.window_s = span_s, interval_s, window_s
         self.dialect, self.auth, self.timeout_s = dialect, auth, timeout_s
+        self.device_map = device_map
         keep = math.ceil(span_s / interval_s) + 2
         self._buf: dict[str, deque[tuple[float, Snapshot]]] = {
             u: deque(maxlen=keep) for u in urls
@@ -166,4 +175,5 @@ class RollingScraper:
             n_windows=n_windows,
             dialect=self.dialect,
             notes=notes,
+            device_map=self.device_map,
         )
