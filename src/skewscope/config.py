@@ -25,6 +25,16 @@ class Thresholds:
     # A unit with less than this share of the peer median request rate is "starved"
     # (failed health check, missing from the pool, joined late).
     starved_ratio: float = 0.15
+    # A unit that still runs at least this share of its peers' batch is busy, not starved,
+    # whatever its request log says.
+    starved_busy_ratio: float = 0.5
+    # Absolute floors under the peer reference of the pressure signals (per window), so ordinary
+    # queueing and near-idle noise never score: running and waiting requests, mean queue wait,
+    # and busy time as a share of the window. The request floor is ``min_requests_per_window``.
+    floor_running: float = 1.0
+    floor_waiting: float = 2.0
+    floor_queue_wait_ms: float = 100.0
+    floor_busy_share: float = 0.05
     # Step 2: classification dead bands.
     count_ratio: float = 1.2  # requests per window, hot / reference
     weight_ratio: float = 1.25  # tokens per request, hot / reference

@@ -109,10 +109,10 @@ def floors(m: SignalMatrix, window_s: float, th: Thresholds) -> dict[str, float]
     return {
         "requests": th.min_requests_per_window,
         "total_tokens": th.min_requests_per_window * tokens_per_request,
-        "busy_ms": 0.05 * window_s * 1000.0,
-        "running": 1.0,
-        "waiting": 2.0,
-        "queue_wait_mean_ms": 100.0,
+        "busy_ms": th.floor_busy_share * window_s * 1000.0,
+        "running": th.floor_running,
+        "waiting": th.floor_waiting,
+        "queue_wait_mean_ms": th.floor_queue_wait_ms,
     }
 
 
@@ -137,7 +137,7 @@ def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
             per_unit = np.nansum(req[:, cols], axis=1) / cols.size
             ok = per_unit >= th.min_requests_per_window
         elif np.isfinite(run[:, cols]).any():
-            ok = np.nansum(run[:, cols], axis=1) / cols.size >= 1.0
+            ok = np.nansum(run[:, cols], axis=1) / cols.size >= th.floor_running
         else:  # a router's per-endpoint queue is all there is (llm-d, engines not scraped)
             ok = np.nansum(wait[:, cols], axis=1) / cols.size >= 1.0
         active[:, cols] = ok[:, None]
@@ -168,7 +168,7 @@ def detect(
             if load
             else np.full(m.get("requests").shape, np.inf)
         )
-    req_ratio = _starve_ratio(m)
+    req_ratio = _starve_ratio(m, th)
     present = np.zeros(m.get("requests").shape, dtype=bool)
     for v in m.values.values():
         present |= np.isfinite(v)
@@ -222,7 +222,7 @@ def detect(
     return out
 
 
-def _starve_ratio(m: SignalMatrix) -> Array:
+def _starve_ratio(m: SignalMatrix, th: Thresholds) -> Array:
     """Request share against peers, without a floor: 0 traffic must read as 0, and an
     unmeasured window stays unknown. Where the unit's running requests are known they must be
     low too: a unit that serves a normal batch is not starved, whatever its request log says."""
@@ -231,7 +231,7 @@ def _starve_ratio(m: SignalMatrix) -> Array:
     with np.errstate(all="ignore"):
         ratio = np.where(ref > 0, req / ref, np.nan)
         running = m.get("running")
-        run_ratio = running / np.maximum(peer_reference(running, m.groups), 1.0)
-    busy_anyway = np.isfinite(run_ratio) & (run_ratio >= 0.5)
+        run_ratio = running / np.maximum(peer_reference(running, m.groups), th.floor_running)
+    busy_anyway = np.isfinite(run_ratio) & (run_ratio >= th.starved_busy_ratio)
     ratio[busy_anyway] = np.nan
     return ratio

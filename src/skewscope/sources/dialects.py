@@ -192,6 +192,10 @@ class Dialect:
     roles: dict[str, tuple[Alias, ...]] = field(
         default_factory=dict
     )  # role -> aliases, preferred first
+    # The one label that names a DP rank in what skewscope writes for this dialect (rules,
+    # alerts, dashboards); aliases whose rank label differs are relabelled to it. None: the
+    # dialect has no DP level.
+    rank_label: str | None = None
 
 
 _VLLM_ROLES: dict[str, tuple[Alias, ...]] = {
@@ -342,9 +346,9 @@ def _merge(
 DIALECTS: dict[str, Dialect] = {
     d.name: d
     for d in (
-        Dialect("vllm", _VLLM_ROLES),
-        Dialect("ms-service-metric", _merge(_VLLM_ROLES, _MS_EXTRA)),
-        Dialect("sglang", _SGLANG_ROLES),
+        Dialect("vllm", _VLLM_ROLES, "engine"),
+        Dialect("ms-service-metric", _merge(_VLLM_ROLES, _MS_EXTRA), "dp"),
+        Dialect("sglang", _SGLANG_ROLES, "dp_rank"),
         Dialect("mindie", _MINDIE_ROLES),
         Dialect("dynamo", _DYNAMO_ROLES),
         Dialect("llm-d", _LLMD_ROLES),
