@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from skewscope import __version__
 from skewscope.errors import SkewscopeError, one_line
 
-COMMANDS: tuple[str, ...] = ("diagnose", "compare", "simulate", "watch", "history", "whatif")
+COMMANDS: tuple[str, ...] = (
+    "diagnose", "compare", "simulate", "watch", "history", "whatif", "rules", "dashboard",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -226,9 +226,11 @@ class _Level:
         )
 
     def kind(self) -> None:
-        """count / weight / capability / unknown from ratios over the alert's ``for`` span."""
+        """count / weight / capability / unknown from ratios over the look-back, as the diagnosis
+        classifies over its whole range (a short span lets a saturated unit's finished-request
+        count wander and the kind label flip, which would restart the alert's ``for``)."""
         th, u = self.th, self.U
-        span = duration(self.o.persistence_s)
+        span = duration(self.o.lookback_s)
         sus = {}
         for name in ("requests:rate", "prompt_tokens:rate", "generation_tokens:rate",
                      "e2e_ms:mean"):
@@ -239,8 +241,9 @@ class _Level:
             n, pi, po = sus["requests:rate"], sus["prompt_tokens:rate"], sus[
                 "generation_tokens:rate"]
             self.record("count:ratio", f"({n}) / ({self.peer_ref(n)})")
-            tpr = {"input": f"({pi}) / ({n})", "output": f"({po}) / ({n})",
-                   "total": f"(({pi}) + ({po})) / ({n})"}
+            per = f"(({n}) > 0)"  # no sample, not NaN, where no request finished
+            tpr = {"input": f"({pi}) / {per}", "output": f"({po}) / {per}",
+                   "total": f"(({pi}) + ({po})) / {per}"}
             for side, x in tpr.items():
                 self.record(f"tokens_per_request_{side}:ratio", f"{x} / ({self.peer_ref(x)})")
             heavier = " or ".join(
@@ -269,11 +272,29 @@ class _Level:
             branches.append(("count", f"{c} >= {th.count_ratio:g}"))
         branches.append(("unknown", self.r("heat:ratio")))
         self.record(
-            "kind",
+            "kind:now",
             f" or on ({u}) ".join(
                 f'label_replace(count without () ({cond}), "kind", "{kind}", "", "")'
                 for kind, cond in branches
             ),
+        )
+        # The alert's kind is the one named most often over the look-back: a label that flips
+        # with noise would restart the alert's ``for`` each time. One 0/1 vote per kind a unit
+        # can get, every evaluation, so the share is over the same samples for every kind.
+        zero = f"({self.r('heat:ratio')} * 0)"
+        now = self.r("kind:now")[:-1]  # the selector without its closing brace
+        kinds = dict.fromkeys(k for k, _ in branches)
+        self.record(
+            "kind:vote",
+            " or ".join(
+                f'label_replace({now}, kind="{k}"}} or on ({u}) {zero}, "kind", "{k}", "", "")'
+                for k in kinds
+            ),
+        )
+        look = duration(self.o.lookback_s)
+        self.record(
+            "kind",
+            f"count without () (topk by ({u}) (1, avg_over_time({self.r('kind:vote')}[{look}])))",
         )
 
     def gap(self) -> None:
@@ -306,7 +327,7 @@ def _ratio(name: str, labels: tuple[str, ...]) -> str:
     fmt, args = _selector_template(labels)
     return (
         f'{{{{ with printf "{rec(name)}{fmt}" {args} | query }}}}'
-        f'{{{{ . | first | value | printf "%.2f" }}}}{{{{ else }}}}n/a{{{{ end }}}}'
+        f'{{{{ . | first | value | printf "%.2fx" }}}}{{{{ else }}}}n/a{{{{ end }}}}'
     )
 
 
@@ -335,20 +356,31 @@ def _alerts(lv: _Level, opts: RuleOptions) -> list[dict[str, Any]]:
     cmd = _diagnose_cmd(opts, s)
     share = f"{th.persist_share:g}"
     static = {"severity": "warning", "level": lv.lv, "dialect": lv.d}
+    win = duration(opts.window_s)
+
+    def judged(flag: str) -> str:
+        """At least ``min_windows`` windows judged in the look-back (the diagnosis' gate), so a
+        share taken over a short history cannot fire: samples in the look-back against the
+        samples of one window (independent of the evaluation interval)."""
+        series = lv.r(flag)
+        return (f"(count_over_time({series}[{look}])"
+                f" >= {th.min_windows} * count_over_time({series}[{win}]))")
+
     out: list[dict[str, Any]] = []
     hot = (
         f"(({lv.r('heat:ratio')} >= {th.hot_ratio:g})"
         f" and on ({p}) {lv.r('group:active')}"
         f" and on ({u}) (avg_over_time({lv.r('hot')}[{look}]) >= {share})"
+        f" and on ({u}) {judged('hot')}"
     )
     if "starved" in lv.have:
         hot += f" unless on ({u}) (avg_over_time({lv.r('starved')}[{look}]) >= {share})"
     hot += f") * on ({u}) group_left (kind) {lv.r('kind')}"
     if "count:ratio" in lv.have:
         why = (
-            f"requests {_ratio('count:ratio', labs)}x, tokens per request "
-            f"{_ratio('tokens_per_request:ratio', labs)}x"
-            + (f", latency {_ratio('latency:ratio', labs)}x" if "latency:ratio" in lv.have
+            f"requests {_ratio('count:ratio', labs)}, tokens per request "
+            f"{_ratio('tokens_per_request:ratio', labs)}"
+            + (f", latency {_ratio('latency:ratio', labs)}" if "latency:ratio" in lv.have
                else "")
             + " its peers'"
         )
@@ -374,6 +406,7 @@ def _alerts(lv: _Level, opts: RuleOptions) -> list[dict[str, Any]]:
                 f"({lv.r('requests:starved_ratio')} < {th.starved_ratio:g})"
                 f" and on ({p}) {lv.r('group:active')}"
                 f" and on ({u}) (avg_over_time({lv.r('starved')}[{look}]) >= {share})"
+                f" and on ({u}) {judged('starved')}"
             ),
             "for": for_,
             "labels": static,

@@ -153,10 +153,12 @@ def _alias_expr(scope: Scope, spec: SignalSpec, alias: Alias, window: str) -> st
         expr = agg(alias.name, "rate")
     elif role.kind is Kind.GAUGE:
         expr = agg(alias.name, f"{spec.over_time}_over_time", spec.across)
-    elif spec.over_time == "quantile":
-        expr = f"histogram_quantile({spec.quantile:g}, {agg(alias.name + '_bucket', 'rate', extra=('le',))})"
-    else:
-        expr = f"({agg(alias.name + '_sum', 'rate')} / {agg(alias.name + '_count', 'rate')})"
+    elif spec.over_time == "quantile":  # ">= 0" drops the NaN of a window without requests
+        buckets = agg(alias.name + "_bucket", "rate", extra=("le",))
+        expr = f"(histogram_quantile({spec.quantile:g}, {buckets}) >= 0)"
+    else:  # pooled mean; no sample (rather than NaN) for a window without requests
+        count = agg(alias.name + "_count", "rate")
+        expr = f"({agg(alias.name + '_sum', 'rate')} / ({count} > 0))"
     return expr if role.scale == 1.0 else f"{role.scale:g} * {expr}"
 
 

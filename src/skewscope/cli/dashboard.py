@@ -1,0 +1,40 @@
+"""``skewscope dashboard``: write a Grafana 10/11 dashboard JSON of the method's signals."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from skewscope.cli import common
+from skewscope.cli.rules import dialects, emit
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "dashboard", help="write a Grafana dashboard of per-unit skew signals",
+        description="Grafana 10/11 dashboard JSON: instance and DP rows with per-unit panels, "
+        "max/median ratios and the skewscope alerts as annotations (docs/monitoring.md).",
+    )
+    p.add_argument("--dialect", choices=common.DIALECT_CHOICES,
+                   help="one engine dialect (default: all, joined per panel)")
+    p.add_argument("--selector", default="", help='extra label matchers, e.g. {namespace="llm"}')
+    p.add_argument("--group-by", default="job,model_name", metavar="LABELS",
+                   help="labels that make a peer group (default job,model_name)")
+    p.add_argument("--title", default="skewscope: load skew", help="dashboard title")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from skewscope.monitor.dashboard import DashboardOptions, render_dashboard
+    from skewscope.monitor.signals import parse_group_by
+
+    opts = DashboardOptions(
+        dialects=dialects(args),
+        group_by=parse_group_by(args.group_by),
+        selector=args.selector,
+        title=args.title,
+    )
+    emit(args, render_dashboard(opts))
+    return 0

@@ -1,0 +1,61 @@
+"""``skewscope rules``: write the Prometheus rule file (recording rules + Skewscope* alerts)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from skewscope.cli import common
+
+
+def dialects(args: argparse.Namespace) -> tuple[str, ...]:
+    """--dialect, or every dialect of the alias table."""
+    from skewscope.sources.dialects import DIALECTS
+
+    return (args.dialect,) if args.dialect else tuple(DIALECTS)
+
+
+def emit(args: argparse.Namespace, text: str) -> None:
+    """Write to -o FILE atomically (refusing to overwrite without --force), else to stdout."""
+    if args.output:
+        common.write_output(args.output, text, args.force)
+    else:
+        sys.stdout.write(text)
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "rules", help="write Prometheus recording and alerting rules for load skew",
+        description="One rule file: per-unit rates and ratios against the peer median, and the "
+        "SkewscopeHotUnit, SkewscopeStarvedUnit and SkewscopeDPGapWidening alerts "
+        "(docs/monitoring.md).",
+    )
+    p.add_argument("--dialect", choices=common.DIALECT_CHOICES,
+                   help="one engine dialect (default: all, each keyed on its own metric names)")
+    p.add_argument("--selector", default="", help='extra label matchers, e.g. {namespace="llm"}')
+    p.add_argument("--group-by", default="job,model_name", metavar="LABELS",
+                   help="labels that make a peer group (default job,model_name)")
+    p.add_argument("--window", default="5m", metavar="DURATION",
+                   help="rate window of the per-unit signals (default 5m)")
+    p.add_argument("--for", dest="for_", metavar="DURATION",
+                   help="how long a unit must stay hot before an alert fires "
+                   "(default: min_consecutive windows, 15m with the 5m window)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from skewscope.monitor.rules import RuleOptions, render_rules
+    from skewscope.monitor.signals import parse_group_by
+
+    opts = RuleOptions(
+        dialects=dialects(args),
+        group_by=parse_group_by(args.group_by),
+        selector=args.selector,
+        window_s=common.parse_duration(args.window, "--window"),
+        for_s=common.parse_duration(args.for_, "--for") if args.for_ else None,
+    )
+    emit(args, render_rules(opts))
+    return 0

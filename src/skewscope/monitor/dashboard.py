@@ -1,0 +1,267 @@
+"""``skewscope dashboard``: a Grafana 10/11 dashboard of the method's signals, unit by unit.
+
+Built with grafana-foundation-sdk (Grafana's own typed builders), so the JSON follows Grafana's
+dashboard schema. Panels query the raw engine metrics (the recording rules need not be loaded):
+each per-unit query is the ``monitor.signals`` expression of every chosen dialect joined with
+``or``, filtered by the dashboard variables (datasource, one per peer-group label, instance).
+Rows: instances, then DP ranks (sibling ranks side by side); each row ends with max/median
+ratio panels per peer group, and the ``rules`` alerts are drawn as annotations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from skewscope.frame import Level
+from skewscope.monitor.rules import ALERTS
+from skewscope.monitor.signals import UNIT_LABEL, Scope, levels, unit_expr
+from skewscope.sources.dialects import DIALECTS, ROLES, required_samples
+from skewscope.sources.promql import name_regex, normalise_selector, quote
+
+DS_VAR = "datasource"
+RATE_WINDOW = "$__rate_interval"
+UID = "skewscope-load-skew"
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One side-by-side panel: a canonical signal (or a derived one) and its Grafana unit."""
+
+    title: str
+    unit: str
+    signals: tuple[str, ...]  # one signal, or (numerator parts..., denominator) for a ratio
+    description: str
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel("Request rate", "reqps", ("requests",), "Finished requests per second."),
+    Panel("Prompt tokens/s", "short", ("prompt_tokens",), "Prefill tokens per second."),
+    Panel("Generation tokens/s", "short", ("generation_tokens",), "Decode tokens per second."),
+    Panel("Tokens per request", "short", ("prompt_tokens", "generation_tokens", "requests"),
+          "(prompt + generation tokens) / requests: heavier requests show here (weight skew)."),
+    Panel("Running requests", "short", ("running",), "Requests in the running batch."),
+    Panel("Waiting requests", "short", ("waiting",), "Requests queued for a batch slot."),
+    Panel("Queue time (mean)", "ms", ("queue_wait_mean_ms",), "Mean time spent waiting."),
+    Panel("TTFT P99", "ms", ("ttft_p99_ms",), "Time to first token, 99th percentile."),
+    Panel("E2E latency P99", "ms", ("e2e_p99_ms",), "End-to-end latency, 99th percentile."),
+    Panel("KV cache usage", "percentunit", ("kv_usage",),
+          "KV-cache usage (MindIE reports percent, 0-100)."),
+    Panel("Free KV blocks", "short", ("free_blocks_min",), "Lowest free KV-cache block count."),
+)
+# Signals whose max/median across peers is drawn (the load and pressure signals of step 1).
+RATIO_SIGNALS: tuple[str, ...] = ("requests", "prompt_tokens", "generation_tokens", "running",
+                                  "waiting")
+
+
+@dataclass(frozen=True)
+class DashboardOptions:
+    dialects: tuple[str, ...] = tuple(DIALECTS)
+    group_by: tuple[str, ...] = ("job", "model_name")
+    selector: str = ""
+    title: str = "skewscope: load skew"
+
+
+def variable_matchers(opts: DashboardOptions) -> str:
+    """The panel filter: every peer-group label and the instance from the variables."""
+    parts = [f'{lab}=~"${lab}"' for lab in (*opts.group_by, UNIT_LABEL)]
+    extra = normalise_selector(opts.selector)
+    return ", ".join([*parts, extra] if extra else parts)
+
+
+def _scopes(opts: DashboardOptions, level: Level) -> list[Scope]:
+    sel = variable_matchers(opts)
+    return [
+        Scope(DIALECTS[d], level, opts.group_by, sel)
+        for d in opts.dialects
+        if level in levels(DIALECTS[d])
+    ]
+
+
+def signal_query(opts: DashboardOptions, level: Level, signal: str) -> str | None:
+    """Per-unit PromQL of ``signal`` over every chosen dialect (``or``), None if none has it."""
+    parts = [e for s in _scopes(opts, level) if (e := unit_expr(s, signal, RATE_WINDOW))]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else " or ".join(f"({p})" for p in parts)
+
+
+def panel_query(opts: DashboardOptions, level: Level, panel: Panel) -> str | None:
+    exprs = [signal_query(opts, level, s) for s in panel.signals]
+    if any(e is None for e in exprs):
+        return None
+    if len(exprs) == 1:
+        return exprs[0]
+    *num, den = exprs
+    return f"({' + '.join(f'({e})' for e in num)}) / ({den})"
+
+
+def _peer_labels(opts: DashboardOptions, level: Level) -> tuple[str, ...]:
+    return opts.group_by if level is Level.INSTANCE else (*opts.group_by, UNIT_LABEL)
+
+
+def ratio_query(opts: DashboardOptions, level: Level, signal: str) -> str | None:
+    """max / median of ``signal`` across the units of each peer group."""
+    x = signal_query(opts, level, signal)
+    if x is None:
+        return None
+    by = ", ".join(_peer_labels(opts, level))
+    return f"max by ({by}) ({x}) / quantile by ({by}) (0.5, {x})"
+
+
+def legend(opts: DashboardOptions, level: Level) -> str:
+    group = " ".join(f"{{{{{lab}}}}}" for lab in opts.group_by)
+    if level is Level.INSTANCE:
+        return f"{group} {{{{{UNIT_LABEL}}}}}".strip()
+    ranks = sorted({r for d in opts.dialects if (r := DIALECTS[d].rank_label)})
+    rank = "".join(f"{{{{{r}}}}}" for r in ranks)
+    return f"{group} {{{{{UNIT_LABEL}}}}} dp{rank}".strip()
+
+
+def _unit_names(opts: DashboardOptions) -> str:
+    """A selector matching any chosen dialect's running gauge (every unit has one), for the
+    variable queries."""
+    names = sorted(
+        {
+            s
+            for d in opts.dialects
+            for a in DIALECTS[d].roles.get("running", ())
+            for s in required_samples(a, ROLES["running"].kind)
+        }
+    )
+    return f"__name__=~{quote('|'.join(name_regex(n) for n in names))}"
+
+
+def _ds() -> Any:
+    from grafana_foundation_sdk.models.dashboard import DataSourceRef
+
+    return DataSourceRef(type_val="prometheus", uid=f"${{{DS_VAR}}}")
+
+
+def _variables(opts: DashboardOptions) -> Iterable[Any]:
+    from grafana_foundation_sdk.builders.dashboard import DatasourceVariable, QueryVariable
+    from grafana_foundation_sdk.models.dashboard import (
+        VariableOption,
+        VariableRefresh,
+        VariableSort,
+    )
+
+    yield DatasourceVariable(DS_VAR).label("Data source").type("prometheus")
+    names = _unit_names(opts)
+    chosen: list[str] = []
+    for lab in (*opts.group_by, UNIT_LABEL):
+        filters = ", ".join([names, *(f'{c}=~"${c}"' for c in chosen)])
+        yield (
+            QueryVariable(lab)
+            .label(lab)
+            .datasource(_ds())
+            .query(f"label_values({{{filters}}}, {lab})")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .current(VariableOption(selected=True, text="All", value="$__all"))
+        )
+        chosen.append(lab)
+
+
+def _timeseries(title: str, unit: str, description: str, targets: list[tuple[str, str]]) -> Any:
+    from grafana_foundation_sdk.builders import common, prometheus, timeseries
+    from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement
+
+    legend_table = (
+        common.VizLegendOptions()
+        .display_mode(LegendDisplayMode.TABLE)
+        .placement(LegendPlacement.BOTTOM)
+        .show_legend(True)
+        .calcs(["mean", "max"])
+        .sort_by("Mean")
+        .sort_desc(True)
+    )
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .datasource(_ds())
+        .legend(legend_table)
+        .height(8)
+        .span(8)
+    )
+    for ref, (expr, legend_format) in zip("ABCDEFGHIJ", targets, strict=False):
+        panel = panel.with_target(
+            prometheus.Dataquery().expr(expr).legend_format(legend_format).ref_id(ref)
+        )
+    return panel
+
+
+def _row(opts: DashboardOptions, level: Level) -> Iterable[Any]:
+    leg = legend(opts, level)
+    for p in PANELS:
+        expr = panel_query(opts, level, p)
+        if expr is not None:
+            yield _timeseries(p.title, p.unit, p.description, [(expr, leg)])
+    group = " ".join(f"{{{{{lab}}}}}" for lab in _peer_labels(opts, level))
+    targets = [
+        (q, f"{group} {sig}".strip())
+        for sig in RATIO_SIGNALS
+        if (q := ratio_query(opts, level, sig)) is not None
+    ]
+    peers = "instances of a peer group" if level is Level.INSTANCE else "ranks of an instance"
+    yield _timeseries(
+        "Max / median across peers", "short",
+        f"Largest unit over the median of the {peers}; 1 is balanced.", targets,
+    )
+
+
+def alerts_annotation(opts: DashboardOptions) -> str:
+    names = "|".join(ALERTS)
+    matchers = ", ".join(
+        [f'alertname=~"{names}"', 'alertstate="firing"']
+        + [f'{lab}=~"${lab}"' for lab in opts.group_by]
+    )
+    return f"ALERTS{{{matchers}}}"
+
+
+def build_dashboard(opts: DashboardOptions) -> dict[str, Any]:
+    """The dashboard model as a JSON-ready dict."""
+    from grafana_foundation_sdk.builders.dashboard import AnnotationQuery, Dashboard, Row
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
+
+    dash = (
+        Dashboard(opts.title)
+        .uid(UID)
+        .tags(["skewscope", "llm", "load-skew"])
+        .description("Per-unit signals of the skewscope diagnosis method, hot against idle.")
+        .time("now-3h", "now")
+        .refresh("1m")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .annotation(
+            AnnotationQuery()
+            .name("skewscope alerts")
+            .datasource(_ds())
+            .enable(True)
+            .icon_color("red")
+            .expr(alerts_annotation(opts))
+        )
+    )
+    for v in _variables(opts):
+        dash = dash.with_variable(v)
+    titles = {Level.INSTANCE: "Instances", Level.DP: "DP ranks (sibling ranks of an instance)"}
+    for level in (Level.INSTANCE, Level.DP):
+        panels = list(_row(opts, level)) if _scopes(opts, level) else []
+        if not panels:
+            continue
+        dash = dash.with_row(Row(titles[level]))
+        for panel in panels:
+            dash = dash.with_panel(panel)
+    model: dict[str, Any] = json.loads(json.dumps(dash.build(), cls=JSONEncoder))
+    return model
+
+
+def render_dashboard(opts: DashboardOptions) -> str:
+    return json.dumps(build_dashboard(opts), indent=2) + "\n"
