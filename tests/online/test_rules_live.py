@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import need, running, wait_until
 from online_servers import free_port
 
+from conftest import need, running, wait_until
 from skewscope.config import DEFAULT_THRESHOLDS as TH
 from skewscope.frame import choose_window
 from skewscope.monitor.rules import HOT_ALERT, STARVED_ALERT, RuleOptions, render_rules
@@ -113,7 +113,8 @@ def _expected(s: Served) -> dict[tuple[str, ...], str]:
     for alert, units in ((HOT_ALERT, t["hot_units"]), (STARVED_ALERT, t["idle_units"])):
         for unit in units:
             inst, _, rank = unit.partition("/dp")
-            out[(alert, s.address[inst], rank, t["level"])] = t["kind"] if alert == HOT_ALERT else ""
+            kind = t["kind"] if alert == HOT_ALERT else ""
+            out[(alert, s.address[inst], rank, t["level"])] = kind
     return out
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import need
 from promtool_cases import Unit, burst, const, dp_fleet, fleet, input_series
 
+from conftest import need
 from skewscope.cli import main
 from skewscope.monitor.rules import (
     ALERTS,
@@ -128,7 +128,8 @@ CASES = {
 
 # The rules of the case's dialect, and of the dialect sharing its names (vLLM's names are a
 # subset of ms-service-metric's): a deployment must alert under its own dialect only.
-SIBLINGS = {"vllm": ("vllm", "ms-service-metric"), "ms-service-metric": ("vllm", "ms-service-metric")}
+VLLM_NAMES = ("vllm", "ms-service-metric")
+SIBLINGS = {"vllm": VLLM_NAMES, "ms-service-metric": VLLM_NAMES}
 
 
 def _rules_without_annotations(case: Case) -> dict[str, Any]:

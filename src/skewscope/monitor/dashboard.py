@@ -18,8 +18,8 @@ from typing import Any
 from skewscope.frame import Level
 from skewscope.monitor.rules import ALERTS
 from skewscope.monitor.signals import UNIT_LABEL, Scope, levels, unit_expr
-from skewscope.sources.dialects import DIALECTS, ROLES, required_samples
-from skewscope.sources.promql import name_regex, normalise_selector, quote
+from skewscope.sources.dialects import DIALECTS, ROLES, name_regex, required_samples
+from skewscope.sources.promql import normalise_selector, quote
 
 DS_VAR = "datasource"
 RATE_WINDOW = "$__rate_interval"
