@@ -175,7 +175,7 @@ def test_promtool_annotations(tmp_path: Path) -> None:
     (tmp_path / "rules.yml").write_text(
         render_rules(RuleOptions(dialects=("vllm",), window_s=WINDOW_S))
     )
-    units = fleet(req=const(8.0))
+    units = fleet(req=const(8.0), prompt=const(400.0))  # requests, not tokens, lead the heat
     labels = {**hot("i0", "count", "vllm"), "severity": "warning"}
     del labels["alertname"]
     description = (
@@ -196,7 +196,8 @@ def test_promtool_annotations(tmp_path: Path) -> None:
                 "exp_alerts": [{
                     "exp_labels": labels,
                     "exp_annotations": {
-                        "summary": "instance i0 runs 2.00x its peers' load (count skew)",
+                        "summary": "instance i0 runs hot: 2.00x the peer median on requests "
+                                   "(count skew)",
                         "description": description,
                     },
                 }],

@@ -202,6 +202,8 @@ class _Level:
                 f'label_replace({self.r(name + ":peer_ratio")}, "signal", "{name}", "", "")'
             )
         self.record("heat:ratio", f"max by ({self.U}) ({' or '.join(parts)})")
+        # the same, keeping which signal is highest (label ``signal``), for the annotations
+        self.record("heat:signal", f"topk by ({self.U}) (1, {' or '.join(parts)})")
         self.record(
             "hot",
             f"({self.r('heat:ratio')} >= bool {self.th.hot_ratio:g})"
@@ -331,6 +333,15 @@ def _ratio(name: str, labels: tuple[str, ...]) -> str:
     )
 
 
+def _driver(labels: tuple[str, ...]) -> str:
+    """The heat signal that is highest for the alert's unit, from ``heat:signal``."""
+    fmt, args = _selector_template(labels)
+    return (
+        f'{{{{ with printf "{rec("heat:signal")}{fmt}" {args} | query }}}}'
+        f'{{{{ . | first | label "signal" }}}}{{{{ else }}}}its signals{{{{ end }}}}'
+    )
+
+
 def _diagnose_cmd(opts: RuleOptions, scope: Scope) -> str:
     matchers = ",".join(f'{lab}="{{{{ $labels.{lab} }}}}"' for lab in scope.group_by)
     sel = f" --selector '{{{matchers}}}'" if matchers else ""
@@ -392,8 +403,8 @@ def _alerts(lv: _Level, opts: RuleOptions) -> list[dict[str, Any]]:
         "for": for_,
         "labels": static,
         "annotations": {
-            "summary": f"{unit} runs {{{{ $value | printf \"%.2f\" }}}}x its peers' load "
-                       f"({{{{ $labels.kind }}}} skew)",
+            "summary": f"{unit} runs hot: {{{{ $value | printf \"%.2f\" }}}}x the peer median "
+                       f"on {_driver(labs)} ({{{{ $labels.kind }}}} skew)",
             "description": f"{unit} has been hot (>= {th.hot_ratio:g}x the peer median on a "
                            f"load or queue signal) for {for_} and in at least {share} of the "
                            f"last {look}: {why}. Full evidence: {cmd}",
