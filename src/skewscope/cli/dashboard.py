@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from skewscope.cli import common
-from skewscope.cli.rules import dialects, emit
+from skewscope.cli.rules import add_shared_args, dialects, emit
 
 
 def register(sub: Any) -> None:
@@ -15,14 +14,8 @@ def register(sub: Any) -> None:
         description="Grafana 10/11 dashboard JSON: instance and DP rows with per-unit panels, "
         "max/median ratios and the skewscope alerts as annotations (docs/monitoring.md).",
     )
-    p.add_argument("--dialect", choices=common.DIALECT_CHOICES,
-                   help="one engine dialect (default: all, joined per panel)")
-    p.add_argument("--selector", default="", help='extra label matchers, e.g. {namespace="llm"}')
-    p.add_argument("--group-by", default="job,model_name", metavar="LABELS",
-                   help="labels that make a peer group (default job,model_name)")
+    add_shared_args(p, "one engine dialect (default: all, joined per panel)")
     p.add_argument("--title", default="skewscope: load skew", help="dashboard title")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
     p.set_defaults(run=run)
 
 

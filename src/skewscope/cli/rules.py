@@ -9,6 +9,16 @@ from typing import Any
 from skewscope.cli import common
 
 
+def add_shared_args(p: argparse.ArgumentParser, dialect_help: str) -> None:
+    """The options ``rules`` and ``dashboard`` share: what to read, the peer groups, output."""
+    p.add_argument("--dialect", choices=common.DIALECT_CHOICES, help=dialect_help)
+    p.add_argument("--selector", default="", help='extra label matchers, e.g. {namespace="llm"}')
+    p.add_argument("--group-by", default="job,model_name", metavar="LABELS",
+                   help="labels that make a peer group (default job,model_name)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
+
+
 def dialects(args: argparse.Namespace) -> tuple[str, ...]:
     """--dialect, or every dialect of the alias table."""
     from skewscope.sources.dialects import DIALECTS
@@ -31,18 +41,12 @@ def register(sub: Any) -> None:
         "SkewscopeHotUnit, SkewscopeStarvedUnit and SkewscopeDPGapWidening alerts "
         "(docs/monitoring.md).",
     )
-    p.add_argument("--dialect", choices=common.DIALECT_CHOICES,
-                   help="one engine dialect (default: all, each keyed on its own metric names)")
-    p.add_argument("--selector", default="", help='extra label matchers, e.g. {namespace="llm"}')
-    p.add_argument("--group-by", default="job,model_name", metavar="LABELS",
-                   help="labels that make a peer group (default job,model_name)")
+    add_shared_args(p, "one engine dialect (default: all, each keyed on its own metric names)")
     p.add_argument("--window", default="5m", metavar="DURATION",
                    help="rate window of the per-unit signals (default 5m)")
     p.add_argument("--for", dest="for_", metavar="DURATION",
                    help="how long a unit must stay hot before an alert fires "
                    "(default: min_consecutive windows, 15m with the 5m window)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
     p.set_defaults(run=run)
 
 
