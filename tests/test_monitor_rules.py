@@ -1,0 +1,69 @@
+"""``rules`` and ``dashboard`` take every number from ``Thresholds`` and every metric name from
+the dialect tables (checked here without Prometheus; the online tests run them for real)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from skewscope.cli import main
+from skewscope.config import DEFAULT_THRESHOLDS
+from skewscope.monitor.rules import HOT_ALERT, RuleOptions, build_rules
+from skewscope.sources.dialects import DIALECTS, ROLES, normalise_name, required_samples
+
+
+def _alert(rules: dict, name: str, level: str = "instance") -> dict:  # type: ignore[type-arg]
+    return next(
+        r for g in rules["groups"] for r in g["rules"]
+        if r.get("alert") == name and r["labels"]["level"] == level
+    )
+
+
+def test_thresholds_are_read_not_copied() -> None:
+    """Changing a threshold changes the rules: no number of the method is written twice."""
+    th = dataclasses.replace(DEFAULT_THRESHOLDS, hot_ratio=1.7, persist_share=0.6,
+                             min_consecutive=4, count_ratio=1.45, floor_waiting=3.5)
+    rules = build_rules(RuleOptions(dialects=("vllm",), window_s=60.0, thresholds=th))
+    hot = _alert(rules, HOT_ALERT)
+    assert ">= 1.7)" in hot["expr"] and ">= 0.6)" in hot["expr"]
+    assert hot["for"] == "4m"  # min_consecutive windows
+    text = str(rules)
+    assert ">= 1.45" in text and "3.5" in text
+    default = str(build_rules(RuleOptions(dialects=("vllm",), window_s=60.0)))
+    assert ">= 1.3)" in default and ">= 1.45" not in default
+
+
+def test_metric_names_come_from_the_dialect_table() -> None:
+    """Every metric name the rules read is a sample of some alias of the dialect tables."""
+    known = {
+        normalise_name(sample)
+        for d in DIALECTS.values()
+        for role, aliases in d.roles.items()
+        for a in aliases
+        for sample in (*required_samples(a, ROLES[role].kind), a.name + "_bucket")
+    }
+    for name in DIALECTS:
+        rules = build_rules(RuleOptions(dialects=(name,)))
+        exprs = " ".join(r["expr"] for g in rules["groups"] for r in g["rules"])
+        used = {p for regex in re.findall(r'__name__=~"([^"]+)"', exprs) for p in regex.split("|")}
+        assert used, name
+        for part in used:
+            assert normalise_name(part.replace("[:_]", ":")) in known, (name, part)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["rules", "--group-by", "job,instance"], "names a unit"),
+    (["rules", "--group-by", "job,job"], "repeated"),
+    (["rules", "--group-by", "9x"], "invalid label name"),
+    (["rules", "--window", "soon"], "--window"),
+    (["rules", "--for", "0s"], "--for"),
+    (["rules", "--selector", "{a=\"b\"} or up"], "selector"),
+    (["dashboard", "--group-by", "instance"], "names a unit"),
+])
+def test_bad_options_give_one_line(argv: list[str], message: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
