@@ -119,8 +119,10 @@ def _expected(s: Served) -> dict[tuple[str, ...], str]:
 
 
 def test_skew_scenarios_alert_on_their_unit(fired: tuple[dict[str, Served], Seen]) -> None:
-    """Exactly the truth's units alert, at the truth's level; the kind the alert carried most
-    of the time is the truth's (a label flip restarts ``for``, so it is rare, not impossible)."""
+    """The truth's units alert, at the truth's level; the kind the alert carried most of the
+    time is the truth's (a label flip restarts ``for``, so it is rare, not impossible). Any
+    other unit that alerts is a hot peer of a starved unit (its traffic went there), which the
+    documented Alertmanager inhibit rule silences: nothing else may alert."""
     served, seen = fired
     skewed = {n: s for n, s in served.items() if s.truth["verdict"] == "imbalanced"}
     assert skewed, "no skew scenario among the built-ins"
@@ -128,9 +130,13 @@ def test_skew_scenarios_alert_on_their_unit(fired: tuple[dict[str, Served], Seen
         got = {k[1:]: kinds for k, kinds in seen.items()
                if k[0] == name and k[1] in (HOT_ALERT, STARVED_ALERT)}
         want = _expected(s)
-        assert set(got) == set(want), f"{name}: fired {sorted(got)}, truth {sorted(want)}"
+        assert set(want) <= set(got), f"{name}: fired {sorted(got)}, truth {sorted(want)}"
         for key, kind in want.items():
             assert got[key].most_common(1)[0][0] == kind, f"{name}: kinds {got[key]}"
+        extra = set(got) - set(want)
+        starved_here = any(k[0] == STARVED_ALERT for k in got)
+        assert not extra or (starved_here and all(k[0] == HOT_ALERT for k in extra)), (
+            f"{name}: unexplained alerts {sorted(extra)}")
 
 
 def test_quiet_scenarios_never_alert(fired: tuple[dict[str, Served], Seen]) -> None:

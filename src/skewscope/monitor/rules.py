@@ -367,15 +367,13 @@ def _alerts(lv: _Level, opts: RuleOptions) -> list[dict[str, Any]]:
     cmd = _diagnose_cmd(opts, s)
     share = f"{th.persist_share:g}"
     static = {"severity": "warning", "level": lv.lv, "dialect": lv.d}
-    win = duration(opts.window_s)
+    history = duration(th.min_windows * opts.window_s)
 
     def judged(flag: str) -> str:
-        """At least ``min_windows`` windows judged in the look-back (the diagnosis' gate), so a
-        share taken over a short history cannot fire: samples in the look-back against the
-        samples of one window (independent of the evaluation interval)."""
-        series = lv.r(flag)
-        return (f"(count_over_time({series}[{look}])"
-                f" >= {th.min_windows} * count_over_time({series}[{win}]))")
+        """The unit has been judged for at least ``min_windows`` windows (the diagnosis' gate),
+        so a share taken over a short history cannot fire: its flag existed that long ago
+        (a time, not a sample count, so evaluation jitter cannot open or close the gate)."""
+        return f"({lv.r(flag)} offset {history})"
 
     out: list[dict[str, Any]] = []
     hot = (
