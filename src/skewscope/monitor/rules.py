@@ -399,7 +399,7 @@ def _alerts(lv: _Level, opts: RuleOptions) -> list[dict[str, Any]]:
         "alert": HOT_ALERT,
         "expr": hot,
         "for": for_,
-        "labels": static,
+        "labels": dict(static),
         "annotations": {
             "summary": f"{unit} runs hot: {{{{ $value | printf \"%.2f\" }}}}x the peer median "
                        f"on {_driver(labs)} ({{{{ $labels.kind }}}} skew)",
@@ -418,7 +418,7 @@ def _alerts(lv: _Level, opts: RuleOptions) -> list[dict[str, Any]]:
                 f" and on ({u}) {judged('starved')}"
             ),
             "for": for_,
-            "labels": static,
+            "labels": dict(static),
             "annotations": {
                 "summary": f"{unit} gets {{{{ $value | printf \"%.2f\" }}}}x its peers' "
                            "requests while they are busy",
@@ -445,7 +445,7 @@ def _alerts(lv: _Level, opts: RuleOptions) -> list[dict[str, Any]]:
                 f" / avg_over_time({tail}[{for_}]) >= {trend})"
             ),
             "for": for_,
-            "labels": static,
+            "labels": dict(static),
             "annotations": {
                 "summary": f"the running-request gap of {unit} to its sibling ranks keeps "
                            "widening while the instance's P99 latency rises",
