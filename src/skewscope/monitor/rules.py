@@ -470,7 +470,13 @@ def build_rules(opts: RuleOptions) -> dict[str, Any]:
             if records:
                 rules += records
                 alerts += _alerts(lv, opts)
-        groups.append({"name": f"skewscope-{name}", "rules": rules + alerts})
+        if rules:  # a dialect without a running gauge per unit (llm-d's router) has none
+            groups.append({"name": f"skewscope-{name}", "rules": rules + alerts})
+    if not groups:
+        raise UsageError(
+            f"rules: {', '.join(opts.dialects)} exposes no running-request gauge per unit "
+            "(a router's queue only): nothing to compare"
+        )
     return {"groups": groups}
 
 
