@@ -190,20 +190,20 @@ def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFac
     parts = []
     for unit in f.units:
         u = by_unit.get(unit)
-        if u is None or not u.in_pool or (unit in facts.not_in_gateway and u.requests == 0):
-            parts.append(f"The gateway ({facts.source}) does not list {unit} or never sent it a "
-                         "request: it is not in the pool (did not rejoin after a restart or "
-                         "scale-out).")
-            continue
-        down = [(s, what) for s, what in ((u.unhealthy_share, "unhealthy"),
-                                          (u.breaker_open_share, "circuit-open"))
-                if math.isfinite(s) and s >= th.gateway_down_share]
-        if down:
+        down = [] if u is None else [
+            (s, what) for s, what in ((u.unhealthy_share, "unhealthy"),
+                                      (u.breaker_open_share, "circuit-open"))
+            if math.isfinite(s) and s >= th.gateway_down_share]
+        if u is not None and down:
             listing = " and ".join(f"{what} {s:.0%} of the range" for s, what in down)
             breaker = (" The circuit breaker keeps a recovered worker at zero traffic for its "
                        "whole cool-down." if any(w == "circuit-open" for _, w in down) else "")
             parts.append(f"The gateway marked {unit} {listing} while its engine kept reporting "
                          f"metrics (it was up).{breaker}")
+        elif u is None or not u.in_pool or (unit in facts.not_in_gateway and u.requests == 0):
+            parts.append(f"The gateway ({facts.source}) does not list {unit} or never sent it a "
+                         "request: it is not in the pool (did not rejoin after a restart or "
+                         "scale-out).")
     if not parts:
         return f
     return _with(f, " ".join(parts), "health_check", {})

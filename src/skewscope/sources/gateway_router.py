@@ -7,8 +7,10 @@ the simulator): one series per worker URL in the ``worker`` label.
 
 - ``smg_worker_cb_outcomes_total{worker, outcome}``: every request the router sent a worker,
   counted by the worker's circuit breaker (success or failure): the per-worker request count;
-- ``smg_worker_health{worker}``: 1 healthy, 0 unhealthy (the router's health checks);
-- ``smg_worker_cb_state{worker}``: circuit breaker, 0 closed, 1 open, 2 half-open;
+- ``smg_worker_health{worker}``: 1 healthy, 0 unhealthy (the router's health checks; later
+  versions also write -1 for a removed worker);
+- ``smg_worker_cb_state{worker}``: circuit breaker, 0 closed, 1 open, 2 half-open (the router's
+  own ``describe_gauge`` text);
 - ``smg_worker_selection_total{policy}``: selections by policy name: the policy in use.
 Queries are instant queries at the range end over the whole range (``increase``,
 ``avg_over_time``), with a subquery for the breaker's open share. The engines' ``--selector``
@@ -78,11 +80,13 @@ def load_router_prometheus(
         r = duration(end - start)
         sent = _per_worker(_vector(
             client, f"sum by (worker) (increase({SMG_OUTCOMES}[{r}]))", end))
-        health = _per_worker(_vector(
-            client, f"1 - avg by (worker) (avg_over_time({SMG_HEALTH}[{r}]))", end)
-        ) if SMG_HEALTH in names else {}
-        listed = _per_worker(_vector(client, SMG_HEALTH, end)) if SMG_HEALTH in names else {}
         step = duration(SUBQUERY_STEP_S)
+        health = _per_worker(_vector(
+            client,
+            f"avg by (worker) (avg_over_time(({SMG_HEALTH} == bool 0)[{r}:{step}]))", end)
+        ) if SMG_HEALTH in names else {}
+        listed = _per_worker(_vector(client, f"{SMG_HEALTH} >= 0", end)) \
+            if SMG_HEALTH in names else {}
         breaker = _per_worker(_vector(
             client,
             f"avg by (worker) (avg_over_time(({SMG_CB_STATE} == bool {CB_OPEN})[{r}:{step}]))",

@@ -98,11 +98,14 @@ class _Handler(BaseHTTPRequestHandler):
         if path in ("/health", "/health_generate"):
             self._json(200 if routed.healthy else 503, {"healthy": routed.healthy})
             return
-        if path in ("/v1/models", "/model_info", "/get_model_info", "/server_info",
-                    "/get_server_info"):
+        if path == "/v1/models":
             model = cluster.model.model_name
-            self._json(200, {"object": "list", "data": [{"id": model, "object": "model"}]}
-                       if path == "/v1/models" else {"model_path": model, "dp_size": 1})
+            self._json(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
+            return
+        if path in ("/model_info", "/get_model_info", "/server_info", "/get_server_info"):
+            # no model_path on purpose: sglang-router would try to fetch its tokenizer from
+            # the Hugging Face hub (no network here, and none wanted)
+            self._json(200, {"dp_size": 1})
             return
         if path != "/metrics":
             self.send_error(404)

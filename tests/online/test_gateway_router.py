@@ -1,0 +1,190 @@
+"""A REAL sglang-router in front of the simulator's OpenAI-compatible engines, the router and the
+engines scraped by a REAL Prometheus; ``skewscope diagnose --prometheus`` finds the router's
+metrics by name and joins them to the engines' load.
+
+Truth is what the test does: which keys it sends, which worker it fails, which prompts share a
+prefix. Load is bounded (about 9 requests a second for ``TRAFFIC_S`` seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_servers import base_urls, scraping_prometheus, sglang_router, sim_engines
+
+from skewscope.cli import main
+from skewscope.sim.writers.live import LiveCluster
+
+TRAFFIC_S = 30.0
+STEP = "3s"
+PREFIX = "You are a careful assistant for the ACME support desk. " * 25
+
+
+def _routed(cluster: LiveCluster) -> dict[str, float]:
+    return {u.removeprefix("http://").removesuffix("/metrics"): cluster.routed[i].finished
+            for i, u in cluster.urls.items()}
+
+
+class Fleet:
+    """Engines, router and Prometheus of one test."""
+
+    def __init__(self, cluster: LiveCluster, router: str, prom: str) -> None:
+        self.cluster, self.router, self.prom = cluster, router, prom
+        self.client = httpx.Client(timeout=10)
+
+    def send(self, prompt: str, key: str | None = None) -> int:
+        headers = {"X-SMG-Routing-Key": key} if key else {}
+        r = self.client.post(f"{self.router}/v1/completions", headers=headers,
+                             json={"model": "m", "prompt": prompt, "max_tokens": 4})
+        return r.status_code
+
+    def run(self, one_round: Callable[[int], None],
+            events: dict[float, Callable[[], None]] | None = None) -> dict[str, object]:
+        """Rounds of traffic, about one a second, for TRAFFIC_S; then diagnose the range."""
+        start = time.time()
+        pending = dict(sorted((events or {}).items()))
+        r = 0
+        while time.time() - start < TRAFFIC_S:
+            for at in [a for a in pending if time.time() - start >= a]:
+                pending.pop(at)()
+            t = time.time()
+            one_round(r)
+            r += 1
+            time.sleep(max(0.0, 1.0 - (time.time() - t)))
+        end = time.time()
+        time.sleep(2.5)  # the last scrapes
+        out = self.cluster_dir / "report.json"
+        code = main(["diagnose", "--prometheus", self.prom, "--start", f"{start:.3f}",
+                     "--end", f"{end:.3f}", "--step", STEP, "--format", "json", "-o", str(out)])
+        assert code == 0
+        return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+    cluster_dir: Path
+
+
+@pytest.fixture
+def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
+    policy, extra = request.param
+    with sim_engines("idle", grace_s=300) as cluster:
+        workers = base_urls(cluster)
+        with sglang_router(workers, tmp_path, policy, extra) as (router, metrics):
+            targets = [metrics, *(w.removeprefix("http://") for w in workers)]
+            with scraping_prometheus(targets, tmp_path) as prom:
+                f = Fleet(cluster, router, prom)
+                f.cluster_dir = tmp_path
+                # every worker's counters exist before the range (increase() cannot count a
+                # series' first sample), then a scrape of every target
+                for j in range(8):
+                    assert f.send(f"warm-up {j}") == 200
+                time.sleep(2.0)
+                yield f
+                f.client.close()
+    # the router never reached for the network (a model_path in /model_info makes it try the
+    # Hugging Face hub for a tokenizer)
+    assert "huggingface" not in (tmp_path / "router.log").read_text().lower()
+
+
+@pytest.mark.parametrize("fleet", [("manual", ())], indirect=True)
+def test_sticky_routing_keys(fleet: Fleet) -> None:
+    # find three routing keys the router pinned on the same worker
+    by_worker: dict[str, list[str]] = {}
+    heavy: list[str] = []
+    hot = ""
+    for k in range(100):
+        before = _routed(fleet.cluster)
+        assert fleet.send("hello there", f"tenant-{k}") == 200
+        after = _routed(fleet.cluster)
+        w = next(u for u in after if after[u] > before[u])
+        by_worker.setdefault(w, []).append(f"tenant-{k}")
+        if len(by_worker[w]) == 3:
+            heavy, hot = by_worker[w], w
+            break
+
+    def one_round(r: int) -> None:
+        for key in heavy * 2:
+            fleet.send("summarise the ticket", key)
+        for j in range(8):
+            fleet.send("summarise the ticket", f"one-off-{r}-{j}")
+
+    doc = fleet.run(one_round)
+    assert doc["verdict"] == "imbalanced", doc["notes"]
+    assert doc["hot_units"] == [hot], doc["gateway"]
+    finding = doc["findings"][0]
+    assert finding["kind"] == "count"
+    assert finding["root_causes"][0]["key"] == "sticky_sessions"
+    assert "The gateway (sglang-router) sent" in finding["summary"]
+    assert "under manual" in finding["summary"]
+    gw = doc["gateway"]
+    assert gw["source"] == "sglang-router" and gw["policy"] == "manual"
+    assert gw["policy_class"] == "sticky"
+    row = next(u for u in gw["units"] if u["upstream"] == hot)
+    assert row["unit"] == hot and row["router_share"] > 0.4
+    assert abs(row["router_share"] - row["engine_share"]) < 0.1
+
+
+@pytest.mark.parametrize("fleet", [("round_robin", (
+    "--health-failure-threshold", "2", "--health-success-threshold", "1",
+    "--cb-failure-threshold", "2", "--cb-timeout-duration-secs", "60",
+    "--retry-max-retries", "3"))], indirect=True)
+def test_failing_worker_is_a_health_check_and_the_breaker_keeps_it_out(fleet: Fleet) -> None:
+    sick = base_urls(fleet.cluster)[3]
+    sick_unit = sick.removeprefix("http://")
+
+    def health(ok: bool) -> Callable[[], None]:
+        return lambda: httpx.post(f"{sick}/sim/health", json={"healthy": ok}).raise_for_status()
+
+    def one_round(r: int) -> None:
+        for j in range(9):
+            fleet.send(f"question {r}-{j}")
+
+    # it fails at 4 s and recovers at 16 s; the breaker's 60 s cool-down outlasts the run
+    doc = fleet.run(one_round, {4.0: health(False), 16.0: health(True)})
+    assert doc["verdict"] == "imbalanced", doc["notes"]
+    assert doc["starved_units"] == [sick_unit]
+    finding = next(f for f in doc["findings"] if sick_unit in f["units"])
+    assert finding["root_causes"][0]["key"] == "health_check"
+    assert f"The gateway marked {sick_unit}" in finding["summary"]
+    assert "circuit-open" in finding["summary"] and "whole cool-down" in finding["summary"]
+    row = next(u for u in doc["gateway"]["units"] if u["upstream"] == sick_unit)
+    assert row["breaker_open_share"] > 0.4
+    assert row["router_share"] < 0.15
+
+
+@pytest.mark.parametrize("fleet", [("cache_aware", ())], indirect=True)
+def test_cache_aware_routing_captures_a_shared_prefix(fleet: Fleet) -> None:
+    def one_round(r: int) -> None:
+        for j in range(5):
+            fleet.send(f"{PREFIX} customer question {r}-{j}")
+        for j in range(5):
+            fleet.send(f"unrelated {r} {j} " + " ".join(f"w{r * 31 + j * 7 + i}" for i in range(9)))
+
+    doc = fleet.run(one_round)
+    assert doc["verdict"] == "imbalanced", doc["notes"]
+    (hot,) = doc["hot_units"]
+    finding = doc["findings"][0]
+    assert finding["root_causes"][0]["key"] == "prefix_affinity"
+    assert "under cache_aware" in finding["summary"]
+    assert doc["gateway"]["policy_class"] == "prefix"
+    row = next(u for u in doc["gateway"]["units"] if u["upstream"] == hot)
+    assert row["router_share"] > 0.4
+
+
+@pytest.mark.parametrize("fleet", [("round_robin", ())], indirect=True)
+def test_balanced_round_robin(fleet: Fleet) -> None:
+    def one_round(r: int) -> None:
+        for j in range(8):
+            fleet.send(f"question {r}-{j}")
+
+    doc = fleet.run(one_round)
+    assert doc["verdict"] == "balanced", doc["notes"]
+    gw = doc["gateway"]
+    assert gw["policy"] == "round_robin" and gw["not_in_gateway"] == []
+    for row in gw["units"]:
+        assert row["unit"] == row["upstream"]
+        assert abs(row["router_share"] - 0.25) < 0.05
+        assert abs(row["engine_share"] - 0.25) < 0.05
