@@ -193,6 +193,7 @@ class GatewaySource(StrEnum):
     """Where gateway evidence came from (docs/gateway.md)."""
 
     SGLANG_ROUTER = "sglang-router"  # SGLang Model Gateway, metric prefix ``smg_``
+    VLLM_ROUTER = "vllm-router"  # vLLM's router (a fork of it), prefix ``vllm_router_``
     NGINX = "nginx"  # access log with $upstream_addr
     ENVOY = "envoy"  # JSON access log with %UPSTREAM_HOST%
 

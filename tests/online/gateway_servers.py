@@ -1,6 +1,6 @@
 """Real gateways on 127.0.0.1 in front of the simulator's OpenAI-compatible live servers:
-nginx (Debian ``nginx``, a plain process with its own prefix) and sglang-router (PyPI
-``sglang-router``), plus a real Prometheus scraping the router and the engines.
+nginx (Debian ``nginx``, a plain process with its own prefix), sglang-router and vllm-router
+(PyPI ``sglang-router``, ``vllm-router``), plus a real Prometheus scraping router and engines.
 
 Every process binds loopback only, lives in a tmp dir and is stopped at teardown; load is a
 bounded number of requests sent by the test itself.
@@ -84,22 +84,28 @@ http {{
         yield url, log
 
 
+ROUTER_PACKAGES = {"sglang-router": "sglang-router (pip)", "vllm-router": "vllm-router (pip)"}
+
+
 @contextlib.contextmanager
-def sglang_router(workers: Sequence[str], tmp: Path, policy: str,
-                  extra: Sequence[str] = ()) -> Iterator[tuple[str, str]]:
-    """sglang-router in front of ``workers``; yields (its URL, its /metrics host:port)."""
-    binary = need("sglang-router", "sglang-router (pip)")
+def router(kind: str, workers: Sequence[str], tmp: Path, policy: str,
+           extra: Sequence[str] = ()) -> Iterator[tuple[str, str]]:
+    """sglang-router or vllm-router (same flags; sglang's under ``launch``) in front of
+    ``workers``; yields (its URL, its /metrics host:port)."""
+    binary = need(kind, ROUTER_PACKAGES[kind])
     port, mport = free_port(), free_port()
-    cmd = [binary, "launch", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [binary, *(["launch"] if kind == "sglang-router" else []),
+           "--host", "127.0.0.1", "--port", str(port),
            "--worker-urls", *workers, "--policy", policy,
            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(mport),
            "--worker-startup-check-interval", "1", "--worker-startup-timeout-secs", "30",
-           "--health-check-interval-secs", "1", "--log-level", "warn", *extra]
+           "--health-check-interval-secs", "1", "--log-level", "warn" if kind ==
+           "sglang-router" else "warning", *extra]
     url = f"http://127.0.0.1:{port}"
     with running(cmd, tmp / "router.log") as proc:
         wait_until(lambda: proc.poll() is None and
-                   httpx.get(f"{url}/workers").json().get("total") == len(workers),
-                   f"sglang-router (log: {tmp / 'router.log'})", timeout_s=60)
+                   len(httpx.get(f"{url}/workers").json().get("workers", [])) == len(workers),
+                   f"{kind} (log: {tmp / 'router.log'})", timeout_s=60)
         yield url, f"127.0.0.1:{mport}"
 
 

@@ -1,6 +1,6 @@
-"""A REAL sglang-router in front of the simulator's OpenAI-compatible engines, the router and the
-engines scraped by a REAL Prometheus; ``skewscope diagnose --prometheus`` finds the router's
-metrics by name and joins them to the engines' load.
+"""A REAL sglang-router (and vllm-router) in front of the simulator's OpenAI-compatible
+engines, the router and the engines scraped by a REAL Prometheus; ``skewscope diagnose
+--prometheus`` finds the router's metrics by name and joins them to the engines' load.
 
 Truth is what the test does: which keys it sends, which worker it fails, which prompts share a
 prefix. Load is bounded (about 9 requests a second for ``TRAFFIC_S`` seconds).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gateway_servers import base_urls, scraping_prometheus, sglang_router, sim_engines
+from gateway_servers import base_urls, router, scraping_prometheus, sim_engines
 
 from skewscope.cli import main
 from skewscope.sim.writers.live import LiveCluster
@@ -38,7 +38,7 @@ class Fleet:
         self.client = httpx.Client(timeout=10)
 
     def send(self, prompt: str, key: str | None = None) -> int:
-        headers = {"X-SMG-Routing-Key": key} if key else {}
+        headers = {"X-SMG-Routing-Key": key, "X-Session-Id": key} if key else {}
         r = self.client.post(f"{self.router}/v1/completions", headers=headers,
                              json={"model": "m", "prompt": prompt, "max_tokens": 4})
         return r.status_code
@@ -69,13 +69,13 @@ class Fleet:
 
 @pytest.fixture
 def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
-    policy, extra = request.param
+    kind, policy, extra = request.param
     with sim_engines("idle", grace_s=300) as cluster:
         workers = base_urls(cluster)
-        with sglang_router(workers, tmp_path, policy, extra) as (router, metrics):
+        with router(kind, workers, tmp_path, policy, extra) as (url, metrics):
             targets = [metrics, *(w.removeprefix("http://") for w in workers)]
             with scraping_prometheus(targets, tmp_path) as prom:
-                f = Fleet(cluster, router, prom)
+                f = Fleet(cluster, url, prom)
                 f.cluster_dir = tmp_path
                 # every worker's counters exist before the range (increase() cannot count a
                 # series' first sample), then a scrape of every target
@@ -89,7 +89,10 @@ def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
     assert "huggingface" not in (tmp_path / "router.log").read_text().lower()
 
 
-@pytest.mark.parametrize("fleet", [("manual", ())], indirect=True)
+STICKY = [("sglang-router", "manual", ()), ("vllm-router", "consistent_hash", ())]
+
+
+@pytest.mark.parametrize("fleet", STICKY, indirect=True, ids=["sglang-manual", "vllm-hash"])
 def test_sticky_routing_keys(fleet: Fleet) -> None:
     # find three routing keys the router pinned on the same worker
     by_worker: dict[str, list[str]] = {}
@@ -117,17 +120,18 @@ def test_sticky_routing_keys(fleet: Fleet) -> None:
     finding = doc["findings"][0]
     assert finding["kind"] == "count"
     assert finding["root_causes"][0]["key"] == "sticky_sessions"
-    assert "The gateway (sglang-router) sent" in finding["summary"]
-    assert "under manual" in finding["summary"]
     gw = doc["gateway"]
-    assert gw["source"] == "sglang-router" and gw["policy"] == "manual"
+    assert f"The gateway ({gw['source']}) sent" in finding["summary"]
+    assert f"under {gw['policy']}" in finding["summary"]
+    assert (gw["source"], gw["policy"]) in {("sglang-router", "manual"),
+                                            ("vllm-router", "consistent_hash")}
     assert gw["policy_class"] == "sticky"
     row = next(u for u in gw["units"] if u["upstream"] == hot)
     assert row["unit"] == hot and row["router_share"] > 0.4
     assert abs(row["router_share"] - row["engine_share"]) < 0.1
 
 
-@pytest.mark.parametrize("fleet", [("round_robin", (
+@pytest.mark.parametrize("fleet", [("sglang-router", "round_robin", (
     "--health-failure-threshold", "2", "--health-success-threshold", "1",
     "--cb-failure-threshold", "2", "--cb-timeout-duration-secs", "60",
     "--retry-max-retries", "3"))], indirect=True)
@@ -155,7 +159,7 @@ def test_failing_worker_is_a_health_check_and_the_breaker_keeps_it_out(fleet: Fl
     assert row["router_share"] < 0.15
 
 
-@pytest.mark.parametrize("fleet", [("cache_aware", ())], indirect=True)
+@pytest.mark.parametrize("fleet", [("sglang-router", "cache_aware", ())], indirect=True)
 def test_cache_aware_routing_captures_a_shared_prefix(fleet: Fleet) -> None:
     def one_round(r: int) -> None:
         for j in range(5):
@@ -174,7 +178,7 @@ def test_cache_aware_routing_captures_a_shared_prefix(fleet: Fleet) -> None:
     assert row["router_share"] > 0.4
 
 
-@pytest.mark.parametrize("fleet", [("round_robin", ())], indirect=True)
+@pytest.mark.parametrize("fleet", [("sglang-router", "round_robin", ())], indirect=True)
 def test_balanced_round_robin(fleet: Fleet) -> None:
     def one_round(r: int) -> None:
         for j in range(8):

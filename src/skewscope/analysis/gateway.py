@@ -33,7 +33,7 @@ from skewscope.report.model import (
 NO_GATEWAY_NOTE = (
     "no gateway evidence: engine metrics cannot tell wrong routing weights from sticky "
     "sessions or a failed health check; give the gateway's access log (--access-log) or a "
-    "Prometheus that also scrapes the router (sglang-router smg_* metrics) to settle it"
+    "Prometheus that also scrapes the router (sglang-router, vllm-router) to settle it"
 )
 
 
