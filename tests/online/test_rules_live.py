@@ -24,8 +24,7 @@ import pytest
 from online_servers import free_port
 
 from conftest import need, running, wait_until
-from skewscope.config import DEFAULT_THRESHOLDS as TH
-from skewscope.frame import choose_window
+from skewscope.frame import WINDOWS
 from skewscope.monitor.rules import HOT_ALERT, STARVED_ALERT, RuleOptions, render_rules
 from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import builtin_scenarios, load_scenario
@@ -60,7 +59,7 @@ def fired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, 
     tmp = tmp_path_factory.mktemp("rules-live")
     results = {n: simulate(load_scenario(n)) for n in sorted(builtin_scenarios())}
     shortest = min(r.end_s - r.start_s for r in results.values())
-    sim_window = choose_window(shortest, TH.target_windows, TH.min_window_s)
+    sim_window = WINDOWS.choose(shortest)
     window = sim_window / SPEED
     (tmp / "rules.yml").write_text(render_rules(RuleOptions(dialects=(DIALECT,), window_s=window)))
     served: dict[str, Served] = {}

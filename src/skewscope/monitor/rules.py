@@ -4,8 +4,9 @@ Per dialect and level, recording rules put every unit against the median of its 
 ``--group-by`` labels; at DP level also the same instance) on the method's heat signals, gate
 near-idle groups out, and name the kind of skew from request-rate and tokens-per-request
 ratios; the alerts' ``for:`` carries persistence, and a unit must also have been hot in at least
-``persist_share`` of the look-back (``target_windows`` windows, the span the diagnosis judges),
-so a burst never alerts. Every number comes from ``config.Thresholds``; metric names come from
+``persist_share`` of the look-back (``WindowPolicy.target_windows`` windows, the span the
+diagnosis judges by default), so a burst never alerts. Every number comes from
+``config.Thresholds`` and ``frame.WINDOWS``; metric names come from
 the dialect tables through ``monitor.signals``. Names and labels are a contract:
 docs/monitoring.md.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import UsageError
-from skewscope.frame import Level
+from skewscope.frame import WINDOWS, Level
 from skewscope.monitor.signals import Scope, levels, unit_expr
 from skewscope.sources.dialects import DIALECTS
 
@@ -81,7 +82,7 @@ class RuleOptions:
 
     @property
     def lookback_s(self) -> float:
-        return self.thresholds.target_windows * self.window_s
+        return WINDOWS.target_windows * self.window_s
 
     @property
     def smooth_s(self) -> float:
