@@ -160,3 +160,17 @@ def test_renderers_show_the_gateway_table() -> None:
     text = terminal.render_text(report, width=120)
     assert "Gateway: sglang-router, policy cache_aware (prefix)" in text
     assert "Cache-aware or prefix routing" in text
+
+
+def test_a_unit_kept_out_of_rotation_without_starving_is_noted() -> None:
+    b = UNITS[1]
+    gw = gateway({u: 200.0 for u in UNITS}, "round_robin",
+                 **{b: {"unhealthy_share": 0.02, "breaker_open_share": 0.2}})
+    report = diagnose(Evidence(instance=engines().instance, gateway=gw))
+    assert report.verdict == "balanced"
+    (note,) = [n for n in report.notes if n.startswith("the gateway marked")]
+    assert note.startswith(f"the gateway marked {b} circuit-open 20% of the range while")
+    # below gateway_down_share: nothing said
+    quiet = gateway({u: 200.0 for u in UNITS}, "round_robin", **{b: {"unhealthy_share": 0.04}})
+    assert not any("gateway marked" in n
+                   for n in diagnose(Evidence(instance=engines().instance, gateway=quiet)).notes)

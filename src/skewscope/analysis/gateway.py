@@ -61,7 +61,24 @@ def join_gateway(
     if report.level != Level.INSTANCE:
         return replace(report, gateway=facts, notes=(*report.notes, *notes))
     findings = tuple(_rank(f, facts, gw, th) for f in report.findings)
+    starved = {u for f in findings if f.evidence.get("starved_share") for u in f.units}
+    for u in facts.units:
+        down = _down(u, th)
+        if u.unit is not None and u.unit not in starved and down:
+            notes.append(f"the gateway marked {u.unit} {_listing(down)} while its engine kept "
+                         "reporting metrics: traffic it would have taken went to its peers")
     return replace(report, gateway=facts, findings=findings, notes=(*report.notes, *notes))
+
+
+def _down(u: GatewayUnitFacts, th: Thresholds) -> list[tuple[float, str]]:
+    """(share, what) for each way the gateway kept ``u`` out of rotation long enough to say."""
+    return [(s, what) for s, what in ((u.unhealthy_share, "unhealthy"),
+                                      (u.breaker_open_share, "circuit-open"))
+            if math.isfinite(s) and s >= th.gateway_down_share]
+
+
+def _listing(down: list[tuple[float, str]]) -> str:
+    return " and ".join(f"{what} {s:.0%} of the range" for s, what in down)
 
 
 def gateway_facts(report: Report, gw: GatewayEvidence, th: Thresholds) -> GatewayFacts:
@@ -190,16 +207,12 @@ def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFac
     parts = []
     for unit in f.units:
         u = by_unit.get(unit)
-        down = [] if u is None else [
-            (s, what) for s, what in ((u.unhealthy_share, "unhealthy"),
-                                      (u.breaker_open_share, "circuit-open"))
-            if math.isfinite(s) and s >= th.gateway_down_share]
+        down = [] if u is None else _down(u, th)
         if u is not None and down:
-            listing = " and ".join(f"{what} {s:.0%} of the range" for s, what in down)
             breaker = (" The circuit breaker keeps a recovered worker at zero traffic for its "
                        "whole cool-down." if any(w == "circuit-open" for _, w in down) else "")
-            parts.append(f"The gateway marked {unit} {listing} while its engine kept reporting "
-                         f"metrics (it was up).{breaker}")
+            parts.append(f"The gateway marked {unit} {_listing(down)} while its engine kept "
+                         f"reporting metrics (it was up).{breaker}")
         elif u is None or not u.in_pool or (unit in facts.not_in_gateway and u.requests == 0):
             parts.append(f"The gateway ({facts.source}) does not list {unit} or never sent it a "
                          "request: it is not in the pool (did not rejoin after a restart or "
