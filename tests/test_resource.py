@@ -171,3 +171,9 @@ def test_renderers_and_watch_name_the_kv_shortage_without_calling_it_a_skew() ->
     assert "KV block shortage on d" in headline(report)
     assert finding_title(report.findings[1]) == "[HIGH] KV block shortage — d"
     assert [h.kind for h in hot_units(report)] == ["count"]  # its own finding, not the KV one
+
+
+def test_a_hurting_unit_is_not_also_said_to_have_no_impact() -> None:
+    (f, _) = diagnose_frame(saturated(util=0.4, kv_peak=0.99, preempt=3.0)).findings
+    assert "Impact against its peers:" in f.summary
+    assert "No measurable queueing or latency impact yet" not in f.summary

@@ -727,7 +727,7 @@ def _summary(r: _HotResult, th: Thresholds) -> str:
         parts.append(
             f"Histogram bucket bounds only, so no ratio is formed from them: {shown}."
         )
-    else:
+    elif not hurts:
         parts.append("No measurable queueing or latency impact yet.")
     if r.imp.kv_exhausted:
         parts.append("Its KV cache is near exhaustion.")
