@@ -196,6 +196,7 @@ class GatewaySource(StrEnum):
     VLLM_ROUTER = "vllm-router"  # vLLM's router (a fork of it), prefix ``vllm_router_``
     NGINX = "nginx"  # access log with $upstream_addr
     ENVOY = "envoy"  # JSON access log with %UPSTREAM_HOST%
+    WORKER_LIST = "worker-list"  # a router's live GET /workers only (no request counts)
 
 
 class PolicyClass(StrEnum):

@@ -113,7 +113,9 @@ def gateway_facts(report: Report, gw: GatewayEvidence, th: Thresholds) -> Gatewa
                 else math.nan,
             )
         )
-    listed = {g.upstream for g in gw.units if g.in_pool and g.requests > 0}
+    # listed and used (a worker list alone has no counts: listed is enough)
+    listed = {g.upstream for g in gw.units
+              if g.in_pool and (g.requests > 0 or math.isnan(g.requests))}
     missing = tuple(u for k, (u, _) in sorted(engine_rates.items()) if k not in listed)
     policy = gw.policy
     pclass = POLICY_CLASS.get(policy) if policy else None
@@ -132,6 +134,8 @@ def _median_requests(units: tuple[GatewayUnit, ...]) -> dict[str, float]:
 
 def _rank(f: Finding, facts: GatewayFacts, gw: GatewayEvidence, th: Thresholds) -> Finding:
     by_unit = {u.unit: u for u in facts.units if u.unit is not None}
+    if "starved_share" not in f.evidence and any(math.isnan(u.requests) for u in facts.units):
+        return f  # a worker list without request counts cannot weigh routing shares
     if f.kind in ("count", "unknown") and f.units and f.units[0] in by_unit and not (
         f.evidence.get("starved_share")
     ):

@@ -192,23 +192,33 @@ def load_gateway_evidence(
     args: argparse.Namespace, engines: Evidence
 ) -> GatewayEvidence | None:
     """--access-log files (over the engines' time range), else a router's metrics in the
-    --prometheus the engines came from."""
+    --prometheus the engines came from; then --gateway-url's live worker list merged in."""
+    gateway: GatewayEvidence | None = None
     if getattr(args, "access_log", None):
         from skewscope.sources.access_log import read_access_logs
 
         df, w = engines.instance.df, engines.instance.window_s
         if df.height == 0:
-            return read_access_logs(args.access_log)
-        return read_access_logs(args.access_log, float(df["window_start_s"].min()),  # type: ignore[arg-type]
-                                float(df["window_start_s"].max()) + w)  # type: ignore[arg-type]
-    if getattr(args, "prometheus", None):
+            gateway = read_access_logs(args.access_log)
+        else:
+            gateway = read_access_logs(
+                args.access_log, float(df["window_start_s"].min()),  # type: ignore[arg-type]
+                float(df["window_start_s"].max()) + w)  # type: ignore[arg-type]
+    elif getattr(args, "prometheus", None):
         from skewscope.sources.gateway_router import load_router_prometheus
 
         start, end = online_range(args)
-        return load_router_prometheus(args.prometheus, start=start, end=end,
-                                      auth=auth_from_args(args),
-                                      timeout_s=parse_duration(args.timeout, "--timeout"))
-    return None
+        gateway = load_router_prometheus(args.prometheus, start=start, end=end,
+                                         auth=auth_from_args(args),
+                                         timeout_s=parse_duration(args.timeout, "--timeout"))
+    if getattr(args, "gateway_url", None):
+        from skewscope.sources.gateway_live import read_workers, with_worker_list
+
+        # no credentials: the Prometheus' token is not the router's to see
+        workers = read_workers(args.gateway_url,
+                               timeout_s=parse_duration(args.timeout, "--timeout"))
+        gateway = with_worker_list(gateway, workers, args.gateway_url)
+    return gateway
 
 
 def load_scrape_evidence(args: argparse.Namespace, window: float | None) -> Evidence:

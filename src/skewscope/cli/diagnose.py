@@ -43,6 +43,9 @@ def register(sub: Any) -> None:
     d.add_argument("--access-log", nargs="+", metavar="FILE",
                    help="gateway access log(s), nginx or Envoy, JSON or key=value lines with "
                    "the upstream address (docs/gateway.md): what the gateway sent each unit")
+    d.add_argument("--gateway-url", metavar="URL",
+                   help="a router's base URL (sglang-router, vllm-router): its live GET /workers "
+                   "list says which units are in the pool")
     d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"),
                    help=LEVEL_HELP)
     d.add_argument("--window", metavar="DURATION", help=window_help())
