@@ -9,13 +9,17 @@ bounded number of requests sent by the test itself.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 from online_servers import free_port
 
 from conftest import need, running, wait_until
+from skewscope.cli import main
 from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import load_scenario
 from skewscope.sim.writers.live import LiveCluster, serve
@@ -127,3 +131,21 @@ def scraping_prometheus(targets: Sequence[str], tmp: Path,
         wait_until(lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code
                    == 200, f"Prometheus (log: {tmp / 'prometheus.log'})")
         yield url
+
+
+def scrape_diagnose(cluster: LiveCluster, load: Callable[[threading.Event], None],
+                    extra: Sequence[str], out: Path) -> dict[str, Any]:
+    """``diagnose --scrape`` of every engine for 9 s (1 s windows) while ``load`` runs in a
+    thread until told to stop; the JSON report."""
+    stop = threading.Event()
+    thread = threading.Thread(target=load, args=(stop,))
+    thread.start()
+    try:
+        code = main(["diagnose", "--scrape", *cluster.urls.values(), "--duration", "9s",
+                     "--interval", "250ms", "--window", "1s", *extra, "--format", "json",
+                     "-o", str(out)])
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert code == 0
+    return json.loads(out.read_text())  # type: ignore[no-any-return]

@@ -6,16 +6,14 @@ routed traffic, and the diagnosis must say it is not in the router's pool.
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
 import httpx
 import pytest
-from gateway_servers import base_urls, router, sim_engines
+from gateway_servers import base_urls, router, scrape_diagnose, sim_engines
 from online_servers import json_handler, serve
 
-from skewscope.cli import main
 from skewscope.errors import SourceError
 from skewscope.sources.gateway_live import read_workers
 
@@ -36,19 +34,8 @@ def test_unit_missing_from_the_routers_pool(tmp_path: Path) -> None:
         left_out = workers[3].removeprefix("http://")
         with router("sglang-router", workers[:3], tmp_path, "round_robin") as (url, _):
             assert set(read_workers(url)) == {w.removeprefix("http://") for w in workers[:3]}
-            stop = threading.Event()
-            load = threading.Thread(target=_traffic, args=(url, stop))
-            load.start()
-            out = tmp_path / "report.json"
-            try:
-                code = main(["diagnose", "--scrape", *cluster.urls.values(), "--duration", "9s",
-                             "--interval", "250ms", "--window", "1s", "--gateway-url", url,
-                             "--format", "json", "-o", str(out)])
-            finally:
-                stop.set()
-                load.join(timeout=30)
-    assert code == 0
-    doc = json.loads(out.read_text())
+            doc = scrape_diagnose(cluster, lambda stop: _traffic(url, stop),
+                                  ["--gateway-url", url], tmp_path / "report.json")
     assert doc["starved_units"] == [left_out], doc["notes"]
     finding = next(f for f in doc["findings"] if left_out in f["units"])
     assert finding["root_causes"][0]["key"] == "health_check"

@@ -8,15 +8,13 @@ it with the engines' own /metrics must name stickiness and the keys.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from gateway_servers import base_urls, nginx, sim_engines
+from gateway_servers import base_urls, nginx, scrape_diagnose, sim_engines
 
-from skewscope.cli import main
 from skewscope.sim.writers.live import LiveCluster
 from skewscope.sources.access_log import read_access_logs
 
@@ -86,19 +84,8 @@ def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
                 c.post(f"{url}/v1/completions", json=BODY, headers={"X-Session-Id": key})
 
             heavy, hot = _heavy_keys(send, cluster)
-            stop = threading.Event()
-            load = threading.Thread(target=_traffic, args=(url, heavy, 400, stop))
-            load.start()
-            out = tmp_path / "report.json"
-            try:
-                code = main(["diagnose", "--scrape", *cluster.urls.values(), "--duration", "9s",
-                             "--interval", "250ms", "--window", "1s", "--access-log", str(log),
-                             "--format", "json", "-o", str(out)])
-            finally:
-                stop.set()
-                load.join(timeout=30)
-    assert code == 0
-    doc = json.loads(out.read_text())
+            doc = scrape_diagnose(cluster, lambda stop: _traffic(url, heavy, 400, stop),
+                                  ["--access-log", str(log)], tmp_path / "report.json")
     assert doc["verdict"] == "imbalanced", doc["notes"]
     assert doc["hot_units"] == [hot]
     finding = doc["findings"][0]
