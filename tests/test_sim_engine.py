@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from skewscope.sim import engine
 from skewscope.sim.engine import START_S, simulate
 from skewscope.sim.policies import Router, RoutingSpec
 from skewscope.sim.records import GroundTruth, SimResult
@@ -199,6 +200,27 @@ def test_same_seed_same_tables_other_seed_differs() -> None:
     assert a.members is not None and b.members is not None and a.members.equals(b.members)
     c = simulate(sc, seed=99)
     assert not a.requests.equals(c.requests)
+
+
+@pytest.mark.parametrize("dispatcher", ["least_requests", "round_robin", "power_of_two"])
+@pytest.mark.parametrize("members", [False, True])
+def test_lazy_loop_gives_the_heap_loops_tables(
+    dispatcher: str, members: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway that reads no load lets ranks advance lazily (and decode-only steps take a
+    short path): the tables must be those of the global-heap loop, row for row, also under KV
+    pressure (preemptions) and with batch members recorded."""
+    rank = dataclasses.replace(SMALL_RANK, total_blocks=260, max_running=32)
+    sc = make(instances=3, dp=3, duration=40.0, rate=16.0, rank=rank,
+              dispatcher=RoutingSpec(dispatcher))
+    lazy = simulate(sc, record_members=members)
+    monkeypatch.setattr(engine, "reads_load", lambda spec: True)  # every loop on the heap
+    heap = simulate(sc, record_members=members)
+    assert lazy.steps["preempted"].sum() > 0
+    assert lazy.requests.equals(heap.requests) and lazy.steps.equals(heap.steps)
+    if members:
+        assert lazy.members is not None and heap.members is not None
+        assert lazy.members.equals(heap.members)
 
 
 def test_queueing_grows_only_when_arrivals_exceed_service() -> None:

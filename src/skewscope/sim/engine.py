@@ -9,7 +9,11 @@ its sequences per step. Its state is aggregated:
   step ``s0`` needs a new block at step ``s`` exactly when ``s = s0 + 1 - p (mod block_size)``,
   so ``phase[s % block_size]`` counts the blocks the whole decode batch needs this step;
 * ranks advance in global time order through one heap of next-step times, interleaved with
-  arrivals, because load-aware routing must see each rank's state at the arrival time;
+  arrivals, because load-aware routing must see each rank's state at the arrival time; when the
+  gateway reads no load, a rank is only brought up to an arrival's time when its instance's
+  dispatcher looks at it or it receives the request (``_run_lazy``: no heap, each rank steps in
+  a tight loop, decode-only steps take a short path) and the step rows are sorted back into
+  the heap's (start, rank) order, so both loops give the same tables;
 * step rows go into one flat ``array('d')`` (one ``extend`` per step) and become polars
   columns at the end.
 
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from skewscope.frame import dp_unit_id
-from skewscope.sim.policies import Router
+from skewscope.sim.policies import Router, reads_load
 from skewscope.sim.records import RankInfo, SimResult
 from skewscope.sim.workload import Workload, generate
 
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     import polars as pl
+    from numpy.typing import NDArray
 
     from skewscope.sim.scenario import RankSpec, Scenario
 
@@ -79,6 +84,7 @@ class _Rank:
         "idx",
         "max_running",
         "members",
+        "next_t",
         "phase",
         "prefilling",
         "rec",
@@ -118,6 +124,7 @@ class _Rank:
         self.run_order: dict[int, None] = {}  # running requests in admission order (preemption)
         self.fin_heap: list[tuple[int, int]] = []
         self.phase = [0] * self.B
+        self.next_t = -1.0  # start of the next step; negative while idle (lazy mode)
 
     def enqueue(self, q: int) -> None:
         self.waiting.append(q)
@@ -128,6 +135,50 @@ class _Rank:
 
     def outstanding_tokens(self) -> int:
         return self.used * self.B + self.wait_tokens
+
+    def advance(self, until: float, sid: int) -> int:
+        """Execute this rank's steps that start before ``until`` (step ids from ``sid``);
+        return the next free step id."""
+        t = self.next_t
+        if t < 0.0 or t >= until:
+            return sid
+        step = self.step
+        fast = self.members is None
+        while True:
+            if fast and self.dec and not self.waiting and not self.prefilling:
+                t, sid = self._decode_run(t, until, sid)
+                if t >= until:
+                    break
+            t = step(t, sid)
+            sid += 1
+            if not 0.0 <= t < until:
+                break
+        self.next_t = t
+        return sid
+
+    def _decode_run(self, t: float, until: float, sid: int) -> tuple[float, int]:
+        """Steps that only decode (nothing waiting or prefilling, no sequence finishing, the KV
+        growth fits), as ``step`` would execute them, from ``t`` until ``until``; the most
+        common step, so it skips everything else ``step`` checks. Returns (next start, sid)."""
+        fh = self.fin_heap
+        fs = fh[0][0]  # may be a stale entry: then the run only ends early
+        s, used, total = self.s, self.used, self.total
+        phase, B, idx = self.phase, self.B, self.idx
+        n_dec = len(self.dec)
+        c_fixed, cd = self.c_fixed, self.c_dec * n_dec
+        extend = self.rec.extend
+        while t < until and s < fs:
+            need = phase[s % B]
+            if used + need > total:
+                break
+            used += need
+            end = t + c_fixed + cd  # the same float operations as step's
+            extend((idx, t, end, 0, n_dec, 0, n_dec, 0, used, need, 0, 0))
+            t = end
+            s += 1
+            sid += 1
+        self.s, self.used = s, used
+        return t, sid
 
     def step(self, t: float, sid: int) -> float:
         """Schedule and execute one step starting at ``t``; return the next step's start time,
@@ -206,7 +257,8 @@ class _Rank:
                 j = s - dstart[q]
                 mem.extend((sid, q, gen[q] + j, 1, 1, reqs.p0[q], pe[q] + j - 1))
         end = t + self.c_fixed + self.c_pf * pf_tok + self.c_dec * n_dec
-        fin_free = self._finish(s, end, done) if (done or self.fin_heap) else 0
+        fh = self.fin_heap
+        fin_free = self._finish(s, end, done) if (done or (fh and fh[0][0] <= s)) else 0
         self.rec.extend(
             (self.idx, t, end, pf_bs, n_dec, pf_tok, nrun, len(waiting), used, alloc,
              freed + fin_free, npre)
@@ -357,6 +409,7 @@ def simulate(
     specs = [scenario.rank_spec(i, d) for i in range(n_inst) for d in range(n_dp)]
     ranks = [_Rank(g, sp, reqs, rec, members) for g, sp in enumerate(specs)]
     n_steps = _run(scenario, wl, reqs, ranks, rng_route, duration, progress)
+    step_rows, member_rows = _in_time_order(rec, members, not reads_load(scenario.gateway))
     infos = [
         RankInfo(
             instance=scenario.instance_name(g // n_dp), dp_rank=g % n_dp,
@@ -387,8 +440,8 @@ def simulate(
         end_s=START_S + duration,
         ranks=infos,
         requests=_requests_frame(wl, reqs, infos, pending, rids),
-        steps=_steps_frame(rec, infos),
-        members=_members_frame(members, rids) if members is not None else None,
+        steps=_steps_frame(step_rows, infos),
+        members=_members_frame(member_rows, rids) if member_rows is not None else None,
         truth=scenario.truth,
         model_name=scenario.model_name,
         meta=meta,
@@ -422,6 +475,9 @@ def _run(
     i_hint = no_hint if wl.instance_hint is None else wl.instance_hint.tolist()
     r_hint = no_hint if wl.rank_hint is None else wl.rank_hint.tolist()
     p0, out = reqs.p0, reqs.out
+    if not reads_load(scenario.gateway):
+        return _run_lazy(scenario, arrivals, (tag, session, i_hint, r_hint), reqs, ranks,
+                         (gateway, dispatchers, inst_load, rank_loads), duration, progress)
     for q, ta in enumerate(arrivals):
         sid = _steps_before(ta, heap, steps, busy, sid)
         if progress is not None and not q % PROGRESS_EVERY:
@@ -441,6 +497,72 @@ def _run(
             busy[r] = True
             push(heap, (ta, r))
     return _steps_before(duration, heap, steps, busy, sid)
+
+
+def _run_lazy(
+    scenario: Scenario, arrivals: list[float], hints: tuple[list[int], ...], reqs: _Requests,
+    ranks: list[_Rank], routers: tuple[Router, list[Router], _GroupLoad, list[_GroupLoad]],
+    duration: float, progress: Callable[[float], None] | None,
+) -> int:
+    """The event loop when the gateway never reads load: instances only interact through it,
+    so a rank is brought up to an arrival's time only when its instance's dispatcher looks at
+    it or it receives the request (each rank steps in a tight loop, no global heap). The
+    routing decisions and every rank's steps are those of ``_run``; only the order in which
+    steps of different ranks are executed differs (``_in_time_order`` restores it)."""
+    n_dp = scenario.dp_ranks
+    tag, session, i_hint, r_hint = hints
+    gateway, dispatchers, inst_load, rank_loads = routers
+    disp_load = reads_load(scenario.dispatcher)
+    groups = [ranks[i * n_dp:(i + 1) * n_dp] for i in range(scenario.instances)]
+    all_dp = tuple(range(n_dp))
+    avail = _Availability(scenario)
+    cap = [(r.total * r.B) for r in ranks]
+    p0, out = reqs.p0, reqs.out
+    sid = 0
+    for q, ta in enumerate(arrivals):
+        if progress is not None and not q % PROGRESS_EVERY:
+            progress(ta)
+        up = avail.at(ta)
+        if not up:
+            reqs.rejected[q] = True
+            continue
+        i = gateway.choose(tag[q], session[q], up, inst_load, i_hint[q])  # reads no load
+        if disp_load:
+            for rk in groups[i]:
+                sid = rk.advance(ta, sid)
+        r = i * n_dp + dispatchers[i].choose(tag[q], session[q], all_dp, rank_loads[i], r_hint[q])
+        rk = ranks[r]
+        reqs.rank[q] = r
+        if p0[q] + out[q] - 1 > cap[r]:
+            reqs.rejected[q] = True
+            continue
+        sid = rk.advance(ta, sid)
+        rk.enqueue(q)
+        if rk.next_t < 0.0:
+            rk.next_t = ta
+    for rk in ranks:
+        sid = rk.advance(duration, sid)
+    return sid
+
+
+def _in_time_order(
+    rec: array[float], members: array[int] | None, lazy: bool
+) -> tuple[NDArray[np.float64], NDArray[np.int64] | None]:
+    """Step rows sorted by (start, rank) — the order the global heap executes them in — with
+    step ids renumbered to match, and member rows following their steps. ``_run`` (not lazy)
+    already executes them in that order."""
+    a = np.frombuffer(rec, dtype=np.float64).reshape(-1, _STEP_FIELDS)
+    if not lazy:
+        m0 = None if members is None else np.frombuffer(members, dtype=np.int64)
+        return a, None if m0 is None else m0.reshape(-1, _MEMBER_FIELDS)
+    order = np.lexsort((a[:, 0], a[:, 1]))
+    if members is None:
+        return a[order], None
+    new_id = np.empty_like(order)
+    new_id[order] = np.arange(order.size)
+    m = np.frombuffer(members, dtype=np.int64).reshape(-1, _MEMBER_FIELDS).copy()
+    m[:, 0] = new_id[m[:, 0]]
+    return a[order], m[np.argsort(m[:, 0], kind="stable")]
 
 
 def _steps_before(
@@ -504,10 +626,9 @@ def _requests_frame(
     )
 
 
-def _steps_frame(rec: array[float], infos: list[RankInfo]) -> pl.DataFrame:
+def _steps_frame(a: NDArray[np.float64], infos: list[RankInfo]) -> pl.DataFrame:
     import polars as pl
 
-    a = np.frombuffer(rec, dtype=np.float64).reshape(-1, _STEP_FIELDS)
     g = a[:, 0].astype(np.int64)
     ints = a[:, 3:].astype(np.int64)
     total = np.array([r.total_blocks for r in infos], dtype=np.int64)[g]
@@ -537,10 +658,9 @@ def _steps_frame(rec: array[float], infos: list[RankInfo]) -> pl.DataFrame:
     )
 
 
-def _members_frame(members: array[int], rids: list[str]) -> pl.DataFrame:
+def _members_frame(a: NDArray[np.int64], rids: list[str]) -> pl.DataFrame:
     import polars as pl
 
-    a = np.frombuffer(members, dtype=np.int64).reshape(-1, _MEMBER_FIELDS)
     names = pl.Series(rids, dtype=pl.Utf8)
     return pl.DataFrame(
         {

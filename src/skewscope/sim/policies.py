@@ -40,6 +40,14 @@ SAME_AS: dict[str, str] = {"shortest_queue": "least_requests", "minimum_tokens":
 # Not a balancing policy: every request goes where the evidence says it went (``hint``), so a
 # replay of the current routing reproduces the observed placement exactly. Not for scenarios.
 OBSERVED = "observed"
+# Policies that never read a unit's load: the simulator need not bring ranks up to date for them.
+LOAD_FREE: frozenset[str] = frozenset({"round_robin", "weighted", "consistent_hash", "sticky",
+                                       OBSERVED})
+
+
+def reads_load(spec: RoutingSpec) -> bool:
+    """Whether the policy looks at the units' load when it chooses (pins never do)."""
+    return SAME_AS.get(spec.policy, spec.policy) not in LOAD_FREE
 VNODES = 64  # virtual nodes per unit on the consistent-hash ring
 # cache_aware (SGLang router): the load is imbalanced when max - min outstanding requests
 # exceeds this many AND max > CACHE_REL_THRESHOLD * min; it then picks the shortest queue.
