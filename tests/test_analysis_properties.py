@@ -46,6 +46,44 @@ def test_peer_reference_leaves_the_unit_out(rows: list[list[float]]) -> None:
         assert np.allclose(ref[:, j], np.median(others, axis=1))
 
 
+def _peer_reference_per_unit(
+    values: np.ndarray, groups: tuple[str, ...], against: dict[str, list[int]] | None
+) -> np.ndarray:
+    """The plain definition: one nanmedian over each unit's peers (fleet-slow, clearly right)."""
+    ref = np.full(values.shape, np.nan)
+    group_arr = np.array(groups)
+    for j in range(values.shape[1]):
+        peers = (group_arr == groups[j]) & (np.arange(values.shape[1]) != j)
+        if against and groups[j] in against:
+            peers &= np.isin(np.arange(values.shape[1]), against[groups[j]])
+        block = values[:, np.flatnonzero(peers)]
+        with np.errstate(all="ignore"):
+            for w in range(values.shape[0]):
+                if np.isfinite(block[w]).any():
+                    ref[w, j] = np.nanmedian(block[w])
+    return ref
+
+
+_CELL = st.one_of(st.floats(-1e6, 1e6),
+                  st.sampled_from([math.nan, math.inf, -math.inf, 0.0, 1.0, 2.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_peer_reference_is_the_per_unit_median(data: st.DataObject) -> None:
+    """The sorted, vectorised leave-one-out median equals one nanmedian per unit, with NaN,
+    infinities, ties, several groups and fixed reference units."""
+    w, u = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 7))
+    values = np.array(data.draw(st.lists(_CELL, min_size=w * u, max_size=w * u))).reshape(w, u)
+    groups = tuple(data.draw(st.lists(st.sampled_from("ab"), min_size=u, max_size=u)))
+    against = None
+    if data.draw(st.booleans()):
+        against = {data.draw(st.sampled_from("ab")):
+                   data.draw(st.lists(st.integers(0, u - 1), max_size=u, unique=True))}
+    np.testing.assert_array_equal(peer_reference(values, groups, against),
+                                  _peer_reference_per_unit(values, groups, against))
+
+
 @given(matrices, st.randoms(use_true_random=False))
 def test_peer_reference_follows_a_permutation_of_units(rows: list[list[float]], rnd) -> None:  # type: ignore[no-untyped-def]
     values = np.array(rows, dtype=np.float64)

@@ -54,26 +54,56 @@ def peer_reference(
 
     ``against`` replaces the peers of a group by fixed reference units (the under-loaded
     minority when most of a group runs hot and the leave-one-out median would be hot too).
+    Each group's values are sorted once per window and every unit's median is read from them
+    with its own value left out, so a fleet of U units costs O(W U log U), not U medians.
+    The result is ``np.nanmedian`` of the peers' non-NaN values (NaN when none is finite).
     """
-    ref = np.full_like(values, np.nan)
+    ref = np.full(values.shape, np.nan)
     group_arr = np.array(groups)
-    for j in range(values.shape[1]):
-        candidates = (group_arr == groups[j]) & (np.arange(values.shape[1]) != j)
-        if against and groups[j] in against:
+    for g in dict.fromkeys(groups):
+        members = group_arr == g
+        chosen = members.copy()
+        if against and g in against:
             fixed = np.zeros(values.shape[1], dtype=bool)
-            fixed[against[groups[j]]] = True
-            candidates &= fixed
-        peers = np.flatnonzero(candidates)
-        if peers.size == 0:
+            fixed[against[g]] = True
+            chosen &= fixed
+        cols = np.flatnonzero(chosen)
+        if cols.size == 0:
             continue
-        block = values[:, peers]
-        with np.errstate(all="ignore"):
-            have = np.isfinite(block).any(axis=1)
-            med = np.full(values.shape[0], np.nan)
-            if have.any():
-                med[have] = np.nanmedian(block[have], axis=1)
-        ref[:, j] = med
+        block = values[:, cols].astype(np.float64)
+        lone = np.flatnonzero(members & ~chosen)  # not a reference: all of them are its peers
+        ref[:, lone] = _median_without(block, leave_one_out=False)[:, None]
+        ref[:, cols] = _median_without(block, leave_one_out=True)
     return ref
+
+
+def _median_without(block: Array, *, leave_one_out: bool) -> Array:
+    """Per row of ``block`` (W, k): the median of its non-NaN values, leaving out column p for
+    output column p (W, k) when ``leave_one_out``, else one median per row (W,); NaN when no
+    finite value remains."""
+    w, k = block.shape
+    nan = np.isnan(block)
+    order = np.argsort(block, axis=1, kind="stable")  # NaN sort last
+    srt = np.take_along_axis(block, order, axis=1)
+    n = (~nan).sum(axis=1)[:, None]
+    finite = np.isfinite(block)
+    if not leave_one_out:
+        m, q = n, np.full((w, 1), k)
+        left = finite.sum(axis=1)[:, None]
+    else:
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.broadcast_to(np.arange(k), (w, k)), axis=1)
+        m = np.where(nan, n, n - 1)
+        q = np.where(nan, k, rank)  # sorted position removed (k: none)
+        left = finite.sum(axis=1)[:, None] - finite
+    lo, hi = (m - 1) // 2, m // 2
+    lo, hi = lo + (lo >= q), hi + (hi >= q)  # skip the removed position
+    v_lo = np.take_along_axis(srt, np.clip(lo, 0, k - 1), axis=1)
+    v_hi = np.take_along_axis(srt, np.clip(hi, 0, k - 1), axis=1)
+    with np.errstate(all="ignore"):
+        med = np.where(m % 2 == 1, v_lo, (v_lo + v_hi) / 2)
+    med = np.where((m > 0) & (left > 0), med, np.nan)
+    return med if leave_one_out else med[:, 0]
 
 
 def smooth(values: Array, width: int) -> Array:
