@@ -124,3 +124,31 @@ def test_stalled_and_fleet_findings_read_as_what_they_are() -> None:
     text = _terminal(stalled)
     assert "hot d (stalled engine)." in text and "[HIGH] stalled engine — d" in text
     assert "stalled skew" not in text and "stalled skew" not in markdown.render(stalled)
+
+
+def test_a_fleet_lists_its_hot_units_first_and_summarises_the_rest() -> None:
+    """More units than ``table_units_max``: the per-unit table lists that many, hot first, and a
+    spread table (min/median/p90/max over every unit) stands for the rest, in every format."""
+    from skewscope.config import Thresholds
+
+    specs = {f"i{k:02d}": Spec(rate=20.0) for k in range(30)}
+    specs["i17"] = Spec(rate=40.0)
+    th = Thresholds(table_units_max=8)
+    report = diagnose_frame(make_frame(specs), th)
+    assert report.hot_units == ("i17",)
+    assert report.fleet is not None and report.fleet.units == 30
+    assert report.fleet.shown[0] == "i17" and len(report.fleet.shown) == 8
+    assert report.fleet.roles == {"hot": 1, "normal": 29}
+    lo, med, p90, hi = report.fleet.spread["requests_per_s"]
+    assert lo <= med <= p90 < hi == report.units[17].metrics["requests_per_s"]
+    assert report.to_dict()["fleet"]["shown"][0] == "i17"
+    md = markdown.render(report)
+    listed = [u.unit for u in report.units if f"| {u.unit} |" in md]
+    assert sorted(listed) == sorted(report.fleet.shown)
+    assert "Fleet: 30 units (1 hot, 29 normal)" in md and "| request rate (req/s) |" in md
+    text = terminal.render_text(report, width=200)
+    assert "Fleet: 30 units" in text
+    table = text.split("Per-unit load")[1].split("└")[0]
+    assert {u.unit for u in report.units if f" {u.unit} " in table} == set(report.fleet.shown)
+    few = diagnose_frame(make_frame(dict(list(specs.items())[:6])), th)
+    assert few.fleet is None and few.to_dict()["fleet"] is None

@@ -94,6 +94,10 @@ class Thresholds:
     max_scrape_mb: float = 16.0
     # A scrape without a terminal prints one progress line on stderr this often.
     progress_every_s: float = 10.0
+    # The per-unit table lists at most this many units; a larger fleet gets a summary instead
+    # (units per role and min/median/p90/max of each column), the listed ones chosen by the
+    # analysis: stalled, hot, starved first, then the highest load ratios.
+    table_units_max: int = 20
     # compare: a signal has converged when no unit is hot_ratio or more from its peers (either
     # way); otherwise it improved (worse) when its log imbalance shrank (grew) by this share.
     compare_change: float = 0.25

@@ -30,6 +30,7 @@ from skewscope.analysis.resource import (
 )
 from skewscope.analysis.saturation import Saturation, saturation, unplaced_link
 from skewscope.analysis.significance import weight_p_value
+from skewscope.analysis.spread import fleet_summary
 from skewscope.analysis.stall import Stall, find_stalls, stall_evidence, stall_summary
 from skewscope.analysis.summary import (
     reference_bounds,
@@ -300,6 +301,7 @@ def diagnose_frame(
         episodes=episodes(m, heats, set(hot_idx), th),
         series=series(m, heats),
         notes=notes,
+        fleet=fleet_summary(units, th),
         **base,  # type: ignore[arg-type]
     )
 

@@ -144,6 +144,34 @@ def scope(report: Report) -> str:
     )
 
 
+def table_units(report: Report) -> tuple[UnitReport, ...]:
+    """The units the per-unit table lists: every unit, or those the fleet summary chose."""
+    if report.fleet is None:
+        return report.units
+    by_id = {u.unit: u for u in report.units}
+    return tuple(by_id[u] for u in report.fleet.shown if u in by_id)
+
+
+def fleet_line(report: Report) -> str:
+    """'1,024 units (2 hot, 1,022 normal); the table lists 20: ...' (empty without a fleet)."""
+    f = report.fleet
+    if f is None:
+        return ""
+    roles = ", ".join(f"{n:,} {role}" for role, n in f.roles.items())
+    return (f"Fleet: {f.units:,} units ({roles}); the per-unit table lists {len(f.shown)}: "
+            "stalled, hot and starved units first, then the highest load ratios")
+
+
+FLEET_HEADER = ("metric (over all units)", "min", "median", "p90", "max")
+
+
+def fleet_rows(report: Report) -> list[list[str]]:
+    """One row per table metric: its min, median, p90 and max over the fleet."""
+    if report.fleet is None:
+        return []
+    return [[label(k), *(value(k, v) for v in vals)] for k, vals in report.fleet.spread.items()]
+
+
 def finding_title(f: Finding) -> str:
     side = f" ({f.weight_side}-heavy)" if f.weight_side else ""
     return f"[{f.severity.upper()}] {kind_title(f.kind)}{side} — {names(f.units)}"

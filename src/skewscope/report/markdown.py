@@ -78,9 +78,14 @@ def _finding(f: Finding, h: str) -> list[str]:
 
 def _units(report: Report, h: str) -> list[str]:
     cols = ["unit", "role", "hot %", *(fmt.short_label(k) for k in fmt.UNIT_COLUMNS)]
-    lines = [f"{h} Units", "", _row(cols),
-             "|" + "---|" * 3 + "---:|" * len(fmt.UNIT_COLUMNS)]
-    for u in report.units:
+    lines = [f"{h} Units", ""]
+    if report.fleet:
+        lines.extend([_text(fmt.fleet_line(report)), "", _row(list(fmt.FLEET_HEADER)),
+                      "|---|" + "---:|" * (len(fmt.FLEET_HEADER) - 1)])
+        lines.extend(_row(row) for row in fmt.fleet_rows(report))
+        lines.append("")
+    lines.extend([_row(cols), "|" + "---|" * 3 + "---:|" * len(fmt.UNIT_COLUMNS)])
+    for u in fmt.table_units(report):
         vals = [fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for k in fmt.UNIT_COLUMNS]
         lines.append(_row([fmt.name(u.unit), u.role, fmt.hot_share(u), *vals]))
     lines.append("")

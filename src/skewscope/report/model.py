@@ -36,6 +36,28 @@ def _clean(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class FleetSummary:
+    """A fleet too large for one table row per unit (more than ``table_units_max``).
+
+    ``shown``: the units the per-unit table lists, in order (stalled, hot, starved, then the
+    highest load ratio); ``spread``: per table metric, (min, median, p90, max) over every
+    unit that measured it (values that are only histogram bucket bounds left out).
+    """
+
+    units: int
+    roles: dict[str, int]
+    shown: tuple[str, ...]
+    spread: dict[str, tuple[float, float, float, float]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(  # type: ignore[no-any-return]
+            {"units": self.units, "roles": self.roles, "shown": list(self.shown),
+             "spread": {k: dict(zip(("min", "median", "p90", "max"), v, strict=True))
+                        for k, v in self.spread.items()}}
+        )
+
+
+@dataclass(frozen=True)
 class UnitReport:
     unit: str
     instance: str
@@ -346,6 +368,7 @@ class Report:
     series: Series | None = None
     gateway: GatewayFacts | None = None  # the gateway's decisions, when gateway evidence was read
     skew_price: tuple[SkewPrice, ...] = ()  # DP level: per instance with two or more ranks
+    fleet: FleetSummary | None = None  # more units than one table should list
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -372,6 +395,7 @@ class Report:
                 "series": self.series.to_dict() if self.series else None,
                 "gateway": self.gateway.to_dict() if self.gateway else None,
                 "skew_price": [p.to_dict() for p in self.skew_price],
+                "fleet": self.fleet.to_dict() if self.fleet else None,
             }
         )
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from skewscope.report import fmt
-from skewscope.report.model import Finding, Report
+from skewscope.report.model import Finding, Report, UnitReport
 
 VERDICT_STYLE = {"imbalanced": "bold red", "balanced": "bold green", "insufficient_data": "yellow"}
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -52,6 +52,8 @@ def _body(report: Report, width: int, nested: bool = False) -> Group:
                        title="skewscope" if not nested else "DP drill-down"))
     for f in report.findings:
         parts.append(_finding(f))
+    if report.fleet:
+        parts.append(_fleet(report))
     if report.units:
         parts.extend(_units(report, width))
     if report.gateway:
@@ -103,24 +105,34 @@ def _finding(f: Finding) -> Panel:
     )
 
 
-def _unit_columns(report: Report) -> list[tuple[str, list[str]]]:
+def _fleet(report: Report) -> RenderableType:
+    table = Table(title=Text(fmt.fleet_line(report)), title_justify="left", header_style="bold")
+    for i, head in enumerate(fmt.FLEET_HEADER):
+        table.add_column(head, justify="left" if i == 0 else "right", no_wrap=i > 0)
+    for row in fmt.fleet_rows(report):
+        table.add_row(Text(row[0]), *row[1:])
+    return table
+
+
+def _unit_columns(units: tuple[UnitReport, ...]) -> list[tuple[str, list[str]]]:
     """(header, one cell per unit) for every column after the unit id."""
-    cols = [("role", [u.role for u in report.units]),
-            ("hot %", [fmt.hot_share(u) for u in report.units])]
+    cols = [("role", [u.role for u in units]),
+            ("hot %", [fmt.hot_share(u) for u in units])]
     cols += [(fmt.short_label(k),
-              [fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for u in report.units])
+              [fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for u in units])
              for k in fmt.UNIT_COLUMNS]
     return cols
 
 
 def _units(report: Report, width: int) -> list[RenderableType]:
-    names = [fmt.name(u.unit) for u in report.units]
-    cols = _unit_columns(report)
+    units = fmt.table_units(report)
+    names = [fmt.name(u.unit) for u in units]
+    cols = _unit_columns(units)
     need = [max(cell_len(h), *(cell_len(c) for c in cells)) + _CELL_OVERHEAD
             for h, cells in cols]
     unit_w = max(cell_len("unit"), *(cell_len(n) for n in names)) + _CELL_OVERHEAD + 1
     if unit_w + min(need) > width:  # a unit id fills the line: one block per unit
-        return [Text(_UNITS_TITLE, style="bold"), *_stacked(report, names, cols)]
+        return [Text(_UNITS_TITLE, style="bold"), *_stacked(units, names, cols)]
     groups: list[list[int]] = [[]]
     used = unit_w
     for i, w in enumerate(need):
@@ -135,17 +147,17 @@ def _units(report: Report, width: int) -> list[RenderableType]:
         table.add_column("unit", no_wrap=True)
         for i in group:
             table.add_column(cols[i][0], justify="left" if i == 0 else "right", no_wrap=True)
-        for row, (u, unit) in enumerate(zip(report.units, names, strict=True)):
+        for row, (u, unit) in enumerate(zip(units, names, strict=True)):
             table.add_row(Text(unit), *(cols[i][1][row] for i in group),
                           style=ROLE_STYLE.get(u.role, ""))
         out.append(table)
     return out
 
 
-def _stacked(report: Report, names: list[str], cols: list[tuple[str, list[str]]]
+def _stacked(units: tuple[UnitReport, ...], names: list[str], cols: list[tuple[str, list[str]]]
              ) -> list[RenderableType]:
     out: list[RenderableType] = []
-    for row, (u, unit) in enumerate(zip(report.units, names, strict=True)):
+    for row, (u, unit) in enumerate(zip(units, names, strict=True)):
         out.append(Text(unit, style=ROLE_STYLE.get(u.role, "bold")))
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
