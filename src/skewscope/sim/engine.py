@@ -556,13 +556,17 @@ def _in_time_order(
         m0 = None if members is None else np.frombuffer(members, dtype=np.int64)
         return a, None if m0 is None else m0.reshape(-1, _MEMBER_FIELDS)
     order = np.lexsort((a[:, 0], a[:, 1]))
+    rows = a[order]
+    del a
+    del rec[:]  # the sorted copy replaces the record: do not hold both while frames are built
     if members is None:
-        return a[order], None
+        return rows, None
     new_id = np.empty_like(order)
     new_id[order] = np.arange(order.size)
     m = np.frombuffer(members, dtype=np.int64).reshape(-1, _MEMBER_FIELDS).copy()
+    del members[:]
     m[:, 0] = new_id[m[:, 0]]
-    return a[order], m[np.argsort(m[:, 0], kind="stable")]
+    return rows, m[np.argsort(m[:, 0], kind="stable")]
 
 
 def _steps_before(
