@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -173,8 +174,10 @@ def child_fetch(url: str, queries: str) -> None:
 
 
 def _child(*args: str) -> dict[str, float]:
+    # this checkout's package first (not whichever one an editable install points at)
+    path = os.pathsep.join(filter(None, (str(HERE.parent / "src"), os.environ.get("PYTHONPATH"))))
     done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True,
-                          text=True, cwd=HERE)
+                          text=True, cwd=HERE, env={**os.environ, "PYTHONPATH": path})
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
