@@ -57,7 +57,12 @@ from skewscope.sources.promql import (
     normalise_selector,
     series_selector,
 )
-from skewscope.sources.validate import parse_bound, parse_number, parse_timestamp
+from skewscope.sources.validate import (
+    parse_bound,
+    parse_number,
+    parse_points,
+    parse_timestamp,
+)
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -254,6 +259,11 @@ def matrix_to_values(
                 bad.append(f"{label}={quoted(repr(raw), 40)} on {inst}")
             continue
         inst, dp = unit
+        fast = parse_points(points)
+        if fast is not None:
+            for t, v in fast:
+                acc[(round(t - window_s, 6), inst, dp)].append(v)
+            continue
         for j, point in enumerate(points):
             ts = value = None
             if isinstance(point, list) and len(point) == 2:

@@ -14,6 +14,8 @@ import re
 # Go's strconv.ParseFloat forms Prometheus writes: decimal / exponent, Inf, NaN (any case).
 _NUMBER = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf(?:inity)?|nan)",
                      re.IGNORECASE)
+# A whole series' values at once (one regex call instead of one per point).
+_NUMBERS = re.compile(rf"(?:{_NUMBER.pattern})(?:\n(?:{_NUMBER.pattern}))*", re.IGNORECASE)
 _RANK = re.compile(r"[0-9]{1,6}")  # a DP rank: a small non-negative ASCII integer
 
 
@@ -26,6 +28,23 @@ def parse_number(text: object) -> float | None:
     if isinstance(text, str) and _NUMBER.fullmatch(text):
         return float(text)
     return None
+
+
+def parse_points(points: object) -> list[tuple[float, float]] | None:
+    """A range series' ``[[time, "value"], ...]`` read at once: finite JSON-number times and
+    string values ``parse_number`` accepts; None when any point is not of that shape (the
+    caller then reads point by point and names the bad one)."""
+    if not isinstance(points, list) or not points:
+        return None
+    try:
+        times, values = zip(*points, strict=True)
+        if not (all(type(t) in (int, float) for t in times) and all(map(math.isfinite, times))
+                and all(type(v) is str for v in values)
+                and _NUMBERS.fullmatch("\n".join(values))):
+            return None
+        return [(float(t), float(v)) for t, v in zip(times, values, strict=True)]
+    except (TypeError, ValueError):  # not pairs, or a value with a newline inside
+        return None
 
 
 def parse_timestamp(value: object) -> float | None:
