@@ -198,3 +198,15 @@ def test_terminal_comparison_reads_from_80_columns() -> None:
     assert "…" not in text  # no value cut
     req = by_signal(c)["requests_per_s"]
     assert f"{req.before.p95:,.0f} → " in text or f"{req.before.p95:.1f} → " in text
+
+
+def test_spread_does_not_depend_on_the_unit_of_measure_for_tiny_rates() -> None:
+    """Found by hypothesis: squaring ~1e-157 rates underflowed and changed the CV with scale."""
+    rates = [[3e-157] * 6, [1e-157] * 6, [2e-157] * 6]
+    cvs = []
+    for scale in (0.01, 1.0, 1e150):
+        d = _doc([[v * scale for v in row] for row in rates])
+        f = by_signal(compare(d, d))["requests_per_s"]
+        cvs.append(f.before.cv)
+    assert all(math.isclose(c, cvs[-1], rel_tol=1e-9) for c in cvs)
+    assert math.isclose(cvs[-1], (2 / 3) ** 0.5 / 2, rel_tol=1e-9)  # std of 3,1,2 over mean 2

@@ -132,7 +132,7 @@ def _figures(
         hot_peer_ratio=hot_peer,
         worst_ratio=worst,
         max_median=float(means.max()) / median if median > 0 else NAN,
-        cv=float(means.std()) / float(means.mean()) if means.mean() > 0 else NAN,
+        cv=_cv(means),
         p95=float(np.percentile(everything, 95)),
         p99=float(np.percentile(everything, 99)),
     )
@@ -210,3 +210,12 @@ def _side(doc: Mapping[str, Any], label: str) -> Side:
         starved_units=tuple(doc.get("starved_units", [])),
         units=tuple(_units(doc)),
     )
+
+
+def _cv(values: np.ndarray) -> float:
+    """Coefficient of variation, computed on values divided by their mean first: squaring tiny
+    rates directly underflows and would make the figure depend on the unit of measure."""
+    mean = float(values.mean()) if values.size else NAN
+    if not mean > 0:
+        return NAN
+    return float((values / mean).std())
