@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from report_schema import assert_valid
 from skewscope.cli import main
 from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import builtin_scenarios
@@ -23,6 +24,7 @@ def run_diagnose(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) 
 
 
 def check_against_truth(doc: dict[str, Any], truth: dict[str, Any]) -> None:
+    assert_valid(doc)  # the JSON contract (report/schema/report.schema.json)
     assert doc["verdict"] == truth["verdict"], doc["notes"]
     if truth["verdict"] != "imbalanced":
         assert doc["hot_units"] == [] and doc["findings"] == []
