@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from skewscope.analysis.classify import decompose
 from skewscope.analysis.detect import longest_run, peer_reference, smooth
 from skewscope.analysis.impact import trend_slope
+from skewscope.config import DEFAULT_THRESHOLDS
 
 pos = st.floats(min_value=0.1, max_value=1e5, allow_nan=False)
 
@@ -112,4 +113,5 @@ def test_longest_run_matches_a_plain_count(flags: list[bool]) -> None:
        st.integers(3, 50))
 def test_trend_slope_recovers_a_line(slope: float, intercept: float, n: int) -> None:
     y = intercept + slope * np.arange(n, dtype=np.float64)
-    assert math.isclose(trend_slope(y), slope, rel_tol=1e-6, abs_tol=1e-6)
+    fitted = trend_slope(y, DEFAULT_THRESHOLDS.trend_min_points)
+    assert math.isclose(fitted, slope, rel_tol=1e-6, abs_tol=1e-6)

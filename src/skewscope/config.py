@@ -41,8 +41,32 @@ class Thresholds:
     capability_ratio: float = 1.3  # execution time per scheduled token (or TTFT at equal load)
     # A cause is named only when it explains at least this share of the excess token load.
     explain_share: float = 0.5
+    # In a mixed skew the smaller of the two parts (more / heavier requests) is named too, as
+    # ``secondary_kind``, when it explains at least this share of the excess token load.
+    mixed_share: float = 0.25
+    # When most of a group runs hot, its persistently under-loaded units become the reference
+    # only while they are fewer than this share of the group (a strict minority): otherwise
+    # "cold" is what the group normally looks like.
+    cold_minority_share: float = 0.5
     # Step 3/4: impact and resource-bound checks.
     impact_ratio: float = 1.5  # hot/idle on queue wait, TTFT, tail latency, waiting
+    # Absolute floors under the reference of each impact metric, so 2 ms against 1 ms of queue
+    # wait is not "twice as bad" (also under the episode impact and compare's spread).
+    impact_floor_queue_wait_p95_ms: float = 50.0
+    impact_floor_queue_wait_mean_ms: float = 20.0
+    impact_floor_ttft_p99_ms: float = 100.0
+    impact_floor_ttft_mean_ms: float = 50.0
+    impact_floor_e2e_p99_ms: float = 200.0
+    impact_floor_waiting: float = 1.0
+    impact_floor_step_time_ms: float = 5.0
+    impact_floor_kv_usage: float = 0.1
+    # Severity: a finding is high when a tail (queue wait p95, TTFT p99, e2e p99) reaches this
+    # multiple of its peers' (or on KV exhaustion, a stalled unit, peers with no requests).
+    severe_tail_ratio: float = 2.0
+    # The hot unit's waiting queue "grows" when its least-squares slope exceeds this many
+    # requests per window; a slope is fitted only over at least ``trend_min_points`` windows.
+    queue_growth_per_window: float = 0.5
+    trend_min_points: int = 3
     kv_high: float = 0.9  # KV usage at or above this is "near exhaustion"
     kv_free_low_share: float = 0.05  # free blocks below this share of capacity
     alloc_over_free: float = 1.1  # blocks allocated / freed above this = KV pool filling up
@@ -109,6 +133,20 @@ class Thresholds:
     gateway_top_keys: int = 3
     gateway_key_share: float = 0.5
     gateway_down_share: float = 0.05
+
+    @property
+    def impact_floors(self) -> dict[str, float]:
+        """Impact metric -> the floor under its reference, in report order."""
+        return {
+            "queue_wait_p95_ms": self.impact_floor_queue_wait_p95_ms,
+            "queue_wait_mean_ms": self.impact_floor_queue_wait_mean_ms,
+            "ttft_p99_ms": self.impact_floor_ttft_p99_ms,
+            "ttft_mean_ms": self.impact_floor_ttft_mean_ms,
+            "e2e_p99_ms": self.impact_floor_e2e_p99_ms,
+            "waiting": self.impact_floor_waiting,
+            "step_time_ms": self.impact_floor_step_time_ms,
+            "kv_usage": self.impact_floor_kv_usage,
+        }
 
 
 DEFAULT_THRESHOLDS = Thresholds()

@@ -44,10 +44,6 @@ class Classification:
         }
 
 
-# In a mixed skew the smaller of the two parts is named too when it explains this share.
-MIXED_SHARE = 0.25
-
-
 def _capability(
     hot: dict[str, float], ref: dict[str, float], equal_load: bool, th: Thresholds
 ) -> tuple[float, str]:
@@ -110,7 +106,7 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
         # mixed: name the larger part, keep the other when it explains a real share too
         kind = "count" if count_share >= weight_share else "weight"
         minor = min(count_share, weight_share)
-        secondary = ("weight" if kind == "count" else "count") if minor >= MIXED_SHARE else None
+        secondary = ("weight" if kind == "count" else "count") if minor >= th.mixed_share else None
     elif count_flag and not _finite(weight_share) > th.explain_share:
         kind = "count"
     elif weight_flag and not _finite(count_share) > th.explain_share:

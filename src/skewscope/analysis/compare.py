@@ -6,7 +6,7 @@ series the analysis put in each report:
 
 - hot/peer ratio: a focus unit (the before side's hot or starved units; when it had none, the
   after side's) against the median of its peers *in the same window*, floored as step 1 scores
-  heat (``impact.IMPACT_METRICS`` floors, so near-idle signals never read as skew), and its
+  heat (``Thresholds.impact_floors``, so near-idle signals never read as skew), and its
   median over the windows: one burst does not decide;
 - worst ratio: the same for the most unequal unit either way (``max(r, 1/r)``; for queueing
   and latency only the slow side), the figure the verdict uses;
@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from skewscope.analysis.detect import peer_reference
-from skewscope.analysis.impact import IMPACT_METRICS
 from skewscope.analysis.matrix import Array
 from skewscope.catalogue import SERIES, CompareVerdict, Verdict
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
@@ -57,7 +56,7 @@ def compare(
         b, a = _grid(before, m.key), _grid(after, m.key)
         if b is None or a is None:
             continue
-        floor = IMPACT_METRICS.get(m.key, 0.0)
+        floor = th.impact_floors.get(m.key, 0.0)
         one_sided = m.key in SLOW_SIDE_ONLY
         fb = _figures(*b, focus, floor, one_sided)
         fa = _figures(*a, focus, floor, one_sided)

@@ -232,7 +232,7 @@ def diagnose_frame(
         units = tuple(_unit_report(m, h.index, h, "normal", h.active) for h in heats)
         return _insufficient(base, notes, reason, units)
     hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
-    against = _cold_minorities(m, heats) if not hot_idx else {}
+    against = _cold_minorities(m, heats, th) if not hot_idx else {}
     if against:
         # Most of a group runs hot, so the leave-one-out median is hot too: judge the group
         # against its under-loaded minority instead.
@@ -387,13 +387,15 @@ def _when(m: SignalMatrix, f: Finding, flags: Flags, judged: Flags) -> Finding:
     return replace(f, timeline=timeline(m, flags, judged), peer_bands=peer_bands(m, peers))
 
 
-def _cold_minorities(m: SignalMatrix, heats: list[UnitHeat]) -> dict[str, list[int]]:
+def _cold_minorities(
+    m: SignalMatrix, heats: list[UnitHeat], th: Thresholds
+) -> dict[str, list[int]]:
     """Per group, the persistently under-loaded units when they are a strict minority."""
     out: dict[str, list[int]] = {}
     for g in set(m.groups):
         members = [h for h in heats if m.groups[h.index] == g]
         cold = [h.index for h in members if h.persistent_cold]
-        if cold and 2 * len(cold) < len(members):
+        if cold and len(cold) < th.cold_minority_share * len(members):
             out[g] = cold
     return out
 
@@ -539,11 +541,11 @@ def _kind_causes(kind: str | None, level: Level) -> list[str]:
     return causes
 
 
-def _severity(r: _HotResult) -> str:
+def _severity(r: _HotResult, th: Thresholds) -> str:
     """High when tails double, KV runs out, or the peers got nothing at all (every request of
     the group lands here and the rest of its capacity is wasted)."""
     tail = [r.imp.ratios.get(k, math.nan) for k in TAIL_METRICS]
-    if r.imp.kv_exhausted or any(math.isfinite(t) and t >= 2.0 for t in tail):
+    if r.imp.kv_exhausted or any(math.isfinite(t) and t >= th.severe_tail_ratio for t in tail):
         return "high"
     if r.cls.count_ratio == math.inf:
         return "high"
@@ -584,7 +586,7 @@ def _hot_finding(r: _HotResult, level: Level, th: Thresholds) -> Finding:
         weight_side=r.cls.weight_side,
         units=(r.heat.unit,),
         reference_units=r.ref_units,
-        severity=_severity(r),
+        severity=_severity(r, th),
         summary=_summary(r, th),
         evidence=evidence,
         actions=tuple(actions),

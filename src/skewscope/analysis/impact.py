@@ -10,19 +10,6 @@ import numpy as np
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix, safe_ratio
 from skewscope.config import Thresholds
 
-# Impact metrics (step 3) and the absolute floor under the reference, so 2 ms against 1 ms of
-# queue wait is not "twice as bad".
-IMPACT_METRICS: dict[str, float] = {
-    "queue_wait_p95_ms": 50.0,
-    "queue_wait_mean_ms": 20.0,
-    "ttft_p99_ms": 100.0,
-    "ttft_mean_ms": 50.0,
-    "e2e_p99_ms": 200.0,
-    "waiting": 1.0,
-    "step_time_ms": 5.0,
-    "kv_usage": 0.1,
-}
-
 
 @dataclass(frozen=True)
 class Impact:
@@ -49,7 +36,7 @@ def impact(
     ratio is formed from them (a bound over a bound says nothing about how far apart they are).
     ``ref_cols``: the reference units, to tell a service short of KV from a peer's KV spike."""
     ratios: dict[str, float] = {}
-    for key, floor in IMPACT_METRICS.items():
+    for key, floor in th.impact_floors.items():
         h, r = hot.get(key, math.nan), ref.get(key, math.nan)
         ok = math.isfinite(r) and key not in bounded
         ratios[key] = safe_ratio(h, max(r, floor)) if ok else math.nan
@@ -80,8 +67,8 @@ def impact(
     kv_filling = math.isfinite(alloc_free) and alloc_free >= th.alloc_over_free
     if kv_filling:
         notes.append(f"KV blocks allocated outpace blocks freed ({alloc_free:.2f}x)")
-    slope = trend_slope(m.get("waiting")[mask, j])
-    queue_growing = math.isfinite(slope) and slope > 0.5
+    slope = trend_slope(m.get("waiting")[mask, j], th.trend_min_points)
+    queue_growing = math.isfinite(slope) and slope > th.queue_growth_per_window
     if queue_growing:
         notes.append(f"waiting queue grows by {slope:.1f} requests per window")
     return Impact(
@@ -104,11 +91,12 @@ def _high_kv_share(m: SignalMatrix, cols: tuple[int, ...], mask: Flags, th: Thre
     return float(np.median(shares))
 
 
-def trend_slope(y: Array) -> float:
-    """Least-squares slope per window over the finite points (NaN when fewer than 3)."""
+def trend_slope(y: Array, min_points: int) -> float:
+    """Least-squares slope per window over the finite points (NaN when fewer than
+    ``min_points``)."""
     x = np.arange(y.size, dtype=np.float64)
     ok = np.isfinite(y)
-    if ok.sum() < 3:
+    if ok.sum() < min_points:
         return math.nan
     return float(np.polyfit(x[ok], y[ok], 1)[0])
 
@@ -138,8 +126,8 @@ def gap_trend(
             np.nanmax(np.where(np.isfinite(tail_vals), tail_vals, -np.inf), axis=1),
             np.nan,
         )
-    gap_share = _relative_slope(gap)
-    tail_share = _relative_slope(tail)
+    gap_share = _relative_slope(gap, th.trend_min_points)
+    tail_share = _relative_slope(tail, th.trend_min_points)
     widening = (
         math.isfinite(gap_share)
         and math.isfinite(tail_share)
@@ -149,8 +137,8 @@ def gap_trend(
     return Trend(gap_share, tail_share, widening)
 
 
-def _relative_slope(y: Array) -> float:
-    slope = trend_slope(y)
+def _relative_slope(y: Array, min_points: int) -> float:
+    slope = trend_slope(y, min_points)
     finite = y[np.isfinite(y)]
     mean = float(np.abs(finite).mean()) if finite.size else math.nan
     return slope / mean if math.isfinite(slope) and mean > 0 else math.nan

@@ -138,7 +138,7 @@ def kv_shortage(
         keys.append("preemptions")
         text.append(f"{preempt:.0f} requests were preempted (recomputed)")
     running = m.get("running")[mask, j]
-    slope = trend_slope(running)
+    slope = trend_slope(running, th.trend_min_points)
     mean_running = float(np.nanmean(running)) if np.isfinite(running).any() else math.nan
     share = slope / mean_running if math.isfinite(slope) and mean_running > 0 else math.nan
     if imp.queue_growing and math.isfinite(share) and abs(share) <= th.running_flat_share:

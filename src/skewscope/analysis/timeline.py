@@ -12,7 +12,6 @@ import math
 import numpy as np
 
 from skewscope.analysis.detect import UnitHeat
-from skewscope.analysis.impact import IMPACT_METRICS
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix, nanmean
 from skewscope.catalogue import SERIES
 from skewscope.config import Thresholds
@@ -68,13 +67,15 @@ def episodes(
             mask = (m.windows >= run.start_s) & (m.windows < run.end_s) & h.active
             score = h.score[mask]
             peak = float(np.nanmax(score)) if np.isfinite(score).any() else math.nan
-            impact = _impact(m, h.index, peers, mask)
+            impact = _impact(m, h.index, peers, mask, th.impact_floors)
             hurting = tuple(k for k, v in impact.items() if v >= th.impact_ratio)
             out.append(Episode(h.unit, run, peak, h.driver, impact, hurting))
     return tuple(sorted(out, key=lambda e: (e.run.start_s, e.unit)))
 
 
-def _impact(m: SignalMatrix, j: int, peers: list[int], mask: Flags) -> dict[str, float]:
+def _impact(
+    m: SignalMatrix, j: int, peers: list[int], mask: Flags, floors: dict[str, float]
+) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in EPISODE_IMPACT:
         values = m.get(key)[mask]
@@ -82,7 +83,7 @@ def _impact(m: SignalMatrix, j: int, peers: list[int], mask: Flags) -> dict[str,
         peer_means = [nanmean(values[:, k]) for k in peers]
         finite = [v for v in peer_means if math.isfinite(v)]
         ref = float(np.median(finite)) if finite else math.nan
-        out[key] = (unit / max(ref, IMPACT_METRICS[key])
+        out[key] = (unit / max(ref, floors[key])
                     if math.isfinite(unit) and math.isfinite(ref) else math.nan)
     return out
 
