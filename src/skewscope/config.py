@@ -7,7 +7,11 @@ thresholding so the report can show how far from a threshold a unit was).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+
+from skewscope.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,36 @@ class Thresholds:
     gateway_key_share: float = 0.5
     gateway_down_share: float = 0.05
 
+    def as_dict(self) -> dict[str, float]:
+        """The analysis' thresholds by name, as the report carries them (not SOURCE_SETTINGS)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in SOURCE_SETTINGS}
+
+    def overridden(self) -> tuple[str, ...]:
+        """Names whose value differs from the default (set by ``--config``)."""
+        return tuple(k for k, v in self.as_dict().items() if v != getattr(DEFAULT_THRESHOLDS, k))
+
+    def updated(self, values: Mapping[str, object], where: str) -> Thresholds:
+        """These thresholds with ``values`` set; an unknown key, a wrong type or a non-finite
+        number is a UsageError naming ``where`` and the key (a typo must never pass silently)."""
+        kinds = {f.name: f.type for f in fields(self)}
+        clean: dict[str, float] = {}
+        for key, value in values.items():
+            kind = kinds.get(key)
+            if kind is None:
+                raise UsageError(f"{where} {key}: unknown threshold (docs/configuration.md)")
+            if key in SOURCE_SETTINGS:
+                raise UsageError(f"{where} {key}: read by the sources, not the analysis; "
+                                 "--config cannot set it")
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or (kind == "int" and not isinstance(value, int))):
+                want = "an integer" if kind == "int" else "a number"
+                raise UsageError(f"{where} {key}: expected {want}, got {value!r}")
+            if not math.isfinite(value):
+                raise UsageError(f"{where} {key}: expected a finite number, got {value!r}")
+            clean[key] = float(value) if kind == "float" else value
+        return replace(self, **clean)  # type: ignore[arg-type]
+
     @property
     def impact_floors(self) -> dict[str, float]:
         """Impact metric -> the floor under its reference, in report order."""
@@ -150,6 +184,11 @@ class Thresholds:
 
 
 DEFAULT_THRESHOLDS = Thresholds()
+# Thresholds the sources read (windowing, clock outliers, body limits, progress): always their
+# defaults, so neither in a report's ``thresholds`` nor settable by ``--config``.
+SOURCE_SETTINGS = frozenset({"target_windows", "min_window_s", "time_outlier_mads",
+                             "time_outlier_floor_s", "max_query_mb", "max_scrape_mb",
+                             "progress_every_s"})
 
 
 @dataclass(frozen=True)

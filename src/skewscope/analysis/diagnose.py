@@ -204,6 +204,8 @@ def diagnose_frame(
         "missing": frame.missing,
         "placed_share": frame.placed_share,
         "aliases": dict(frame.aliases),
+        "thresholds": th.as_dict(),
+        "thresholds_overridden": th.overridden(),
     }
     if frame.df.height == 0:
         return _insufficient(base, notes, "the input holds no data in the analysed range")

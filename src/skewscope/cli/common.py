@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skewscope.catalogue import Dialect
-from skewscope.errors import UsageError
+from skewscope.errors import InputError, UsageError
 
 if TYPE_CHECKING:
+    from skewscope.config import Thresholds
     from skewscope.frame import Evidence, GatewayEvidence
     from skewscope.report.comparison import Comparison
     from skewscope.report.model import Report
@@ -243,6 +244,39 @@ def device_map_from_args(args: argparse.Namespace) -> DeviceMap | None:
 
     path = getattr(args, "device_map", None)
     return load_device_map(path) if path else None
+
+
+def add_config_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML file whose [thresholds] table overrides the analysis' "
+                        "thresholds (docs/configuration.md); the report lists those it used")
+
+
+def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
+    """The defaults, or those of --config FILE: a ``[thresholds]`` table of name = number."""
+    import tomllib
+
+    from skewscope.config import DEFAULT_THRESHOLDS
+
+    path = getattr(args, "config", None)
+    if not path:
+        return DEFAULT_THRESHOLDS
+    try:
+        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InputError(f"--config {path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"--config {path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"--config {path}: not TOML ({e})") from None
+    for key in doc:
+        if key != "thresholds":
+            raise UsageError(f"--config {path}: {key}: unknown key (expected a [thresholds] "
+                             "table)")
+    table = doc.get("thresholds", {})
+    if not isinstance(table, dict):
+        raise UsageError(f"--config {path}: thresholds: expected a table, got {table!r}")
+    return DEFAULT_THRESHOLDS.updated(table, f"--config {path}: [thresholds]")
 
 
 def pick_renderer(args: argparse.Namespace) -> Renderer:

@@ -18,6 +18,7 @@ from skewscope.cli import common
 from skewscope.errors import GATE_EXIT_CODE, InputError, UsageError
 
 if TYPE_CHECKING:
+    from skewscope.config import Thresholds
     from skewscope.report.comparison import Comparison
 
 
@@ -44,6 +45,7 @@ def register(sub: Any) -> None:
     common.add_auth_args(c)
     c.add_argument("--level", default="auto", choices=("auto", "instance", "dp"))
     c.add_argument("--window", metavar="DURATION", help="window size (default: >= 24 windows)")
+    common.add_config_arg(c)
     c.add_argument("--fail-on", choices=[str(f) for f in FailOn],
                    help="exit 6 when the after side is still imbalanced (verdict not "
                    "converged), or only when it got worse")
@@ -51,7 +53,9 @@ def register(sub: Any) -> None:
     c.set_defaults(run=run)
 
 
-def _report(args: argparse.Namespace, path: str | None, side: str) -> dict[str, Any]:
+def _report(
+    args: argparse.Namespace, path: str | None, side: str, th: Thresholds
+) -> dict[str, Any]:
     """One side as a report dict (``Report.to_dict()`` form)."""
     from skewscope.analysis.diagnose import diagnose
 
@@ -62,14 +66,14 @@ def _report(args: argparse.Namespace, path: str | None, side: str) -> dict[str, 
         if end <= start:
             raise UsageError(f"--{side}-end must be after --{side}-start")
         evidence = common.prometheus_loader(args, window)(start, end)
-        return diagnose(evidence, level=args.level).to_dict()
+        return diagnose(evidence, level=args.level, th=th).to_dict()
     assert path is not None
     p = Path(path)
     if p.is_file():
         return load_json_report(p)
     from skewscope.sources.profiler import load_profiler
 
-    return diagnose(load_profiler([path], window_s=window), level=args.level).to_dict()
+    return diagnose(load_profiler([path], window_s=window), level=args.level, th=th).to_dict()
 
 
 def load_json_report(path: Path) -> dict[str, Any]:
@@ -119,9 +123,10 @@ def comparison(args: argparse.Namespace) -> Comparison:
                              "or --prometheus URL with --before-start/--before-end/"
                              "--after-start/--after-end")
         labels = (args.before, args.after)
-    before = _report(args, args.before, "before")
-    after = _report(args, args.after, "after")
-    return compare(before, after, labels)
+    th = common.thresholds_from_args(args)
+    before = _report(args, args.before, "before", th)
+    after = _report(args, args.after, "after", th)
+    return compare(before, after, labels, th=th)
 
 
 def gate(fail_on: str | None, verdict: str) -> int:

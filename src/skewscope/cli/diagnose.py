@@ -49,6 +49,7 @@ def register(sub: Any) -> None:
     d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"),
                    help=LEVEL_HELP)
     d.add_argument("--window", metavar="DURATION", help=window_help())
+    common.add_config_arg(d)
     d.add_argument("--fail-on", choices=[str(FailOn.IMBALANCED)],
                    help="exit 6 when the verdict is imbalanced (CI or canary gate)")
     common.add_output_args(d)
@@ -121,8 +122,9 @@ def run(args: argparse.Namespace) -> int:
 
     common.pick_renderer(args)
     common.check_output(args)
+    th = common.thresholds_from_args(args)
     evidence = load_evidence(args)
-    report = diagnose(evidence, level=args.level)
+    report = diagnose(evidence, level=args.level, th=th)
     common.emit_report(report, args)
     if args.fail_on == FailOn.IMBALANCED and report.verdict == Verdict.IMBALANCED:
         return GATE_EXIT_CODE

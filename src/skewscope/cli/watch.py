@@ -34,6 +34,7 @@ def register(sub: Any) -> None:
     common.add_online_source_args(w, fixed_range=False)
     common.add_auth_args(w)
     w.set_defaults(last="15m")
+    common.add_config_arg(w)
     w.add_argument("--every", default="30s", metavar="DURATION",
                    help="time between runs (default 30s)")
     w.add_argument("--level", default="auto", choices=("auto", "instance", "dp"))
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     last_s = common.parse_duration(args.last, "--last")
     every_s = common.parse_duration(args.every, "--every")
     window = common.parse_duration(args.window, "--window") if args.window else None
+    thresholds = common.thresholds_from_args(args)
     if args.runs is not None and args.runs < 1:
         raise UsageError("--runs: expected a positive number of runs")
     if args.listen:
@@ -124,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
                 print(screen.log_line(st, time.time()), file=log, flush=True)
 
         watcher = Watcher(source, last_s=last_s, every_s=every_s, level=args.level,
+                          thresholds=thresholds,
                           store=store, on_run=on_run)
         if args.listen:
             from skewscope.monitor.exporter import serve

@@ -187,6 +187,27 @@ def footer_notes(report: Report) -> list[str]:
     return notes  # the online sources already note that percentiles are bucket estimates
 
 
+# The thresholds a report's footer always names (the JSON carries all of them).
+HEADLINE_THRESHOLDS = ("hot_ratio", "persist_share", "min_consecutive", "starved_ratio",
+                       "impact_ratio", "severe_tail_ratio")
+
+
+def thresholds_line(report: Report) -> str:
+    """One footer line: the headline thresholds and every one ``--config`` set ("" when the
+    report carries none)."""
+    th = report.thresholds
+    if not th:
+        return ""
+    shown = [k for k in HEADLINE_THRESHOLDS if k in th]
+    line = "thresholds: " + ", ".join(f"{k} {th[k]:g}" for k in shown)
+    if report.thresholds_overridden:
+        line += "; set by --config: " + ", ".join(
+            f"{k} {th[k]:g}" for k in report.thresholds_overridden if k in th)
+    else:
+        line += " (defaults)"
+    return line + "; the rest in the JSON report"
+
+
 GATEWAY_COLUMNS = ("upstream", "unit", "router share", "engine share", "unhealthy",
                    "circuit open", "req bytes", "top keys")
 

@@ -43,6 +43,8 @@ def render(report: Report, heading: str = "#") -> str:
         out.append("")
     for d in report.drilldown:
         out.append(render(d, heading + "#"))
+    if heading == "#" and report.thresholds:
+        out.extend(["", f"_{_text(fmt.thresholds_line(report))}_", ""])
     return "\n".join(out)
 
 

@@ -369,6 +369,10 @@ class Report:
     gateway: GatewayFacts | None = None  # the gateway's decisions, when gateway evidence was read
     skew_price: tuple[SkewPrice, ...] = ()  # DP level: per instance with two or more ranks
     fleet: FleetSummary | None = None  # more units than one table should list
+    # The analysis' thresholds this report was judged with (config.Thresholds by name), and
+    # those set away from their defaults (--config).
+    thresholds: dict[str, float] = field(default_factory=dict)
+    thresholds_overridden: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -396,6 +400,8 @@ class Report:
                 "gateway": self.gateway.to_dict() if self.gateway else None,
                 "skew_price": [p.to_dict() for p in self.skew_price],
                 "fleet": self.fleet.to_dict() if self.fleet else None,
+                "thresholds": self.thresholds,
+                "thresholds_overridden": list(self.thresholds_overridden),
             }
         )
 

@@ -66,6 +66,8 @@ def _body(report: Report, width: int, nested: bool = False) -> Group:
         parts.append(Text(f"note: {line}", style="yellow"))
     for d in report.drilldown:
         parts.append(_body(d, width, nested=True))
+    if not nested and report.thresholds:
+        parts.append(Text(fmt.thresholds_line(report), style="dim"))
     return Group(*parts)
 
 
