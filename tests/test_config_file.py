@@ -3,6 +3,7 @@ lists the thresholds it used, and a bad file gives one clean line naming the key
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,6 +26,11 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     assert main(["diagnose", EXAMPLE, "--level", "instance", "--format", "json", *argv]) == 0
     doc: dict[str, object] = json.loads(capsys.readouterr().out)
     return doc
+
+
+def test_source_settings_are_thresholds_fields() -> None:
+    assert set(DEFAULT_THRESHOLDS.as_dict()) | SOURCE_SETTINGS == {
+        f.name for f in dataclasses.fields(DEFAULT_THRESHOLDS)}
 
 
 def test_report_carries_the_default_thresholds(capsys: pytest.CaptureFixture[str]) -> None:

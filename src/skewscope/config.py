@@ -184,11 +184,9 @@ class Thresholds:
 
 
 DEFAULT_THRESHOLDS = Thresholds()
-# Thresholds the sources read (windowing, clock outliers, body limits, progress): always their
-# defaults, so neither in a report's ``thresholds`` nor settable by ``--config``.
-SOURCE_SETTINGS = frozenset({"target_windows", "min_window_s", "time_outlier_mads",
-                             "time_outlier_floor_s", "max_query_mb", "max_scrape_mb",
-                             "progress_every_s"})
+# Thresholds the sources read (online body limits, progress): always their defaults, so
+# neither in a report's ``thresholds`` nor settable by ``--config``.
+SOURCE_SETTINGS = frozenset({"max_query_mb", "max_scrape_mb", "progress_every_s"})
 
 
 @dataclass(frozen=True)
