@@ -39,7 +39,7 @@ from skewscope.analysis.summary import (
     unit_summary,
 )
 from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
-from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, Kind
+from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, Kind, metric_text
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence, Level, UnitFrame
@@ -641,11 +641,8 @@ def _num(key: str, v: float) -> str:
     """A value with its unit, as the summary sentence shows it."""
     if not math.isfinite(v):
         return "n/a"
-    unit = METRIC_BY_KEY[key].unit
-    if unit == "frac":
-        return f"{v:.0%}"
-    text = f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
-    return f"{text} {unit}" if unit == "ms" else text
+    text = metric_text(key, v)
+    return f"{text} ms" if METRIC_BY_KEY[key].unit == "ms" else text
 
 
 def _bounded_num(key: str, v: float, bound: str) -> str:

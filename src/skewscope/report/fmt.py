@@ -5,7 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, UNIT_COLUMNS, Kind, kind_title
+from skewscope.catalogue import (
+    BOUND_PREFIX,
+    METRIC_BY_KEY,
+    UNIT_COLUMNS,
+    Kind,
+    kind_title,
+    metric_text,
+)
 from skewscope.errors import one_line
 from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport, rounded
 
@@ -41,16 +48,7 @@ def value(key: str, v: float | None, bound: str = "") -> str:
     histogram bucket bound reads '< 300' (at most) or '> 10,000' (the +Inf bucket)."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
-    unit = METRIC_BY_KEY[key].unit if key in METRIC_BY_KEY else ""
-    if unit == "frac":
-        text = f"{v:.0%}"
-    elif abs(v) >= 100:
-        text = f"{v:,.0f}"
-    elif abs(v) >= 10:
-        text = f"{v:.1f}"
-    else:
-        text = f"{v:.2f}"
-    return BOUND_PREFIX.get(bound, "") + text
+    return BOUND_PREFIX.get(bound, "") + metric_text(key, v)
 
 
 def ratio(r: float) -> str:
