@@ -15,8 +15,6 @@ ALLOWED: dict[str, set[float]] = {
     "compare.py": {95, 99},  # p95 / p99: the figures' names
     "spread.py": {0.5, 0.9, 3},  # median / p90: the spread's names; 3: the rank after 3 roles
     "timeline.py": {3},  # three bands (median, min, max)
-    # the heat floors; Thresholds takes them over in the rules branch (floor_*)
-    "detect.py": {0.05, 2.0, 100.0, 0.5},
 }
 
 
