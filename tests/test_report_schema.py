@@ -167,3 +167,37 @@ def test_schema_lists_the_catalogue() -> None:
         HEAT_SIGNALS)
     assert set(defs["series"]["properties"]["values"]["propertyNames"]["enum"]) == {
         s.key for s in SERIES}
+    signal = validator("compare").schema["$defs"]["signal"]["properties"]["signal"]["enum"]
+    assert set(signal) == {s.key for s in SERIES}
+
+
+def _run(**over: Spec) -> dict[str, Any]:
+    return diagnose_frame(make_frame({u: over.get(u, Spec()) for u in "abcd"})).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "verdict"),
+    [
+        ({"d": Spec(rate=40.0)}, {}, "converged"),
+        ({"d": Spec(rate=60.0)}, {"d": Spec(rate=32.0)}, "improved"),
+        ({}, {"b": Spec(rate=45.0)}, "worse"),
+        ({"d": Spec(rate=40.0)}, {"d": Spec(rate=40.0)}, "unchanged"),
+        ({"d": Spec(until=2)}, {}, "converged"),
+    ],
+)
+def test_compare_reports_are_valid(before: dict[str, Spec], after: dict[str, Spec],
+                                   verdict: str) -> None:
+    from skewscope.analysis.compare import compare
+
+    doc = json.loads(json.dumps(compare(_run(**before), _run(**after)).to_dict()))
+    assert doc["verdict"] == verdict
+    assert_valid(doc, "compare")
+    doc["signals"][0]["before"]["hot_peer"] = doc["signals"][0]["before"].pop("hot_peer_ratio")
+    assert list(validator("compare").iter_errors(doc))  # a renamed field fails
+
+
+def test_compare_cli_report_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(EXAMPLE), str(EXAMPLE), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert_valid(doc, "compare")
+    assert list(validator().iter_errors(doc))  # not a diagnose report
