@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from report_schema import assert_valid
 from skewscope.cli import main
 from skewscope.config import WHATIF
 from skewscope.sim.engine import simulate
@@ -36,7 +37,9 @@ STARVED = {"health-check", "late-join"}  # the cause is an idle unit: min/median
 def whatif_json(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Any:
     jobs = [] if "--jobs" in extra else ["--jobs", "1"]
     assert main(["whatif", str(folder), "--format", "json", *jobs, *extra]) == 0
-    return json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    assert_valid(doc, "whatif")  # the JSON contract (report/schema/whatif.schema.json)
+    return doc
 
 
 @pytest.fixture(scope="module")
