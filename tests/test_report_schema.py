@@ -15,7 +15,7 @@ import pytest
 from frame_builder import Spec, make_frame
 from report_schema import assert_valid, validator
 from skewscope.analysis.diagnose import diagnose, diagnose_frame
-from skewscope.catalogue import HEAT_SIGNALS, METRICS, SERIES, Kind
+from skewscope.catalogue import HEAT_SIGNALS, METRICS, SERIES, GatewaySource, Kind, PolicyClass
 from skewscope.cli import main
 from skewscope.config import ROOT_CAUSES
 from skewscope.frame import Evidence, GatewayEvidence, GatewayUnit, Level
@@ -160,6 +160,9 @@ def test_schema_lists_the_catalogue() -> None:
     defs = validator().schema["$defs"]
     assert set(defs["finding"]["properties"]["kind"]["enum"]) == {k.value for k in Kind}
     assert set(defs["root_cause"]["properties"]["key"]["enum"]) == set(ROOT_CAUSES)
+    gateway = defs["gateway"]["properties"]
+    assert set(gateway["source"]["enum"]) == {s.value for s in GatewaySource}
+    assert set(gateway["policy_class"]["enum"]) - {None} == {p.value for p in PolicyClass}
     unit_props = set(defs["unit"]["properties"])
     assert {m.key for m in METRICS} <= unit_props
     assert unit_props - {m.key for m in METRICS} == set(defs["unit"]["required"])
