@@ -11,7 +11,7 @@ pins = {re.split(r"[=<>]", l)[0].strip().lower(): l.split("==")[1].strip()
         for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")}
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
 for d in deps:
-    name, _, low = re.match(r"([A-Za-z0-9_.-]+)\s*(>=\s*([^,;\s]+))?", d).groups()
+    name, _, low = re.match(r"([A-Za-z0-9_.-]+)\s*((?:>=|==)\s*([^,;\s]+))?", d).groups()
     key = name.lower()
     if key not in pins:
         sys.exit(f"min-versions: {name} is a dependency but not pinned in {sys.argv[1]}")
