@@ -116,8 +116,12 @@ def gap_trend(
     vals = m.get(signal)[mask]
     if not ref_cols:
         return Trend(math.nan, math.nan, False)
-    with np.errstate(all="ignore"):
-        gap = vals[:, j] - np.nanmedian(vals[:, ref_cols], axis=1)
+    ref = vals[:, ref_cols]
+    measured = np.isfinite(ref).any(axis=1)  # a window no peer measured has no gap, not a warning
+    ref_median = np.full(len(ref), np.nan)
+    if measured.any():
+        ref_median[measured] = np.nanmedian(ref[measured], axis=1)
+    gap = vals[:, j] - ref_median
     tail_sig = "e2e_p99_ms" if m.has("e2e_p99_ms") else "ttft_p99_ms"
     tail_vals = m.get(tail_sig)[mask]
     with np.errstate(all="ignore"):
