@@ -75,6 +75,36 @@ def test_access_log_counts_match_what_each_engine_got(tmp_path: Path) -> None:
     assert any("no upstream" in n for n in gw.notes)  # nginx's own readiness answer
 
 
+def _one_key_per_other_upstream(send: Callable[[str], None], cluster: LiveCluster,
+                                hot: str) -> list[str]:
+    """A light session key for every engine but ``hot``: the background traffic reaches each of
+    them evenly (one-off keys hash by chance, and with ~1 request per 1 s window a chance
+    pile-up on one peer reads as a second hot unit)."""
+    found: dict[str, str] = {}
+    for k in range(400):
+        before = _routed(cluster)
+        send(f"light-{k}")
+        after = _routed(cluster)
+        up = next(u for u in after if after[u] > before[u])
+        if up != hot:
+            found.setdefault(up, f"light-{k}")
+        if len(found) == len(after) - 1:
+            return list(found.values())
+    raise AssertionError("no light key for some engine")
+
+
+def _even_traffic(url: str, heavy: list[str], light: list[str], rounds: int,
+                  stop: threading.Event) -> None:
+    """Bounded load: per round, every heavy key 3 times and every light key once."""
+    with httpx.Client(timeout=10) as c:
+        for _ in range(rounds):
+            if stop.is_set():
+                return
+            for key in [*(h for h in heavy for _ in range(3)), *light]:
+                assert c.post(f"{url}/v1/completions", json=BODY,
+                              headers={"X-Session-Id": key}).status_code == 200
+
+
 def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
     """End to end through the CLI: --scrape the engines while nginx routes, --access-log."""
     with sim_engines("idle") as cluster:
@@ -84,7 +114,8 @@ def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
                 c.post(f"{url}/v1/completions", json=BODY, headers={"X-Session-Id": key})
 
             heavy, hot = _heavy_keys(send, cluster)
-            doc = scrape_diagnose(cluster, lambda stop: _traffic(url, heavy, 400, stop),
+            light = _one_key_per_other_upstream(send, cluster, hot)
+            doc = scrape_diagnose(cluster, lambda stop: _even_traffic(url, heavy, light, 400, stop),
                                   ["--access-log", str(log)], tmp_path / "report.json")
     assert doc["verdict"] == "imbalanced", doc["notes"]
     assert doc["hot_units"] == [hot]
