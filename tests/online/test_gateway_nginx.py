@@ -43,13 +43,16 @@ def _heavy_keys(send: Callable[[str], None], cluster: LiveCluster, n: int = 3) -
     raise AssertionError("no engine got n keys")
 
 
-def _traffic(url: str, heavy: list[str], seconds_worth: int, stop: threading.Event) -> None:
-    """Bounded load: per round, every heavy key 3 times and 4 one-off keys."""
+def _traffic(url: str, heavy: list[str], seconds_worth: int, stop: threading.Event,
+             light: list[str] | None = None) -> None:
+    """Bounded load: per round, every heavy key 3 times and every ``light`` key once (default:
+    4 one-off keys)."""
     with httpx.Client(timeout=10) as c:
         for r in range(seconds_worth):
             if stop.is_set():
                 return
-            keys = [*(h for h in heavy for _ in range(3)), *(f"u{r}-{j}" for j in range(4))]
+            extra = light if light is not None else [f"u{r}-{j}" for j in range(4)]
+            keys = [*(h for h in heavy for _ in range(3)), *extra]
             for key in keys:
                 assert c.post(f"{url}/v1/completions", json=BODY,
                               headers={"X-Session-Id": key}).status_code == 200
@@ -93,18 +96,6 @@ def _one_key_per_other_upstream(send: Callable[[str], None], cluster: LiveCluste
     raise AssertionError("no light key for some engine")
 
 
-def _even_traffic(url: str, heavy: list[str], light: list[str], rounds: int,
-                  stop: threading.Event) -> None:
-    """Bounded load: per round, every heavy key 3 times and every light key once."""
-    with httpx.Client(timeout=10) as c:
-        for _ in range(rounds):
-            if stop.is_set():
-                return
-            for key in [*(h for h in heavy for _ in range(3)), *light]:
-                assert c.post(f"{url}/v1/completions", json=BODY,
-                              headers={"X-Session-Id": key}).status_code == 200
-
-
 def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
     """End to end through the CLI: --scrape the engines while nginx routes, --access-log."""
     with sim_engines("idle") as cluster:
@@ -115,7 +106,7 @@ def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
 
             heavy, hot = _heavy_keys(send, cluster)
             light = _one_key_per_other_upstream(send, cluster, hot)
-            doc = scrape_diagnose(cluster, lambda stop: _even_traffic(url, heavy, light, 400, stop),
+            doc = scrape_diagnose(cluster, lambda stop: _traffic(url, heavy, 400, stop, light),
                                   ["--access-log", str(log)], tmp_path / "report.json")
     assert doc["verdict"] == "imbalanced", doc["notes"]
     assert doc["hot_units"] == [hot]
