@@ -207,6 +207,11 @@ class GatewaySource(StrEnum):
     VLLM_ROUTER = "vllm-router"  # vLLM's router (a fork of it), prefix ``vllm_router_``
     NGINX = "nginx"  # access log with $upstream_addr
     ENVOY = "envoy"  # JSON access log with %UPSTREAM_HOST%
+    # Endpoint pickers (EPP) of llm-d (``llm_d_epp_*`` / ``llm_d_router_epp_*``) and of the
+    # Gateway API Inference Extension (``inference_extension_*``, ``inference_pool_*``)
+    LLM_D_EPP = "llm-d-epp"
+    INFERENCE_EXTENSION_EPP = "inference-extension-epp"
+    PRODUCTION_STACK = "vllm-production-stack"  # vLLM production-stack router, ``server`` label
     WORKER_LIST = "worker-list"  # a router's live GET /workers only (no request counts)
 
 
@@ -219,10 +224,16 @@ class PolicyClass(StrEnum):
     LOAD_AWARE = "load_aware"  # picks by a polled load figure
 
 
+# What an endpoint picker calls its policy: it scores every endpoint on the queue, KV and
+# prefix figures it polls from the engines (llm-d's default scorer weights 2, 2, 3).
+EPP_POLICY = "epp-scorers"
+
 # Router policy names (sglang-router ``--policy``/``smg_worker_selection_total{policy}``,
-# vllm-router ``--routing-logic``) and what each one looks at.
+# vllm-router ``--routing-logic``, production-stack ``--routing-logic`` /
+# ``vllm:routing_decisions_total{algorithm}``) and what each one looks at.
 POLICY_CLASS: dict[str, PolicyClass] = {
     "round_robin": PolicyClass.TOKEN_BLIND,
+    "roundrobin": PolicyClass.TOKEN_BLIND,
     "random": PolicyClass.TOKEN_BLIND,
     "consistent_hash": PolicyClass.STICKY,
     "consistent_hashing": PolicyClass.STICKY,
@@ -236,4 +247,9 @@ POLICY_CLASS: dict[str, PolicyClass] = {
     "kvaware": PolicyClass.PREFIX,
     "power_of_two": PolicyClass.LOAD_AWARE,
     "least_loaded": PolicyClass.LOAD_AWARE,
+    EPP_POLICY: PolicyClass.LOAD_AWARE,
 }
+# Policy classes that pick by a load figure the router polls from the engines, and so can act
+# on a stale one (prefix policies fall back to the least-loaded worker when imbalanced).
+POLLED_LOAD_CLASSES: frozenset[PolicyClass] = frozenset(
+    {PolicyClass.LOAD_AWARE, PolicyClass.PREFIX})

@@ -137,6 +137,15 @@ class Thresholds:
     gateway_top_keys: int = 3
     gateway_key_share: float = 0.5
     gateway_down_share: float = 0.05
+    # Stale load: a router that picks by a load figure it polls from the engines (power of two,
+    # least loaded, cache/KV-aware fallbacks, endpoint-picker scorers) decides on stale load
+    # when its view of a unit's queue differs from the queue the engine measured by at least
+    # this share of the engine's mean queue (floored at ``floor_waiting``), on average over
+    # the windows: its polling interval is longer than the bursts it should see. The report
+    # notes it and by how many windows the router's view lags, tried up to
+    # ``gateway_stale_max_lag`` windows.
+    gateway_stale_load_gap: float = 0.5
+    gateway_stale_max_lag: int = 3
 
     def as_dict(self) -> dict[str, float]:
         """The analysis' thresholds by name, as the report carries them (not SOURCE_SETTINGS)."""

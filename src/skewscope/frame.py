@@ -124,6 +124,11 @@ class GatewayUnit:
     request_bytes: float = math.nan  # mean request size in bytes
     keys: tuple[tuple[str, float], ...] = ()  # top client/session keys: (key, requests)
     distinct_keys: int = 0
+    # Per window of ``GatewayEvidence.window_starts`` (empty: the source has no time series):
+    # requests sent to it, and the load the router believed it had (its polled queue: NaN where
+    # the router exports none).
+    series: tuple[float, ...] = ()
+    load_series: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,13 @@ class GatewayEvidence:
     policy: str | None = None  # catalogue.POLICY_CLASS key, when the source names it
     key_name: str | None = None  # what the per-key counts are keyed by (header, client address)
     notes: tuple[str, ...] = ()
+    window_starts: tuple[float, ...] = ()  # the windows of the units' series (engines' grid)
+    # Pool-wide figures the router exports (endpoint pickers: ready endpoints, average KV
+    # utilisation and queue), by name: read at the range end / averaged over it.
+    pool: tuple[tuple[str, float], ...] = ()
+    # The units' ``load_series`` is the engines' queue as the router polled it (an endpoint
+    # picker), not the router's own count of its in-flight requests.
+    load_polled: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,11 +163,18 @@ class Evidence:
 
 def upstream_key(address: str) -> str:
     """``http://10.0.0.1:8000/metrics`` and ``10.0.0.1:8000`` -> ``10.0.0.1:8000``: the one
-    spelling of a unit's address that gateway and engine evidence are joined on."""
+    spelling of a unit's address that gateway and engine evidence are joined on. A DP-aware
+    router's worker ``http://10.0.0.1:8000@2`` keeps its rank: ``10.0.0.1:8000@2``."""
     a = address.strip()
     if "://" in a:
         a = a.split("://", 1)[1]
     return a.split("/", 1)[0].lower()
+
+
+def split_rank(upstream: str) -> tuple[str, int | None]:
+    """``host:port@2`` -> (``host:port``, 2); an upstream without a rank -> (it, None)."""
+    base, sep, rank = upstream.rpartition("@")
+    return (base, int(rank)) if sep and base and rank.isdigit() else (upstream, None)
 
 
 def empty_schema() -> dict[str, object]:

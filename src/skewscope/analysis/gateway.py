@@ -19,9 +19,18 @@ import math
 from dataclasses import replace
 from statistics import median
 
-from skewscope.catalogue import POLICY_CLASS, Level, PolicyClass
+import numpy as np
+
+from skewscope.analysis.gateway_series import (
+    at_level,
+    diverged_from,
+    engine_key,
+    share_series,
+    stale_load,
+)
+from skewscope.catalogue import POLICY_CLASS, POLLED_LOAD_CLASSES, Level, PolicyClass
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
-from skewscope.frame import GatewayEvidence, GatewayUnit, upstream_key
+from skewscope.frame import GatewayEvidence, GatewayUnit, split_rank
 from skewscope.report.model import (
     Finding,
     GatewayFacts,
@@ -33,7 +42,8 @@ from skewscope.report.model import (
 NO_GATEWAY_NOTE = (
     "no gateway evidence: engine metrics cannot tell wrong routing weights from sticky "
     "sessions or a failed health check; give the gateway's access log (--access-log) or a "
-    "Prometheus that also scrapes the router (sglang-router, vllm-router) to settle it"
+    "Prometheus that also scrapes the router (sglang-router, vllm-router, an llm-d or "
+    "Inference Extension endpoint picker, vLLM production-stack's router) to settle it"
 )
 
 
@@ -46,19 +56,30 @@ def missing_gateway_note(report: Report) -> Report:
     return replace(report, notes=(*report.notes, NO_GATEWAY_NOTE))
 
 
+def _has_ranks(gw: GatewayEvidence) -> bool:
+    return any(split_rank(u.upstream)[1] is not None for u in gw.units)
+
+
 def join_gateway(
     report: Report, gw: GatewayEvidence, th: Thresholds = DEFAULT_THRESHOLDS
 ) -> Report:
-    """The report with its gateway facts and, at instance level, the findings re-ranked."""
+    """The report with its gateway facts and the findings re-ranked at instance level, and at
+    DP level when the router picks ranks (``url@rank`` workers, also joined into each DP
+    drill-down)."""
+    ranked = _has_ranks(gw)
+    if ranked and report.drilldown:
+        report = replace(report, drilldown=tuple(_join_ranks(d, gw, th)
+                                                 for d in report.drilldown))
+    gw = at_level(gw, report.level)
     facts = gateway_facts(report, gw, th)
     notes = list(gw.notes)
     unjoined = [u.upstream for u in facts.units if u.unit is None]
     if unjoined:
         notes.append(
             f"gateway upstream(s) {', '.join(unjoined)} match no engine unit (joined on "
-            "host:port, the engines' Prometheus instance label)"
+            "host:port, the engines' Prometheus instance label; a DP rank as host:port@rank)"
         )
-    if report.level != Level.INSTANCE:
+    if report.level != Level.INSTANCE and not ranked:
         return replace(report, gateway=facts, notes=(*report.notes, *notes))
     findings = tuple(_rank(f, facts, gw, th) for f in report.findings)
     starved = {u for f in findings if f.evidence.get("starved_share") for u in f.units}
@@ -68,6 +89,16 @@ def join_gateway(
             notes.append(f"the gateway marked {u.unit} {_listing(down)} while its engine kept "
                          "reporting metrics: traffic it would have taken went to its peers")
     return replace(report, gateway=facts, findings=findings, notes=(*report.notes, *notes))
+
+
+def _join_ranks(dp: Report, gw: GatewayEvidence, th: Thresholds) -> Report:
+    """A DP drill-down with the router's workers of its instance (``url@rank``) joined."""
+    inst = {split_rank(engine_key(u))[0] for u in dp.units}
+    mine = tuple(u for u in gw.units if split_rank(u.upstream)[0] in inst
+                 and split_rank(u.upstream)[1] is not None)
+    if not mine:
+        return dp
+    return join_gateway(dp, replace(gw, units=mine, notes=()), th)
 
 
 def _down(u: GatewayUnitFacts, th: Thresholds) -> list[tuple[float, str]]:
@@ -83,9 +114,11 @@ def _listing(down: list[tuple[float, str]]) -> str:
 
 def gateway_facts(report: Report, gw: GatewayEvidence, th: Thresholds) -> GatewayFacts:
     engine_rates = {
-        upstream_key(u.unit): (u.unit, u.metrics.get("requests_per_s", math.nan))
+        engine_key(u): (u.unit, u.metrics.get("requests_per_s", math.nan))
         for u in report.units
     }
+    shares = share_series(gw.units)
+    diverged = diverged_from(gw.units, gw.window_starts, th) if gw.window_starts else {}
     finite = [r for _, r in engine_rates.values() if math.isfinite(r)]
     engine_total = sum(finite)
     router_total = sum(u.requests for u in gw.units)
@@ -111,6 +144,10 @@ def gateway_facts(report: Report, gw: GatewayEvidence, th: Thresholds) -> Gatewa
                 top_keys=top,
                 top_keys_excess_share=min(1.0, carried / excess) if top and excess > 0
                 else math.nan,
+                share_series=shares.get(g.upstream, ()),
+                diverged_from=diverged.get(g.upstream),
+                router_load=float(np.nanmean(g.load_series))
+                if any(math.isfinite(v) for v in g.load_series) else math.nan,
             )
         )
     # listed and used (a worker list alone has no counts: listed is enough)
@@ -119,8 +156,11 @@ def gateway_facts(report: Report, gw: GatewayEvidence, th: Thresholds) -> Gatewa
     missing = tuple(u for k, (u, _) in sorted(engine_rates.items()) if k not in listed)
     policy = gw.policy
     pclass = POLICY_CLASS.get(policy) if policy else None
+    joined = {u.upstream: u.unit for u in out if u.unit is not None}
+    stale = stale_load(report, gw, joined, th) if pclass in POLLED_LOAD_CLASSES else ()
     return GatewayFacts(gw.source, policy, str(pclass) if pclass else None, gw.key_name,
-                        tuple(out), missing)
+                        tuple(out), missing, window_starts=gw.window_starts,
+                        load_polled=gw.load_polled, stale_load=stale, pool=gw.pool)
 
 
 def _median_requests(units: tuple[GatewayUnit, ...]) -> dict[str, float]:
@@ -241,6 +281,7 @@ def _facts_evidence(u: GatewayUnitFacts, facts: GatewayFacts) -> dict[str, objec
         "router_share": u.router_share,
         "engine_share": u.engine_share,
         "top_keys_excess_share": u.top_keys_excess_share,
+        "router_share_diverged_from": u.diverged_from,
     }
 
 

@@ -189,6 +189,17 @@ def prometheus_loader(
     return load
 
 
+def _engine_windows(engines: Evidence) -> tuple[float, float, int] | None:
+    """(first window start, window length, count) of the engines' grid, for the gateway's
+    per-window series; None without engine windows."""
+    df, w = engines.instance.df, engines.instance.window_s
+    if df.height == 0 or not w > 0:
+        return None
+    first = float(df["window_start_s"].min())  # type: ignore[arg-type]
+    last = float(df["window_start_s"].max())  # type: ignore[arg-type]
+    return first, float(w), round((last - first) / w) + 1
+
+
 def load_gateway_evidence(
     args: argparse.Namespace, engines: Evidence
 ) -> GatewayEvidence | None:
@@ -210,6 +221,7 @@ def load_gateway_evidence(
 
         start, end = online_range(args)
         gateway = load_router_prometheus(args.prometheus, start=start, end=end,
+                                         windows=_engine_windows(engines),
                                          auth=auth_from_args(args),
                                          timeout_s=parse_duration(args.timeout, "--timeout"))
     if getattr(args, "gateway_url", None):

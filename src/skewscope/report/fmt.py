@@ -14,6 +14,7 @@ from skewscope.catalogue import (
     metric_text,
 )
 from skewscope.errors import one_line
+from skewscope.report.gateway_text import gateway_notes
 from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport, rounded
 
 KV_SHORTAGE = str(Kind.KV_SHORTAGE)
@@ -182,6 +183,7 @@ def footer_notes(report: Report) -> list[str]:
         notes.append(f"{report.placed_share:.1%} of requests were placed on a DP rank")
     if report.missing:
         notes.append("missing: " + names(report.missing))
+    notes.extend(clean(n) for n in gateway_notes(report.gateway))
     return notes  # the online sources already note that percentiles are bucket estimates
 
 
@@ -207,7 +209,7 @@ def thresholds_line(report: Report) -> str:
 
 
 GATEWAY_COLUMNS = ("upstream", "unit", "router share", "engine share", "unhealthy",
-                   "circuit open", "req bytes", "top keys")
+                   "circuit open", "router load", "req bytes", "top keys")
 
 
 def gateway_title(g: GatewayFacts) -> str:
@@ -227,6 +229,7 @@ def gateway_rows(g: GatewayFacts) -> list[list[str]]:
         keys = ", ".join(f"{name(k)} ({n:.0f})" for k, n in u.top_keys) or "—"
         rows.append([name(u.upstream), name(u.unit) if u.unit else "—", pct(u.router_share),
                      pct(u.engine_share), pct(u.unhealthy_share), pct(u.breaker_open_share),
+                     f"{u.router_load:.1f}" if math.isfinite(u.router_load) else "—",
                      f"{u.request_bytes:,.0f}" if math.isfinite(u.request_bytes) else "—",
                      keys if u.in_pool else f"not in pool; {keys}"])
     return rows

@@ -275,6 +275,13 @@ class GatewayUnitFacts:
     request_bytes: float  # mean request size
     top_keys: tuple[tuple[str, float], ...] = ()  # (key, requests), biggest first
     top_keys_excess_share: float = math.nan  # share of its excess the top keys carried
+    # Per window of GatewayFacts.window_starts: its share of the gateway's requests (NaN: the
+    # gateway sent none that window); empty without a time series.
+    share_series: tuple[float, ...] = ()
+    # Start of the first run of ``min_consecutive`` windows in which the gateway sent it at
+    # least ``count_ratio`` x its peers' median: when routing diverged (None: never).
+    diverged_from: float | None = None
+    router_load: float = math.nan  # mean load the router believed it had (its queue / in-flight)
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -290,6 +297,34 @@ class GatewayUnitFacts:
                 "request_bytes": self.request_bytes,
                 "top_keys": [{"key": k, "requests": n} for k, n in self.top_keys],
                 "top_keys_excess_share": self.top_keys_excess_share,
+                "share_series": self.share_series,
+                "diverged_from": self.diverged_from,
+                "router_load": self.router_load,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class StaleLoad:
+    """A load-aware router deciding on a load figure that differs from the engine's own queue
+    (analysis/gateway_series.py): its polled view lags or misses the bursts."""
+
+    unit: str
+    router_mean: float  # mean queue the router believed the unit had, per window
+    engine_mean: float  # mean queue the engine measured (waiting), per window
+    gap: float  # mean |router - engine| per window over the engine's mean (floored)
+    lag_windows: int  # shift of the router's view that agrees best with the engine's (0: none)
+    window_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(  # type: ignore[no-any-return]
+            {
+                "unit": self.unit,
+                "router_mean": self.router_mean,
+                "engine_mean": self.engine_mean,
+                "gap": self.gap,
+                "lag_windows": self.lag_windows,
+                "window_s": self.window_s,
             }
         )
 
@@ -304,6 +339,10 @@ class GatewayFacts:
     key_name: str | None  # what the per-key counts are keyed by
     units: tuple[GatewayUnitFacts, ...]
     not_in_gateway: tuple[str, ...] = ()  # engine units the gateway does not list / never used
+    window_starts: tuple[float, ...] = ()  # windows of the units' share_series
+    load_polled: bool = False  # router_load is the engines' queue as the router polled it
+    stale_load: tuple[StaleLoad, ...] = ()  # units whose polled load disagreed with the engine
+    pool: tuple[tuple[str, float], ...] = ()  # pool-wide figures the router exports
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -313,6 +352,10 @@ class GatewayFacts:
             "key_name": self.key_name,
             "units": [u.to_dict() for u in self.units],
             "not_in_gateway": list(self.not_in_gateway),
+            "window_starts": list(self.window_starts),
+            "load_polled": self.load_polled,
+            "stale_load": [s.to_dict() for s in self.stale_load],
+            "pool": _clean({k: v for k, v in self.pool}),
         }
 
 
