@@ -116,7 +116,7 @@ def test_stale_load_is_noted_when_the_router_view_lags_the_engine_queue() -> Non
     assert stale.lag_windows == lag and stale.gap >= 0.5
     assert all(s.unit == HOT for s in report.gateway.stale_load)
     text = "\n".join(fmt.footer_notes(report))
-    assert f"stale load: llm-d-epp under {EPP_POLICY} believed {HOT}" in text
+    assert f"stale load: llm-d-epp under {EPP_POLICY} saw {HOT}'s queue off by" in text
     assert f"agreed best {lag} window(s) (20 s) later" in text
 
 

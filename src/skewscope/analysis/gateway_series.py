@@ -136,12 +136,12 @@ def stale_load(report: Report, gw: GatewayEvidence, joined: dict[str, str],
         both = np.isfinite(router) & np.isfinite(engine)
         if both.sum() < th.min_consecutive:
             continue
-        ref = max(float(engine[both].mean()), th.floor_waiting)
-        gap = float(np.abs(router[both] - engine[both]).mean()) / ref
+        off_by = float(np.abs(router[both] - engine[both]).mean())
+        gap = off_by / max(float(engine[both].mean()), th.floor_waiting)
         if gap < th.gateway_stale_load_gap:
             continue
-        out.append(StaleLoad(unit, float(router[both].mean()), float(engine[both].mean()), gap,
-                             _lag(router, engine, th), window_s))
+        out.append(StaleLoad(unit, float(router[both].mean()), float(engine[both].mean()),
+                             off_by, gap, _lag(router, engine, th), window_s))
     return tuple(sorted(out, key=lambda s: -s.gap))
 
 

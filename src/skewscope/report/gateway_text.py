@@ -33,11 +33,12 @@ def stale_line(g: GatewayFacts, s: StaleLoad) -> str:
     lag = (f"; its view agreed best {s.lag_windows} window(s) ({s.lag_windows * s.window_s:g} s) "
            "later" if s.lag_windows and math.isfinite(s.window_s) else "")
     policy = f" under {g.policy}" if g.policy else ""
-    return (f"stale load: {g.source}{policy} believed {_name(s.unit)} had a queue of "
-            f"{s.router_mean:.1f} on average while its engine measured {s.engine_mean:.1f} "
-            f"(off by {s.gap:.0%} of it){lag}: the router polls load less often than the bursts "
-            "last, so a load-aware pick acts on load that is gone — poll more often, or weigh "
-            "the polled queue less against the router's own in-flight count")
+    return (f"stale load: {g.source}{policy} saw {_name(s.unit)}'s queue off by "
+            f"{s.off_by:.1f} request(s) a window on average ({s.gap:.0%} of the "
+            f"{s.engine_mean:.1f} its engine measured; the router's mean {s.router_mean:.1f})"
+            f"{lag}: the router polls load less often than the bursts last, so a load-aware pick "
+            "acts on load that is gone — poll more often, or weigh the polled queue less "
+            "against the router's own in-flight count")
 
 
 def pool_line(g: GatewayFacts) -> str:

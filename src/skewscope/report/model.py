@@ -312,7 +312,8 @@ class StaleLoad:
     unit: str
     router_mean: float  # mean queue the router believed the unit had, per window
     engine_mean: float  # mean queue the engine measured (waiting), per window
-    gap: float  # mean |router - engine| per window over the engine's mean (floored)
+    off_by: float  # mean |router - engine| per window, requests
+    gap: float  # off_by over the engine's mean queue (floored at Thresholds.floor_waiting)
     lag_windows: int  # shift of the router's view that agrees best with the engine's (0: none)
     window_s: float
 
@@ -322,6 +323,7 @@ class StaleLoad:
                 "unit": self.unit,
                 "router_mean": self.router_mean,
                 "engine_mean": self.engine_mean,
+                "off_by": self.off_by,
                 "gap": self.gap,
                 "lag_windows": self.lag_windows,
                 "window_s": self.window_s,
