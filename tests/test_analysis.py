@@ -168,10 +168,34 @@ def test_instance_level_without_request_counts_is_insufficient_not_balanced() ->
 
     frame = make_frame(even(c=Spec(rate=44.0)))
     blank = frame.df.with_columns(pl.lit(None, dtype=pl.Float64).alias("requests"))
+    # the source has a request counter (an alias) but no window held two samples of it
     report = diagnose_frame(UnitFrame(df=blank, level=Level.INSTANCE, window_s=10.0,
-                                      source="prometheus"))
+                                      source="prometheus",
+                                      aliases={"requests": "vllm:request_success_total"}))
     assert report.verdict == "insufficient_data"
     assert "no request counts" in report.notes[0]
+
+
+def test_instance_level_of_a_queue_only_source_is_judged_by_its_queues() -> None:
+    """A router's per-endpoint queue (llm-d) names no request counter at all: instances are
+    judged by their queues, as DP ranks are, with a note that volume was not checked."""
+    import polars as pl
+
+    from skewscope.frame import SIGNAL_COLUMNS, UnitFrame
+
+    frame = make_frame(even(c=Spec(rate=44.0)))
+    queues = frame.df.with_columns(
+        *(pl.lit(None, dtype=pl.Float64).alias(s) for s in SIGNAL_COLUMNS if s != "waiting"),
+        pl.when(pl.col("unit") == "c").then(12.0).otherwise(1.0).alias("waiting"),
+    )
+    report = diagnose_frame(UnitFrame(df=queues, level=Level.INSTANCE, window_s=10.0,
+                                      source="prometheus", aliases={"waiting": "q"}))
+    assert report.verdict == "imbalanced" and report.hot_units == ("c",)
+    assert any("counts no requests" in n for n in report.notes)
+    balanced = queues.with_columns(pl.lit(3.0).alias("waiting"))
+    report = diagnose_frame(UnitFrame(df=balanced, level=Level.INSTANCE, window_s=10.0,
+                                      source="prometheus", aliases={"waiting": "q"}))
+    assert report.verdict == "balanced"
 
 
 def test_all_traffic_on_one_of_two_ranks_is_count_skew_not_unknown() -> None:

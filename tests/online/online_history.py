@@ -219,6 +219,15 @@ def _devices(t_off: int) -> Iterator[Sample]:
 # auto-injected worker_id label); w1 finishes 3x the requests of w2. Per 15 s step:
 # (requests, inflight, kv usage fraction). The non-generate endpoint must not be counted.
 DYNAMO = {"7587888160958628": (30.0, 9.0, 0.8), "7587888160958701": (10.0, 3.0, 0.3)}
+# Per DP rank, from the frontend's per-worker gauges (worker_id, dp_rank, worker_type): (request
+# slots in use, requests waiting). Two frontends export the same worker load: read once.
+DYNAMO_RANKS = {
+    ("7587888160958628", "0"): (7.0, 6.0),
+    ("7587888160958628", "1"): (2.0, 0.0),
+    ("7587888160958701", "0"): (1.5, 1.0),
+    ("7587888160958701", "1"): (1.5, 1.0),
+}
+DYNAMO_FRONTENDS = ("fe-a:8000", "fe-b:8000")
 
 
 def _dynamo(t_off: int) -> Iterator[Sample]:
@@ -232,6 +241,13 @@ def _dynamo(t_off: int) -> Iterator[Sample]:
         other = _lab(**base, dynamo_endpoint="clear_kv_blocks")
         yield Sample("dynamo_component_requests_total", other, at, 1000.0 * k)
         yield Sample("dynamo_component_kvstats_gpu_cache_usage_percent", _lab(**base), at, kv)
+    for frontend in DYNAMO_FRONTENDS:
+        for (worker, rank), (active, waiting) in DYNAMO_RANKS.items():
+            lab = _lab(job="dynamo", instance=frontend, worker_id=worker, dp_rank=rank,
+                       worker_type="decode")
+            yield Sample("dynamo_frontend_worker_request_active_slots", lab, at, active)
+            yield Sample("dynamo_frontend_worker_num_requests_waiting", lab, at, waiting)
+            yield Sample("dynamo_frontend_worker_active_decode_blocks", lab, at, 100.0 * active)
 
 
 # llm-d endpoint picker: per-endpoint queue of two DP pods (endpoints "<pod>-rank-<n>").

@@ -61,7 +61,12 @@ def test_capture_without_all_schedulers_flag_still_has_ranks() -> None:
 @pytest.mark.parametrize(
     ("sample", "dialect", "inst_units", "dp_units"),
     [
-        ("dynamo", "dynamo", ["7587888160958628", "7587888160958701"], None),
+        (
+            "dynamo",
+            "dynamo",
+            ["7587888160958628", "7587888160958701"],
+            ["7587888160958628/dp0", "7587888160958628/dp1", "7587888160958701/dp0"],
+        ),
         (
             "llm-d-epp",
             "llm-d",
@@ -95,7 +100,12 @@ def test_router_side_samples_name_units_by_label(
         assert rows["7587888160958628"]["running"] == 14.0
         assert rows["7587888160958628"]["kv_usage"] == 0.83
         assert rows["7587888160958701"]["requests"] == 0.0  # the same value twice: no increase
-        assert ev.dp is None
+        assert rows["7587888160958628"]["waiting"] == 5.0  # the frontend's gauges, summed
+        assert ev.dp is not None and ev.dp.units == dp_units
+        dp = {r["unit"]: r for r in ev.dp.df.iter_rows(named=True)}
+        assert (dp["7587888160958628/dp0"]["running"], dp["7587888160958628/dp0"]["waiting"]) == (
+            11.0, 5.0)
+        assert dp["7587888160958628/dp1"]["running"] == 3.0
     else:
         assert rows["qwen-decode-7d9f-x97w2"]["waiting"] == 9.0
         assert ev.dp is not None and ev.dp.units == dp_units

@@ -10,6 +10,7 @@ import pytest
 from online_history import (
     DEVICES,
     DYNAMO,
+    DYNAMO_RANKS,
     GEN_PER_REQ,
     LLMD,
     MINDIE,
@@ -164,7 +165,11 @@ def test_device_exporters_join_the_engine_units_by_host(backend: str) -> None:
 
 
 def test_dynamo_workers_are_units_named_by_worker_id(backend: str) -> None:
-    """One target, two workers: units are worker ids; only the generate endpoint counts."""
+    """One target, two workers: units are worker ids; only the generate endpoint counts. Per DP
+    rank the frontend's per-worker gauges (dp_rank) give running and waiting, read once though
+    two frontends export them, and the hot rank is found."""
+    from skewscope.analysis.diagnose import diagnose
+
     ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="dynamo"')
     assert "dialect: dynamo (detected)" in ev.notes
     rows = _by_unit(ev.instance.df)
@@ -173,7 +178,19 @@ def test_dynamo_workers_are_units_named_by_worker_id(backend: str) -> None:
         assert all(_close(r["requests"], req * WINDOW / STEP) for r in rows[worker])
         assert all(_close(r["running"], inflight) for r in rows[worker])
         assert all(_close(r["kv_usage"], kv) for r in rows[worker])
-    assert ev.dp is None
+        waiting = sum(w for (wk, _), (_, w) in DYNAMO_RANKS.items() if wk == worker)
+        assert all(_close(r["waiting"], waiting) for r in rows[worker])
+    assert ev.dp is not None
+    dp = _by_unit(ev.dp.df)
+    assert set(dp) == {f"{w}/dp{r}" for w, r in DYNAMO_RANKS}
+    for (worker, rank), (active, waiting) in DYNAMO_RANKS.items():
+        assert all(_close(r["running"], active) for r in dp[f"{worker}/dp{rank}"])
+        assert all(_close(r["waiting"], waiting) for r in dp[f"{worker}/dp{rank}"])
+    assert ev.dp.aliases["waiting"] == "dynamo_frontend_worker_num_requests_waiting"
+    assert ev.dp.aliases["running"] == "dynamo_frontend_worker_request_active_slots"
+    assert ev.instance.aliases["running"] == "dynamo_component_inflight_requests"
+    doc = diagnose(ev, level="dp").to_dict()
+    assert doc["verdict"] == "imbalanced" and doc["hot_units"] == ["7587888160958628/dp0"], doc
 
 
 def test_llmd_endpoint_queue_splits_pods_into_ranks(backend: str) -> None:
@@ -190,8 +207,12 @@ def test_llmd_endpoint_queue_splits_pods_into_ranks(backend: str) -> None:
         assert all(r["waiting"] == queue for r in rows[f"{pod}/dp{rank}"])
     inst = _by_unit(ev.instance.df)
     assert all(r["waiting"] == 13.0 for r in inst["vllm-a"])
-    # a queue is no request count: the instance level cannot pass the volume gate
-    assert diagnose(ev).to_dict()["verdict"] == "insufficient_data"
+    # a queue is no request count, yet pods are judged by their summed queues (13 against 4),
+    # and the auto level drills into the hot pod
+    doc = diagnose(ev).to_dict()
+    assert doc["verdict"] == "imbalanced" and doc["hot_units"] == ["vllm-a"], doc
+    assert [d["hot_units"] for d in doc["drilldown"]] == [["vllm-a/dp0"]]
+    assert any("counts no requests" in n for n in doc["notes"])
     doc = diagnose(ev, level="dp").to_dict()
     assert doc["verdict"] == "imbalanced" and doc["hot_units"] == ["vllm-a/dp0"]
 

@@ -177,7 +177,9 @@ def diagnose_frame(
     m = build_matrix(frame.df, group_by_instance=frame.level == Level.DP, window_s=frame.window_s)
     span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
     base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
-    reason = _gate(m, th)
+    reason = _gate(m, th, request_source="requests" in frame.aliases)
+    if not reason and not m.has("requests") and "requests" not in frame.aliases:
+        notes = (*notes, QUEUE_ONLY_NOTE)
     stalls = find_stalls(m, th) if len(m.windows) >= th.min_windows else []
     stalled = {s.index for s in stalls}
     if reason:
@@ -342,8 +344,18 @@ def _insufficient(
     )
 
 
-def _gate(m: SignalMatrix, th: Thresholds) -> str:
-    """Minimum-volume and minimum-shape gates; a reason string when the data cannot be judged."""
+QUEUE_ONLY_NOTE = (
+    "the source counts no requests (e.g. a router's per-endpoint queue): units are judged by "
+    "their queues and other signals alone, and the request-volume gate cannot be checked"
+)
+
+
+def _gate(m: SignalMatrix, th: Thresholds, *, request_source: bool = True) -> str:
+    """Minimum-volume and minimum-shape gates; a reason string when the data cannot be judged.
+
+    ``request_source``: the frame names a request counter (its alias). Without one (a router's
+    per-endpoint queue, llm-d) both levels are judged by their queues, as DP ranks always are;
+    with one whose windows came back empty the instance level stays unjudged."""
     sizes = {g: m.groups.count(g) for g in set(m.groups)}
     if max(sizes.values()) < th.min_units:
         return (
@@ -361,7 +373,8 @@ def _gate(m: SignalMatrix, th: Thresholds) -> str:
                 f"near-idle service: {total:.0f} requests in the range, fewer than the "
                 f"{th.min_requests_total} needed to call it imbalanced"
             )
-    elif not any(m.groups):  # instance level: request counters are what the method stands on
+    elif request_source and not any(m.groups):  # instance level: request counters are what
+        # the method stands on; the counter exists but its windows came back empty
         return (
             "no request counts in the range, so the volume gate cannot be checked (online: "
             "each window must hold at least two samples of the counters; try a larger --step "

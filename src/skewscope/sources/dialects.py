@@ -285,23 +285,44 @@ _MINDIE_ROLES: dict[str, tuple[Alias, ...]] = {
 }
 
 
-# NVIDIA Dynamo (lib/runtime/src/metrics/prometheus_names.rs at ai-dynamo/dynamo@04070c75b52f):
-# every worker's component metrics are prefixed ``dynamo_component_`` and carry the worker's
-# instance id as the auto-injected ``worker_id`` label, so units are named by ``worker_id``
-# (one frontend or Prometheus job may expose many workers). The work handler's
-# ``requests_total`` / ``inflight_requests`` on the ``generate`` endpoint count the worker's
-# requests; ``kvstats_gpu_cache_usage_percent`` is a fraction (0..1) despite its name. The
-# frontend's per-worker gauges (``dynamo_frontend_worker_active_decode_blocks``,
-# ``..._active_prefill_tokens`` with ``worker_id``, ``dp_rank``, ``worker_type``) count KV
-# blocks and prefill tokens, not requests or a usage share: they have no canonical signal and
-# are not read (docs/online.md).
+# NVIDIA Dynamo. Worker (component) metrics, lib/runtime/src/metrics/prometheus_names.rs at
+# ai-dynamo/dynamo@04070c75b52f: every worker's component metrics are prefixed
+# ``dynamo_component_`` and carry the worker's instance id as the auto-injected ``worker_id``
+# label, so units are named by ``worker_id`` (one frontend or Prometheus job may expose many
+# workers). The work handler's ``requests_total`` / ``inflight_requests`` on the ``generate``
+# endpoint count the worker's requests. ``kvstats_*`` are plain gauges created with no label of
+# their own (``KvStatsPrometheusGauges::new``, lib/llm/src/kv_router/publisher.rs at
+# ai-dynamo/dynamo@43855aecd440): one series per worker, no ``dp_rank``;
+# ``kvstats_gpu_cache_usage_percent`` is a fraction (0..1) despite its name.
+# Per DP rank, only the frontend's per-worker gauges (lib/llm/src/kv_router/metrics.rs,
+# ``WorkerLoadMetrics``; labels ``worker_id``, ``dp_rank``, ``worker_type``) tell ranks apart:
+# ``dynamo_frontend_worker_active_decode_blocks`` / ``..._active_prefill_tokens`` (KV blocks and
+# prefill tokens the router predicts, at ai-dynamo/dynamo@c7810b035df4: no canonical signal,
+# not read), and in later revisions of the same file ``..._num_requests_waiting`` (requests
+# waiting in the worker's scheduler queue) and ``..._request_active_slots`` (backend request
+# slots in use), read as ``waiting`` and ``running`` per rank (one revision spells the first
+# ``..._waiting_requests``). Several frontends each export the gauges of every worker they
+# route to, from the same worker load events: the copies differ only in the frontend's target
+# labels and are read once (their max), never summed.
 _DYN = (Matcher("dynamo_endpoint", "=~", "generate|"),)
+_DYN_FRONTEND_COPIES = ("instance", "pod", "job", "container", "endpoint", "service")
+
+
+def _dyn_rank(name: str) -> Alias:
+    return Alias(name, "dp_rank", unit_label="worker_id", copies=_DYN_FRONTEND_COPIES)
+
+
 _DYNAMO_ROLES: dict[str, tuple[Alias, ...]] = {
     "finished_requests": (
         Alias("dynamo_component_requests_total", matchers=_DYN, unit_label="worker_id"),
     ),
     "running": (
         Alias("dynamo_component_inflight_requests", matchers=_DYN, unit_label="worker_id"),
+        _dyn_rank("dynamo_frontend_worker_request_active_slots"),
+    ),
+    "waiting": (
+        _dyn_rank("dynamo_frontend_worker_num_requests_waiting"),
+        _dyn_rank("dynamo_frontend_worker_waiting_requests"),
     ),
     "kv_usage": (
         Alias("dynamo_component_kvstats_gpu_cache_usage_percent", unit_label="worker_id"),
