@@ -37,10 +37,13 @@ def everywhere(frame: UnitFrame, **values: float) -> UnitFrame:
 
 
 @pytest.mark.parametrize(("hot_util", "first"), [(0.95, "device_or_process"),
-                                                 (0.5, "capability_mismatch")])
+                                                 (0.5, "scheduler_bound")])
 def test_capability_skew_names_the_device_only_when_it_is_busier(
     hot_util: float, first: str
 ) -> None:
+    """d's steps take 1.9x as long: with a busier device it is the device; with its device as
+    busy as its peers' for the same steps and tokens, the time goes around the device (host /
+    scheduler, the profiler's bubbles)."""
     frame = everywhere(make_frame(even(d=Spec(speed=1.9))), device_util=0.5)
     report = diagnose_frame(with_columns(frame, "d", device_util=hot_util))
     (f,) = report.findings
@@ -49,6 +52,22 @@ def test_capability_skew_names_the_device_only_when_it_is_busier(
     assert f.evidence["device_basis"] == "device_util"
     assert f.evidence["device_busier"] is (hot_util == 0.95)
     assert ("device or the process on it is slower" in f.summary) is (hot_util == 0.95)
+    assert f.evidence["host_bound"] is (hot_util == 0.5)
+    assert math.isclose(f.evidence["step_cost_ratio"], 1.9, rel_tol=0.1)
+
+
+def test_device_time_against_the_peers_cost_model() -> None:
+    """d's device works 1.9x as long as the peers' cost model (a x steps + c x tokens)
+    predicts for its own steps and tokens. (A device busy all the time, never "busier", is the
+    simulated slow-device case in test_profiler_forward.py.)"""
+    frame = make_frame(even(d=Spec(speed=1.9)))
+    df = frame.df.with_columns(
+        (pl.col("busy_ms") / (frame.window_s * 1000.0)).alias("device_util"))
+    report = diagnose_frame(UnitFrame(df=df, level=frame.level, window_s=frame.window_s,
+                                      source=frame.source))
+    (f,) = report.findings
+    assert f.kind == "capability" and f.root_causes[0].key == "device_or_process"
+    assert math.isclose(f.evidence["device_cost_ratio"], 1.9, rel_tol=0.1)
 
 
 def test_busy_share_alone_never_blames_the_device() -> None:

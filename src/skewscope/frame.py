@@ -101,6 +101,9 @@ class UnitFrame:
     missing: tuple[str, ...] = ()  # signals or files the source could not provide
     notes: tuple[str, ...] = ()  # warnings for the report (partial data, dropped rows, ...)
     placed_share: float | None = None  # share of requests placed on a DP rank (offline DP level)
+    # DP level, offline: each rank's load per forward iteration (instance, dp_rank, step,
+    # start_s, load, step_ms; sources/profiler_forward.py), for the per-step price of DP skew
+    step_loads: pl.DataFrame | None = None
 
     @property
     def units(self) -> list[str]:

@@ -31,6 +31,7 @@ from skewscope.analysis.impact import gap_trend, impact
 from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix
 from skewscope.analysis.price import price_note, skew_price
 from skewscope.analysis.resource import (
+    cost_ratio,
     device_state,
     kv_shortage,
 )
@@ -256,7 +257,7 @@ def diagnose_frame(
         )
         for h in heats
     )
-    prices = tuple(skew_price(m)) if frame.level == Level.DP else ()
+    prices = tuple(skew_price(m, frame.step_loads)) if frame.level == Level.DP else ()
     hot_instances = {m.groups[j] for j in hot_idx}
     notes = (*notes, *(price_note(p) for p in prices if p.instance in hot_instances))
     return Report(
@@ -426,7 +427,9 @@ def _judge_hot(
         "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
     return HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
                       sat, lower, linked, m.window_s, p_value, hot_bounds, ref_bounds,
-                      device_state(hot, ref, th), kv_shortage(m, j, mask, hot, imp, sat, th))
+                      device_state(hot, ref, th, (cost_ratio(m, j, ref_cols, mask, "device_util"),
+                                                  cost_ratio(m, j, ref_cols, mask, "busy_ms"))),
+                      kv_shortage(m, j, mask, hot, imp, sat, th))
 
 
 def _without_weight(cls: Classification) -> Classification:

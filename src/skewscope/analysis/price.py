@@ -3,34 +3,58 @@
 With DP attention or expert parallelism every rank of an instance joins each step's collective,
 so a step lasts as long as its busiest rank and the others wait: the idle share of the ranks'
 time is ``1 − mean/max`` of the per-step load (vLLM's expert-balance "balancedness" is the same
-``mean/max``). The evidence holds per-window, not per-step, loads, so the share is taken per
-window (busy time, else scheduled tokens, else tokens), averaged over the windows, and turned
-into device-hours over the range. Ranks that do not step together (plain DP of a dense model)
-do not wait for each other: there the same figure is the capacity the fleet keeps idle by
-being sized for its busiest rank.
+``mean/max``). Where the source recorded each rank's load per step (offline forward.csv: the
+batch of every forward iteration, ``UnitFrame.step_loads``) the share is taken per step and
+weighted by the step's time; otherwise the evidence holds per-window loads only, and the share
+is taken per window (busy time, else scheduled tokens, else tokens) and averaged over the
+windows — which understates it, since ranks even out over a window while differing step by step.
+Either is turned into device-hours over the range. Ranks that do not step together (plain DP of
+a dense model) do not wait for each other: there the same figure is the capacity the fleet
+keeps idle by being sized for its busiest rank.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from skewscope.analysis.matrix import SignalMatrix
 from skewscope.report.model import SkewPrice
 
+if TYPE_CHECKING:
+    import polars as pl
+
 BASES = ("busy_ms", "scheduled_tokens", "total_tokens")
+STEP_BASIS = "forward_batch"
+_BASIS_TEXT = {
+    STEP_BASIS: "the batch of each forward step, weighted by step time",
+    "busy_ms": "busy time per window",
+    "scheduled_tokens": "scheduled tokens per window",
+    "total_tokens": "tokens per window",
+}
 
 
-def skew_price(m: SignalMatrix, devices_per_rank: float = 1.0) -> list[SkewPrice]:
-    """One price per instance with at least two ranks (DP matrices: groups are instances)."""
+def skew_price(
+    m: SignalMatrix, steps: pl.DataFrame | None = None, devices_per_rank: float = 1.0
+) -> list[SkewPrice]:
+    """One price per instance with at least two ranks (DP matrices: groups are instances):
+    per step where ``steps`` holds the instance's per-step loads, else per window."""
+    stepped = set() if steps is None else set(steps["instance"].unique().to_list())
     basis = next((b for b in BASES if m.has(b)), "")
-    if not basis:
-        return []
-    load = m.get(basis)
+    load = m.get(basis) if basis else None
     groups = np.array(m.groups)
     out = []
     for inst in sorted(set(m.groups)):
         cols = np.flatnonzero(groups == inst)
         if cols.size < 2:
+            continue
+        if steps is not None and inst in stepped:
+            price = step_price(steps, inst, m.window_s, devices_per_rank)
+            if price is not None:
+                out.append(price)
+                continue
+        if load is None:
             continue
         block = load[:, cols]
         ok = np.isfinite(block).all(axis=1) & (np.nanmax(block, axis=1, initial=0.0) > 0)
@@ -53,14 +77,56 @@ def skew_price(m: SignalMatrix, devices_per_rank: float = 1.0) -> list[SkewPrice
     return out
 
 
+def step_price(
+    steps: pl.DataFrame, instance: str, window_s: float, devices_per_rank: float = 1.0
+) -> SkewPrice | None:
+    """The price from per-step loads: steps every rank ran (same forward iteration), each
+    ``1 − mean/max`` of the ranks' batches, weighted by the step's time (its longest pass);
+    the worst window is the worst step-time-weighted share among the windows the steps start
+    in. None when no step has a rank with load."""
+    import polars as pl
+
+    mine = steps.filter(pl.col("instance") == instance)
+    ranks = mine["dp_rank"].n_unique()
+    if ranks < 2:
+        return None
+    per_step = (
+        mine.group_by("step")
+        .agg(
+            pl.len().alias("n"),
+            (1.0 - pl.col("load").mean() / pl.col("load").max()).alias("share"),
+            pl.col("load").max().alias("peak"),
+            pl.col("step_ms").max().alias("ms"),
+            pl.col("start_s").min().alias("start"),
+        )
+        .filter((pl.col("n") == ranks) & (pl.col("peak") > 0) & pl.col("ms").is_not_null())
+    )
+    if per_step.is_empty() or float(per_step["ms"].sum()) <= 0:
+        return None
+    weighted = (pl.col("share") * pl.col("ms")).sum() / pl.col("ms").sum()
+    by_window = per_step.group_by((pl.col("start") / window_s).floor().alias("w")).agg(weighted)
+    share = float(per_step.select(weighted).item())
+    idle_ms = float(per_step.select((pl.col("share") * pl.col("ms")).sum()).item())
+    return SkewPrice(
+        instance=instance,
+        ranks=int(ranks),
+        basis=STEP_BASIS,
+        idle_share=share,
+        worst_window_idle_share=float(by_window["share"].max()),  # type: ignore[arg-type]
+        windows=by_window.height,
+        device_hours=idle_ms * ranks / 3.6e6 * devices_per_rank,
+        devices_per_rank=devices_per_rank,
+        steps=per_step.height,
+    )
+
+
 def price_note(p: SkewPrice) -> str:
     """One line for every renderer's notes."""
-    what = {"busy_ms": "busy time", "scheduled_tokens": "scheduled tokens",
-            "total_tokens": "tokens"}[p.basis]
+    over = f"{p.steps} steps in {p.windows} windows" if p.steps else f"{p.windows} windows"
     return (
         f"price of DP skew on {p.instance}: its {p.ranks} ranks idle {p.idle_share:.0%} of "
-        f"their time waiting for the busiest when they step in lockstep (1 − mean/max of {what} "
-        f"per window; worst window {p.worst_window_idle_share:.0%}), about "
-        f"{p.device_hours:.2f} device-hours over {p.windows} windows "
+        f"their time waiting for the busiest when they step in lockstep (1 − mean/max of "
+        f"{_BASIS_TEXT[p.basis]}; worst window {p.worst_window_idle_share:.0%}), about "
+        f"{p.device_hours:.2f} device-hours over {over} "
         f"({p.devices_per_rank:g} device per rank assumed)"
     )

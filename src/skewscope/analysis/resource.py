@@ -3,8 +3,18 @@
 The method: "if the NPU is not saturated but the queue grows, it is more likely KV or scheduler
 bound"; a slower unit at equal load whose device is busier points at the device or the process
 on it; and "queueing plus high KV leads on to the KV block shortage case". Device fullness is
-the device exporters' utilisation where joined (``device_util``), else the share of the window
-the engine spent executing steps (``busy_ms``; offline from the profiler's batch timing).
+the device exporters' utilisation where joined, or offline the share of the window the devices
+spent in forward passes (forward.csv) — both ``device_util`` — else the share of the window the
+engine spent executing steps (``busy_ms``; offline from the profiler's batch timing).
+
+A device that is busy all the time (continuous batching keeps it stepping) is not "busier" than
+its peers however slow it is, and a slower unit batches more, which hides its slowness per token.
+So a slower unit is also judged by its device time against what its peers' devices need for
+the same work: a linear cost model fitted on the peers' windows (time = a x steps + c x tokens,
+a fixed cost per step plus one per token) predicts the hot unit's device time from its own steps
+and tokens. Clearly more device time than predicted is the device or the process on it; device
+time as predicted while its steps (``busy_ms``) cost more than predicted is the host and the
+scheduler around the device (the profiler's "bubbles" between forwards).
 """
 
 from __future__ import annotations
@@ -34,6 +44,12 @@ class DeviceState:
     reference: float
     saturated: bool  # hot >= device_saturated
     busier: bool  # hot clearly above the peers (ratio and absolute margin)
+    # device time over what the peers' cost model predicts for its work (device_util only),
+    # and the same for its step time
+    cost_ratio: float = math.nan
+    step_cost_ratio: float = math.nan
+    slower_device: bool = False  # cost_ratio >= capability_ratio
+    host_bound: bool = False  # device time as predicted while its steps cost clearly more
 
     def as_evidence(self) -> dict[str, object]:
         return {
@@ -42,13 +58,23 @@ class DeviceState:
             "device_busy_reference": self.reference,
             "device_saturated": self.saturated,
             "device_busier": self.busier,
+            "device_cost_ratio": self.cost_ratio,
+            "step_cost_ratio": self.step_cost_ratio,
+            "device_slower": self.slower_device,
+            "host_bound": self.host_bound,
         }
 
 
 def device_state(
-    hot: dict[str, float], ref: dict[str, float], th: Thresholds
+    hot: dict[str, float],
+    ref: dict[str, float],
+    th: Thresholds,
+    costs: tuple[float, float] = (math.nan, math.nan),
 ) -> DeviceState:
-    """From the unit summaries (summary.unit_summary): device utilisation, else busy share."""
+    """From the unit summaries (summary.unit_summary): device utilisation, else busy share.
+
+    ``costs``: the hot unit's device time and step time over what its peers' cost model
+    predicts for its work (``cost_ratios``)."""
     for basis in DEVICE_SOURCES:
         h, r = hot.get(basis, math.nan), ref.get(basis, math.nan)
         if math.isfinite(h):
@@ -57,8 +83,42 @@ def device_state(
                 and h >= th.capability_ratio * r
                 and h - r >= th.device_busier_margin
             )
-            return DeviceState(basis, h, r, h >= th.device_saturated, busier)
+            if basis != "device_util":
+                return DeviceState(basis, h, r, h >= th.device_saturated, busier)
+            device, step = costs
+            slower = math.isfinite(device) and device >= th.capability_ratio
+            host = (math.isfinite(device) and not slower and math.isfinite(step)
+                    and step >= th.capability_ratio)
+            return DeviceState(basis, h, r, h >= th.device_saturated, busier, device, step,
+                               slower, host)
     return DeviceState("", math.nan, math.nan, False, False)
+
+
+def cost_ratio(m: SignalMatrix, j: int, ref_cols: list[int], mask: Flags, signal: str) -> float:
+    """The hot unit's time (``device_util`` x window, or ``busy_ms``) over what a cost model
+    fitted on its peers' windows predicts for its steps and tokens (time = a x steps + c x
+    tokens, least squares, no intercept); NaN when the model cannot be fitted or predicts 0."""
+    if not (m.has(signal) and m.has("steps") and m.has("scheduled_tokens")):
+        return math.nan
+    scale = m.window_s * 1000.0 if signal == "device_util" else 1.0
+    time = m.get(signal) * scale
+    steps, tokens = m.get("steps"), m.get("scheduled_tokens")
+    cols = np.asarray(ref_cols)
+    y, s, t = (a[mask][:, cols].ravel() for a in (time, steps, tokens))
+    ok = np.isfinite(y) & np.isfinite(s) & np.isfinite(t)
+    if ok.sum() < 3:
+        return math.nan
+    x = np.stack([s[ok], t[ok]], axis=1)
+    coef, _, rank, _ = np.linalg.lstsq(x, y[ok], rcond=None)
+    if rank < 2 or (coef < 0).any():  # collinear or unphysical: one cost per token instead
+        total = t[ok].sum()
+        coef = np.array([0.0, y[ok].sum() / total if total > 0 else math.nan])
+    hy, hs, ht = time[mask, j], steps[mask, j], tokens[mask, j]
+    hok = np.isfinite(hy) & np.isfinite(hs) & np.isfinite(ht)
+    predicted = float((coef[0] * hs[hok] + coef[1] * ht[hok]).sum())
+    if not hok.any() or not math.isfinite(predicted) or predicted <= 0:
+        return math.nan
+    return float(hy[hok].sum()) / predicted
 
 
 def device_causes(kind: str | None, dev: DeviceState, imp: Impact) -> tuple[list[str], list[str]]:
@@ -76,9 +136,22 @@ def device_causes(kind: str | None, dev: DeviceState, imp: Impact) -> tuple[list
             f"At the same load its {what} is {dev.hot:.0%} against {dev.reference:.0%} on its "
             "peers: the device or the process on it is slower."
         )
+    elif kind == "capability" and dev.slower_device:
+        causes.append("device_or_process")
+        notes.append(
+            f"Its device works {dev.cost_ratio:.1f}x as long as its peers' need for the same "
+            "steps and tokens: the device or the process on it is slower."
+        )
+    elif kind == "capability" and dev.host_bound:
+        causes.append("scheduler_bound")
+        notes.append(
+            f"Its device works about as long as its peers' for the same steps and tokens "
+            f"({dev.cost_ratio:.1f}x), yet its steps take {dev.step_cost_ratio:.1f}x as long: "
+            "the time goes to the host and scheduler between device passes."
+        )
     queueing = imp.queue_growing or "waiting" in imp.hurting
     if queueing and not dev.saturated:
-        if not imp.kv_exhausted:
+        if not imp.kv_exhausted and "scheduler_bound" not in causes:
             causes.append("scheduler_bound")
         notes.append(
             f"Its queue grows while its {what} is only {dev.hot:.0%} (below "

@@ -364,16 +364,18 @@ class GatewayFacts:
 @dataclass(frozen=True)
 class SkewPrice:
     """What DP skew costs one instance (analysis/price.py): the ranks' idle share when they step
-    in lockstep, ``1 − mean/max`` of the per-window load, and the device-hours it wastes."""
+    in lockstep, ``1 − mean/max`` of the per-step load (per window where no per-step load was
+    recorded), and the device-hours it wastes."""
 
     instance: str
     ranks: int
-    basis: str  # "busy_ms" | "scheduled_tokens" | "total_tokens"
-    idle_share: float  # mean over the windows
+    basis: str  # "forward_batch" (per step) | "busy_ms" | "scheduled_tokens" | "total_tokens"
+    idle_share: float  # per step: weighted by step time; per window: mean over the windows
     worst_window_idle_share: float
     windows: int
     device_hours: float
     devices_per_rank: float
+    steps: int | None = None  # forward iterations priced (per-step basis only)
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -386,6 +388,7 @@ class SkewPrice:
                 "windows": self.windows,
                 "device_hours": self.device_hours,
                 "devices_per_rank": self.devices_per_rank,
+                "steps": self.steps,
             }
         )
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 import polars as pl
 
 from skewscope.frame import WINDOWS, Evidence, WindowPolicy
+from skewscope.sources import profiler_forward as pf
 from skewscope.sources import profiler_range as pr
 from skewscope.sources.profiler_frame import DP_LEVEL, INSTANCE_LEVEL, make_grid, span, unit_frame
 from skewscope.sources.profiler_instance import FRAMES, Instance, load_instance
@@ -72,4 +73,7 @@ def load_profiler(
     instance_frame = unit_frame(instances, INSTANCE_LEVEL, grid, notes)
     dp_instances = [i for i in instances if i.has_dp]
     dp_frame = unit_frame(dp_instances, DP_LEVEL, grid, dp_notes) if dp_instances else None
+    if dp_frame is not None:
+        steps = pf.step_loads([(i.name, i.forward) for i in dp_instances])
+        dp_frame = replace(dp_frame, step_loads=steps)
     return Evidence(instance=instance_frame, dp=dp_frame, notes=tuple(notes + dp_notes))

@@ -23,13 +23,15 @@ from skewscope.frame import (
     conform,
     dp_unit_id,
 )
+from skewscope.sources import profiler_forward as pf
 from skewscope.sources import profiler_range as pr
 from skewscope.sources.profiler_instance import FRAMES, REQUEST_SIGNALS, Instance
 from skewscope.sources.profiler_read import ensure
 
 # A unit whose source is present but had no event in a window did 0 of it; with no steps
 # its decode batch (running) is empty too.
-ZERO_FILL: frozenset[str] = TOTAL_SIGNALS | {"running"}
+# A device with forward passes in the range but none in a window was idle in it.
+ZERO_FILL: frozenset[str] = TOTAL_SIGNALS | {"running", pf.SIGNAL}
 WI = "_wi"  # integer window index: floor(t / window_s), shared by every instance
 
 
@@ -71,7 +73,7 @@ PART_ROWS: dict[str, str] = {
     for part, aggs in (("req", REQUEST_AGGS), ("step", STEP_AGGS), ("kv", KV_AGGS),
                        ("busy", BUSY_AGGS))
     for sig in aggs
-}
+} | {pf.SIGNAL: pf.ROWS}
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,7 @@ def build_frame(instances: list[Instance], spec: LevelSpec, grid: Grid) -> pl.Da
         _aggregate(_long(instances, kv_attr, dp), keys, KV_AGGS, grid),
         _aggregate(_long(instances, "dp_busy" if dp else "busy", dp), keys, BUSY_AGGS, grid),
         _waiting(_long(instances, "waiting", dp), keys, grid),
+        pf.busy_share(_long(instances, "forward", dp), keys, grid.index(), grid.window_s, WI),
     ]
     for part in parts:
         if part is not None:

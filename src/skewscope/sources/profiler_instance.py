@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 
 import polars as pl
 
+from skewscope.sources import profiler_forward as pf
 from skewscope.sources import profiler_range as pr
 from skewscope.sources import profiler_schema as ps
 from skewscope.sources.profiler_layout import InstanceFiles
@@ -45,7 +46,7 @@ REQUEST_SIGNALS: tuple[str, ...] = (
     "e2e_mean_ms",
     "e2e_p99_ms",
 )
-FRAMES: tuple[str, ...] = ("requests", "steps", "busy", "dp_busy", "kv", "waiting")
+FRAMES: tuple[str, ...] = ("requests", "steps", "busy", "dp_busy", "kv", "waiting", "forward")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Part:
     dp_busy: pl.DataFrame | None = None  # the ranked busy rows
     kv: pl.DataFrame | None = None  # instance-level KV rows (kvcache.csv and/or batch rollup)
     waiting: pl.DataFrame | None = None  # start_s, pid, dp_rank, waiting
+    forward: pl.DataFrame | None = None  # forward passes per device (profiler_forward.COLUMNS)
     available: frozenset[str] = frozenset()  # signals at instance level
     dp_available: frozenset[str] = frozenset()  # signals at DP level
     aliases: Mapping[str, str] = field(default_factory=dict)  # signal -> file:column
@@ -355,6 +357,20 @@ def from_waiting(table: Table, ranks: RankMap | None) -> Part:
     )
 
 
+def from_forward(table: Table, ranks: RankMap | None) -> Part:
+    """Forward passes per device: the device busy share at both levels (DP where ranked)."""
+    rows, notes = pf.forward_rows(table, ranks)
+    ranked = ranks is not None and ranks.has_dp and rows["dp_rank"].is_not_null().any()
+    signal = frozenset({pf.SIGNAL})
+    return Part(
+        forward=rows,
+        available=signal,
+        dp_available=signal if ranked else frozenset(),
+        aliases={pf.SIGNAL: pf.ALIAS},
+        notes=tuple(notes),
+    )
+
+
 def load_instance(files: InstanceFiles, clocks: pr.ClockPolicy = pr.CLOCKS) -> Instance:
     """Read every file of one instance and resolve its DP ranks and request placement."""
     read = read_instance(files, clocks)
@@ -373,4 +389,6 @@ def load_instance(files: InstanceFiles, clocks: pr.ClockPolicy = pr.CLOCKS) -> I
         parts.append(Part(notes=("request.csv missing — no request signals",)))
     if "request_status.csv" in tables:
         parts.append(from_waiting(tables["request_status.csv"], ranks))
+    if "forward.csv" in tables:
+        parts.append(from_forward(tables["forward.csv"], ranks))
     return merge(files.name, ranks.ranks if ranks else (), parts)

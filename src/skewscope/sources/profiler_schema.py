@@ -115,11 +115,19 @@ KVCACHE = FileSchema(
     ),
 )
 
+# Header generations (ms_service_profiler/exporters/exporter_forward.py, its docs and its
+# checks at Cztk5380/msserviceprofiler): current ``..., start_datetime, end_datetime, ...,
+# start_time(ms), end_time(ms)``; Dec 2025 renamed the datetimes to ``start_time``/``end_time``
+# (FORWARD_REMAME_COLUMNS) with no epoch columns; CANN 2025 has ``start_time(ms)``,
+# ``end_time(ms)`` only. ``forward_iter`` counts each device's forwards from 1.
 FORWARD = FileSchema(
     "forward.csv",
     (
-        Col("start_s", ("start_time(ms)", "start_datetime"), "time", True),
+        Col("start_s", ("start_time(ms)", "start_datetime", "start_time"), "time", True),
+        Col("end_s", ("end_time(ms)", "end_datetime", "end_time"), "time"),
         Col("during_ms", ("during_time(ms)",), "number", True),
+        Col("batch_size", ("batch_size",), "number"),
+        Col("forward_iter", ("forward_iter",), "number"),
         Col("prof_id", ("prof_id",), "text"),
         Col("dp_rank", ("dp_rank",), "number"),
     ),

@@ -179,7 +179,7 @@ VALID_RANGE: dict[str, tuple[float, float]] = {
         "prompt_tokens", "generation_tokens", "batch_size", "prefill_batch_size",
         "decode_batch_size", "prefill_scheduled_tokens", "decode_scheduled_tokens",
         "total_scheduled_tokens", "free_blocks", "total_blocks", "used_blocks",
-        "blocks_allocated", "blocks_freed", "waiting", "running")},
+        "blocks_allocated", "blocks_freed", "waiting", "running", "forward_iter")},
     **{c: (0.0, MS_MAX) for c in ("e2e_ms", "queue_wait_ms", "ttft_ms", "during_ms")},
     "kvcache_usage_rate": (0.0, 100.0),  # a fraction, or percent (see _usage_fraction)
     "dp_rank": (0.0, RANK_MAX),

@@ -68,6 +68,24 @@ KVCACHE_HEADERS: dict[str, tuple[str, ...]] = {
 KVCACHE_HEADERS["dec2025"] = KVCACHE_HEADERS["current"]
 KVCACHE_HEADERS["cann2025"] = KVCACHE_HEADERS["current"]
 
+_FORWARD_CURRENT = ("name", "relative_start_time(ms)", "start_datetime", "end_datetime",
+                    "during_time(ms)", "bubble_time(ms)", "batch_size", "batch_type",
+                    "forward_iter", "dp_rank", "prof_id", "hostname", "start_time(ms)",
+                    "end_time(ms)")
+# forward.csv per generation (exporter_forward.py and its docs/checks at
+# Cztk5380/msserviceprofiler): Dec 2025 renames the datetimes to start_time/end_time and has no
+# epoch columns; CANN 2025 has the epoch ms columns only.
+FORWARD_HEADERS: dict[str, tuple[str, ...]] = {
+    "current": _FORWARD_CURRENT,
+    "dec2025": ("name", "relative_start_time(ms)", "start_time", "end_time", "during_time(ms)",
+                "bubble_time(ms)", "batch_size", "batch_type", "forward_iter", "dp_rank",
+                "prof_id", "hostname"),
+    "cann2025": ("name", "relative_start_time(ms)", "start_time(ms)", "end_time(ms)",
+                 "during_time(ms)", "bubble_time(ms)", "batch_size", "batch_type",
+                 "forward_iter", "dp_rank", "prof_id", "hostname"),
+    "mindie": _FORWARD_CURRENT,
+}
+
 # (scheduling row name, execution row name) per generation.
 _STEP_NAMES = {"current": ("batchFrameworkProcessing", "modelExec"),
                "dec2025": ("batchFrameworkProcessing", "modelExec"),
@@ -263,25 +281,34 @@ def kvcache_table(result: SimResult, instance: str, generation: str) -> pl.DataF
         pl.col("free_blocks").alias("device_kvcache_left"), usage.alias("kvcache_usage_rate"))
 
 
-def forward_table(result: SimResult, instance: str) -> pl.DataFrame:
-    """forward.csv: one forward pass per step, times really in ms."""
+def forward_table(result: SimResult, instance: str, generation: str = "current") -> pl.DataFrame:
+    """forward.csv: one forward pass per step and device, times really in ms.
+
+    As ms_service_profiler/exporters/exporter_forward.py writes it: ``forward_iter`` counts each
+    device's forwards from 1, ``bubble_time(ms)`` is the gap to the device's NEXT forward (empty
+    on its last), and the header follows the generation (``FORWARD_HEADERS``)."""
     steps = _instance_steps(result, instance).sort("dp_rank", "start_s")
-    prev_end = pl.col("end_s").shift(1).over("dp_rank")
-    out = steps.select(
-        pl.lit("forward").alias("name"),
-        _ms(pl.col("start_s") - result.start_s).alias("relative_start_time(ms)"),
-        datetime_expr(pl.col("start_s")).alias("start_datetime"),
-        datetime_expr(pl.col("end_s")).alias("end_datetime"),
-        _ms(pl.col("end_s") - pl.col("start_s")).alias("during_time(ms)"),
-        _ms(pl.col("start_s") - prev_end).clip(lower_bound=0.0).fill_null(0.0)
-        .alias("bubble_time(ms)"),
-        pl.col("batch_size"), _batch_type().alias("batch_type"),
-        pl.int_range(pl.len()).over("dp_rank").alias("forward_iter"),
-        pl.col("dp_text").alias("dp_rank"), pl.col("prof_id"), pl.col("hostname"),
-        _ms(pl.col("start_s")).alias("start_time(ms)"),
-        _ms(pl.col("end_s")).alias("end_time(ms)"),
-        pl.col("start_s").alias("_t"),
-    )
+    next_start = pl.col("start_s").shift(-1).over("dp_rank")
+    cols = {
+        "name": pl.lit("forward"),
+        "relative_start_time(ms)": _ms(pl.col("start_s") - result.start_s),
+        "start_datetime": datetime_expr(pl.col("start_s")),
+        "end_datetime": datetime_expr(pl.col("end_s")),
+        "during_time(ms)": _ms(pl.col("end_s") - pl.col("start_s")),
+        "bubble_time(ms)": _ms(next_start - pl.col("end_s")),
+        "batch_size": pl.col("batch_size"),
+        "batch_type": _batch_type(),
+        "forward_iter": pl.int_range(1, pl.len() + 1).over("dp_rank"),
+        "dp_rank": pl.col("dp_text"),
+        "prof_id": pl.col("prof_id"),
+        "hostname": pl.col("hostname"),
+        "start_time(ms)": _ms(pl.col("start_s")),
+        "end_time(ms)": _ms(pl.col("end_s")),
+    }
+    if generation == "dec2025":  # FORWARD_REMAME_COLUMNS: datetimes under the epoch names
+        cols["start_time"], cols["end_time"] = cols["start_datetime"], cols["end_datetime"]
+    header = FORWARD_HEADERS[generation]
+    out = steps.select(*(cols[c].alias(c) for c in header), pl.col("start_s").alias("_t"))
     return out.sort("_t", maintain_order=True).drop("_t")
 
 
@@ -321,8 +348,8 @@ def write_profiler(
             "batch.csv": batch_table(result, instance, generation, rid_suffix=rid_suffix),
             "kvcache.csv": kvcache_table(result, instance, generation),
         }
+        tables["forward.csv"] = forward_table(result, instance, generation)
         if generation == "current":
-            tables["forward.csv"] = forward_table(result, instance)
             tables["request_status.csv"] = request_status_table(result, instance)
         for name, table in tables.items():
             path = folder / name
