@@ -48,6 +48,11 @@ KV_MINDIE = "rid,name,start_time,device_kvcache_left,kvcache_usage_rate"
 FORWARD = ("name,relative_start_time(ms),start_datetime,end_datetime,during_time(ms),"
            "bubble_time(ms),batch_size,batch_type,forward_iter,dp_rank,prof_id,hostname,"
            "start_time(ms),end_time(ms)")
+# exporter_forward.py generations (Cztk5380/msserviceprofiler): Dec 2025 renames the datetimes
+# to start_time/end_time and drops the epoch columns; CANN 2025 has the epoch ms columns only
+FORWARD_DEC2025 = ("name,relative_start_time(ms),start_time,end_time,during_time(ms),"
+                   "bubble_time(ms),batch_size,batch_type,forward_iter,dp_rank,prof_id,hostname")
+FORWARD_CANN2025 = FORWARD_DEC2025.replace("start_time,end_time", "start_time(ms),end_time(ms)")
 REQUEST_STATUS = ("hostuid,pid,start_datetime,relative_timestamp(ms),waiting,running,swapped,"
                   "timestamp(ms)")
 
@@ -56,11 +61,11 @@ EXPECTED = {
                 "kvcache.csv": KV_VLLM, "forward.csv": FORWARD,
                 "request_status.csv": REQUEST_STATUS},
     "dec2025": {"request.csv": REQUEST_DEC2025, "batch.csv": BATCH_DEC2025,
-                "kvcache.csv": KV_VLLM},
+                "kvcache.csv": KV_VLLM, "forward.csv": FORWARD_DEC2025},
     "cann2025": {"request.csv": REQUEST_CANN2025, "batch.csv": BATCH_CANN2025,
-                 "kvcache.csv": KV_VLLM},
+                 "kvcache.csv": KV_VLLM, "forward.csv": FORWARD_CANN2025},
     "mindie": {"request.csv": REQUEST_CURRENT, "batch.csv": BATCH_MINDIE,
-               "kvcache.csv": KV_MINDIE},
+               "kvcache.csv": KV_MINDIE, "forward.csv": FORWARD},
 }
 COLON_DT = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}:\d{6}$")
 SUFFIX = re.compile(r"-[a-f0-9]{8}$")
@@ -144,7 +149,14 @@ def test_counts_equal_simresult_tables(folders: dict[str, Path], result: SimResu
         execs = batch.filter(pl.col("name") == "modelExec")
         assert sched.height == execs.height == steps.height
         assert _read(d / "kvcache.csv").height == steps.height
-        assert _read(d / "forward.csv").height == steps.height
+        fwd = _read(d / "forward.csv")
+        assert fwd.height == steps.height
+        # as exporter_forward.py: forward_iter counts each device's forwards from 1, the
+        # bubble is the gap to the device's next forward (empty on its last)
+        for _, dev in fwd.group_by("prof_id"):
+            assert dev["forward_iter"].cast(pl.Int64).sort().to_list() == list(
+                range(1, dev.height + 1))
+            assert dev["bubble_time(ms)"].null_count() == 1
         members = result.members.join(steps.select("step_id"), on="step_id")
         assert sum(len(_rids(s)) for s in sched["res_list"]) == members.height
         assert sched["batch_size"].cast(pl.Int64).sum() == steps["batch_size"].sum()
