@@ -92,7 +92,12 @@ SIMULATED_DIALECTS: tuple[str, ...] = (
     Dialect.SGLANG,
     Dialect.MINDIE,
     Dialect.MS_SERVICE_METRIC,
+    Dialect.DYNAMO,
+    Dialect.LLM_D,
 )
+# Device exporters the simulator can write next to an engine dialect (sim/writers/metric_specs.py;
+# read by sources/dialects.py DEVICE_EXPORTERS under the same names).
+SIMULATED_DEVICE_EXPORTERS: tuple[str, ...] = ("dcgm", "npu-exporter")
 
 
 class Generation(StrEnum):

@@ -65,12 +65,21 @@ def _capability(
         r = safe_ratio(hot.get(key, math.nan), ref.get(key, math.nan))
         if math.isfinite(r):
             return r, name
+    # no latency measured (a frontend's per-worker counters, Dynamo): Little's law, the time a
+    # request spends in service is the requests in service over the requests served
+    little = safe_ratio(_in_service_s(hot), _in_service_s(ref))
+    if math.isfinite(little):
+        return little, "time in service (running / requests, Little's law) at equal load"
     return cost, "execution time per scheduled token" if math.isfinite(cost) else "not measured"
 
 
 def _service_ms(s: dict[str, float]) -> float:
     """Time a request spends being served, queueing excluded: the unit's own speed."""
     return s.get("e2e_mean_ms", math.nan) - s.get("queue_wait_mean_ms", math.nan)
+
+
+def _in_service_s(s: dict[str, float]) -> float:
+    return safe_ratio(s.get("running", math.nan), s.get("requests_per_s", math.nan))
 
 
 def decompose(n_h: float, w_h: float, n_r: float, w_r: float) -> tuple[float, float]:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skewscope.catalogue import SIMULATED_DIALECTS
+from skewscope.catalogue import SIMULATED_DEVICE_EXPORTERS, SIMULATED_DIALECTS
 from skewscope.cli import common
 from skewscope.errors import UsageError
 
@@ -32,7 +32,11 @@ def register(sub: Any) -> None:
     s.add_argument("--metrics-interval", default="5s",
                    help="OpenMetrics history: seconds between samples (default 5s)")
     s.add_argument("--serve", action="store_true", help="serve live /metrics per instance")
-    s.add_argument("--metrics-dialect", default="vllm", choices=SIMULATED_DIALECTS)
+    s.add_argument("--metrics-dialect", default="vllm", choices=SIMULATED_DIALECTS,
+                   help="engine (or router: dynamo, llm-d) metric names to write")
+    s.add_argument("--device-exporter", choices=SIMULATED_DEVICE_EXPORTERS,
+                   help="also write a device exporter's series (one device per DP rank, on the "
+                        "instance's own target)")
     s.add_argument("--speed", default="1", help="live mode: simulated s per wall s (> 0)")
     s.add_argument("--port", default="0",
                    help="live mode: first port, instance k on PORT+k (default 0 = any free)")
@@ -118,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             write_openmetrics(result, Path(args.openmetrics), dialect=args.metrics_dialect,
-                              step_s=args.metrics_interval)
+                              step_s=args.metrics_interval, devices=args.device_exporter)
         except OSError as e:
             raise UsageError(f"--openmetrics {args.openmetrics}: cannot write ({e.strerror})"
                              ) from None
@@ -146,7 +150,8 @@ def _serve(result: SimResult, args: argparse.Namespace) -> int:
     from skewscope.sim.writers.live import serve
 
     try:
-        cluster = serve(result, args.metrics_dialect, base_port=args.port, speed=args.speed)
+        cluster = serve(result, args.metrics_dialect, base_port=args.port, speed=args.speed,
+                        devices=args.device_exporter)
     except OSError as e:
         raise UsageError(f"--port {args.port}: cannot listen on {e.filename} ({e.strerror}); "
                          "choose another port, or 0 for any free one") from None

@@ -282,7 +282,7 @@ class LiveCluster:
 def serve(
     result: SimResult, dialect: str = "vllm", host: str = "127.0.0.1", base_port: int = 0,
     speed: float = 1.0, *, start_s: float | None = None, grace_s: float = 60.0,
-    read_timeout_s: float = READ_TIMEOUT_S,
+    read_timeout_s: float = READ_TIMEOUT_S, devices: str | None = None,
 ) -> LiveCluster:
     """Start one /metrics server per instance (instance ``k`` on ``base_port + k``, or an
     ephemeral port when ``base_port`` is 0).  Loopback only: the simulator is a test fixture,
@@ -294,7 +294,7 @@ def serve(
     if not 0 <= base_port <= MAX_PORT - (len(result.instances) - 1 if base_port else 0):
         raise ValueError(f"ports {base_port}..{base_port + len(result.instances) - 1} are not all "
                          f"in 1..{MAX_PORT}")
-    cluster = LiveCluster(ClusterModel(result, dialect),
+    cluster = LiveCluster(ClusterModel(result, dialect, devices),
                           result.start_s if start_s is None else start_s, speed, grace_s,
                           read_timeout_s)
     try:

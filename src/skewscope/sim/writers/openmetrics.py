@@ -73,10 +73,10 @@ def check_scrapes(span_s: float, step_s: float, n_instances: int) -> None:
             f"{n:,.0f} scrapes; at most {MAX_SCRAPES:,} (choose a longer interval)")
 
 
-def _history(result: SimResult, dialect: str, step_s: float
+def _history(result: SimResult, dialect: str, step_s: float, devices: str | None = None
              ) -> tuple[NDArray[np.float64], dict[str, list[Family]]]:
     check_scrapes(result.end_s - result.start_s, step_s, len(result.instances))
-    model = ClusterModel(result, dialect)
+    model = ClusterModel(result, dialect, devices)
     times = scrape_times(result.start_s, result.end_s, step_s)
     return times, {i: m.families(times) for i, m in model.instances.items()}
 
@@ -102,13 +102,15 @@ def _write_om(out: TextIO, times: NDArray[np.float64], fams: dict[str, list[Fami
 def write_openmetrics(
     result: SimResult, path: Path, dialect: str = "vllm", step_s: float = 15.0, *,
     job: str = DEFAULT_JOB, instance_labels: Mapping[str, str] | None = None,
+    devices: str | None = None,
 ) -> Path:
     """Write every instance's exposition sampled every ``step_s`` over the run as OpenMetrics.
 
     ``instance_labels`` maps instance name -> ``instance`` label value (default
-    ``127.0.0.1:<name>``).  Load it with ``promtool tsdb create-blocks-from openmetrics``.
+    ``127.0.0.1:<name>``); ``devices`` adds a device exporter's series (``dcgm``,
+    ``npu-exporter``). Load it with ``promtool tsdb create-blocks-from openmetrics``.
     """
-    times, fams = _history(result, dialect, step_s)
+    times, fams = _history(result, dialect, step_s, devices)
     extra = _scrape_labels(list(fams), job, instance_labels)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,10 +122,11 @@ def write_openmetrics(
 def iter_import_lines(
     result: SimResult, dialect: str = "vllm", step_s: float = 15.0, *,
     job: str = DEFAULT_JOB, instance_labels: Mapping[str, str] | None = None,
+    devices: str | None = None,
 ) -> Iterator[str]:
     """The same samples as ``name{labels} value ts_ms`` lines (no newline) for
     VictoriaMetrics ``/api/v1/import/prometheus``."""
-    times, fams = _history(result, dialect, step_s)
+    times, fams = _history(result, dialect, step_s, devices)
     extra = _scrape_labels(list(fams), job, instance_labels)
     stamps = [str(round(t * 1000)) for t in times]
     for inst, families in fams.items():
