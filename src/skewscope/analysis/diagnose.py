@@ -427,8 +427,9 @@ def _judge_hot(
         "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
     return HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
                       sat, lower, linked, m.window_s, p_value, hot_bounds, ref_bounds,
-                      device_state(hot, ref, th, (cost_ratio(m, j, ref_cols, mask, "device_util"),
-                                                  cost_ratio(m, j, ref_cols, mask, "busy_ms"))),
+                      device_state(hot, ref, th, (
+                          cost_ratio(m, j, ref_cols, mask, "device_util", th),
+                          cost_ratio(m, j, ref_cols, mask, "busy_ms", th))),
                       kv_shortage(m, j, mask, hot, imp, sat, th))
 
 

@@ -114,7 +114,7 @@ def step_price(
         idle_share=share,
         worst_window_idle_share=float(by_window["share"].max()),  # type: ignore[arg-type]
         windows=by_window.height,
-        device_hours=idle_ms * ranks / 3.6e6 * devices_per_rank,
+        device_hours=idle_ms / 1000 * ranks / 3600 * devices_per_rank,
         devices_per_rank=devices_per_rank,
         steps=per_step.height,
     )

@@ -94,10 +94,13 @@ def device_state(
     return DeviceState("", math.nan, math.nan, False, False)
 
 
-def cost_ratio(m: SignalMatrix, j: int, ref_cols: list[int], mask: Flags, signal: str) -> float:
+def cost_ratio(
+    m: SignalMatrix, j: int, ref_cols: list[int], mask: Flags, signal: str, th: Thresholds
+) -> float:
     """The hot unit's time (``device_util`` x window, or ``busy_ms``) over what a cost model
     fitted on its peers' windows predicts for its steps and tokens (time = a x steps + c x
-    tokens, least squares, no intercept); NaN when the model cannot be fitted or predicts 0."""
+    tokens, least squares, no intercept, over at least ``trend_min_points`` peer windows); NaN
+    when the model cannot be fitted or predicts 0."""
     if not (m.has(signal) and m.has("steps") and m.has("scheduled_tokens")):
         return math.nan
     scale = m.window_s * 1000.0 if signal == "device_util" else 1.0
@@ -106,7 +109,7 @@ def cost_ratio(m: SignalMatrix, j: int, ref_cols: list[int], mask: Flags, signal
     cols = np.asarray(ref_cols)
     y, s, t = (a[mask][:, cols].ravel() for a in (time, steps, tokens))
     ok = np.isfinite(y) & np.isfinite(s) & np.isfinite(t)
-    if ok.sum() < 3:
+    if ok.sum() < th.trend_min_points:
         return math.nan
     x = np.stack([s[ok], t[ok]], axis=1)
     coef, _, rank, _ = np.linalg.lstsq(x, y[ok], rcond=None)
