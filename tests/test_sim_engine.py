@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from skewscope.sim import engine
+from skewscope.sim import loop
 from skewscope.sim.engine import START_S, simulate
 from skewscope.sim.policies import Router, RoutingSpec
 from skewscope.sim.records import GroundTruth, SimResult
@@ -214,7 +214,7 @@ def test_lazy_loop_gives_the_heap_loops_tables(
     sc = make(instances=3, dp=3, duration=40.0, rate=16.0, rank=rank,
               dispatcher=RoutingSpec(dispatcher))
     lazy = simulate(sc, record_members=members)
-    monkeypatch.setattr(engine, "reads_load", lambda spec: True)  # every loop on the heap
+    monkeypatch.setattr(loop, "reads_load", lambda spec: True)  # every loop on the heap
     heap = simulate(sc, record_members=members)
     assert lazy.steps["preempted"].sum() > 0
     assert lazy.requests.equals(heap.requests) and lazy.steps.equals(heap.steps)
