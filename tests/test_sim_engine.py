@@ -223,6 +223,27 @@ def test_lazy_loop_gives_the_heap_loops_tables(
         assert lazy.members.equals(heap.members)
 
 
+@pytest.mark.parametrize(
+    ("block_size", "total_blocks", "max_running", "chunked"),
+    [(16, 260, 32, True), (1, 4000, 8, True), (7, 700, 64, False), (64, 70, 16, True)],
+)
+def test_decode_segments_give_the_step_by_step_tables(
+    block_size: int, total_blocks: int, max_running: int, chunked: bool,
+) -> None:
+    """Without batch members, runs of decode-only steps are executed as segments (times from
+    their anchor, KV growth from the block pattern); with members every step is executed one
+    by one. Both must give the same steps and requests, row for row, also when a segment ends
+    on a finish, a KV shortfall (preemption) or an arrival, and for any block size."""
+    rank = dataclasses.replace(SMALL_RANK, block_size=block_size, total_blocks=total_blocks,
+                               max_running=max_running, chunked_prefill=chunked)
+    sc = make(instances=2, dp=2, duration=40.0, rate=14.0, rank=rank,
+              dispatcher=RoutingSpec("least_tokens"))
+    fast, slow = simulate(sc, record_members=False), simulate(sc, record_members=True)
+    assert fast.requests.equals(slow.requests)
+    assert fast.steps.equals(slow.steps)
+    assert fast.steps.height > 500
+
+
 def test_queueing_grows_only_when_arrivals_exceed_service() -> None:
     """One rank: capacity ~3.5 req/s with these lengths; 2 req/s is fine, 6 req/s is not."""
     under = simulate(make(instances=1, rate=2.0, duration=120.0), record_members=False)

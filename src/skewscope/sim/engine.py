@@ -13,7 +13,6 @@ import numpy as np
 
 from skewscope.frame import dp_unit_id
 from skewscope.sim.loop import PROGRESS_EVERY, run
-from skewscope.sim.policies import reads_load
 from skewscope.sim.rank import Rank, RequestState
 from skewscope.sim.records import START_S, RankInfo, SimResult
 from skewscope.sim.tables import (
@@ -57,9 +56,12 @@ def simulate(
     members: array[int] | None = array("q") if record_members else None
     n_inst, n_dp = scenario.instances, scenario.dp_ranks
     specs = [scenario.rank_spec(i, d) for i in range(n_inst) for d in range(n_dp)]
-    ranks = [Rank(g, sp, reqs, rec, members) for g, sp in enumerate(specs)]
-    n_steps = run(scenario, wl, reqs, ranks, rng_route, duration, progress)
-    step_rows, member_rows = in_time_order(rec, members, not reads_load(scenario.gateway))
+    pieces: array[float] = array("d")
+    pats: array[int] = array("q")
+    ranks = [Rank(g, sp, reqs, rec, members, pieces, pats) for g, sp in enumerate(specs)]
+    run(scenario, wl, reqs, ranks, rng_route, duration, progress)
+    step_rows, member_rows = in_time_order(rec, members, pieces, pats)
+    n_steps = step_rows.shape[0]
     infos = [
         RankInfo(
             instance=scenario.instance_name(g // n_dp), dp_rank=g % n_dp,

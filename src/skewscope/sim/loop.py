@@ -1,12 +1,9 @@
 """Event loops: arrivals routed in time order, ranks stepped up to each arrival.
 
-Ranks interact only through routing, so a rank must be up to date exactly when a router reads
-its load or sends it a request. With a load-reading gateway every rank advances through one heap
-of next-step times, interleaved with arrivals (``run``); when the gateway reads no load, a rank
-is only brought up to an arrival's time when its instance's dispatcher looks at it or it
-receives the request (``run_lazy``: no heap, each rank steps in a tight loop, decode-only steps
-take a short path). Both give the same steps; only their execution order differs, which
-``tables.in_time_order`` undoes.
+Ranks interact only through routing, so a rank need be up to date only when a router reads its
+load or sends it a request; in between it steps in a tight loop on its own. The steps do not
+depend on when a rank is advanced (a decode segment's step times come from its anchor), only
+their execution order does, which ``tables.in_time_order`` undoes.
 """
 
 from __future__ import annotations
@@ -15,9 +12,10 @@ import heapq
 from typing import TYPE_CHECKING
 
 from skewscope.sim.policies import Router, reads_load
+from skewscope.sim.rank import INF
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     import numpy as np
 
@@ -29,22 +27,47 @@ PROGRESS_EVERY = 2048  # arrivals between progress callbacks (cheap against the 
 
 
 class GroupLoad:
-    """LoadView over groups of ranks: one group per instance (gateway) or per rank (dispatcher)."""
+    """LoadView over groups of ranks: one group per instance (gateway) or per rank (dispatcher).
+
+    Counts are read as they are (ranks are brought up to ``now`` before a router reads them,
+    and a rank's counts do not change inside a segment); KV tokens are worked out at ``now``.
+    """
 
     def __init__(self, groups: list[list[Rank]]) -> None:
         self.groups = groups
+        self.now = 0.0
 
     def outstanding_requests(self, unit: int) -> int:
         return sum(r.outstanding_requests() for r in self.groups[unit])
 
     def outstanding_tokens(self, unit: int) -> int:
-        return sum(r.outstanding_tokens() for r in self.groups[unit])
+        return sum(r.outstanding_tokens(self.now) for r in self.groups[unit])
 
     def waiting_requests(self, unit: int) -> int:
         return sum(len(r.waiting) for r in self.groups[unit])
 
     def running_requests(self, unit: int) -> int:
         return sum(len(r.run_order) for r in self.groups[unit])
+
+
+class RankLoad:
+    """LoadView of one instance's ranks, one unit each (its dispatcher's view)."""
+
+    def __init__(self, ranks: list[Rank]) -> None:
+        self.ranks = ranks
+        self.now = 0.0
+
+    def outstanding_requests(self, unit: int) -> int:
+        return self.ranks[unit].outstanding_requests()
+
+    def outstanding_tokens(self, unit: int) -> int:
+        return self.ranks[unit].outstanding_tokens(self.now)
+
+    def waiting_requests(self, unit: int) -> int:
+        return len(self.ranks[unit].waiting)
+
+    def running_requests(self, unit: int) -> int:
+        return len(self.ranks[unit].run_order)
 
 
 class Availability:
@@ -74,23 +97,28 @@ class Availability:
 def run(
     scenario: Scenario, wl: Workload, reqs: RequestState, ranks: list[Rank],
     rng: np.random.Generator, duration: float, progress: Callable[[float], None] | None = None,
-) -> int:
-    """The event loop: steps and arrivals in time order (a step starting at the same instant
-    as an arrival sees it). Returns the number of steps executed."""
+) -> None:
+    """Route every arrival in time order and step the ranks up to the end of the run.
+
+    Before a router reads load, the ranks it reads whose counts may have changed since (their
+    ``event_t``: next full step, or the end of their decode segment, before the arrival) are
+    advanced: every rank through a heap of event times when the gateway reads load, the
+    instance's ranks when only its dispatcher does; the receiving rank is always advanced to
+    the arrival before it queues the request. A step starting at an arrival's instant sees it.
+    """
     n_dp = scenario.dp_ranks
     tags = wl.tags
     gateway = Router(scenario.gateway, scenario.instances, rng, tags)
     dispatchers = [Router(scenario.dispatcher, n_dp, rng, tags) for _ in range(scenario.instances)]
     inst_load = GroupLoad([ranks[i * n_dp:(i + 1) * n_dp] for i in range(scenario.instances)])
-    rank_loads = [GroupLoad([[r] for r in g]) for g in inst_load.groups]
+    groups = inst_load.groups
+    rank_loads = [RankLoad(g) for g in groups]
+    gw_load, disp_load = reads_load(scenario.gateway), reads_load(scenario.dispatcher)
     all_dp = tuple(range(n_dp))
     avail = Availability(scenario)
     cap = [(r.total * r.B) for r in ranks]
-    steps = [r.step for r in ranks]
-    busy = [False] * len(ranks)
     heap: list[tuple[float, int]] = []
-    push = heapq.heappush
-    sid = 0
+    pop, push = heapq.heappop, heapq.heappush
     arrivals = wl.arrival_s.tolist()
     tag = wl.tag.tolist()
     session = wl.session.tolist()
@@ -98,93 +126,38 @@ def run(
     i_hint = no_hint if wl.instance_hint is None else wl.instance_hint.tolist()
     r_hint = no_hint if wl.rank_hint is None else wl.rank_hint.tolist()
     p0, out = reqs.p0, reqs.out
-    if not reads_load(scenario.gateway):
-        return run_lazy(scenario, arrivals, (tag, session, i_hint, r_hint), reqs, ranks,
-                         (gateway, dispatchers, inst_load, rank_loads), duration, progress)
     for q, ta in enumerate(arrivals):
-        sid = steps_before(ta, heap, steps, busy, sid)
         if progress is not None and not q % PROGRESS_EVERY:
             progress(ta)
         up = avail.at(ta)
         if not up:
             reqs.rejected[q] = True  # no healthy instance: the gateway refuses the request
             continue
+        if gw_load:
+            while heap and heap[0][0] < ta:
+                t, r = pop(heap)
+                rk = ranks[r]
+                if rk.event_t == t:  # else a stale entry
+                    rk.advance(ta)
+                    if rk.event_t < INF:
+                        push(heap, (rk.event_t, r))
+            inst_load.now = ta
         i = gateway.choose(tag[q], session[q], up, inst_load, i_hint[q])
+        if disp_load:
+            if not gw_load:
+                for rk in groups[i]:
+                    if rk.event_t < ta:
+                        rk.advance(ta)
+            rank_loads[i].now = ta
         r = i * n_dp + dispatchers[i].choose(tag[q], session[q], all_dp, rank_loads[i], r_hint[q])
         reqs.rank[q] = r
         if p0[q] + out[q] - 1 > cap[r]:
             reqs.rejected[q] = True  # can never fit the rank's KV pool
             continue
-        ranks[r].enqueue(q)
-        if not busy[r]:
-            busy[r] = True
-            push(heap, (ta, r))
-    return steps_before(duration, heap, steps, busy, sid)
-
-
-def run_lazy(
-    scenario: Scenario, arrivals: list[float], hints: tuple[list[int], ...], reqs: RequestState,
-    ranks: list[Rank], routers: tuple[Router, list[Router], GroupLoad, list[GroupLoad]],
-    duration: float, progress: Callable[[float], None] | None,
-) -> int:
-    """The event loop when the gateway never reads load: instances only interact through it,
-    so a rank is brought up to an arrival's time only when its instance's dispatcher looks at
-    it or it receives the request (each rank steps in a tight loop, no global heap). The
-    routing decisions and every rank's steps are those of ``run``; only the order in which
-    steps of different ranks are executed differs (``tables.in_time_order`` restores it)."""
-    n_dp = scenario.dp_ranks
-    tag, session, i_hint, r_hint = hints
-    gateway, dispatchers, inst_load, rank_loads = routers
-    disp_load = reads_load(scenario.dispatcher)
-    groups = [ranks[i * n_dp:(i + 1) * n_dp] for i in range(scenario.instances)]
-    all_dp = tuple(range(n_dp))
-    avail = Availability(scenario)
-    cap = [(r.total * r.B) for r in ranks]
-    p0, out = reqs.p0, reqs.out
-    sid = 0
-    for q, ta in enumerate(arrivals):
-        if progress is not None and not q % PROGRESS_EVERY:
-            progress(ta)
-        up = avail.at(ta)
-        if not up:
-            reqs.rejected[q] = True
-            continue
-        i = gateway.choose(tag[q], session[q], up, inst_load, i_hint[q])  # reads no load
-        if disp_load:
-            for rk in groups[i]:
-                sid = rk.advance(ta, sid)
-        r = i * n_dp + dispatchers[i].choose(tag[q], session[q], all_dp, rank_loads[i], r_hint[q])
         rk = ranks[r]
-        reqs.rank[q] = r
-        if p0[q] + out[q] - 1 > cap[r]:
-            reqs.rejected[q] = True
-            continue
-        sid = rk.advance(ta, sid)
-        rk.enqueue(q)
-        if rk.next_t < 0.0:
-            rk.next_t = ta
+        rk.advance(ta)
+        rk.enqueue(q, ta)
+        if gw_load:
+            push(heap, (rk.event_t, r))
     for rk in ranks:
-        sid = rk.advance(duration, sid)
-    return sid
-
-
-
-def steps_before(
-    until: float, heap: list[tuple[float, int]], steps: Sequence[Callable[[float, int], float]],
-    busy: list[bool], sid: int,
-) -> int:
-    """Execute, in time order, every step of the ``heap`` (start time, rank) that starts before
-    ``until``; a rank whose step returns a negative next start goes idle. Returns the next step
-    id (``sid`` plus the steps executed)."""
-    pop, replace = heapq.heappop, heapq.heapreplace
-    while heap and heap[0][0] < until:
-        t, r = heap[0]
-        nxt = steps[r](t, sid)
-        sid += 1
-        if nxt >= 0.0:
-            replace(heap, (nxt, r))
-        else:
-            pop(heap)
-            busy[r] = False
-    return sid
-
+        rk.advance(duration)

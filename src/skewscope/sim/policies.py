@@ -117,6 +117,7 @@ class Router:
         use_w = spec.policy in ("weighted", OBSERVED) and spec.weights
         self.weights = [float(w) for w in spec.weights or ()] if use_w else [1.0] * n_units
         self.assigned = [0] * n_units
+        self.even = all(x == self.weights[0] for x in self.weights)
         self.rng = rng
         self.pin_code = tags.index(spec.pin_tag) if spec.pin_tag in tags else -1
         self.pins = [u for u in spec.pin_units if 0 <= u < n_units]
@@ -218,6 +219,8 @@ class Router:
         """Lowest virtual time ``(assigned + 1) / weight``; ties go to the lowest index."""
         w = self.weights
         a = self.assigned
+        if self.even:
+            return min(avail, key=a.__getitem__)  # equal weights: the fewest assigned
         best, best_v = avail[0], (a[avail[0]] + 1) / w[avail[0]]
         for u in avail[1:]:
             v = (a[u] + 1) / w[u]

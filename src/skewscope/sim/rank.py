@@ -1,21 +1,30 @@
 """One DP engine process: continuous batching over paged KV blocks, aggregated per rank.
 
-A rank never loops over its sequences per step (an hour of a 32-rank cluster is ~3-4 M steps):
+A rank never loops over its sequences per step (an hour of 64 x 8 ranks is ~60 M steps):
 
 * decoding sequences sit in a heap keyed by the rank-local step at which they finish, so a step
   costs O(1) plus O(log n) per sequence that starts or ends;
 * KV growth is arithmetic: a sequence with effective prompt ``p`` that finished its prefill at
   step ``s0`` needs a new block at step ``s`` exactly when ``s = s0 + 1 - p (mod block_size)``,
   so ``phase[s % block_size]`` counts the blocks the whole decode batch needs this step;
-* step rows go into one flat ``array('d')`` (one ``extend`` per step).
+* most steps only decode (nothing can be admitted, no sequence finishes, the KV growth fits):
+  after each full step the rank works out how many such steps follow (a *segment*: until the
+  next finish or the step whose growth would not fit) and executes them in O(1) as one
+  record (anchor time, step time, first KV state, the block pattern of one period), expanded
+  to rows with numpy by ``tables``. A segment's step ``j`` starts at ``t_a + j * dt`` from its
+  anchor, wherever the loop pauses the rank, so the rows do not depend on the loop;
+* full-step rows go into one flat ``array('d')`` (one ``extend`` per step).
 
-Batch membership (``members``) is the only per-sequence work and is recorded only on request.
+Batch membership (``members``) is the only per-sequence work and is recorded only on request
+(then every step is a full step: segments record no members).
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,6 +36,11 @@ if TYPE_CHECKING:
 STEP_FIELDS = 12  # rank, start, end, pf_bs, dec_bs, pf_tok, running, waiting, used, alloc,
 # freed, preempted
 MEMBER_FIELDS = 7  # step_id, request, iter, type, scheduled, prompt, computed
+# A segment piece: rank, anchor time, step time, decode sequences, waiting, KV used before the
+# segment, first and end step (j0 <= j < j1), offset and length of its cumulative block pattern
+# in the pattern record, blocks one period adds, period (block size).
+PIECE_FIELDS = 11
+INF = float("inf")
 
 
 class RequestState:
@@ -58,17 +72,21 @@ class Rank:
         "chunked",
         "dec",
         "dstart",
+        "event_t",
         "fin_heap",
         "idx",
         "max_running",
         "members",
         "next_t",
+        "pats",
         "phase",
+        "pieces",
         "prefilling",
         "rec",
         "reqs",
         "run_order",
         "s",
+        "seg",
         "total",
         "used",
         "wait_tokens",
@@ -77,7 +95,7 @@ class Rank:
 
     def __init__(
         self, idx: int, spec: RankSpec, reqs: RequestState, rec: array[float],
-        members: array[int] | None,
+        members: array[int] | None, pieces: array[float], pats: array[int],
     ) -> None:
         self.idx = idx
         self.B = spec.block_size
@@ -92,6 +110,8 @@ class Rank:
         self.reqs = reqs
         self.rec = rec
         self.members = members
+        self.pieces = pieces
+        self.pats = pats
         self.s = 0  # rank-local step counter
         self.used = 0
         self.wait_tokens = 0
@@ -102,63 +122,106 @@ class Rank:
         self.run_order: dict[int, None] = {}  # running requests in admission order (preemption)
         self.fin_heap: list[tuple[int, int]] = []
         self.phase = [0] * self.B
-        self.next_t = -1.0  # start of the next step; negative while idle (lazy mode)
+        self.next_t = -1.0  # start of the next step; negative while idle
+        # when the next step that can change the rank's counts starts (inf while idle)
+        self.event_t = INF
+        self.seg: _Segment | None = None  # decode-only steps being executed
 
-    def enqueue(self, q: int) -> None:
+    def enqueue(self, q: int, t: float) -> None:
+        """Queue a request arriving at ``t`` (the rank was advanced up to ``t``): a segment
+        ends here, since the next step may admit it; an idle rank starts stepping at ``t``."""
         self.waiting.append(q)
         self.wait_tokens += self.reqs.pe[q]
+        self.seg = None
+        if self.next_t < 0.0:
+            self.next_t = t
+        self.event_t = self.next_t
 
     def outstanding_requests(self) -> int:
         return len(self.run_order) + len(self.waiting)
 
-    def outstanding_tokens(self) -> int:
-        return self.used * self.B + self.wait_tokens
+    def outstanding_tokens(self, now: float) -> int:
+        """KV tokens held plus prompt tokens waiting at ``now``: the rank is up to date
+        except inside a segment, whose KV growth up to ``now`` is worked out."""
+        g = self.seg
+        used = self.used if g is None else g.used_after(g.started(now), self.B)
+        return used * self.B + self.wait_tokens
 
-    def advance(self, until: float, sid: int) -> int:
-        """Execute this rank's steps that start before ``until`` (step ids from ``sid``);
-        return the next free step id."""
+    def advance(self, until: float) -> None:
+        """Execute this rank's steps that start before ``until``."""
         t = self.next_t
         if t < 0.0 or t >= until:
-            return sid
+            return
         step = self.step
         fast = self.members is None
         while True:
-            if fast and self.dec and not self.waiting and not self.prefilling:
-                t, sid = self._decode_run(t, until, sid)
+            if self.seg is None and fast and self.dec and not self.prefilling:
+                self._open_segment(t)
+            if self.seg is not None:
+                t = self._run_segment(until)
                 if t >= until:
                     break
-            t = step(t, sid)
-            sid += 1
+            t = step(t)
             if not 0.0 <= t < until:
                 break
         self.next_t = t
-        return sid
+        if t < 0.0:
+            self.event_t = INF
+        elif self.seg is None:
+            self.event_t = t
 
-    def _decode_run(self, t: float, until: float, sid: int) -> tuple[float, int]:
-        """Steps that only decode (nothing waiting or prefilling, no sequence finishing, the KV
-        growth fits), as ``step`` would execute them, from ``t`` until ``until``; the most
-        common step, so it skips everything else ``step`` checks. Returns (next start, sid)."""
-        fh = self.fin_heap
-        fs = fh[0][0]  # may be a stale entry: then the run only ends early
-        s, used, total = self.s, self.used, self.total
-        phase, B, idx = self.phase, self.B, self.idx
-        n_dec = len(self.dec)
-        c_fixed, cd = self.c_fixed, self.c_dec * n_dec
-        extend = self.rec.extend
-        while t < until and s < fs:
-            need = phase[s % B]
-            if used + need > total:
-                break
-            used += need
-            end = t + c_fixed + cd  # the same float operations as step's
-            extend((idx, t, end, 0, n_dec, 0, n_dec, 0, used, need, 0, 0))
-            t = end
-            s += 1
-            sid += 1
-        self.s, self.used = s, used
-        return t, sid
+    def _open_segment(self, t: float) -> None:
+        """After a full step: if the next steps only decode, open a segment of them, up to the
+        next finish or the step whose KV growth would not fit (nothing can be admitted in
+        between: the queue is empty, or its head is blocked by the batch, the token budget or
+        the KV pool, which only fills)."""
+        fh, dec = self.fin_heap, self.dec
+        while fh and dec.get(fh[0][1]) != fh[0][0]:
+            heapq.heappop(fh)  # stale entries of preempted incarnations
+        s, B, used = self.s, self.B, self.used
+        m = fh[0][0] - s if fh else 0
+        if m <= 0:
+            return
+        r = s % B
+        ph = self.phase
+        room = self.total - used
+        waiting = self.waiting
+        n_dec = len(dec)
+        if (waiting and n_dec < self.max_running and self.budget > n_dec
+                and ph[r] + (self.reqs.pe[waiting[0]] + B - 1) // B <= room):
+            return  # the head of the queue could be admitted: a full step
+        cum = list(accumulate(ph[r:] + ph[:r]))
+        P = cum[-1]
+        if P:
+            k = room // P
+            m = min(m, k * B + bisect.bisect_right(cum, room - k * P))
+        if m <= 0:
+            return
+        g = _Segment(t, self.c_fixed + self.c_dec * n_dec, s, used, m, n_dec, cum, P)
+        self.seg = g
+        self.event_t = t + m * g.dt
 
-    def step(self, t: float, sid: int) -> float:
+    def _run_segment(self, until: float) -> float:
+        """Execute the segment's steps that start before ``until`` (one piece record); return
+        the next step's start. The segment closes after its last step."""
+        g = self.seg
+        assert g is not None
+        j0, m, B = g.j, g.m, self.B
+        j1 = g.started(until)
+        if j1 > j0:
+            if g.off < 0:
+                g.off = len(self.pats)
+                self.pats.extend(g.cum[:m] if m < B else g.cum)
+            self.pieces.extend((self.idx, g.t_a, g.dt, g.n_dec, len(self.waiting), g.used_a,
+                                j0, j1, g.off, min(m, B), g.P))
+            g.j = j1
+            self.s = g.s_a + j1
+            self.used = g.used_after(j1, B)
+        if j1 >= m:
+            self.seg = None
+        return g.t_a + j1 * g.dt
+
+    def step(self, t: float) -> float:
         """Schedule and execute one step starting at ``t``; return the next step's start time,
         or -1.0 when the rank has nothing left to do (it then sleeps until an arrival)."""
         s = self.s
@@ -180,6 +243,7 @@ class Rank:
         pf_tok = pf_bs = 0
         done: list[int] = []
         mem = self.members
+        sid = len(self.rec) // STEP_FIELDS  # only read for members (then every step is a full row)
         pre = self.prefilling
         nrun = n_dec + len(pre)
         if pre and budget > 0:
@@ -318,3 +382,36 @@ class Rank:
             need = phase[s % B] if dec else 0
         return npre, freed
 
+
+
+
+class _Segment:
+    """Decode-only steps ``j`` in [0, m) from an anchor: step ``j`` starts at ``t_a + j * dt``
+    and ends where step ``j + 1`` starts; its KV growth is the block pattern ``cum``
+    (cumulative over one period of ``block_size`` steps, ``P`` blocks a period)."""
+
+    __slots__ = ("P", "cum", "dt", "j", "m", "n_dec", "off", "s_a", "t_a", "used_a")
+
+    def __init__(self, t_a: float, dt: float, s_a: int, used_a: int, m: int, n_dec: int,
+                 cum: list[int], P: int) -> None:
+        self.t_a, self.dt, self.s_a, self.used_a = t_a, dt, s_a, used_a
+        self.m, self.n_dec, self.cum, self.P = m, n_dec, cum, P
+        self.j = 0  # steps executed so far
+        self.off = -1  # offset of ``cum`` in the pattern record once a piece needs it
+
+    def started(self, until: float) -> int:
+        """How many of the ``m`` steps start before ``until``."""
+        t_a, dt, m = self.t_a, self.dt, self.m
+        j = min(m, max(0, int((until - t_a) / dt) + 1))
+        while j > 0 and t_a + (j - 1) * dt >= until:
+            j -= 1
+        while j < m and t_a + j * dt < until:
+            j += 1
+        return j
+
+    def used_after(self, j: int, B: int) -> int:
+        """KV blocks in use after the first ``j`` steps."""
+        if j <= 0:
+            return self.used_a
+        q, r = divmod(j - 1, B)
+        return self.used_a + q * self.P + self.cum[r]

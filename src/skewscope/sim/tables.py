@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from skewscope.sim.rank import MEMBER_FIELDS, STEP_FIELDS
+from skewscope.sim.rank import MEMBER_FIELDS, PIECE_FIELDS, STEP_FIELDS
 from skewscope.sim.records import START_S
 
 if TYPE_CHECKING:
@@ -20,20 +20,74 @@ if TYPE_CHECKING:
     from skewscope.sim.workload import Workload
 
 
+def segment_rows(pieces: array[float], pats: array[int]) -> NDArray[np.float64]:
+    """The step rows of decode segment pieces (``rank.PIECE_FIELDS`` each), as the full steps'
+    record lays them out: step ``j`` of a piece starts at ``t_a + j * dt``, ends at
+    ``t_a + (j + 1) * dt``, and adds the ``j % period``-th block count of its pattern."""
+    p = np.frombuffer(pieces, dtype=np.float64).reshape(-1, PIECE_FIELDS)
+    lens = (p[:, 7] - p[:, 6]).astype(np.int64)
+    n = int(lens.sum())
+    out = np.zeros((n, STEP_FIELDS), dtype=np.float64)
+    if n == 0:
+        return out
+
+    def each(col: int) -> NDArray[np.float64]:
+        return np.repeat(p[:, col], lens)
+
+    ends = np.cumsum(lens)
+    j = np.arange(n, dtype=np.int64) + np.repeat(p[:, 6].astype(np.int64) - (ends - lens), lens)
+    period = np.repeat(p[:, 9].astype(np.int64), lens)  # min(length, block size): j % it exact
+    q, r = np.divmod(j, period)
+    cum = np.frombuffer(pats, dtype=np.int64)
+    at = np.repeat(p[:, 8].astype(np.int64), lens) + r
+    here = cum[at]
+    before = np.where(r > 0, cum[np.maximum(at - 1, 0)], 0)
+    t_a, dt, n_dec = each(1), each(2), each(3)
+    jf = j.astype(np.float64)
+    out[:, 0] = each(0)
+    out[:, 1] = t_a + jf * dt
+    out[:, 2] = t_a + (jf + 1.0) * dt
+    out[:, 4] = n_dec
+    out[:, 6] = n_dec
+    out[:, 7] = each(4)
+    out[:, 8] = each(5) + q * each(10) + here
+    out[:, 9] = here - before
+    return out
+    which = np.repeat(np.arange(p.shape[0]), lens)
+    first = np.cumsum(lens) - lens
+    j = np.arange(n, dtype=np.int64) - first[which] + p[which, 6].astype(np.int64)
+    period = p[which, 9].astype(np.int64)  # min(segment length, block size): j % it is exact
+    q, r = np.divmod(j, period)
+    cum = np.frombuffer(pats, dtype=np.int64)
+    at = p[which, 8].astype(np.int64) + r
+    here = cum[at]
+    before = np.where(r > 0, cum[np.maximum(at - 1, 0)], 0)
+    t_a, dt = p[which, 1], p[which, 2]
+    jf = j.astype(np.float64)
+    out[:, 0] = p[which, 0]
+    out[:, 1] = t_a + jf * dt
+    out[:, 2] = t_a + (jf + 1.0) * dt
+    out[:, 4] = p[which, 3]
+    out[:, 6] = p[which, 3]
+    out[:, 7] = p[which, 4]
+    out[:, 8] = p[which, 5] + q * p[which, 10] + here
+    out[:, 9] = here - before
+    return out
+
+
 def in_time_order(
-    rec: array[float], members: array[int] | None, lazy: bool
+    rec: array[float], members: array[int] | None, pieces: array[float], pats: array[int],
 ) -> tuple[NDArray[np.float64], NDArray[np.int64] | None]:
-    """Step rows sorted by (start, rank) — the order the global heap executes them in — with
-    step ids renumbered to match, and member rows following their steps. ``loop.run`` (not lazy)
-    already executes them in that order."""
-    a = np.frombuffer(rec, dtype=np.float64).reshape(-1, STEP_FIELDS)
-    if not lazy:
-        m0 = None if members is None else np.frombuffer(members, dtype=np.int64)
-        return a, None if m0 is None else m0.reshape(-1, MEMBER_FIELDS)
+    """Every step row (full steps and segments) sorted by (start, rank), with step ids
+    renumbered to match and member rows following their steps. Ranks are advanced one at a
+    time, so the record's order is not time order."""
+    full = np.frombuffer(rec, dtype=np.float64).reshape(-1, STEP_FIELDS)
+    a = np.concatenate([full, segment_rows(pieces, pats)]) if len(pieces) else full.copy()
+    del full
+    del rec[:], pieces[:], pats[:]  # the rows replace the records while frames are built
     order = np.lexsort((a[:, 0], a[:, 1]))
     rows = a[order]
     del a
-    del rec[:]  # the sorted copy replaces the record: do not hold both while frames are built
     if members is None:
         return rows, None
     new_id = np.empty_like(order)
@@ -42,7 +96,6 @@ def in_time_order(
     del members[:]
     m[:, 0] = new_id[m[:, 0]]
     return rows, m[np.argsort(m[:, 0], kind="stable")]
-
 
 
 def request_ids(wl: Workload, rng: np.random.Generator) -> list[str]:
