@@ -17,7 +17,11 @@ import pytest
 
 from sim_fixtures import make_result
 from skewscope.cli import main
+from skewscope.errors import SimulationError
 from skewscope.sim import limits
+from skewscope.sim.records import GroundTruth
+from skewscope.sim.scenario import Scenario
+from skewscope.sim.workload import WorkloadSpec
 from skewscope.sim.writers import openmetrics, truth
 from skewscope.sim.writers.live import serve
 
@@ -110,9 +114,22 @@ def test_limits_are_above_the_shipped_scenarios_and_the_benchmark() -> None:
 
     for sc in builtin_scenarios().values():
         limits.check_limits(sc)  # would raise
-    # benchmarks/bench_sim.py: one hour of 8 x 4 ranks at 64 req/s
-    assert limits.MAX_REQUESTS > 64 * 3600 and limits.MAX_UNITS >= 32
-    assert limits.MAX_RANK_STEPS > 32 * 3600 / 0.025
+    # benchmarks/bench_sim.py: one hour of 8 x 4 ranks at 64 req/s, tables kept
+    limits.check_limits(_hour(8, 4, 64.0))
+    # issue 14's goal: one hour of 64 x 8 ranks at 512 req/s, admitted when its steps stream
+    # (~74 M step rows would be ~11 GiB kept: refused then, naming the key)
+    goal = _hour(64, 8, 512.0)
+    limits.check_limits(goal, keep_steps=False)
+    with pytest.raises(SimulationError, match=r"'cluster\.rank\.fixed_ms'.*GiB"):
+        limits.check_limits(goal)
+
+
+def _hour(instances: int, ranks: int, rate: float) -> Scenario:
+    return Scenario(
+        name="bench", summary="", truth=GroundTruth("bench", "balanced", "instance"),
+        duration_s=3600.0, instances=instances, dp_ranks=ranks,
+        workload=WorkloadSpec(rate=rate),
+    )
 
 
 def test_non_utf8_scenario_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from skewscope.sim import loop
+from skewscope.sim import engine, loop
 from skewscope.sim.engine import START_S, simulate
 from skewscope.sim.policies import Router, RoutingSpec
 from skewscope.sim.records import GroundTruth, SimResult
@@ -242,6 +242,29 @@ def test_decode_segments_give_the_step_by_step_tables(
     assert fast.requests.equals(slow.requests)
     assert fast.steps.equals(slow.steps)
     assert fast.steps.height > 500
+
+
+@pytest.mark.parametrize("gateway", ["round_robin", "least_tokens"])
+def test_time_chunks_and_streamed_steps_give_the_same_tables(
+    gateway: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cutting the run into time chunks (every rank advanced to the cut, its steps flushed)
+    changes nothing; ``on_steps`` gets those chunks in order and the result keeps none."""
+    rank = dataclasses.replace(SMALL_RANK, total_blocks=260, max_running=32)
+    sc = make(instances=3, dp=2, duration=40.0, rate=16.0, rank=rank,
+              gateway=RoutingSpec(gateway), dispatcher=RoutingSpec("least_requests"))
+    whole = simulate(sc)
+    monkeypatch.setattr(engine, "CHUNK_ROWS", 200)
+    cut = simulate(sc)
+    chunks: list[pl.DataFrame] = []
+    streamed = simulate(sc, on_steps=chunks.append)
+    assert len(chunks) > 5 and all(c.height for c in chunks[:-1])
+    assert cut.requests.equals(whole.requests) and cut.steps.equals(whole.steps)
+    assert cut.members is not None and whole.members is not None
+    assert cut.members.equals(whole.members)
+    assert pl.concat(chunks).equals(whole.steps) and streamed.requests.equals(whole.requests)
+    assert streamed.steps.is_empty() and streamed.steps.columns == whole.steps.columns
+    assert streamed.meta["n_steps"] == whole.steps.height
 
 
 def test_queueing_grows_only_when_arrivals_exceed_service() -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from skewscope.frame import dp_unit_id
 from skewscope.sim.loop import PROGRESS_EVERY, run
-from skewscope.sim.rank import Rank, RequestState
+from skewscope.sim.rank import STEP_FIELDS, Rank, RequestState
 from skewscope.sim.records import START_S, RankInfo, SimResult
 from skewscope.sim.tables import (
     in_time_order,
@@ -27,9 +27,13 @@ from skewscope.sim.workload import Workload, generate
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import polars as pl
+
     from skewscope.sim.scenario import Scenario
 
-__all__ = ["PROGRESS_EVERY", "START_S", "simulate", "unit_ids"]
+__all__ = ["CHUNK_ROWS", "PROGRESS_EVERY", "START_S", "simulate", "unit_ids"]
+
+CHUNK_ROWS = 1_000_000  # step rows per time chunk at the most (bounds a streamed run's memory)
 
 
 def simulate(
@@ -40,11 +44,15 @@ def simulate(
     duration_s: float | None = None,
     workload: Workload | None = None,
     progress: Callable[[float], None] | None = None,
+    on_steps: Callable[[pl.DataFrame], None] | None = None,
 ) -> SimResult:
     """Run a scenario and return its tables; the same (scenario, seed) gives identical tables.
 
     ``workload`` replays given requests instead of drawing the scenario's (what-if replays).
     ``progress`` is called with the simulated time every ``PROGRESS_EVERY`` arrivals.
+    ``on_steps`` takes the step table in consecutive time chunks (about ``CHUNK_ROWS`` rows
+    each, in ``SimResult.steps`` order and columns) as the run goes, so no whole-run step
+    table is held; the result's ``steps`` (and ``members``) are then empty.
     """
     seed = scenario.seed if seed is None else seed
     duration = scenario.duration_s if duration_s is None else duration_s
@@ -52,16 +60,9 @@ def simulate(
                                  .spawn(3))
     wl = generate(scenario.workload, duration, rng_wl) if workload is None else workload
     reqs = RequestState(wl)
-    rec: array[float] = array("d")
-    members: array[int] | None = array("q") if record_members else None
+    rids = request_ids(wl, rng_id)
     n_inst, n_dp = scenario.instances, scenario.dp_ranks
     specs = [scenario.rank_spec(i, d) for i in range(n_inst) for d in range(n_dp)]
-    pieces: array[float] = array("d")
-    pats: array[int] = array("q")
-    ranks = [Rank(g, sp, reqs, rec, members, pieces, pats) for g, sp in enumerate(specs)]
-    run(scenario, wl, reqs, ranks, rng_route, duration, progress)
-    step_rows, member_rows = in_time_order(rec, members, pieces, pats)
-    n_steps = step_rows.shape[0]
     infos = [
         RankInfo(
             instance=scenario.instance_name(g // n_dp), dp_rank=g % n_dp,
@@ -71,8 +72,14 @@ def simulate(
         )
         for g, sp in enumerate(specs)
     ]
+    out = _StepChunks(infos, rids, record_members and on_steps is None, on_steps)
+    ranks = [Rank(g, sp, reqs, out.rec, out.members, out.pieces, out.pats)
+             for g, sp in enumerate(specs)]
+    out.ranks = ranks
+    rate = sum(1000.0 / (sp.fixed_ms * sp.speed) for sp in specs)  # most steps per second
+    chunk_s = max(1.0, CHUNK_ROWS / rate)
+    run(scenario, wl, reqs, ranks, rng_route, duration, progress, (chunk_s, out.flush))
     pending = {q for rk in ranks for q in rk.waiting}
-    rids = request_ids(wl, rng_id)
     meta: dict[str, Any] = {
         "scenario": scenario.name,
         "seed": seed,
@@ -84,21 +91,67 @@ def simulate(
         "instances": n_inst,
         "dp_ranks": n_dp,
         "n_requests": len(wl),
-        "n_steps": n_steps,
+        "n_steps": out.n_steps,
         "record_members": record_members,
     }
+    steps, members = out.tables()
     return SimResult(
         start_s=START_S,
         end_s=START_S + duration,
         ranks=infos,
         requests=requests_frame(wl, reqs, infos, pending, rids),
-        steps=steps_frame(step_rows, infos),
-        members=members_frame(member_rows, rids) if member_rows is not None else None,
+        steps=steps,
+        members=members,
         truth=scenario.truth,
         model_name=scenario.model_name,
         meta=meta,
     )
 
+
+class _StepChunks:
+    """The records the ranks write into, turned into table chunks at each time cut: kept
+    for the result, or handed to ``on_steps`` and dropped."""
+
+    def __init__(self, infos: list[RankInfo], rids: list[str], members: bool,
+                 on_steps: Callable[[pl.DataFrame], None] | None) -> None:
+        self.infos, self.rids, self.on_steps = infos, rids, on_steps
+        self.rec: array[float] = array("d")
+        self.members: array[int] | None = array("q") if members else None
+        self.pieces: array[float] = array("d")
+        self.pats: array[int] = array("q")
+        self.n_steps = 0
+        self.ranks: list[Rank] = []
+        self.steps: list[pl.DataFrame] = []
+        self.member_frames: list[pl.DataFrame] = []
+
+    def flush(self) -> None:
+        """Every rank has executed exactly the steps starting before the cut: those rows."""
+        rows, mem = in_time_order(self.rec, self.members, self.pieces, self.pats)
+        for rk in self.ranks:
+            rk.pattern_dropped()
+        frame = steps_frame(rows, self.infos, self.n_steps)
+        if mem is not None:
+            mem[:, 0] += self.n_steps
+            self.member_frames.append(members_frame(mem, self.rids))
+        self.n_steps += rows.shape[0]
+        if self.on_steps is not None:
+            self.on_steps(frame)
+        else:
+            self.steps.append(frame)
+
+    def tables(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+        import polars as pl
+
+        if not self.steps:  # streamed: an empty table with the contract's columns
+            empty = np.zeros((0, STEP_FIELDS))
+            return steps_frame(empty, self.infos, 0), None
+        steps = pl.concat(self.steps, rechunk=True)
+        self.steps.clear()
+        if self.members is None:
+            return steps, None
+        members = pl.concat(self.member_frames, rechunk=True)
+        self.member_frames.clear()
+        return steps, members
 
 
 def unit_ids(result: SimResult) -> list[str]:

@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 MAX_DURATION_S = 7 * 86400.0  # simulated seconds in one run
 MAX_UNITS = 1024  # instances x dp_ranks
 MAX_REQUESTS = 2_000_000  # expected arrivals: rate x duration (+ burst extra); ~200 B each
-MAX_RANK_STEPS = 20_000_000  # engine steps if every rank were busy throughout (~100 B each)
+# Memory a run may hold: its request state and tables, plus its step table when the tables are
+# kept (a streamed run holds one time chunk of steps: ``engine.CHUNK_ROWS``).
+MAX_RUN_BYTES = 4 * 2**30
+REQUEST_BYTES = 200  # one request's state and table row
+STEP_BYTES = 160  # one kept step row (18 columns)
 MAX_TOKENS = 10_000_000  # tokens in one request's prompt or output (the longest contexts: ~10M)
 MAX_BLOCK_SIZE = 1024  # tokens per KV block (a rank keeps one counter per block offset)
 
@@ -41,8 +45,10 @@ def expected_requests(sc: Scenario) -> float:
     return n
 
 
-def check_limits(sc: Scenario) -> None:
-    """Refuse a scenario whose size would exhaust memory or time (limits above, named once)."""
+def check_limits(sc: Scenario, keep_steps: bool = True) -> None:
+    """Refuse a scenario whose size would exhaust memory or time (limits above, named once).
+
+    ``keep_steps=False``: the run streams its steps (``simulate(on_steps=...)``)."""
     src = sc.source
     if sc.duration_s > MAX_DURATION_S:
         raise SimulationError(f"{src}: key 'duration_s': {sc.duration_s:g} s is above the limit "
@@ -66,15 +72,29 @@ def check_limits(sc: Scenario) -> None:
             shown = key if key.startswith("workload.trace") else f"{key}.max"
             raise SimulationError(f"{src}: key '{shown}': {most:,} tokens is above the limit of "
                                   f"{MAX_TOKENS:,} per request")
-    specs = [sc.rank_spec(i, d) for i in range(sc.instances) for d in range(sc.dp_ranks)]
     where = [("cluster.rank", sc.rank)] + [(f"cluster.override (unit {u})", s)
                                            for u, s in sc.overrides]
     for key, spec in where:
         if spec.block_size > MAX_BLOCK_SIZE:
             raise SimulationError(f"{src}: key '{key}.block_size': {spec.block_size} is above "
                                   f"the limit of {MAX_BLOCK_SIZE}")
-    steps = sum(sc.duration_s / (s.fixed_ms * s.speed / 1000.0) for s in specs)
-    if steps > MAX_RANK_STEPS:
+    need = run_bytes(sc, keep_steps)
+    if need > MAX_RUN_BYTES:
         raise SimulationError(f"{src}: key 'cluster.rank.fixed_ms': ranks x duration_s / step "
-                              f"time allows {steps:,.0f} engine steps, above the limit of "
-                              f"{MAX_RANK_STEPS:,} (shorten the run or use fewer ranks)")
+                              f"time allows {max_steps(sc):,.0f} engine steps; with "
+                              f"{n:,.0f} requests the run would hold ~{need / 2**30:.1f} GiB, "
+                              f"above the limit of {MAX_RUN_BYTES / 2**30:g} GiB (shorten the "
+                              "run or use fewer ranks)")
+
+
+def max_steps(sc: Scenario) -> float:
+    """Engine steps if every rank were busy throughout: sum over ranks of duration / step."""
+    return sum(sc.duration_s / (s.fixed_ms * s.speed / 1000.0)
+               for s in (sc.rank_spec(i, d) for i in range(sc.instances)
+                         for d in range(sc.dp_ranks)))
+
+
+def run_bytes(sc: Scenario, keep_steps: bool = True) -> float:
+    """Memory the run holds at most: requests, and every step when its table is kept."""
+    steps = max_steps(sc) if keep_steps else 0.0
+    return expected_requests(sc) * REQUEST_BYTES + steps * STEP_BYTES

@@ -11,13 +11,13 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from skewscope.sim.policies import Router, reads_load
 from skewscope.sim.rank import INF
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    import numpy as np
 
     from skewscope.sim.rank import Rank, RequestState
     from skewscope.sim.scenario import Scenario
@@ -96,7 +96,8 @@ class Availability:
 
 def run(
     scenario: Scenario, wl: Workload, reqs: RequestState, ranks: list[Rank],
-    rng: np.random.Generator, duration: float, progress: Callable[[float], None] | None = None,
+    rng: np.random.Generator, duration: float, progress: Callable[[float], None] | None,
+    cuts: tuple[float, Callable[[], None]],
 ) -> None:
     """Route every arrival in time order and step the ranks up to the end of the run.
 
@@ -105,6 +106,9 @@ def run(
     advanced: every rank through a heap of event times when the gateway reads load, the
     instance's ranks when only its dispatcher does; the receiving rank is always advanced to
     the arrival before it queues the request. A step starting at an arrival's instant sees it.
+
+    ``cuts`` = (every, flush): every ``every`` simulated seconds all ranks are advanced to the
+    cut and ``flush`` takes the record of the steps that start before it.
     """
     n_dp = scenario.dp_ranks
     tags = wl.tags
@@ -126,9 +130,18 @@ def run(
     i_hint = no_hint if wl.instance_hint is None else wl.instance_hint.tolist()
     r_hint = no_hint if wl.rank_hint is None else wl.rank_hint.tolist()
     p0, out = reqs.p0, reqs.out
+    every, flush = cuts
+    cut = every
     for q, ta in enumerate(arrivals):
         if progress is not None and not q % PROGRESS_EVERY:
             progress(ta)
+        while ta >= cut and cut < duration:
+            for rk in ranks:
+                rk.advance(cut)
+            flush()
+            heap = [(rk.event_t, r) for r, rk in enumerate(ranks) if rk.event_t < INF]
+            heapq.heapify(heap)
+            cut += every
         up = avail.at(ta)
         if not up:
             reqs.rejected[q] = True  # no healthy instance: the gateway refuses the request
@@ -159,5 +172,7 @@ def run(
         rk.enqueue(q, ta)
         if gw_load:
             push(heap, (rk.event_t, r))
-    for rk in ranks:
-        rk.advance(duration)
+    for end in [*np.arange(cut, duration, every).tolist(), duration]:
+        for rk in ranks:
+            rk.advance(end)
+        flush()

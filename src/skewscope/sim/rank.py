@@ -170,6 +170,11 @@ class Rank:
         elif self.seg is None:
             self.event_t = t
 
+    def pattern_dropped(self) -> None:
+        """The pattern record was flushed: an open segment stores its pattern again."""
+        if self.seg is not None:
+            self.seg.off = -1
+
     def _open_segment(self, t: float) -> None:
         """After a full step: if the next steps only decode, open a segment of them, up to the
         next finish or the step whose KV growth would not fit (nothing can be admitted in

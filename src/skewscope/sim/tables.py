@@ -139,7 +139,7 @@ def requests_frame(
     )
 
 
-def steps_frame(a: NDArray[np.float64], infos: list[RankInfo]) -> pl.DataFrame:
+def steps_frame(a: NDArray[np.float64], infos: list[RankInfo], first_id: int = 0) -> pl.DataFrame:
     import polars as pl
 
     g = a[:, 0].astype(np.int64)
@@ -149,7 +149,7 @@ def steps_frame(a: NDArray[np.float64], infos: list[RankInfo]) -> pl.DataFrame:
     pf_bs, dec_bs, used = ints[:, 0], ints[:, 1], ints[:, 5]
     return pl.DataFrame(
         {
-            "step_id": np.arange(a.shape[0], dtype=np.int64),
+            "step_id": np.arange(first_id, first_id + a.shape[0], dtype=np.int64),
             "instance": names.gather(g),
             "dp_rank": np.array([r.dp_rank for r in infos], dtype=np.int64)[g],
             "start_s": a[:, 1] + START_S,

@@ -72,7 +72,7 @@ def _recommend(results: list[PolicyResult], s: WhatIfSettings) -> tuple[str, dic
 def replay_one(plan: Plan, obs: Observed, model: ServiceModel) -> tuple[Metrics, np.ndarray]:
     """One candidate's replay and its metrics (a process-pool task: module level, picklable)."""
     pool = in_pool(plan.availability, obs.layout, obs.duration_s)
-    return replayed(run_plan(plan, obs, model), obs, pool)
+    return replayed(*run_plan(plan, obs, model), obs, pool)
 
 
 def _replay_all(plans: list[Plan], obs: Observed, model: ServiceModel, jobs: int,

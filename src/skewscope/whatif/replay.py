@@ -55,8 +55,19 @@ def scenario_for(plan: Plan, obs: Observed, model: ServiceModel) -> Scenario:
     )
 
 
-def run_plan(plan: Plan, obs: Observed, model: ServiceModel) -> SimResult:
-    return simulate(scenario_for(plan, obs, model), workload=obs.workload, record_members=False)
+def run_plan(plan: Plan, obs: Observed, model: ServiceModel) -> tuple[SimResult, float | None]:
+    """Replay the plan; the step table streams through (only its KV peak is kept), so a long
+    replay holds no whole-run step table."""
+    peak: list[float] = []
+
+    def kv_peak(steps: pl.DataFrame) -> None:
+        v = steps.select((pl.col("used_blocks") / pl.col("total_blocks")).max()).item()
+        if v is not None:
+            peak.append(float(v))
+
+    res = simulate(scenario_for(plan, obs, model), workload=obs.workload, record_members=False,
+                   on_steps=kv_peak)
+    return res, max(peak, default=None)
 
 
 def _ratios(load: np.ndarray) -> tuple[float | None, float | None]:
@@ -102,8 +113,9 @@ def requests_in_system(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray,
     return np.bincount(rank[ok], weights=stay[ok], minlength=n_ranks)[:n_ranks] / duration
 
 
-def replayed(result: SimResult, obs: Observed, pool: list[bool]) -> tuple[Metrics, np.ndarray]:
-    """Metrics of a replay, and the load per rank (simulator rank order)."""
+def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool]
+             ) -> tuple[Metrics, np.ndarray]:
+    """Metrics of a replay (``kv``: its KV peak), and the load per rank (simulator order)."""
     lay = obs.layout
     rq = result.requests.filter(pl.col("status") != "rejected")
     t0 = result.start_s
@@ -113,11 +125,10 @@ def replayed(result: SimResult, obs: Observed, pool: list[bool]) -> tuple[Metric
     load = requests_in_system(rank, (rq["arrival_s"] - t0).to_numpy(), leave, len(pool),
                               obs.duration_s)
     started = rq.filter(pl.col("first_token_s").is_not_null())
-    kv = result.steps.select((pl.col("used_blocks") / pl.col("total_blocks")).max()).item()
     finished = int(rq["finish_s"].is_not_null().sum())
     m = _metrics(load[np.array(pool)], (started["first_scheduled_s"] - started["arrival_s"]) * 1000,
                  (started["first_token_s"] - started["arrival_s"]) * 1000,
-                 None if kv is None else float(kv), finished, obs.duration_s)
+                 kv, finished, obs.duration_s)
     return m, load
 
 
