@@ -267,6 +267,28 @@ def test_time_chunks_and_streamed_steps_give_the_same_tables(
     assert streamed.meta["n_steps"] == whole.steps.height
 
 
+@pytest.mark.parametrize("dispatcher", ["least_tokens", "power_of_two"])
+def test_instances_run_apart_in_processes_give_the_same_requests(dispatcher: str) -> None:
+    """A load-free gateway's choices are made first; then groups of instances run in worker
+    processes (steps dropped, only their stats kept): the requests, step count and KV peak
+    are those of one process keeping every step (also with failed and late instances, pins
+    drawn at random and a random dispatcher, each instance's on its own stream)."""
+    rank = dataclasses.replace(SMALL_RANK, total_blocks=400, max_running=32)
+    health = (Health("inst-1", fail_at_s=20.0), Health("inst-3", join_at_s=10.0))
+    sc = make(instances=5, dp=2, duration=40.0, rate=20.0, rank=rank, health=health,
+              gateway=RoutingSpec("weighted", weights=(1, 2, 1, 1, 3), pin_tag="",
+                                  pin_units=(4,), pin_share=0.3),
+              dispatcher=RoutingSpec(dispatcher))
+    whole = simulate(sc, record_members=False)
+    apart = simulate(sc, keep_steps=False, jobs=3)
+    assert apart.requests.equals(whole.requests)
+    assert apart.steps.is_empty() and apart.steps.columns == whole.steps.columns
+    assert apart.step_stats["steps"] == whole.steps.height == whole.meta["n_steps"]
+    kv = whole.steps.select((pl.col("used_blocks") / pl.col("total_blocks")).max()).item()
+    assert apart.step_stats["kv_peak"] == pytest.approx(kv, rel=1e-12)
+    assert whole.requests["status"].n_unique() >= 2
+
+
 def test_queueing_grows_only_when_arrivals_exceed_service() -> None:
     """One rank: capacity ~3.5 req/s with these lengths; 2 req/s is fine, 6 req/s is not."""
     under = simulate(make(instances=1, rate=2.0, duration=120.0), record_members=False)

@@ -7,12 +7,14 @@ stepped up to them), ``tables`` (the record -> the ``SimResult`` tables).
 from __future__ import annotations
 
 from array import array
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from skewscope.frame import dp_unit_id
-from skewscope.sim.loop import PROGRESS_EVERY, run
+from skewscope.sim.loop import PROGRESS_EVERY, route, run
+from skewscope.sim.policies import reads_load
 from skewscope.sim.rank import STEP_FIELDS, Rank, RequestState
 from skewscope.sim.records import START_S, RankInfo, SimResult
 from skewscope.sim.tables import (
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
     import polars as pl
 
-    from skewscope.sim.scenario import Scenario
+    from skewscope.sim.scenario import RankSpec, Scenario
 
 __all__ = ["CHUNK_ROWS", "PROGRESS_EVERY", "START_S", "simulate", "unit_ids"]
 
@@ -45,6 +47,8 @@ def simulate(
     workload: Workload | None = None,
     progress: Callable[[float], None] | None = None,
     on_steps: Callable[[pl.DataFrame], None] | None = None,
+    keep_steps: bool = True,
+    jobs: int = 1,
 ) -> SimResult:
     """Run a scenario and return its tables; the same (scenario, seed) gives identical tables.
 
@@ -52,12 +56,16 @@ def simulate(
     ``progress`` is called with the simulated time every ``PROGRESS_EVERY`` arrivals.
     ``on_steps`` takes the step table in consecutive time chunks (about ``CHUNK_ROWS`` rows
     each, in ``SimResult.steps`` order and columns) as the run goes, so no whole-run step
-    table is held; the result's ``steps`` (and ``members``) are then empty.
+    table is held; the result's ``steps`` (and ``members``) are then empty. So they are with
+    ``keep_steps=False``, where only ``SimResult.step_stats`` (steps, KV peak) is kept; then a
+    gateway that reads no load lets ``jobs`` processes run groups of instances apart (the
+    gateway's choices are made first), with the same result.
     """
     seed = scenario.seed if seed is None else seed
     duration = scenario.duration_s if duration_s is None else duration_s
-    rng_wl, rng_route, rng_id = (np.random.default_rng(s) for s in np.random.SeedSequence(seed)
-                                 .spawn(3))
+    root = np.random.SeedSequence(seed)
+    rng_wl, rng_route, rng_id = (np.random.default_rng(s) for s in root.spawn(3))
+    rng_disp = [np.random.default_rng(s) for s in root.spawn(1)[0].spawn(scenario.instances)]
     wl = generate(scenario.workload, duration, rng_wl) if workload is None else workload
     reqs = RequestState(wl)
     rids = request_ids(wl, rng_id)
@@ -72,14 +80,25 @@ def simulate(
         )
         for g, sp in enumerate(specs)
     ]
-    out = _StepChunks(infos, rids, record_members and on_steps is None, on_steps)
-    ranks = [Rank(g, sp, reqs, out.rec, out.members, out.pieces, out.pats)
-             for g, sp in enumerate(specs)]
-    out.ranks = ranks
-    rate = sum(1000.0 / (sp.fixed_ms * sp.speed) for sp in specs)  # most steps per second
-    chunk_s = max(1.0, CHUNK_ROWS / rate)
-    run(scenario, wl, reqs, ranks, rng_route, duration, progress, (chunk_s, out.flush))
-    pending = {q for rk in ranks for q in rk.waiting}
+    keep = keep_steps and on_steps is None
+    jobs = min(jobs, n_inst)
+    if jobs > 1 and not keep and on_steps is None and not reads_load(scenario.gateway):
+        routed = route(scenario, wl, reqs, rng_route)
+        bounds = np.linspace(0, n_inst, jobs + 1).round().astype(int).tolist()
+        parts = [(scenario, wl, (rng_route, rng_disp), duration, routed, lo, hi)
+                 for lo, hi in pairwise(bounds)]
+        pending, stats = _run_apart(parts, reqs)
+        steps, members = _empty(infos)
+    else:
+        out = _StepChunks(infos, rids, record_members and keep, on_steps, keep)
+        ranks = [Rank(g, sp, reqs, out.rec, out.members, out.pieces, out.pats)
+                 for g, sp in enumerate(specs)]
+        out.ranks = ranks
+        run(scenario, wl, reqs, ranks, (rng_route, rng_disp), duration, progress,
+            (_chunk_s(specs), out.flush))
+        pending = {q for rk in ranks for q in rk.waiting}
+        stats = out.stats
+        steps, members = out.tables()
     meta: dict[str, Any] = {
         "scenario": scenario.name,
         "seed": seed,
@@ -91,10 +110,9 @@ def simulate(
         "instances": n_inst,
         "dp_ranks": n_dp,
         "n_requests": len(wl),
-        "n_steps": out.n_steps,
+        "n_steps": int(stats["steps"]),
         "record_members": record_members,
     }
-    steps, members = out.tables()
     return SimResult(
         start_s=START_S,
         end_s=START_S + duration,
@@ -105,22 +123,86 @@ def simulate(
         truth=scenario.truth,
         model_name=scenario.model_name,
         meta=meta,
+        step_stats=stats,
     )
+
+
+def _chunk_s(specs: list[RankSpec]) -> float:
+    """Simulated seconds per time chunk: ``CHUNK_ROWS`` steps at the ranks' fastest pace."""
+    rate = sum(1000.0 / (sp.fixed_ms * sp.speed) for sp in specs)
+    return max(1.0, CHUNK_ROWS / rate)
+
+
+def _empty(infos: list[RankInfo]) -> tuple[pl.DataFrame, None]:
+    """The step table with no rows (its columns are still the contract's)."""
+    return steps_frame(np.zeros((0, STEP_FIELDS)), infos, 0), None
+
+
+Part = tuple["Scenario", Workload, tuple[np.random.Generator, list[np.random.Generator]], float,
+             list[int], int, int]
+
+
+def _run_part(part: Part) -> tuple[dict[str, Any], list[int], dict[str, float]]:
+    """Run instances [lo, hi) on the gateway's choices (a worker process): their requests'
+    state, the requests still waiting, the step stats; the steps themselves are dropped."""
+    scenario, wl, rngs, duration, routed, lo, hi = part
+    reqs = RequestState(wl)
+    n_dp = scenario.dp_ranks
+    specs = [scenario.rank_spec(i, d) for i in range(lo, hi) for d in range(n_dp)]
+    out = _StepChunks([], [], False, None, False)
+    ranks = [Rank(lo * n_dp + k, sp, reqs, out.rec, None, out.pieces, out.pats)
+             for k, sp in enumerate(specs)]
+    out.totals = np.array([sp.total_blocks for sp in specs], dtype=np.float64)
+    out.first = lo * n_dp
+    out.ranks = ranks
+    run(scenario, wl, reqs, ranks, rngs, duration, None, (_chunk_s(specs), out.flush), routed, lo)
+    mine = np.flatnonzero((np.asarray(routed) >= lo) & (np.asarray(routed) < hi))
+    state = {name: np.asarray(getattr(reqs, name))[mine] for name in _REQUEST_FIELDS}
+    state["q"] = mine
+    return state, [q for rk in ranks for q in rk.waiting], out.stats
+
+
+_REQUEST_FIELDS = ("fsched", "ftok", "finish", "preempt", "rank", "rejected")
+
+
+def _run_apart(parts: list[Part], reqs: RequestState) -> tuple[set[int], dict[str, float]]:
+    """Run the instance groups in worker processes and put their requests' state together."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # forkserver: forking a process that runs polars' thread pool can deadlock the child
+    ctx = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=len(parts), mp_context=ctx) as ex:
+        results = list(ex.map(_run_part, parts))
+    cols = {name: np.asarray(getattr(reqs, name)) for name in _REQUEST_FIELDS}
+    pending: set[int] = set()
+    stats = {"steps": 0.0, "kv_peak": 0.0}
+    for state, waiting, st in results:
+        for name in _REQUEST_FIELDS:
+            cols[name][state["q"]] = state[name]
+        pending.update(waiting)
+        stats["steps"] += st["steps"]
+        stats["kv_peak"] = max(stats["kv_peak"], st["kv_peak"])
+    for name in _REQUEST_FIELDS:
+        setattr(reqs, name, cols[name].tolist())
+    return pending, stats
 
 
 class _StepChunks:
     """The records the ranks write into, turned into table chunks at each time cut: kept
-    for the result, or handed to ``on_steps`` and dropped."""
+    for the result, handed to ``on_steps``, or only counted (``stats``: steps, KV peak)."""
 
     def __init__(self, infos: list[RankInfo], rids: list[str], members: bool,
-                 on_steps: Callable[[pl.DataFrame], None] | None) -> None:
-        self.infos, self.rids, self.on_steps = infos, rids, on_steps
+                 on_steps: Callable[[pl.DataFrame], None] | None, keep: bool) -> None:
+        self.infos, self.rids, self.on_steps, self.keep = infos, rids, on_steps, keep
         self.rec: array[float] = array("d")
         self.members: array[int] | None = array("q") if members else None
         self.pieces: array[float] = array("d")
         self.pats: array[int] = array("q")
-        self.n_steps = 0
         self.ranks: list[Rank] = []
+        self.totals = np.array([r.total_blocks for r in infos], dtype=np.float64)
+        self.first = 0  # global index of ``totals[0]``'s rank
+        self.stats = {"steps": 0.0, "kv_peak": 0.0}
         self.steps: list[pl.DataFrame] = []
         self.member_frames: list[pl.DataFrame] = []
 
@@ -129,11 +211,17 @@ class _StepChunks:
         rows, mem = in_time_order(self.rec, self.members, self.pieces, self.pats)
         for rk in self.ranks:
             rk.pattern_dropped()
-        frame = steps_frame(rows, self.infos, self.n_steps)
+        n = int(self.stats["steps"])
+        if rows.shape[0]:
+            kv = rows[:, 8] / self.totals[rows[:, 0].astype(np.int64) - self.first]
+            self.stats["kv_peak"] = max(self.stats["kv_peak"], float(kv.max()))
+        self.stats["steps"] += rows.shape[0]
+        if not self.keep and self.on_steps is None:
+            return
+        frame = steps_frame(rows, self.infos, n)
         if mem is not None:
-            mem[:, 0] += self.n_steps
+            mem[:, 0] += n
             self.member_frames.append(members_frame(mem, self.rids))
-        self.n_steps += rows.shape[0]
         if self.on_steps is not None:
             self.on_steps(frame)
         else:
@@ -142,9 +230,8 @@ class _StepChunks:
     def tables(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         import polars as pl
 
-        if not self.steps:  # streamed: an empty table with the contract's columns
-            empty = np.zeros((0, STEP_FIELDS))
-            return steps_frame(empty, self.infos, 0), None
+        if not self.steps:
+            return _empty(self.infos)
         steps = pl.concat(self.steps, rechunk=True)
         self.steps.clear()
         if self.members is None:

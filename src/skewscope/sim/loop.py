@@ -96,8 +96,9 @@ class Availability:
 
 def run(
     scenario: Scenario, wl: Workload, reqs: RequestState, ranks: list[Rank],
-    rng: np.random.Generator, duration: float, progress: Callable[[float], None] | None,
-    cuts: tuple[float, Callable[[], None]],
+    rngs: tuple[np.random.Generator, list[np.random.Generator]], duration: float,
+    progress: Callable[[float], None] | None, cuts: tuple[float, Callable[[], None]],
+    routed: list[int] | None = None, first: int = 0,
 ) -> None:
     """Route every arrival in time order and step the ranks up to the end of the run.
 
@@ -108,13 +109,20 @@ def run(
     the arrival before it queues the request. A step starting at an arrival's instant sees it.
 
     ``cuts`` = (every, flush): every ``every`` simulated seconds all ranks are advanced to the
-    cut and ``flush`` takes the record of the steps that start before it.
+    cut and ``flush`` takes the record of the steps that start before it. ``rngs``: the
+    gateway's random stream and one per instance's dispatcher.
+
+    ``routed`` (a load-free gateway's choices, ``route``) runs only the instances from
+    ``first`` whose ranks are ``ranks``: the other arrivals are someone else's.
     """
     n_dp = scenario.dp_ranks
     tags = wl.tags
-    gateway = Router(scenario.gateway, scenario.instances, rng, tags)
-    dispatchers = [Router(scenario.dispatcher, n_dp, rng, tags) for _ in range(scenario.instances)]
-    inst_load = GroupLoad([ranks[i * n_dp:(i + 1) * n_dp] for i in range(scenario.instances)])
+    n_here = len(ranks) // n_dp
+    last = first + n_here
+    gateway = Router(scenario.gateway, scenario.instances, rngs[0], tags)
+    dispatchers = [Router(scenario.dispatcher, n_dp, rngs[1][first + k], tags)
+                   for k in range(n_here)]
+    inst_load = GroupLoad([ranks[k * n_dp:(k + 1) * n_dp] for k in range(n_here)])
     groups = inst_load.groups
     rank_loads = [RankLoad(g) for g in groups]
     gw_load, disp_load = reads_load(scenario.gateway), reads_load(scenario.dispatcher)
@@ -142,11 +150,14 @@ def run(
             heap = [(rk.event_t, r) for r, rk in enumerate(ranks) if rk.event_t < INF]
             heapq.heapify(heap)
             cut += every
-        up = avail.at(ta)
-        if not up:
+        if routed is not None:
+            i = routed[q]
+            if not first <= i < last:
+                continue
+        elif not (up := avail.at(ta)):
             reqs.rejected[q] = True  # no healthy instance: the gateway refuses the request
             continue
-        if gw_load:
+        elif gw_load:
             while heap and heap[0][0] < ta:
                 t, r = pop(heap)
                 rk = ranks[r]
@@ -155,15 +166,19 @@ def run(
                     if rk.event_t < INF:
                         push(heap, (rk.event_t, r))
             inst_load.now = ta
-        i = gateway.choose(tag[q], session[q], up, inst_load, i_hint[q])
+            i = gateway.choose(tag[q], session[q], up, inst_load, i_hint[q])
+        else:
+            i = gateway.choose(tag[q], session[q], up, inst_load, i_hint[q])  # reads no load
+        k = i - first
         if disp_load:
             if not gw_load:
-                for rk in groups[i]:
+                for rk in groups[k]:
                     if rk.event_t < ta:
                         rk.advance(ta)
-            rank_loads[i].now = ta
-        r = i * n_dp + dispatchers[i].choose(tag[q], session[q], all_dp, rank_loads[i], r_hint[q])
-        reqs.rank[q] = r
+            rank_loads[k].now = ta
+        d = dispatchers[k].choose(tag[q], session[q], all_dp, rank_loads[k], r_hint[q])
+        reqs.rank[q] = i * n_dp + d
+        r = k * n_dp + d
         if p0[q] + out[q] - 1 > cap[r]:
             reqs.rejected[q] = True  # can never fit the rank's KV pool
             continue
@@ -176,3 +191,24 @@ def run(
         for rk in ranks:
             rk.advance(end)
         flush()
+
+
+def route(scenario: Scenario, wl: Workload, reqs: RequestState, rng: np.random.Generator
+          ) -> list[int]:
+    """A load-free gateway's choice per arrival (-1: refused, no healthy instance), made before
+    any rank runs: the instances can then run apart (``run(routed=...)``)."""
+    assert not reads_load(scenario.gateway)
+    gateway = Router(scenario.gateway, scenario.instances, rng, wl.tags)
+    avail = Availability(scenario)
+    no_load = GroupLoad([])  # never read by a load-free policy
+    tag, session = wl.tag.tolist(), wl.session.tolist()
+    hint = [-1] * len(wl) if wl.instance_hint is None else wl.instance_hint.tolist()
+    out = []
+    for q, ta in enumerate(wl.arrival_s.tolist()):
+        up = avail.at(ta)
+        if up:
+            out.append(gateway.choose(tag[q], session[q], up, no_load, hint[q]))
+        else:
+            reqs.rejected[q] = True
+            out.append(-1)
+    return out

@@ -89,6 +89,9 @@ class SimResult:
     truth: GroundTruth
     model_name: str = "sim-llama-8b"
     meta: dict[str, Any] = field(default_factory=dict)
+    # over every step, also when the table was streamed or dropped: "steps", "kv_peak"
+    # (highest used / total KV blocks of any rank after scheduling)
+    step_stats: dict[str, float] = field(default_factory=dict)
 
     @property
     def instances(self) -> list[str]:

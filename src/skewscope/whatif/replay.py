@@ -56,18 +56,11 @@ def scenario_for(plan: Plan, obs: Observed, model: ServiceModel) -> Scenario:
 
 
 def run_plan(plan: Plan, obs: Observed, model: ServiceModel) -> tuple[SimResult, float | None]:
-    """Replay the plan; the step table streams through (only its KV peak is kept), so a long
+    """Replay the plan and its KV peak; the steps are not kept (only their stats), so a long
     replay holds no whole-run step table."""
-    peak: list[float] = []
-
-    def kv_peak(steps: pl.DataFrame) -> None:
-        v = steps.select((pl.col("used_blocks") / pl.col("total_blocks")).max()).item()
-        if v is not None:
-            peak.append(float(v))
-
     res = simulate(scenario_for(plan, obs, model), workload=obs.workload, record_members=False,
-                   on_steps=kv_peak)
-    return res, max(peak, default=None)
+                   keep_steps=False)
+    return res, res.step_stats["kv_peak"] if res.step_stats["steps"] else None
 
 
 def _ratios(load: np.ndarray) -> tuple[float | None, float | None]:
