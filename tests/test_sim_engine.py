@@ -283,9 +283,9 @@ def test_instances_run_apart_in_processes_give_the_same_requests(dispatcher: str
     apart = simulate(sc, keep_steps=False, jobs=3)
     assert apart.requests.equals(whole.requests)
     assert apart.steps.is_empty() and apart.steps.columns == whole.steps.columns
-    assert apart.step_stats["steps"] == whole.steps.height == whole.meta["n_steps"]
+    assert apart.run_stats["steps"] == whole.steps.height == whole.meta["n_steps"]
     kv = whole.steps.select((pl.col("used_blocks") / pl.col("total_blocks")).max()).item()
-    assert apart.step_stats["kv_peak"] == pytest.approx(kv, rel=1e-12)
+    assert apart.run_stats["kv_peak"] == pytest.approx(kv, rel=1e-12)
     assert whole.requests["status"].n_unique() >= 2
 
 

@@ -6,6 +6,7 @@ stepped up to them), ``tables`` (the record -> the ``SimResult`` tables).
 
 from __future__ import annotations
 
+import time
 from array import array
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
@@ -57,7 +58,7 @@ def simulate(
     ``on_steps`` takes the step table in consecutive time chunks (about ``CHUNK_ROWS`` rows
     each, in ``SimResult.steps`` order and columns) as the run goes, so no whole-run step
     table is held; the result's ``steps`` (and ``members``) are then empty. So they are with
-    ``keep_steps=False``, where only ``SimResult.step_stats`` (steps, KV peak) is kept; then a
+    ``keep_steps=False``, where only ``SimResult.run_stats`` (steps, KV peak) is kept; then a
     gateway that reads no load lets ``jobs`` processes run groups of instances apart (the
     gateway's choices are made first), with the same result.
     """
@@ -82,6 +83,7 @@ def simulate(
     ]
     keep = keep_steps and on_steps is None
     jobs = min(jobs, n_inst)
+    cpu0 = time.process_time()
     if jobs > 1 and not keep and on_steps is None and not reads_load(scenario.gateway):
         routed = route(scenario, wl, reqs, rng_route)
         bounds = np.linspace(0, n_inst, jobs + 1).round().astype(int).tolist()
@@ -99,6 +101,7 @@ def simulate(
         pending = {q for rk in ranks for q in rk.waiting}
         stats = out.stats
         steps, members = out.tables()
+    stats["cpu_s"] = stats.get("cpu_s", 0.0) + time.process_time() - cpu0
     meta: dict[str, Any] = {
         "scenario": scenario.name,
         "seed": seed,
@@ -123,7 +126,7 @@ def simulate(
         truth=scenario.truth,
         model_name=scenario.model_name,
         meta=meta,
-        step_stats=stats,
+        run_stats=stats,
     )
 
 
@@ -146,6 +149,7 @@ def _run_part(part: Part) -> tuple[dict[str, Any], list[int], dict[str, float]]:
     """Run instances [lo, hi) on the gateway's choices (a worker process): their requests'
     state, the requests still waiting, the step stats; the steps themselves are dropped."""
     scenario, wl, rngs, duration, routed, lo, hi = part
+    cpu0 = time.process_time()
     reqs = RequestState(wl)
     n_dp = scenario.dp_ranks
     specs = [scenario.rank_spec(i, d) for i in range(lo, hi) for d in range(n_dp)]
@@ -159,6 +163,8 @@ def _run_part(part: Part) -> tuple[dict[str, Any], list[int], dict[str, float]]:
     mine = np.flatnonzero((np.asarray(routed) >= lo) & (np.asarray(routed) < hi))
     state = {name: np.asarray(getattr(reqs, name))[mine] for name in _REQUEST_FIELDS}
     state["q"] = mine
+    out.stats["cpu_s"] = time.process_time() - cpu0
+    out.stats["worker_rss_mb"] = _peak_rss_mb()
     return state, [q for rk in ranks for q in rk.waiting], out.stats
 
 
@@ -176,16 +182,30 @@ def _run_apart(parts: list[Part], reqs: RequestState) -> tuple[set[int], dict[st
         results = list(ex.map(_run_part, parts))
     cols = {name: np.asarray(getattr(reqs, name)) for name in _REQUEST_FIELDS}
     pending: set[int] = set()
-    stats = {"steps": 0.0, "kv_peak": 0.0}
+    stats = {"steps": 0.0, "kv_peak": 0.0, "cpu_s": 0.0}
     for state, waiting, st in results:
         for name in _REQUEST_FIELDS:
             cols[name][state["q"]] = state[name]
         pending.update(waiting)
         stats["steps"] += st["steps"]
         stats["kv_peak"] = max(stats["kv_peak"], st["kv_peak"])
+        stats["cpu_s"] += st["cpu_s"]
+        stats["worker_rss_mb"] = max(stats.get("worker_rss_mb", 0.0), st["worker_rss_mb"])
     for name in _REQUEST_FIELDS:
         setattr(reqs, name, cols[name].tolist())
     return pending, stats
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident set in MB (Linux ``VmHWM``; 0 where unknown)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 class _StepChunks:

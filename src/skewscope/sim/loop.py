@@ -38,10 +38,11 @@ class GroupLoad:
         self.now = 0.0
 
     def outstanding_requests(self, unit: int) -> int:
-        return sum(r.outstanding_requests() for r in self.groups[unit])
+        return sum([len(r.run_order) + len(r.waiting) for r in self.groups[unit]])
 
     def outstanding_tokens(self, unit: int) -> int:
-        return sum(r.outstanding_tokens(self.now) for r in self.groups[unit])
+        now = self.now
+        return sum([r.outstanding_tokens(now) for r in self.groups[unit]])
 
     def waiting_requests(self, unit: int) -> int:
         return sum(len(r.waiting) for r in self.groups[unit])
@@ -58,7 +59,8 @@ class RankLoad:
         self.now = 0.0
 
     def outstanding_requests(self, unit: int) -> int:
-        return self.ranks[unit].outstanding_requests()
+        r = self.ranks[unit]
+        return len(r.run_order) + len(r.waiting)
 
     def outstanding_tokens(self, unit: int) -> int:
         return self.ranks[unit].outstanding_tokens(self.now)

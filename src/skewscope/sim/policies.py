@@ -181,14 +181,10 @@ class Router:
     def _least(self, avail: tuple[int, ...], metric: Callable[[int], int]) -> int:
         """The unit with the lowest ``metric``; ties rotate so equal units share the load."""
         k = len(avail)
-        self.rot = (self.rot + 1) % k
-        best, best_v = -1, 0
-        for off in range(k):
-            u = avail[(self.rot + off) % k]
-            v = metric(u)
-            if best < 0 or v < best_v:
-                best, best_v = u, v
-        return best
+        rot = self.rot = (self.rot + 1) % k
+        vals = list(map(metric, avail))
+        order = vals[rot:] + vals[:rot]  # the first lowest from the rotating start
+        return avail[(rot + order.index(min(order))) % k]
 
     def _on_ring(self, session: int, avail: tuple[int, ...]) -> int:
         """Consistent hashing: the first unit point clockwise of the session's hash; a unit

@@ -89,9 +89,11 @@ class SimResult:
     truth: GroundTruth
     model_name: str = "sim-llama-8b"
     meta: dict[str, Any] = field(default_factory=dict)
-    # over every step, also when the table was streamed or dropped: "steps", "kv_peak"
-    # (highest used / total KV blocks of any rank after scheduling)
-    step_stats: dict[str, float] = field(default_factory=dict)
+    # also when the step table was streamed or dropped: "steps", "kv_peak" (highest used /
+    # total KV blocks of any rank after scheduling), "cpu_s" (CPU seconds of the engine, summed
+    # over its worker processes), "worker_rss_mb" (the largest worker's peak memory, when
+    # instances ran apart)
+    run_stats: dict[str, float] = field(default_factory=dict)
 
     @property
     def instances(self) -> list[str]:

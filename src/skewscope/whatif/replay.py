@@ -60,7 +60,7 @@ def run_plan(plan: Plan, obs: Observed, model: ServiceModel) -> tuple[SimResult,
     replay holds no whole-run step table."""
     res = simulate(scenario_for(plan, obs, model), workload=obs.workload, record_members=False,
                    keep_steps=False)
-    return res, res.step_stats["kv_peak"] if res.step_stats["steps"] else None
+    return res, res.run_stats["kv_peak"] if res.run_stats["steps"] else None
 
 
 def _ratios(load: np.ndarray) -> tuple[float | None, float | None]:
