@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from skewscope.sources.profiler_frame import WI, Grid
-from skewscope.sources.profiler_read import extract_rids, prefill_count
+from skewscope.sources.profiler_read import entry_count, extract_rids, prefill_count
 from skewscope.sources.profiler_schema import datetime_to_us
 
 EPOCH = datetime(1970, 1, 1)
@@ -24,7 +24,9 @@ def test_profiler_datetime_round_trips(dt: datetime) -> None:
 
 
 RID = st.text(
-    alphabet=st.characters(whitelist_categories=("Ll", "Lu", "Nd"), whitelist_characters="-_.:'/ "),
+    alphabet=st.characters(
+        whitelist_categories=("Ll", "Lu", "Nd"), whitelist_characters="-_.:'/ \"\\{},"
+    ),
     min_size=1,
     max_size=24,
 )
@@ -46,15 +48,19 @@ def res_lists(draw: st.DrawFn) -> list[dict[str, object]]:
 
 @given(st.lists(res_lists(), min_size=1, max_size=8))
 @example([[{"rid": "'type': ", "iter": 0}]])  # a rid that reads like a key is not one
+@example([[{"rid": "x'rid': y", "iter": 1}, {"rid": "a'b\"c\\", "iter": 0}]])  # nor an entry
 @settings(max_examples=200)
 def test_res_list_extraction_equals_literal_eval(rows: list[list[dict[str, object]]]) -> None:
     cells = pl.Series("res_list", [repr(r) for r in rows])
     got = pl.DataFrame(cells).select(
-        extract_rids(pl.col("res_list")).alias("rids"), prefill_count(pl.col("res_list")).alias("p")
+        extract_rids(pl.col("res_list")).alias("rids"),
+        prefill_count(pl.col("res_list")).alias("p"),
+        entry_count(pl.col("res_list")).alias("n"),
     )
-    for cell, rids, prefill in zip(cells, got["rids"], got["p"], strict=True):
+    for cell, rids, prefill, n in zip(cells, got["rids"], got["p"], got["n"], strict=True):
         parsed = ast.literal_eval(cell)  # truth, in the test only
         assert rids.to_list() == [d["rid"] for d in parsed]
+        assert n == len(parsed)
         want = sum(1 for d in parsed if (d["type"] == 0 if "type" in d else d["iter"] == 0))
         assert prefill == want
 

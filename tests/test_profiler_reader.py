@@ -169,6 +169,20 @@ def test_running_from_res_list_iter_when_no_decode_batch_size(tmp_path: Path) ->
     assert "res_list" in ev.instance.aliases["running"]
 
 
+def test_running_fallback_counts_a_rid_holding_rid_text_once(tmp_path: Path) -> None:
+    # a rid whose text reads like an entry key is one entry (it was counted twice)
+    odd = "x'rid': y"
+    steps = [Step(T0, prefill=["a"], decode=[odd]), Step(T0 + 1, decode=["a", odd, "c"])]
+    write_batch(
+        tmp_path / "i" / "batch.csv", steps, BatchOptions(generation="cann2025", typed=False)
+    )
+    df = pl.read_csv(tmp_path / "i" / "batch.csv", infer_schema=False)
+    assert odd in df["res_list"][0]
+    df.drop("Decode_batch_size").write_csv(tmp_path / "i" / "batch.csv")
+    ev = load_profiler([str(tmp_path / "i")], window_s=600)
+    assert ev.instance.df["running"][0] == pytest.approx(2.0)  # (1 + 3) / 2
+
+
 @pytest.mark.parametrize("unit", ["us", "ms"])
 def test_epoch_unit_detected_by_magnitude(tmp_path: Path, unit: str) -> None:
     opts = BatchOptions(generation="cann2025", epoch_unit=unit)

@@ -27,7 +27,9 @@ SCHED_NAMES: tuple[str, ...] = ("batchFrameworkProcessing", "BatchSchedule")
 # Execution row names, in preference order: one name is used per instance so nested or
 # repeated execution records are not added twice.
 EXEC_NAMES: tuple[str, ...] = ("modelExec", "modelRunnerExec", "Execute", "specDecoding")
-RID_PATTERN = r"""'rid': (?:'[^']*'|"[^"]*"|[^,}\s]+)"""
+# A res_list entry's rid as Python's repr writes it: quoted (a quote or backslash inside is
+# escaped) or bare (a number); matched whole, so text inside a rid is never read as a key.
+RID_PATTERN = r"""'rid': (?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,}\s]+)"""
 TOKENS: tuple[str, ...] = ("prompt_tokens", "generation_tokens")
 
 
@@ -35,12 +37,19 @@ def rid_value(match: pl.Expr) -> pl.Expr:
     """The rid of one ``RID_PATTERN`` match (``'rid': 'x'``, ``'rid': "x"`` or ``'rid': x``)."""
     value = match.str.strip_prefix("'rid': ")
     quoted = value.str.starts_with("'") | value.str.starts_with('"')
-    return pl.when(quoted).then(value.str.slice(1, value.str.len_chars() - 2)).otherwise(value)
+    inner = value.str.slice(1, value.str.len_chars() - 2).str.replace_all(r"\\(.)", "$1")
+    return pl.when(quoted).then(inner).otherwise(value)
 
 
 def extract_rids(res_list: pl.Expr) -> pl.Expr:
     """List of the ``rid`` values in a Python-repr res_list cell (quoted or bare)."""
     return res_list.str.extract_all(RID_PATTERN).list.eval(rid_value(pl.element()))
+
+
+def entry_count(res_list: pl.Expr) -> pl.Expr:
+    """Entries of a res_list: its whole rid matches (a rid whose text holds ``'rid': `` is one
+    entry, not two)."""
+    return res_list.str.count_matches(RID_PATTERN).cast(pl.Float64)
 
 
 def prefill_count(res_list: pl.Expr) -> pl.Expr:
@@ -165,7 +174,7 @@ def read_batch(path: Path, notes: list[str]) -> BatchRead:
         if "decode_batch_size" not in res.raw:
             lf = lf.with_columns(
                 prefill_count(pl.col("res_list")).alias("res_prefill"),
-                pl.col("res_list").str.count_matches("'rid': ", literal=True).alias("res_n"),
+                entry_count(pl.col("res_list")).alias("res_n"),
             )
         lf = lf.drop("res_list")
     else:
