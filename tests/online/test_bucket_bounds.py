@@ -11,13 +11,8 @@ from hypothesis import strategies as st
 from skewscope.frame import BOUND_LOWER, BOUND_UPPER
 from skewscope.sources.dialects import SIGNAL_SPECS, Alias
 from skewscope.sources.promql import bound_marks, bucket_bounds_query
-from skewscope.sources.scrape import (
-    Snapshot,
-    bucket_quantile,
-    bucket_quantile_bound,
-    evidence_from_snapshots,
-    parse_exposition,
-)
+from skewscope.sources.scrape import Snapshot, evidence_from_snapshots, parse_exposition
+from skewscope.sources.scrape_windows import bucket_quantile, bucket_quantile_bound
 
 LES = (0.1, 0.5, 1.0)
 

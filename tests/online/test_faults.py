@@ -18,7 +18,7 @@ from skewscope.errors import SourceError
 from skewscope.sources.auth import HttpAuth, Secret, redact_url
 from skewscope.sources.prometheus import load_prometheus
 from skewscope.sources.promql import quote, unquote
-from skewscope.sources.scrape import counter_increases, window_index
+from skewscope.sources.scrape_windows import counter_increases, window_index
 
 T = 1_700_000_040.0  # multiple of 60
 TOKEN = "s3cr3t-t0ken-value"

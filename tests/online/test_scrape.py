@@ -15,11 +15,11 @@ from skewscope.errors import SourceError
 from skewscope.sources.dialects import detect_dialect
 from skewscope.sources.scrape import (
     Snapshot,
-    bucket_quantile,
     evidence_from_snapshots,
     load_scrape,
     parse_exposition,
 )
+from skewscope.sources.scrape_windows import bucket_quantile
 
 SAMPLES = Path(__file__).parents[1] / "data" / "samples"
 PINNED = SAMPLES / "vllm-0.32-cpu-dp2-rank0-pinned.metrics.txt"
