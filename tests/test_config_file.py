@@ -11,7 +11,8 @@ import pytest
 
 from report_schema import assert_valid
 from skewscope.cli import main
-from skewscope.config import DEFAULT_THRESHOLDS, SOURCE_SETTINGS
+from skewscope.config import DEFAULT_THRESHOLDS
+from skewscope.settings import SOURCE_SETTINGS, SourceLimits
 
 EXAMPLE = str(Path(__file__).parents[1] / "examples" / "cluster-skew")
 
@@ -28,9 +29,27 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     return doc
 
 
-def test_source_settings_are_thresholds_fields() -> None:
-    assert set(DEFAULT_THRESHOLDS.as_dict()) | SOURCE_SETTINGS == {
-        f.name for f in dataclasses.fields(DEFAULT_THRESHOLDS)}
+def test_source_settings_are_not_thresholds() -> None:
+    assert {f.name for f in dataclasses.fields(SourceLimits)} == SOURCE_SETTINGS
+    assert not SOURCE_SETTINGS & {f.name for f in dataclasses.fields(DEFAULT_THRESHOLDS)}
+
+
+def test_sources_table_sets_the_limits_not_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from skewscope.cli.common import limits_from_args, thresholds_from_args
+
+    cfg = _config(tmp_path, "[sources]\nmax_query_mb = 4\nprogress_every_s = 1.5\n"
+                  "[thresholds]\nhot_ratio = 1.4\n")
+    args = argparse.Namespace(config=cfg)
+    assert limits_from_args(args) == SourceLimits(max_query_mb=4.0, progress_every_s=1.5)
+    assert limits_from_args(args).max_query_bytes == 4 * 2**20
+    assert thresholds_from_args(args).hot_ratio == 1.4
+    doc = _json(capsys, "--config", cfg)
+    assert doc["thresholds_overridden"] == ["hot_ratio"]
+    assert not SOURCE_SETTINGS & set(doc["thresholds"])  # type: ignore[arg-type]
 
 
 def test_report_carries_the_default_thresholds(capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,9 +88,16 @@ def test_config_changes_the_verdict_and_the_report_says_so(
         ("[thresholds]\nmin_windows = 6.5\n", "min_windows: expected an integer, got 6.5"),
         ("[thresholds]\nhot_ratio = inf\n", "hot_ratio: expected a finite number, got inf"),
         ("[thresholds]\nkv_high = nan\n", "kv_high: expected a finite number, got nan"),
-        ("[thresholds]\nmax_query_mb = 4.0\n", "max_query_mb: read by the sources"),
-        ("hot_ratio = 1.5\n", "hot_ratio: unknown key (expected a [thresholds] table)"),
+        ("[thresholds]\nmax_query_mb = 4.0\n",
+         "[thresholds] max_query_mb: read by the sources, not the analysis; set it in the "
+         "[sources] table"),
+        ("[sources]\nhot_ratio = 1.5\n", "[sources] hot_ratio: unknown source setting"),
+        ('[sources]\nmax_query_mb = "4"\n', "[sources] max_query_mb: expected a number"),
+        ("[sources]\nprogress_every_s = nan\n", "progress_every_s: expected a finite number"),
+        ("hot_ratio = 1.5\n",
+         "hot_ratio: unknown key (expected a [thresholds] or [sources] table)"),
         ("thresholds = 3\n", "thresholds: expected a table, got 3"),
+        ("sources = 3\n", "sources: expected a table, got 3"),
     ],
 )
 @pytest.mark.parametrize("command", ["diagnose", "compare", "watch"])

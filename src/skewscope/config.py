@@ -7,11 +7,11 @@ thresholding so the report can show how far from a threshold a unit was).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from skewscope.errors import UsageError
+from skewscope.settings import SOURCE_SETTINGS, override
 
 
 @dataclass(frozen=True)
@@ -116,12 +116,6 @@ class Thresholds:
     # KV block shortage: running requests are "flat" when their least-squares slope per window
     # stays within this share of their mean (while the waiting queue grows).
     running_flat_share: float = 0.05
-    # Online sources: a response larger than this is abandoned (an endless or runaway body must
-    # not exhaust memory); one Prometheus range query / one /metrics scrape.
-    max_query_mb: float = 128.0
-    max_scrape_mb: float = 16.0
-    # A scrape without a terminal prints one progress line on stderr this often.
-    progress_every_s: float = 10.0
     # The per-unit table lists at most this many units; a larger fleet gets a summary instead
     # (units per role and min/median/p90/max of each column), the listed ones chosen by the
     # analysis: stalled, hot, starved first, then the highest load ratios.
@@ -148,34 +142,21 @@ class Thresholds:
     gateway_stale_max_lag: int = 3
 
     def as_dict(self) -> dict[str, float]:
-        """The analysis' thresholds by name, as the report carries them (not SOURCE_SETTINGS)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in SOURCE_SETTINGS}
+        """The analysis' thresholds by name, as the report carries them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def overridden(self) -> tuple[str, ...]:
         """Names whose value differs from the default (set by ``--config``)."""
         return tuple(k for k, v in self.as_dict().items() if v != getattr(DEFAULT_THRESHOLDS, k))
 
     def updated(self, values: Mapping[str, object], where: str) -> Thresholds:
-        """These thresholds with ``values`` set; an unknown key, a wrong type or a non-finite
-        number is a UsageError naming ``where`` and the key (a typo must never pass silently)."""
-        kinds = {f.name: f.type for f in fields(self)}
-        clean: dict[str, float] = {}
-        for key, value in values.items():
-            kind = kinds.get(key)
-            if kind is None:
-                raise UsageError(f"{where} {key}: unknown threshold (docs/configuration.md)")
+        """These thresholds with ``values`` set (``settings.override``); a source setting is
+        pointed to its own table."""
+        for key in values:
             if key in SOURCE_SETTINGS:
                 raise UsageError(f"{where} {key}: read by the sources, not the analysis; "
-                                 "--config cannot set it")
-            if (isinstance(value, bool) or not isinstance(value, int | float)
-                    or (kind == "int" and not isinstance(value, int))):
-                want = "an integer" if kind == "int" else "a number"
-                raise UsageError(f"{where} {key}: expected {want}, got {value!r}")
-            if not math.isfinite(value):
-                raise UsageError(f"{where} {key}: expected a finite number, got {value!r}")
-            clean[key] = float(value) if kind == "float" else value
-        return replace(self, **clean)  # type: ignore[arg-type]
+                                 "set it in the [sources] table")
+        return override(self, values, where, "threshold")
 
     @property
     def impact_floors(self) -> dict[str, float]:
@@ -193,9 +174,6 @@ class Thresholds:
 
 
 DEFAULT_THRESHOLDS = Thresholds()
-# Thresholds the sources read (online body limits, progress): always their defaults, so
-# neither in a report's ``thresholds`` nor settable by ``--config``.
-SOURCE_SETTINGS = frozenset({"max_query_mb", "max_scrape_mb", "progress_every_s"})
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,14 @@ endless body). A regression shows as this file's own timeout failing the test, n
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from online_servers import endless_handler, serve, trickle_handler
 
-from skewscope.config import Thresholds
 from skewscope.errors import SourceError
+from skewscope.settings import SourceLimits
 from skewscope.sources.prometheus import load_prometheus
 from skewscope.sources.scrape import load_scrape
 
@@ -45,9 +46,9 @@ def test_trickling_scrape_target_is_a_failed_scrape_not_a_hang() -> None:
 
 @pytest.mark.parametrize("declare", [False, True], ids=["chunked", "content-length"])
 def test_endless_prometheus_body_is_cut_at_the_size_limit(declare: bool) -> None:
-    small = Thresholds(max_query_mb=1.0)
+    small = SourceLimits(max_query_mb=1.0)
     with serve(endless_handler(declare_length=declare)) as url, pytest.raises(SourceError) as e:
-        _prometheus(url, thresholds=small)
+        _prometheus(url, limits=small)
     msg = str(e.value)
     assert msg.startswith(f"Prometheus at {url} sent ")
     assert "limit is 1 MiB" in msg if declare else "more than the 1 MiB response limit" in msg
@@ -55,8 +56,23 @@ def test_endless_prometheus_body_is_cut_at_the_size_limit(declare: bool) -> None
 
 def test_endless_scrape_body_is_cut_at_the_size_limit() -> None:
     with serve(endless_handler()) as url, pytest.raises(SourceError) as err:
-        _scrape(url, thresholds=Thresholds(max_scrape_mb=0.5))
+        _scrape(url, limits=SourceLimits(max_scrape_mb=0.5))
     assert "more than the 512 KiB response limit" in str(err.value)
+
+
+def test_config_sources_table_sets_the_scrape_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewscope.cli import main
+
+    cfg = tmp_path / "skewscope.toml"
+    cfg.write_text("[sources]\nmax_scrape_mb = 0.25\n")
+    with serve(endless_handler()) as url:
+        code = main(["diagnose", "--scrape", url + "/metrics", "--duration", "0.4s",
+                     "--interval", "0.2s", "--window", "0.4s", "--config", str(cfg)])
+    err = capsys.readouterr().err
+    assert code == 4
+    assert "more than the 256 KiB response limit" in err, err
 
 
 def test_probing_a_trickling_bare_url_ends_at_the_deadline(

@@ -17,7 +17,7 @@ from test_garbage import T, prom
 from test_scrape import PINNED, static_handler
 
 from skewscope.cli import main
-from skewscope.config import Thresholds
+from skewscope.settings import SourceLimits
 from skewscope.sources.prometheus import load_prometheus
 from skewscope.sources.scrape import load_scrape
 
@@ -91,7 +91,7 @@ def test_ctrl_c_before_one_window_is_one_clean_line(capsys: pytest.CaptureFixtur
 def test_progress_without_a_terminal_is_a_plain_line(capsys: pytest.CaptureFixture[str]) -> None:
     with serve(static_handler(PINNED.read_text())) as url:
         load_scrape([url + "/metrics"], duration_s=0.4, interval_s=0.1, window_s=0.2,
-                    progress=True, thresholds=Thresholds(progress_every_s=0.0))
+                    progress=True, limits=SourceLimits(progress_every_s=0.0))
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) >= 4
     assert re.fullmatch(

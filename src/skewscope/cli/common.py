@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from skewscope.report.comparison import Comparison
     from skewscope.report.model import Report
     from skewscope.report.registry import Renderer
+    from skewscope.settings import SourceLimits
     from skewscope.sources.auth import HttpAuth
     from skewscope.sources.devices import DeviceMap
 
@@ -177,12 +178,12 @@ def prometheus_loader(
     url, step = args.prometheus, parse_duration(args.step, "--step") if args.step else None
     auth, timeout = auth_from_args(args), parse_duration(args.timeout, "--timeout")
 
-    device_map = device_map_from_args(args)
+    device_map, limits = device_map_from_args(args), limits_from_args(args)
 
     def load(start: float, end: float) -> Evidence:
         return load_prometheus(url, start=start, end=end, step_s=step, selector=args.selector,
                                dialect=args.dialect, auth=auth, timeout_s=timeout,
-                               window_s=window,
+                               window_s=window, limits=limits,
                                device_selector=getattr(args, "device_selector", ""),
                                device_map=device_map)
 
@@ -223,13 +224,15 @@ def load_gateway_evidence(
         gateway = load_router_prometheus(args.prometheus, start=start, end=end,
                                          windows=_engine_windows(engines),
                                          auth=auth_from_args(args),
-                                         timeout_s=parse_duration(args.timeout, "--timeout"))
+                                         timeout_s=parse_duration(args.timeout, "--timeout"),
+                                         limits=limits_from_args(args))
     if getattr(args, "gateway_url", None):
         from skewscope.sources.gateway_live import read_workers, with_worker_list
 
         # no credentials: the Prometheus' token is not the router's to see
         workers = read_workers(args.gateway_url,
-                               timeout_s=parse_duration(args.timeout, "--timeout"))
+                               timeout_s=parse_duration(args.timeout, "--timeout"),
+                               limits=limits_from_args(args))
         gateway = with_worker_list(gateway, workers, args.gateway_url)
     return gateway
 
@@ -247,6 +250,7 @@ def load_scrape_evidence(args: argparse.Namespace, window: float | None) -> Evid
         auth=auth_from_args(args),
         timeout_s=parse_duration(args.timeout, "--timeout"),
         device_map=device_map_from_args(args),
+        limits=limits_from_args(args),
     )
 
 
@@ -261,18 +265,41 @@ def device_map_from_args(args: argparse.Namespace) -> DeviceMap | None:
 def add_config_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help="TOML file whose [thresholds] table overrides the analysis' "
-                        "thresholds (docs/configuration.md); the report lists those it used")
+                        "thresholds (the report lists those it used) and whose [sources] table "
+                        "sets the sources' limits (docs/configuration.md)")
 
 
 def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
-    """The defaults, or those of --config FILE: a ``[thresholds]`` table of name = number."""
+    """The analysis' thresholds: the defaults, or those --config FILE sets."""
+    return _settings_from_args(args)[0]
+
+
+def limits_from_args(args: argparse.Namespace) -> SourceLimits:
+    """The sources' limits: the defaults, or those --config FILE sets."""
+    return _settings_from_args(args)[1]
+
+
+_CONFIG_TABLES = ("thresholds", "sources")
+
+
+def _settings_from_args(args: argparse.Namespace) -> tuple[Thresholds, SourceLimits]:
+    """--config FILE read and checked whole, once per command (kept on ``args``): a
+    ``[thresholds]`` and a ``[sources]`` table of name = number, each optional."""
+    got: tuple[Thresholds, SourceLimits] | None = getattr(args, "_settings", None)
+    if got is None:
+        got = _read_config(getattr(args, "config", None))
+        args._settings = got
+    return got
+
+
+def _read_config(path: str | None) -> tuple[Thresholds, SourceLimits]:
     import tomllib
 
     from skewscope.config import DEFAULT_THRESHOLDS
+    from skewscope.settings import DEFAULT_LIMITS
 
-    path = getattr(args, "config", None)
     if not path:
-        return DEFAULT_THRESHOLDS
+        return DEFAULT_THRESHOLDS, DEFAULT_LIMITS
     try:
         doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
@@ -281,14 +308,15 @@ def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
         raise InputError(f"--config {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"--config {path}: not TOML ({e})") from None
-    for key in doc:
-        if key != "thresholds":
+    for key, table in doc.items():
+        if key not in _CONFIG_TABLES:
             raise UsageError(f"--config {path}: {key}: unknown key (expected a [thresholds] "
-                             "table)")
-    table = doc.get("thresholds", {})
-    if not isinstance(table, dict):
-        raise UsageError(f"--config {path}: thresholds: expected a table, got {table!r}")
-    return DEFAULT_THRESHOLDS.updated(table, f"--config {path}: [thresholds]")
+                             "or [sources] table)")
+        if not isinstance(table, dict):
+            raise UsageError(f"--config {path}: {key}: expected a table, got {table!r}")
+    where = f"--config {path}:"
+    return (DEFAULT_THRESHOLDS.updated(doc.get("thresholds", {}), f"{where} [thresholds]"),
+            DEFAULT_LIMITS.updated(doc.get("sources", {}), f"{where} [sources]"))
 
 
 def pick_renderer(args: argparse.Namespace) -> Renderer:

@@ -91,7 +91,8 @@ def _read_url_paths(args: argparse.Namespace) -> None:
     if args.prometheus or args.scrape:
         raise UsageError("diagnose: a URL as PATH cannot be combined with --prometheus/--scrape")
     kind, targets = urls.classify(found, common.auth_from_args(args),
-                                  common.parse_duration(args.timeout, "--timeout"))
+                                  common.parse_duration(args.timeout, "--timeout"),
+                                  common.limits_from_args(args))
     args.paths = []
     if kind == "prometheus":
         if not (args.last or (args.start and args.end)):

@@ -1,5 +1,5 @@
 """Progress of long CLI work on stderr: a transient bar on a terminal; otherwise (logs, CI, a
-pipe) one plain line every ``Thresholds.progress_every_s``, so a log shows life without the
+pipe) one plain line every ``SourceLimits.progress_every_s``, so a log shows life without the
 carriage-return noise of a bar."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ class Ticker:
 
     def __init__(self, what: str, total: float, unit: str, *, every_s: float | None = None,
                  out: TextIO | None = None, tty: bool | None = None) -> None:
-        from skewscope.config import Thresholds
         from skewscope.errors import one_line
+        from skewscope.settings import DEFAULT_LIMITS
 
         # ``what`` can quote a scenario name from a user's file: one bounded, escaped line
         self.what, self.total, self.unit = one_line(what, 120), total, unit
-        self.every_s = Thresholds().progress_every_s if every_s is None else every_s
+        self.every_s = DEFAULT_LIMITS.progress_every_s if every_s is None else every_s
         self.out = out or sys.stderr
         self._last = time.monotonic()
         self._bar = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from skewscope.errors import SourceError, UsageError
 if TYPE_CHECKING:
     import httpx
 
+    from skewscope.settings import SourceLimits
     from skewscope.sources.auth import HttpAuth
     from skewscope.sources.fetch import Fetched
 
@@ -45,9 +47,11 @@ def note(text: str) -> None:
     print(f"skewscope: note: {one_line(text)}", file=sys.stderr)
 
 
-def classify(urls: list[str], auth: HttpAuth, timeout_s: float) -> tuple[str, list[str]]:
+def classify(urls: list[str], auth: HttpAuth, timeout_s: float, limits: SourceLimits
+             ) -> tuple[str, list[str]]:
     """``("prometheus", [base])`` or ``("scrape", [metrics URLs])`` for the URLs given as
-    sources, with a note on stderr saying how each was read."""
+    sources, with a note on stderr saying how each was read (a probe's body is bounded by
+    ``limits.max_scrape_mb``)."""
     from skewscope.sources.auth import normalise_url, redact_url
     from skewscope.sources.fetch import make_client
 
@@ -63,7 +67,8 @@ def classify(urls: list[str], auth: HttpAuth, timeout_s: float) -> tuple[str, li
             url, scheme_note = normalise_url(raw, "source")
             if scheme_note:
                 note(scheme_note)
-            kind, target, how = _probe((api_client, scrape_client), url.rstrip("/"), timeout_s)
+            bound = _Bound(timeout_s, limits.max_scrape_bytes)
+            kind, target, how = _probe((api_client, scrape_client), url.rstrip("/"), bound)
             note(f"{redact_url(url)} {how}: reading it as --{kind} {redact_url(target)}")
             kinds.append((kind, target))
     found = {k for k, _ in kinds}
@@ -75,7 +80,15 @@ def classify(urls: list[str], auth: HttpAuth, timeout_s: float) -> tuple[str, li
                      "(these are a mix or several Prometheus APIs)")
 
 
-def _probe(clients: tuple[httpx.Client, httpx.Client], url: str, timeout_s: float
+@dataclass(frozen=True)
+class _Bound:
+    """Every probe's deadline and body limit."""
+
+    timeout_s: float
+    max_bytes: int
+
+
+def _probe(clients: tuple[httpx.Client, httpx.Client], url: str, bound: _Bound
            ) -> tuple[str, str, str]:
     """(kind, target URL, how it answered); SourceError when neither kind answers."""
     from skewscope.sources.auth import redact_url
@@ -84,7 +97,7 @@ def _probe(clients: tuple[httpx.Client, httpx.Client], url: str, timeout_s: floa
     path = url.split("://", 1)[1].partition("/")[2]
     if not path.endswith("metrics"):
         for api, params in (("/api/v1/status/buildinfo", None), ("/api/v1/query", {"query": "1"})):
-            ok, why = _api_answers(clients[0], url + api, params, timeout_s)
+            ok, why = _api_answers(clients[0], url + api, params, bound)
             if ok:
                 return "prometheus", url, f"answers as a Prometheus API ({api})"
             if why.startswith(_NO_ANSWER):  # the host itself is unreachable: say so once
@@ -95,7 +108,7 @@ def _probe(clients: tuple[httpx.Client, httpx.Client], url: str, timeout_s: floa
     if not path.endswith("metrics"):
         candidates.append(url + "/metrics")
     for cand in candidates:
-        ok, why = _exposition_answers(clients[1], cand, timeout_s)
+        ok, why = _exposition_answers(clients[1], cand, bound)
         if ok:
             return "scrape", cand, "serves /metrics"
         tried.append(f"{redact_url(cand)}: {why}")
@@ -103,23 +116,22 @@ def _probe(clients: tuple[httpx.Client, httpx.Client], url: str, timeout_s: floa
                       f"answers ({'; '.join(tried)}); use --prometheus URL or --scrape URL")
 
 
-def _get(client: httpx.Client, url: str, params: dict[str, str] | None, timeout_s: float
+def _get(client: httpx.Client, url: str, params: dict[str, str] | None, bound: _Bound
          ) -> tuple[Fetched | None, str]:
-    from skewscope.config import DEFAULT_THRESHOLDS
     from skewscope.sources.auth import quoted
     from skewscope.sources.fetch import bounded_get
 
     try:
-        got = bounded_get(client, url, what="source", shown_url=url, deadline_s=timeout_s,
-                          max_bytes=int(DEFAULT_THRESHOLDS.max_scrape_mb * 2**20), params=params)
+        got = bounded_get(client, url, what="source", shown_url=url, deadline_s=bound.timeout_s,
+                          max_bytes=bound.max_bytes, params=params)
     except SourceError as e:
         return None, quoted(f"{_NO_ANSWER} ({e})", 160)
     return got, ""
 
 
 def _api_answers(client: httpx.Client, url: str, params: dict[str, str] | None,
-                 timeout_s: float) -> tuple[bool, str]:
-    resp, why = _get(client, url, params, timeout_s)
+                 bound: _Bound) -> tuple[bool, str]:
+    resp, why = _get(client, url, params, bound)
     if resp is None:
         return False, why
     if resp.status != 200:
@@ -132,8 +144,8 @@ def _api_answers(client: httpx.Client, url: str, params: dict[str, str] | None,
     return ok, "" if ok else "not a Prometheus API answer"
 
 
-def _exposition_answers(client: httpx.Client, url: str, timeout_s: float) -> tuple[bool, str]:
-    resp, why = _get(client, url, None, timeout_s)
+def _exposition_answers(client: httpx.Client, url: str, bound: _Bound) -> tuple[bool, str]:
+    resp, why = _get(client, url, None, bound)
     if resp is None:
         return False, why
     if resp.status != 200:

@@ -21,6 +21,7 @@ from functools import cache
 
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence
+from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth
 from skewscope.sources.devices import DeviceMap
 from skewscope.sources.dialects import DEVICE_EXPORTERS, DIALECTS, ROLES, Kind, normalise_name
@@ -72,6 +73,7 @@ class RollingScraper:
         auth: HttpAuth | None = None,
         timeout_s: float | None = None,
         device_map: DeviceMap | None = None,
+        limits: SourceLimits = DEFAULT_LIMITS,
     ) -> None:
         if not urls:
             raise UsageError("no /metrics URL given")
@@ -87,7 +89,7 @@ class RollingScraper:
         self.urls = tuple(urls)
         self.span_s, self.interval_s, self.window_s = span_s, interval_s, window_s
         self.dialect, self.auth, self.timeout_s = dialect, auth, timeout_s
-        self.device_map = device_map
+        self.device_map, self.limits = device_map, limits
         keep = math.ceil(span_s / interval_s) + 2
         self._buf: dict[str, deque[tuple[float, Snapshot]]] = {
             u: deque(maxlen=keep) for u in urls
@@ -126,6 +128,7 @@ class RollingScraper:
                     auth=self.auth,
                     timeout_s=self.timeout_s,
                     progress=False,
+                    limits=self.limits,
                 ).snaps
                 with self._lock:
                     for url in self.urls:

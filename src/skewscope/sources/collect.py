@@ -3,7 +3,7 @@
 Each fetch is one ``fetch.bounded_get`` (total deadline, size limit); the body goes through the
 strict exposition reader. Ctrl-C ends the collection early and returns what was gathered (the
 caller diagnoses it with a note). Progress goes to stderr: a bar on a terminal, otherwise one
-plain line every ``Thresholds.progress_every_s``.
+plain line every ``SourceLimits.progress_every_s``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Protocol, TextIO
 
 import httpx
 
-from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError
+from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, has_scheme
 from skewscope.sources.exposition import Sample, parse_exposition
 from skewscope.sources.fetch import bounded_get, make_client
@@ -152,7 +152,7 @@ def collect(
     auth: HttpAuth | None = None,
     timeout_s: float | None = None,
     progress: bool = True,
-    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    limits: SourceLimits = DEFAULT_LIMITS,
 ) -> Collected:
     """Scrape all targets every ``interval_s`` for ``duration_s``.
 
@@ -163,9 +163,9 @@ def collect(
     """
     n_ticks = math.floor(duration_s / interval_s + 1e-9)
     deadline_s = timeout_s if timeout_s is not None else max(0.5, min(interval_s, 10.0))
-    max_bytes = int(thresholds.max_scrape_mb * 2**20)
+    max_bytes = limits.max_scrape_bytes
     out = Collected(t0=time.time(), snaps={u: [] for u in urls})
-    bar = make_progress(progress, len(urls), n_ticks + 1, duration_s, thresholds.progress_every_s)
+    bar = make_progress(progress, len(urls), n_ticks + 1, duration_s, limits.progress_every_s)
     m0 = time.monotonic()
     client = make_client(auth.without_ambient() if auth else None, deadline_s)
     pool = ThreadPoolExecutor(max_workers=min(32, len(urls)))

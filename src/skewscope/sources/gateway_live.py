@@ -13,22 +13,22 @@ import math
 from dataclasses import replace
 
 from skewscope.catalogue import GatewaySource
-from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError
 from skewscope.frame import GatewayEvidence, GatewayUnit, upstream_key
+from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, normalise_url
 from skewscope.sources.fetch import bounded_get, make_client
 
 
 def read_workers(url: str, *, auth: HttpAuth | None = None, timeout_s: float = 10.0,
-                 thresholds: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, bool]:
+                 limits: SourceLimits = DEFAULT_LIMITS) -> dict[str, bool]:
     """host:port of every worker the router lists -> whether it holds it healthy now."""
     url, _ = normalise_url(url, "--gateway-url")
     base = url.rstrip("/")
     with make_client(auth, timeout_s) as client:
         got = bounded_get(client, f"{base}/workers", what="router", shown_url=base,
                           deadline_s=timeout_s,
-                          max_bytes=int(thresholds.max_scrape_mb * 2**20))
+                          max_bytes=limits.max_scrape_bytes)
     where = f"router at {base}/workers"
     if got.status != 200:
         raise SourceError(f"{where} answered HTTP {got.status} (expected sglang-router's or "

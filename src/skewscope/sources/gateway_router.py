@@ -20,9 +20,9 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError
 from skewscope.frame import GatewayEvidence, GatewayUnit, upstream_key
+from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, normalise_url
 from skewscope.sources.gateway_names import CB_OPEN, ROUTERS, RouterNames, WorkerSeries
 from skewscope.sources.prometheus import PromClient
@@ -173,14 +173,14 @@ def load_router_prometheus(
     windows: tuple[float, float, int] | None = None,
     auth: HttpAuth | None = None,
     timeout_s: float = 30.0,
-    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    limits: SourceLimits = DEFAULT_LIMITS,
 ) -> GatewayEvidence | None:
     """The router's view of [start, end], or None when the Prometheus holds no router metrics.
     ``windows`` (first window start, window length, count): the engines' grid, for the
     per-window series."""
     url, _ = normalise_url(url, "--prometheus")
     client = PromClient(url, auth=auth, timeout_s=timeout_s,
-                        max_bytes=int(thresholds.max_query_mb * 2**20))
+                        max_bytes=limits.max_query_bytes)
     try:
         names = set(client.metric_names(start, end, ""))
         router, found = detect_router(names)

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
-from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy, bound_column
+from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, normalise_url, quoted, redact_url
 from skewscope.sources.devices import (
     SIGNAL_OF_ROLE,
@@ -110,7 +110,7 @@ class PromClient:
     retries: int = 3  # extra attempts on 429/5xx
     backoff_s: float = 0.25  # first back-off; doubles, capped at max_backoff_s
     max_backoff_s: float = 4.0
-    max_bytes: int = int(DEFAULT_THRESHOLDS.max_query_mb * 2**20)
+    max_bytes: int = DEFAULT_LIMITS.max_query_bytes
     warnings: list[str] = field(default_factory=list)
     _client: httpx.Client | None = field(default=None, repr=False)
 
@@ -404,7 +404,7 @@ def load_prometheus(
     auth: HttpAuth | None = None,
     timeout_s: float = 30,
     window_s: float | None = None,
-    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    limits: SourceLimits = DEFAULT_LIMITS,
     windows: WindowPolicy = WINDOWS,
     max_workers: int = 4,
     device_selector: str = "",
@@ -428,7 +428,7 @@ def load_prometheus(
         url,
         auth=auth,
         timeout_s=timeout_s,
-        max_bytes=int(thresholds.max_query_mb * 2**20),
+        max_bytes=limits.max_query_bytes,
     )
     try:
         names = client.metric_names(start, end, sel)

@@ -13,9 +13,9 @@ import math
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import WINDOWS, Evidence, WindowPolicy
+from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, normalise_url
 from skewscope.sources.collect import Snapshot, collect
 from skewscope.sources.devices import DeviceMap
@@ -48,7 +48,7 @@ def load_scrape(
     window_s: float | None = None,
     auth: HttpAuth | None = None,
     timeout_s: float | None = None,
-    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    limits: SourceLimits = DEFAULT_LIMITS,
     device_map: DeviceMap | None = None,
     windows: WindowPolicy = WINDOWS,
 ) -> Evidence:
@@ -87,7 +87,7 @@ def load_scrape(
         auth=auth,
         timeout_s=timeout_s,
         progress=progress,
-        thresholds=thresholds,
+        limits=limits,
     )
     if got.skipped:
         notes.append(f"{got.skipped} scrape rounds were skipped because targets answered slowly")
