@@ -11,126 +11,138 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from skewscope.errors import UsageError
-from skewscope.settings import SOURCE_SETTINGS, override
+from skewscope.settings import (
+    SOURCE_SETTINGS,
+    Count,
+    Floor,
+    Fraction,
+    Points,
+    Positive,
+    Probability,
+    Ratio,
+    Share,
+    Whole,
+    override,
+)
 
 
 @dataclass(frozen=True)
 class Thresholds:
     # Step 1: a unit is hot in a window when a load or pressure signal exceeds the peer median
     # by this ratio (and by the absolute floors below, so near-idle noise never counts).
-    hot_ratio: float = 1.3
+    hot_ratio: Ratio = 1.3
     # Signals are smoothed with a centred rolling mean over this many windows before scoring:
     # Poisson noise of a few dozen requests per window alone crosses 1.3x a fifth of the time.
-    smooth_windows: int = 3
+    smooth_windows: Count = 3
     # A unit is a *persistent* hot spot when it is hot in at least this share of active windows
     # and in a run of at least ``min_consecutive`` consecutive windows.
-    persist_share: float = 0.5
-    min_consecutive: int = 3
+    persist_share: Share = 0.5
+    min_consecutive: Count = 3
     # A unit with less than this share of the peer median request rate is "starved"
     # (failed health check, missing from the pool, joined late).
-    starved_ratio: float = 0.15
+    starved_ratio: Share = 0.15
     # A unit that still runs at least this share of its peers' batch is busy, not starved,
     # whatever its request log says.
-    starved_busy_ratio: float = 0.5
+    starved_busy_ratio: Share = 0.5
     # Absolute floors under the peer reference of the pressure signals (per window), so ordinary
     # queueing and near-idle noise never score: running and waiting requests, mean queue wait,
     # and busy time as a share of the window. The request floor is ``min_requests_per_window``.
-    floor_running: float = 1.0
-    floor_waiting: float = 2.0
-    floor_queue_wait_ms: float = 100.0
-    floor_busy_share: float = 0.05
+    floor_running: Floor = 1.0
+    floor_waiting: Floor = 2.0
+    floor_queue_wait_ms: Floor = 100.0
+    floor_busy_share: Fraction = 0.05
     # Step 2: classification dead bands.
-    count_ratio: float = 1.2  # requests per window, hot / reference
-    weight_ratio: float = 1.25  # tokens per request, hot / reference
-    capability_ratio: float = 1.3  # execution time per scheduled token (or TTFT at equal load)
+    count_ratio: Ratio = 1.2  # requests per window, hot / reference
+    weight_ratio: Ratio = 1.25  # tokens per request, hot / reference
+    capability_ratio: Ratio = 1.3  # execution time per scheduled token (or TTFT at equal load)
     # A cause is named only when it explains at least this share of the excess token load.
-    explain_share: float = 0.5
+    explain_share: Share = 0.5
     # In a mixed skew the smaller of the two parts (more / heavier requests) is named too, as
     # ``secondary_kind``, when it explains at least this share of the excess token load.
-    mixed_share: float = 0.25
+    mixed_share: Share = 0.25
     # When most of a group runs hot, its persistently under-loaded units become the reference
     # only while they are fewer than this share of the group (a strict minority): otherwise
     # "cold" is what the group normally looks like.
-    cold_minority_share: float = 0.5
+    cold_minority_share: Share = 0.5
     # Step 3/4: impact and resource-bound checks.
-    impact_ratio: float = 1.5  # hot/idle on queue wait, TTFT, tail latency, waiting
+    impact_ratio: Ratio = 1.5  # hot/idle on queue wait, TTFT, tail latency, waiting
     # Absolute floors under the reference of each impact metric, so 2 ms against 1 ms of queue
     # wait is not "twice as bad" (also under the episode impact and compare's spread).
-    impact_floor_queue_wait_p95_ms: float = 50.0
-    impact_floor_queue_wait_mean_ms: float = 20.0
-    impact_floor_ttft_p99_ms: float = 100.0
-    impact_floor_ttft_mean_ms: float = 50.0
-    impact_floor_e2e_p99_ms: float = 200.0
-    impact_floor_waiting: float = 1.0
-    impact_floor_step_time_ms: float = 5.0
-    impact_floor_kv_usage: float = 0.1
+    impact_floor_queue_wait_p95_ms: Floor = 50.0
+    impact_floor_queue_wait_mean_ms: Floor = 20.0
+    impact_floor_ttft_p99_ms: Floor = 100.0
+    impact_floor_ttft_mean_ms: Floor = 50.0
+    impact_floor_e2e_p99_ms: Floor = 200.0
+    impact_floor_waiting: Floor = 1.0
+    impact_floor_step_time_ms: Floor = 5.0
+    impact_floor_kv_usage: Fraction = 0.1
     # Severity: a finding is high when a tail (queue wait p95, TTFT p99, e2e p99) reaches this
     # multiple of its peers' (or on KV exhaustion, a stalled unit, peers with no requests).
-    severe_tail_ratio: float = 2.0
+    severe_tail_ratio: Ratio = 2.0
     # The hot unit's waiting queue "grows" when its least-squares slope exceeds this many
     # requests per window; a slope is fitted only over at least ``trend_min_points`` windows.
-    queue_growth_per_window: float = 0.5
-    trend_min_points: int = 3
-    kv_high: float = 0.9  # KV usage at or above this is "near exhaustion"
-    kv_free_low_share: float = 0.05  # free blocks below this share of capacity
-    alloc_over_free: float = 1.1  # blocks allocated / freed above this = KV pool filling up
+    queue_growth_per_window: Positive = 0.5
+    trend_min_points: Points = 3
+    kv_high: Share = 0.9  # KV usage at or above this is "near exhaustion"
+    kv_free_low_share: Share = 0.05  # free blocks below this share of capacity
+    alloc_over_free: Ratio = 1.1  # blocks allocated / freed above this = KV pool filling up
     # Minimum-volume gate: below these the service is too quiet to call imbalanced.
-    min_requests_total: int = 100
-    min_requests_per_window: float = 2.0
-    min_windows: int = 6
-    min_units: int = 2
+    min_requests_total: Count = 100
+    min_requests_per_window: Positive = 2.0
+    min_windows: Count = 6
+    min_units: Points = 2
     # Trend rule (online): gap between the hot and the idle units widening while P95/P99 rises.
-    trend_min_slope_share: float = 0.02  # per window, relative to the mean gap
+    trend_min_slope_share: Positive = 0.02  # per window, relative to the mean gap
     # Stalled engine: in a window it holds at least ``stalled_min_in_flight`` requests (mean
     # running + waiting) while its progress (steps executed, else finished requests) stays below
     # ``stalled_max_progress`` — nothing, whatever the window length (a saturated unit that
     # finishes a few requests per short window is slow, not stalled). Persistent by
     # ``persist_share``/``min_consecutive`` over the windows the unit reported, whatever the
     # service's volume: a hung engine is the worst hot unit, never "near-idle".
-    stalled_min_in_flight: float = 4.0
-    stalled_max_progress: float = 0.5
+    stalled_min_in_flight: Positive = 4.0
+    stalled_max_progress: Positive = 0.5
     # Saturation: a hot unit sits at its batch ceiling when its mean running stays within this
     # share of its own peak while at least ``saturated_min_waiting`` requests wait, in
     # ``persist_share`` of the judged windows; its request ratio then understates its traffic.
-    saturated_running_share: float = 0.9
-    saturated_min_waiting: float = 1.0
+    saturated_running_share: Share = 0.9
+    saturated_min_waiting: Positive = 1.0
     # Weight skew must be more than luck: a seeded permutation test reassigns the window cells
     # (tokens, requests) of the hot unit and its peers within each window; heavier requests with
     # a one-sided p-value at or above ``weight_p_value`` are "consistent with chance". The level
     # is strict because a unit is only tested after it was picked as persistently hot, which
     # already favours unlucky draws (Pareto prompts behind round robin: 2 of 12 seeds reach
     # p < 0.05; true weight skew in the built-in scenarios sits at the floor, 0.001).
-    weight_p_value: float = 0.01
-    permutations: int = 999
-    permutation_seed: int = 20250423
+    weight_p_value: Probability = 0.01
+    permutations: Count = 999
+    permutation_seed: Whole = 20250423
     # Fleet-wide DP pattern: the same DP rank hot in at least this many instances and this
     # share of the multi-rank instances is one dispatch policy everywhere, reported once.
-    fleet_pattern_min_instances: int = 2
-    fleet_pattern_share: float = 0.5
+    fleet_pattern_min_instances: Count = 2
+    fleet_pattern_share: Share = 0.5
     # Is the device full (method step 4)? A device at or above this utilisation (DCGM /
     # npu-exporter, else the share of the window spent executing steps) is saturated; a hot
     # unit's device is "busier" than its peers' when it is ``capability_ratio`` times theirs
     # and at least ``device_busier_margin`` higher in absolute terms.
-    device_saturated: float = 0.8
-    device_busier_margin: float = 0.1
+    device_saturated: Share = 0.8
+    device_busier_margin: Fraction = 0.1
     # KV block shortage: running requests are "flat" when their least-squares slope per window
     # stays within this share of their mean (while the waiting queue grows).
-    running_flat_share: float = 0.05
+    running_flat_share: Positive = 0.05
     # The per-unit table lists at most this many units; a larger fleet gets a summary instead
     # (units per role and min/median/p90/max of each column), the listed ones chosen by the
     # analysis: stalled, hot, starved first, then the highest load ratios.
-    table_units_max: int = 20
+    table_units_max: Count = 20
     # compare: a signal has converged when no unit is hot_ratio or more from its peers (either
     # way); otherwise it improved (worse) when its log imbalance shrank (grew) by this share.
-    compare_change: float = 0.25
+    compare_change: Share = 0.25
     # Gateway evidence (analysis/gateway.py). The router "sends more" to a unit when its
     # requests over the peers' median reach ``count_ratio``; a few keys "dominate" a hot unit
     # when its ``gateway_top_keys`` biggest keys carry at least ``gateway_key_share`` of its
     # excess over the peers' median; a unit the gateway kept out of rotation (unhealthy or
     # circuit open) for at least ``gateway_down_share`` of the range is reported as such.
-    gateway_top_keys: int = 3
-    gateway_key_share: float = 0.5
-    gateway_down_share: float = 0.05
+    gateway_top_keys: Count = 3
+    gateway_key_share: Share = 0.5
+    gateway_down_share: Share = 0.05
     # Stale load: a router that picks by a load figure it polls from the engines (power of two,
     # least loaded, cache/KV-aware fallbacks, endpoint-picker scorers) decides on stale load
     # when its view of a unit's queue differs from the queue the engine measured by at least
@@ -138,8 +150,8 @@ class Thresholds:
     # the windows: its polling interval is longer than the bursts it should see. The report
     # notes it and by how many windows the router's view lags, tried up to
     # ``gateway_stale_max_lag`` windows.
-    gateway_stale_load_gap: float = 0.5
-    gateway_stale_max_lag: int = 3
+    gateway_stale_load_gap: Positive = 0.5
+    gateway_stale_max_lag: Whole = 3
 
     def as_dict(self) -> dict[str, float]:
         """The analysis' thresholds by name, as the report carries them."""
@@ -150,13 +162,35 @@ class Thresholds:
         return tuple(k for k, v in self.as_dict().items() if v != getattr(DEFAULT_THRESHOLDS, k))
 
     def updated(self, values: Mapping[str, object], where: str) -> Thresholds:
-        """These thresholds with ``values`` set (``settings.override``); a source setting is
-        pointed to its own table."""
+        """These thresholds with ``values`` set (``settings.override``: type and range of each),
+        then checked against each other (``contradictions``); a source setting is pointed to
+        its own table."""
         for key in values:
             if key in SOURCE_SETTINGS:
                 raise UsageError(f"{where} {key}: read by the sources, not the analysis; "
                                  "set it in the [sources] table")
-        return override(self, values, where, "threshold")
+        new = override(self, values, where, "threshold")
+        for want, why in new.contradictions():
+            key = next((k for k in values if k in want), next(iter(want)))  # file order
+            raise UsageError(f"{where} {key}: expected {want[key]}, got {getattr(new, key)!r} "
+                             f"({why})")
+        return new
+
+    def contradictions(self) -> list[tuple[dict[str, str], str]]:
+        """Thresholds that contradict each other: for each pair, what either would have to be,
+        and why. Every range of a single threshold is in its type (``settings.Range``)."""
+        found = []
+        for low, high, why in _ORDERED:
+            a, b = getattr(self, low), getattr(self, high)
+            if a > b:
+                found.append(({low: f"at most {high} ({b:g})", high: f"at least {low} ({a:g})"},
+                              why))
+        n, p = self.permutations, self.weight_p_value
+        if p <= 1 / (n + 1):  # the smallest p-value the permutation test can give
+            found.append(({"weight_p_value": f"more than 1/(permutations + 1) = {1 / (n + 1):.3g}",
+                           "permutations": f"more than 1/weight_p_value - 1 = {1 / p - 1:g}"},
+                          f"{n} permutations cannot give a p-value of {p:g} or less"))
+        return found
 
     @property
     def impact_floors(self) -> dict[str, float]:
@@ -173,6 +207,13 @@ class Thresholds:
         }
 
 
+# (lower, higher, why): thresholds that must keep this order.
+_ORDERED: tuple[tuple[str, str, str], ...] = (
+    ("min_consecutive", "min_windows", "a persistent run must fit in the windows judged"),
+    ("impact_ratio", "severe_tail_ratio", "a severe tail is a worse impact than hurting"),
+    ("mixed_share", "explain_share", "the secondary kind is the smaller part"),
+    ("trend_min_points", "min_windows", "a trend is fitted within the windows judged"),
+)
 DEFAULT_THRESHOLDS = Thresholds()
 
 

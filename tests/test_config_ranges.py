@@ -1,0 +1,110 @@
+"""``--config`` values are checked against the range each setting's type carries
+(``settings.Range``) and against the thresholds they must keep an order with: a value outside is
+one UsageError line naming the key and what was expected; a value inside is taken as given."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
+from skewscope.errors import UsageError
+from skewscope.settings import DEFAULT_LIMITS, SourceLimits, field_kinds, out_of_range
+
+WHERE = "--config f.toml: [x]"
+DEFAULTS: list[Any] = [DEFAULT_THRESHOLDS, DEFAULT_LIMITS]
+
+
+@pytest.mark.parametrize("default", DEFAULTS, ids=["thresholds", "sources"])
+def test_every_setting_has_a_range_and_its_default_is_in_it(default: Any) -> None:
+    kinds = field_kinds(type(default))
+    assert {f.name for f in dataclasses.fields(default)} == set(kinds)
+    assert [name for name, (_, rng) in kinds.items() if rng is None] == []
+    assert out_of_range(default) == []
+    assert DEFAULT_THRESHOLDS.contradictions() == []
+
+
+@pytest.mark.parametrize(
+    ("default", "values", "message"),
+    [
+        (DEFAULT_THRESHOLDS, {"hot_ratio": 1.0}, "hot_ratio: expected a number > 1, got 1.0"),
+        (DEFAULT_THRESHOLDS, {"count_ratio": 0.8}, "count_ratio: expected a number > 1, got 0.8"),
+        (DEFAULT_THRESHOLDS, {"persist_share": 0.0},
+         "persist_share: expected a number in (0, 1], got 0.0"),
+        (DEFAULT_THRESHOLDS, {"kv_high": 1.5}, "kv_high: expected a number in (0, 1], got 1.5"),
+        (DEFAULT_THRESHOLDS, {"weight_p_value": 1},
+         "weight_p_value: expected a number in (0, 1), got 1"),
+        (DEFAULT_THRESHOLDS, {"min_windows": 0}, "min_windows: expected an integer >= 1, got 0"),
+        (DEFAULT_THRESHOLDS, {"min_units": 1}, "min_units: expected an integer >= 2, got 1"),
+        (DEFAULT_THRESHOLDS, {"floor_waiting": -1},
+         "floor_waiting: expected a number >= 0, got -1"),
+        (DEFAULT_THRESHOLDS, {"stalled_max_progress": 0},
+         "stalled_max_progress: expected a number > 0, got 0"),
+        (DEFAULT_THRESHOLDS, {"permutation_seed": -3},
+         "permutation_seed: expected an integer >= 0, got -3"),
+        (DEFAULT_THRESHOLDS, {"min_consecutive": 8},
+         "min_consecutive: expected at most min_windows (6), got 8 (a persistent run must fit "
+         "in the windows judged)"),
+        (DEFAULT_THRESHOLDS, {"min_windows": 2},
+         "min_windows: expected at least min_consecutive (3), got 2"),
+        (DEFAULT_THRESHOLDS, {"severe_tail_ratio": 1.2, "impact_ratio": 1.5},
+         "severe_tail_ratio: expected at least impact_ratio (1.5), got 1.2"),
+        (DEFAULT_THRESHOLDS, {"mixed_share": 0.6},
+         "mixed_share: expected at most explain_share (0.5), got 0.6"),
+        (DEFAULT_THRESHOLDS, {"weight_p_value": 0.0005},
+         "weight_p_value: expected more than 1/(permutations + 1) = 0.001, got 0.0005 "
+         "(999 permutations cannot give a p-value of 0.0005 or less)"),
+        (DEFAULT_THRESHOLDS, {"permutations": 50},
+         "permutations: expected more than 1/weight_p_value - 1 = 99, got 50"),
+        (DEFAULT_LIMITS, {"max_query_mb": 0}, "max_query_mb: expected a number > 0, got 0"),
+        (DEFAULT_LIMITS, {"progress_every_s": -5},
+         "progress_every_s: expected a number > 0, got -5"),
+    ],
+)
+def test_bad_value_is_one_line_naming_the_key(
+    default: Any, values: dict[str, object], message: str
+) -> None:
+    with pytest.raises(UsageError) as err:
+        default.updated(values, WHERE)
+    assert str(err.value).startswith(f"{WHERE} ") and message in str(err.value), str(err.value)
+
+
+def _value(kind: type) -> st.SearchStrategy[float]:
+    if kind is int:
+        return st.integers(-10**6, 10**6)
+    return st.floats(-1e6, 1e6, allow_nan=False) | st.sampled_from([-1.0, 0.0, 1.0, 2.0])
+
+
+@given(st.data())
+@settings(max_examples=300)
+def test_a_value_is_taken_exactly_when_in_range_and_consistent(data: st.DataObject) -> None:
+    default = data.draw(st.sampled_from(DEFAULTS))
+    name, (kind, rng) = data.draw(st.sampled_from(sorted(field_kinds(type(default)).items())))
+    assert rng is not None
+    value = data.draw(_value(kind))
+    if not rng.holds(value):
+        with pytest.raises(UsageError) as err:
+            default.updated({name: value}, WHERE)
+        want = "an integer" if kind is int else "a number"
+        assert str(err.value) == f"{WHERE} {name}: expected {want} {rng.text()}, got {value!r}"
+        return
+    wanted = dataclasses.replace(default, **{name: value})
+    clash = isinstance(wanted, Thresholds) and wanted.contradictions()
+    if clash:
+        with pytest.raises(UsageError, match=f"^{re.escape(WHERE)} {name}: expected "):
+            default.updated({name: value}, WHERE)
+    else:
+        got = default.updated({name: value}, WHERE)
+        assert getattr(got, name) == value and got == wanted
+
+
+def test_a_pair_set_together_names_the_key_given() -> None:
+    # both given: the first in the file; one given: that one, whatever its place in the pair
+    with pytest.raises(UsageError, match=r"\] min_consecutive: "):
+        DEFAULT_THRESHOLDS.updated({"min_consecutive": 5, "min_windows": 4}, WHERE)
+    assert SourceLimits().updated({"max_query_mb": 0.5}, WHERE).max_query_bytes == 2**19
