@@ -250,7 +250,7 @@ def test_silent_client_is_disconnected_after_the_read_timeout() -> None:
 def test_simulation_progress_is_periodic_lines_off_a_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from skewscope.cli import progress
+    from skewscope import progress
 
     clock = iter(range(0, 10**9, 100))  # every update is "long after" the last line
     monkeypatch.setattr(progress.time, "monotonic", lambda: float(next(clock)))
@@ -267,15 +267,15 @@ def test_simulation_progress_is_periodic_lines_off_a_terminal(
 def test_serve_progress_follows_the_replay_until_it_stops() -> None:
     import io
 
-    from skewscope.cli.progress import Ticker
     from skewscope.cli.simulate import wait_with_progress
+    from skewscope.progress import Progress
 
     result = make_result(n_requests=30, duration_s=20.0)
     buf = io.StringIO()
     with serve(result, "vllm", speed=40.0, grace_s=0.2) as cluster:
-        ticker = Ticker("replaying at 40x", result.end_s - result.start_s, "simulated s",
+        progress = Progress("replaying at 40x", result.end_s - result.start_s, "simulated s",
                         every_s=0.0, out=buf, tty=False)
-        wait_with_progress(cluster, ticker, slice_s=0.05)  # returns when the watchdog stops it
+        wait_with_progress(cluster, progress, slice_s=0.05)  # returns when the watchdog stops it
         assert cluster.stopped
     lines = buf.getvalue().splitlines()
     assert len(lines) >= 3 and all(ln.startswith("skewscope: replaying at 40x: ") for ln in lines)
@@ -285,10 +285,10 @@ def test_serve_progress_follows_the_replay_until_it_stops() -> None:
 def test_progress_escapes_a_hostile_scenario_name(tty: bool) -> None:
     import io
 
-    from skewscope.cli.progress import Ticker
+    from skewscope.progress import Progress
 
     buf = io.StringIO()
-    t = Ticker("simulating evil\x1b]0;pwned\x07[/]", 10.0, "simulated s", every_s=0.0, out=buf,
+    t = Progress("simulating evil\x1b]0;pwned\x07[/]", 10.0, "simulated s", every_s=0.0, out=buf,
                tty=tty)
     t.update(5.0)
     t.close()

@@ -95,7 +95,8 @@ def test_progress_without_a_terminal_is_a_plain_line(capsys: pytest.CaptureFixtu
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) >= 4
     assert re.fullmatch(
-        r"skewscope: scraping 1 target\(s\): \d+s of 0\.4s, [1-5] scrapes ok, 0 failed", lines[-1]
+        r"skewscope: scraping 1 target\(s\): [\d.]+ of 0\.4 s, [1-5] scrapes ok, 0 failed",
+        lines[-1],
     ), lines
     assert "\x1b" not in "".join(lines)  # no spinner or cursor control in a log
 

@@ -13,7 +13,7 @@ from skewscope.cli import common
 from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
-    from skewscope.cli.progress import Ticker
+    from skewscope.progress import Progress
     from skewscope.sim.records import SimResult
     from skewscope.sim.writers.live import LiveCluster
 
@@ -105,15 +105,15 @@ def run(args: argparse.Namespace) -> int:
         from skewscope.sim.writers.openmetrics import check_scrapes
 
         check_scrapes(scenario.duration_s, args.metrics_interval, scenario.instances)
-    from skewscope.cli.progress import Ticker
+    from skewscope.progress import Progress
     from skewscope.sim.engine import simulate
 
-    ticker = Ticker(f"simulating {scenario.name}", scenario.duration_s, "simulated s")
+    progress = Progress(f"simulating {scenario.name}", scenario.duration_s, "simulated s")
     try:
         result = simulate(scenario, seed=args.seed, record_members=bool(args.out),
-                          progress=ticker.update)
+                          progress=progress.update)
     finally:
-        ticker.close()
+        progress.close()
     if args.out:
         _write_out(result, Path(args.out), args.generation)
         print(f"wrote {len(result.instances)} instance folder(s) and truth.json to {args.out}")
@@ -159,23 +159,23 @@ def _serve(result: SimResult, args: argparse.Namespace) -> int:
         try:
             for name, url in cluster.urls.items():
                 print(f"serving {name} at {url}", flush=True)
-            wait_with_progress(cluster, _ticker_for(cluster))
+            wait_with_progress(cluster, _progress_for(cluster))
         except KeyboardInterrupt:
             print("skewscope: interrupted, live servers stopped", file=sys.stderr)
     return 0
 
 
-def _ticker_for(cluster: LiveCluster) -> Ticker:
-    from skewscope.cli.progress import Ticker
+def _progress_for(cluster: LiveCluster) -> Progress:
+    from skewscope.progress import Progress
 
-    return Ticker(f"replaying at {cluster.speed:g}x", cluster.model.end_s - cluster.start_s,
+    return Progress(f"replaying at {cluster.speed:g}x", cluster.model.end_s - cluster.start_s,
                   "simulated s")
 
 
-def wait_with_progress(cluster: LiveCluster, ticker: Ticker, slice_s: float = 0.5) -> None:
+def wait_with_progress(cluster: LiveCluster, progress: Progress, slice_s: float = 0.5) -> None:
     """Until the servers stop: the replay position on stderr (a bar, or a line now and then)."""
     try:
         while not cluster.wait(slice_s):
-            ticker.update(cluster.sim_time() - cluster.start_s)
+            progress.update(cluster.sim_time() - cluster.start_s)
     finally:
-        ticker.close()
+        progress.close()

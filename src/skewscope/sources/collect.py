@@ -2,23 +2,22 @@
 
 Each fetch is one ``fetch.bounded_get`` (total deadline, size limit); the body goes through the
 strict exposition reader. Ctrl-C ends the collection early and returns what was gathered (the
-caller diagnoses it with a note). Progress goes to stderr: a bar on a terminal, otherwise one
-plain line every ``SourceLimits.progress_every_s``.
+caller diagnoses it with a note). Progress goes to stderr (``skewscope.progress``): a bar on a
+terminal, otherwise one plain line every ``SourceLimits.progress_every_s``.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol, TextIO
 
 import httpx
 
 from skewscope.errors import SourceError
+from skewscope.progress import Progress
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, has_scheme
 from skewscope.sources.exposition import Sample, parse_exposition
@@ -79,71 +78,6 @@ def fetch_snapshot(
     return Snapshot(t, parsed.samples, "", parsed.malformed, parsed.example)
 
 
-class Progress(Protocol):
-    def advance(self, ok: int, failed: int) -> None: ...
-    def stop(self) -> None: ...
-
-
-class _Silent:
-    def advance(self, ok: int, failed: int) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-
-class _Bar:
-    """A transient rich progress bar (terminals only)."""
-
-    def __init__(self, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import Progress as RichProgress
-
-        self._bar = RichProgress(console=Console(stderr=True), transient=True)
-        self._task = self._bar.add_task("scraping", total=total)
-        self._bar.start()
-
-    def advance(self, ok: int, failed: int) -> None:
-        self._bar.advance(self._task)
-
-    def stop(self) -> None:
-        self._bar.stop()
-
-
-class ProgressLines:
-    """Without a terminal: one plain line every ``every_s`` (logs show life, not a spinner)."""
-
-    def __init__(self, n_targets: int, duration_s: float, every_s: float, out: TextIO) -> None:
-        self._n, self._duration, self._every, self._out = n_targets, duration_s, every_s, out
-        self._start = self._last = time.monotonic()
-        self._ok = self._failed = 0
-
-    def advance(self, ok: int, failed: int) -> None:
-        self._ok += ok
-        self._failed += failed
-        now = time.monotonic()
-        if now - self._last >= self._every:
-            self._last = now
-            print(
-                f"skewscope: scraping {self._n} target(s): {now - self._start:.0f}s of "
-                f"{self._duration:g}s, {self._ok} scrapes ok, {self._failed} failed",
-                file=self._out,
-                flush=True,
-            )
-
-    def stop(self) -> None:
-        pass
-
-
-def make_progress(enabled: bool, n_targets: int, n_rounds: int, duration_s: float,
-                  every_s: float) -> Progress:
-    if not enabled:
-        return _Silent()
-    if sys.stderr.isatty():
-        return _Bar(n_rounds)
-    return ProgressLines(n_targets, duration_s, every_s, sys.stderr)
-
-
 def collect(
     urls: Sequence[str],
     *,
@@ -165,7 +99,9 @@ def collect(
     deadline_s = timeout_s if timeout_s is not None else max(0.5, min(interval_s, 10.0))
     max_bytes = limits.max_scrape_bytes
     out = Collected(t0=time.time(), snaps={u: [] for u in urls})
-    bar = make_progress(progress, len(urls), n_ticks + 1, duration_s, limits.progress_every_s)
+    bar = Progress(f"scraping {len(urls)} target(s)", duration_s, "s",
+                   every_s=limits.progress_every_s, enabled=progress)
+    ok = failed = 0
     m0 = time.monotonic()
     client = make_client(auth.without_ambient() if auth else None, deadline_s)
     pool = ThreadPoolExecutor(max_workers=min(32, len(urls)))
@@ -177,7 +113,6 @@ def collect(
                 time.sleep(-lag)
             elif k > 0 and lag > interval_s / 2:
                 out.skipped += 1
-                bar.advance(0, 0)
                 continue
             futures = [
                 pool.submit(fetch_snapshot, client, url, k * interval_s,
@@ -188,12 +123,13 @@ def collect(
             for url, snap in zip(urls, round_, strict=True):
                 out.snaps[url].append(snap)
             out.rounds += 1
-            failed = sum(s.samples is None for s in round_)
-            bar.advance(len(round_) - failed, failed)
+            bad = sum(s.samples is None for s in round_)
+            ok, failed = ok + len(round_) - bad, failed + bad
+            bar.update(time.monotonic() - m0, f"{ok} scrapes ok, {failed} failed")
     except KeyboardInterrupt:
         out.interrupted_at = time.monotonic() - m0
     finally:
-        bar.stop()
+        bar.close()
         pool.shutdown(wait=True, cancel_futures=True)  # in-flight fetches end by their deadline
         client.close()
     return out
