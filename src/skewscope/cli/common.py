@@ -74,6 +74,9 @@ def add_online_source_args(p: argparse.ArgumentParser, *, fixed_range: bool = Tr
     ``fixed_range=False`` (watch: the range always ends now) leaves out --start, --end and
     --duration.
     """
+    from skewscope.cli import applies
+
+    applies.track(p)  # an option the chosen source does not read is refused (cli/applies.py)
     if fixed_range:
         src = p.add_argument_group("online sources (--last/--start/--end also zoom into a capture)")
     else:
@@ -102,6 +105,9 @@ def add_online_source_args(p: argparse.ArgumentParser, *, fixed_range: bool = Tr
 
 
 def add_auth_args(p: argparse.ArgumentParser) -> None:
+    from skewscope.cli import applies
+
+    applies.track(p)
     auth = p.add_argument_group("online authentication and TLS (secrets are never printed)")
     auth.add_argument("--token-env", metavar="VAR",
                       help="bearer token from this env variable (default: SKEWSCOPE_PROM_TOKEN, "

@@ -14,12 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skewscope.catalogue import CompareVerdict, FailOn
-from skewscope.cli import common
+from skewscope.cli import applies, common
 from skewscope.errors import GATE_EXIT_CODE, InputError, UsageError
 
 if TYPE_CHECKING:
     from skewscope.config import Thresholds
     from skewscope.report.comparison import Comparison
+
+
+# compare's Prometheus ranges, read with --prometheus only
+RANGES = {f"{side}_{edge}": applies.rule("prometheus", "a range of the Prometheus")
+          for side in ("before", "after") for edge in ("start", "end")}
 
 
 def register(sub: Any) -> None:
@@ -30,6 +35,7 @@ def register(sub: Any) -> None:
         "json); or give --prometheus URL with --before-start/--before-end/--after-start/"
         "--after-end. Exit 6 when --fail-on matches.",
     )
+    applies.track(c)  # --step, --selector ... without --prometheus are refused
     c.add_argument("before", nargs="?", metavar="BEFORE", help="profiler folder or JSON report")
     c.add_argument("after", nargs="?", metavar="AFTER", help="profiler folder or JSON report")
     prom = c.add_argument_group("Prometheus: two ranges of the same server")
@@ -123,6 +129,7 @@ def comparison(args: argparse.Namespace) -> Comparison:
                              "or --prometheus URL with --before-start/--before-end/"
                              "--after-start/--after-end")
         labels = (args.before, args.after)
+        applies.check(args, {"profiler"}, "compare", RANGES)
     th = common.thresholds_from_args(args)
     before = _report(args, args.before, "before", th)
     after = _report(args, args.after, "after", th)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from skewscope.catalogue import FailOn, Verdict
-from skewscope.cli import common
+from skewscope.cli import applies, common
 from skewscope.errors import GATE_EXIT_CODE, UsageError
 
 if TYPE_CHECKING:
@@ -69,6 +69,8 @@ def _engine_evidence(args: argparse.Namespace) -> Evidence:
     chosen = [bool(args.paths), bool(args.prometheus), bool(args.scrape)]
     if sum(chosen) != 1:
         raise UsageError("diagnose: give profiler PATHs, or --prometheus URL, or --scrape URL...")
+    source = "profiler" if args.paths else "prometheus" if args.prometheus else "scrape"
+    applies.check(args, {source, *(["gateway"] if args.gateway_url else [])}, "diagnose")
     if args.paths:
         from skewscope.sources.profiler import load_profiler
 

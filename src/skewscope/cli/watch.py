@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from skewscope.cli import common
+from skewscope.cli import applies, common
 from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
@@ -58,6 +58,8 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
 
     if bool(args.prometheus) == bool(args.scrape):
         raise UsageError("watch: give --prometheus URL or --scrape URL...")
+    applies.check(args, {"prometheus" if args.prometheus else "scrape"}, "watch",
+                  {"last": applies.rule("prometheus scrape", "the span of every run")})
     if args.prometheus:
         shown = f"prometheus {redact_url(args.prometheus)} {args.selector}".rstrip()
         return PrometheusSource(shown, last_s, common.prometheus_loader(args, window))
