@@ -42,6 +42,9 @@ DEAD = "http://127.0.0.1:9"  # nothing listens: a check that passes would end in
          "watch: --interval applies to --scrape only"),
         (["watch", "--scrape", DEAD, "--step", "5s", "--runs", "1"],
          "watch: --step applies to --prometheus only"),
+        (["whatif", EXAMPLE, "--last", "5m"],
+         "whatif: --last is not read by whatif (it replays the whole capture)"),
+        (["whatif", EXAMPLE, "--step", "15s"], "whatif: --step applies to --prometheus only"),
     ],
 )
 def test_an_option_the_source_does_not_read_is_a_usage_error(

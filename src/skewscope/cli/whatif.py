@@ -8,7 +8,7 @@ import shutil
 import sys
 from typing import Any
 
-from skewscope.cli import common
+from skewscope.cli import applies, common
 from skewscope.errors import UsageError
 
 
@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
                          " give profiler folders")
     if not args.paths:
         raise UsageError("whatif: give profiler PATHs")
+    whole = applies.rule("", "it replays the whole capture")
+    applies.check(args, {"profiler"}, "whatif", {k: whole for k in ("start", "end", "last")})
     common.check_output(args)
     from skewscope.sources.workload import load_request_log
     from skewscope.whatif.predict import whatif
