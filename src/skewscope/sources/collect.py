@@ -111,21 +111,21 @@ def collect(
             lag = time.monotonic() - due
             if lag < 0:
                 time.sleep(-lag)
-            elif k > 0 and lag > interval_s / 2:
-                out.skipped += 1
-                continue
-            futures = [
-                pool.submit(fetch_snapshot, client, url, k * interval_s,
-                            deadline_s=deadline_s, max_bytes=max_bytes)
-                for url in urls
-            ]
-            round_ = [f.result() for f in futures]  # a whole round, or none of it
-            for url, snap in zip(urls, round_, strict=True):
-                out.snaps[url].append(snap)
-            out.rounds += 1
-            bad = sum(s.samples is None for s in round_)
-            ok, failed = ok + len(round_) - bad, failed + bad
-            bar.update(time.monotonic() - m0, f"{ok} scrapes ok, {failed} failed")
+            late = k > 0 and lag > interval_s / 2
+            out.skipped += late
+            if not late:
+                futures = [
+                    pool.submit(fetch_snapshot, client, url, k * interval_s,
+                                deadline_s=deadline_s, max_bytes=max_bytes)
+                    for url in urls
+                ]
+                round_ = [f.result() for f in futures]  # a whole round, or none of it
+                for url, snap in zip(urls, round_, strict=True):
+                    out.snaps[url].append(snap)
+                out.rounds += 1
+                bad = sum(s.samples is None for s in round_)
+                ok, failed = ok + len(round_) - bad, failed + bad
+            bar.update(time.monotonic() - m0, f"{ok} scrapes ok, {failed} failed")  # each tick
     except KeyboardInterrupt:
         out.interrupted_at = time.monotonic() - m0
     finally:
