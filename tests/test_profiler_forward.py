@@ -80,7 +80,7 @@ def test_the_price_of_dp_skew_is_taken_per_step(tmp_path: Path) -> None:
     assert math.isclose(price.idle_share, want, rel_tol=1e-3)
     hours = float((common["share"] * common["ms"]).sum()) * 4 / 3.6e6
     assert math.isclose(price.device_hours, hours, rel_tol=1e-3)
-    assert any("per forward step" not in n and "forward step" in n for n in report.notes)
+    assert any("the batch of each forward step" in n for n in report.notes), report.notes
 
 
 def test_a_slow_device_busy_all_the_time_is_named_by_its_forward_cost(tmp_path: Path) -> None:
@@ -95,6 +95,26 @@ def test_a_slow_device_busy_all_the_time_is_named_by_its_forward_cost(tmp_path: 
     ev = f["evidence"]
     assert ev["device_busier"] is False and ev["device_saturated"] is True
     assert math.isclose(ev["device_cost_ratio"], 1.8, rel_tol=0.05)
+
+
+def test_a_device_as_fast_as_its_peers_behind_slow_steps_is_the_host(tmp_path: Path) -> None:
+    """slow-device with inst-1's forward passes cut back to its peers' speed (÷1.8) while its
+    steps (batch.csv execution rows) stay 1.8x slow: the time goes around the device, so the
+    cause is the host / scheduler, not the device."""
+    result = run("slow-device")
+    write_profiler(result, tmp_path)
+    f = tmp_path / "inst-1" / "forward.csv"
+    fwd = pl.read_csv(f, infer_schema=False)
+    fwd = fwd.with_columns((pl.col("during_time(ms)").cast(pl.Float64) / 1.8).round(3)
+                           .cast(pl.Utf8).alias("during_time(ms)"))
+    fwd.write_csv(f, null_value="")
+    doc = diagnose(load_profiler([str(tmp_path)])).to_dict()
+    (finding,) = doc["findings"]
+    assert finding["units"] == ["inst-1"] and finding["kind"] == "capability"
+    assert finding["root_causes"][0]["key"] == "scheduler_bound"
+    ev = finding["evidence"]
+    assert ev["host_bound"] is True and ev["device_slower"] is False
+    assert math.isclose(ev["step_cost_ratio"], 1.8, rel_tol=0.05)
 
 
 # --------------------------------------------------------------------------- trust
