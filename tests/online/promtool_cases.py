@@ -43,6 +43,7 @@ class Unit:
     waiting: Fn = field(default_factory=lambda: const(0.0))
     e2e_s: Fn = field(default_factory=lambda: const(2.0))  # latency of every request
     queue_s: Fn = field(default_factory=lambda: const(0.05))
+    copies: int = 1  # exported this many times, told apart only by the alias' copy labels
 
 
 def _minutes() -> list[float]:
@@ -103,12 +104,14 @@ def input_series(dialect: str, units: list[Unit], model: str = "m") -> list[dict
             if key.startswith("e2e:bucket:"):
                 bound = key.rsplit(":", 1)[1]
                 labels["le"] = "+Inf" if bound == "inf" else bound
-            body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-            name = f"{alias.name}{suffix}{{{body}}}"
-            if name in acc:
-                acc[name] = [a + b for a, b in zip(acc[name], values, strict=True)]
-            else:
-                acc[name] = list(values)
+            for copy in range(u.copies if alias.copies else 1):
+                own = {**labels, **{c: str(copy) for c in alias.copies}}
+                body = ",".join(f'{k}="{v}"' for k, v in sorted(own.items()))
+                name = f"{alias.name}{suffix}{{{body}}}"
+                if name in acc:
+                    acc[name] = [a + b for a, b in zip(acc[name], values, strict=True)]
+                else:
+                    acc[name] = list(values)
         if "free_blocks" in roles:
             alias = roles["free_blocks"][0]
             labels = {"job": u.job, "instance": u.instance}

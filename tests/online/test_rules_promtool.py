@@ -117,6 +117,10 @@ CASES = {
                          [hot("i0", "weight", "ms-service-metric", "0")]),
     "dp-sglang-running": Case("sglang", dp_fleet(running=const(12.0)),
                               [hot("i0", "unknown", "sglang", "0")]),
+    # rank 0's scheduler series come from two TP ranks (copies of one series): read once, the
+    # ranks are even and nothing fires
+    "dp-sglang-tp-copies": Case("sglang", [Unit("i0", rank=str(k), copies=2 if k == 0 else 1)
+                                           for k in range(4)], []),
     "mindie-count": Case("mindie", fleet(req=const(8.0)), [hot("i0", "count", "mindie")]),
     "dp-gap-widening": Case(
         "vllm",

@@ -142,6 +142,8 @@ def _alias_expr(scope: Scope, spec: SignalSpec, alias: Alias, window: str) -> st
 
     def inner(sample: str, fn: str) -> str:
         text = f"{fn}({series_selector(sample, alias, scope.selector)}[{window}])"
+        if alias.copies:  # copies of one series (SGLang TP ranks, Dynamo frontends): read once
+            text = f"max without ({', '.join(alias.copies)}) ({text})"
         if alias.unit_label:  # units named by another label (Dynamo's worker_id): as instance
             text = f'label_replace({text}, "{UNIT_LABEL}", "$1", "{alias.unit_label}", "(.+)")'
         if rank is not None and alias.dp_label != rank:
