@@ -210,3 +210,32 @@ def test_spread_does_not_depend_on_the_unit_of_measure_for_tiny_rates() -> None:
         cvs.append(f.before.cv)
     assert all(math.isclose(c, cvs[-1], rel_tol=1e-9) for c in cvs)
     assert math.isclose(cvs[-1], (2 / 3) ** 0.5 / 2, rel_tol=1e-9)  # std of 3,1,2 over mean 2
+
+
+def test_gateway_share_of_the_hot_unit_before_and_after() -> None:
+    """Routing weights fixed at the router: the gateway's share of requests to the hot unit
+    falls from 40% to 25%, and every form of the comparison says so."""
+    from skewscope.analysis.diagnose import diagnose
+    from skewscope.frame import Evidence, GatewayEvidence, GatewayUnit
+    from skewscope.report import compare_text, markdown
+
+    def side(hot: Spec, weights: dict[str, float]) -> dict[str, object]:
+        frame = make_frame({u: hot if u == "d" else Spec() for u in "abcd"}, source="prometheus")
+        gw = GatewayEvidence(source="vllm-router", policy="round_robin", units=tuple(
+            GatewayUnit(upstream=u, requests=w) for u, w in weights.items()))
+        return diagnose(Evidence(instance=frame, gateway=gw)).to_dict()
+
+    before = side(Spec(rate=40.0), {"a": 20.0, "b": 20.0, "c": 20.0, "d": 40.0})
+    after = side(Spec(), {u: 20.0 for u in "abcd"})
+    c = compare(before, after)
+    (g,) = c.gateway
+    assert (g.unit, g.before, g.after) == ("d", 0.4, 0.25)
+    assert g.source_before == g.source_after == "vllm-router"
+    line = "gateway share of d (vllm-router): 40% → 25%"
+    assert compare_text.gateway_lines(c) == [line]
+    assert line in compare_text.render_comparison(c, width=120)
+    assert line in markdown.render_comparison(c)
+    assert c.to_dict()["gateway"] == [{"unit": "d", "before": 0.4, "after": 0.25,
+                                       "source_before": "vllm-router",
+                                       "source_after": "vllm-router"}]
+    assert compare(run(d=Spec(rate=40.0)), run()).gateway == ()  # no gateway on either side

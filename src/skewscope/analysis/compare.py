@@ -32,7 +32,13 @@ from skewscope.analysis.detect import peer_reference
 from skewscope.analysis.matrix import Array
 from skewscope.catalogue import SERIES, CompareVerdict, Verdict
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
-from skewscope.report.comparison import Comparison, Figures, Side, SignalComparison
+from skewscope.report.comparison import (
+    Comparison,
+    Figures,
+    GatewayShare,
+    Side,
+    SignalComparison,
+)
 
 NAN = math.nan
 # Queueing and latency: a unit that waits less than its peers is not the skew a fix removes,
@@ -74,7 +80,32 @@ def compare(
         focus_units=focus,
         signals=tuple(signals),
         notes=tuple(notes),
+        gateway=_gateway_shares(before, after, focus),
     )
+
+
+def _router_shares(doc: Mapping[str, Any]) -> tuple[str | None, dict[str, float]]:
+    """(gateway source, engine unit -> the gateway's share of requests) of one report."""
+    gw = doc.get("gateway")
+    if not isinstance(gw, dict):
+        return None, {}
+    out: dict[str, float] = {}
+    for u in gw.get("units") or []:
+        share = u.get("router_share") if isinstance(u, dict) else None
+        if isinstance(u, dict) and u.get("unit") and isinstance(share, int | float):
+            out[str(u["unit"])] = float(share)
+    source = gw.get("source")
+    return (str(source) if source else None), out
+
+
+def _gateway_shares(before: Mapping[str, Any], after: Mapping[str, Any],
+                    focus: tuple[str, ...]) -> tuple[GatewayShare, ...]:
+    """Each followed unit's share of the gateway's requests before and after (a fix at the
+    gateway shows here first); () when neither side read a gateway."""
+    (sb, b), (sa, a) = _router_shares(before), _router_shares(after)
+    if sb is None and sa is None:
+        return ()
+    return tuple(GatewayShare(u, b.get(u, NAN), a.get(u, NAN), sb, sa) for u in focus)
 
 
 def _flagged(doc: Mapping[str, Any]) -> tuple[str, ...]:

@@ -52,6 +52,20 @@ def cells(s: SignalComparison, f: Figures) -> list[str]:
 HEADER = ("hot/peer", "max/median", "CV", "P95 / P99")
 
 
+def gateway_lines(c: Comparison) -> list[str]:
+    """Per followed unit, the gateway's share of requests before → after."""
+    def pct(v: float) -> str:
+        return f"{v:.0%}" if math.isfinite(v) else "—"
+
+    out = []
+    for g in c.gateway:
+        src = g.source_before if g.source_before == g.source_after else \
+            f"{g.source_before or 'none'} → {g.source_after or 'none'}"
+        out.append(f"gateway share of {fmt.name(g.unit)} ({src}): "
+                   f"{_arrow(pct(g.before), pct(g.after))}")
+    return out
+
+
 def _arrow(before: str, after: str) -> str:
     return f"{before} → {after}"
 
@@ -83,6 +97,7 @@ def render_comparison(c: Comparison, *, width: int | None = None, color: bool = 
         Text(side_line("before", c.before), style="dim"),
         Text(side_line("after", c.after), style="dim"),
         Text(f"hot/peer follows: {fmt.names(c.focus_units) or '—'}", style="dim"),
+        *(Text(line, style="dim") for line in gateway_lines(c)),
     ), title="skewscope compare"), spread, tail]
     parts.extend(Text(f"note: {fmt.clean(n)}", style="yellow") for n in c.notes)
     console.print(Group(*parts))  # type: ignore[arg-type]

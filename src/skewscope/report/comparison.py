@@ -66,6 +66,24 @@ class Side:
 
 
 @dataclass(frozen=True)
+class GatewayShare:
+    """A followed unit's share of the gateway's requests on each side (NaN: that side has no
+    gateway evidence or the gateway did not list the unit): did the router change?"""
+
+    unit: str
+    before: float
+    after: float
+    source_before: str | None
+    source_after: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(  # type: ignore[no-any-return]
+            {"unit": self.unit, "before": self.before, "after": self.after,
+             "source_before": self.source_before, "source_after": self.source_after}
+        )
+
+
+@dataclass(frozen=True)
 class Comparison:
     verdict: str  # catalogue.CompareVerdict
     before: Side
@@ -73,6 +91,7 @@ class Comparison:
     focus_units: tuple[str, ...]  # the units whose hot/peer ratio is followed
     signals: tuple[SignalComparison, ...]
     notes: tuple[str, ...] = ()
+    gateway: tuple[GatewayShare, ...] = ()  # per followed unit, when either side had a gateway
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,5 +102,6 @@ class Comparison:
             "after": self.after.to_dict(),
             "focus_units": list(self.focus_units),
             "signals": [s.to_dict() for s in self.signals],
+            "gateway": [g.to_dict() for g in self.gateway],
             "notes": list(self.notes),
         }

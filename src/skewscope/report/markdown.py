@@ -99,7 +99,8 @@ def render_comparison(c: Comparison, *, width: int | None = None, color: bool = 
     out = ["# skewscope compare", "", f"**{_text(ct.headline(c))}**", "",
            f"- {_text(ct.side_line('before', c.before))}",
            f"- {_text(ct.side_line('after', c.after))}",
-           f"- hot/peer follows: {_text(fmt.names(c.focus_units) or '—')}", "",
+           f"- hot/peer follows: {_text(fmt.names(c.focus_units) or '—')}",
+           *(f"- {_text(line)}" for line in ct.gateway_lines(c)), "",
            _row(["signal", *(f"{h} {side}" for h in ct.HEADER for side in ("before", "after")),
                  "verdict"]),
            "|---|" + "---:|---:|" * len(ct.HEADER) + "---|"]
