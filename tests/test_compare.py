@@ -239,3 +239,6 @@ def test_gateway_share_of_the_hot_unit_before_and_after() -> None:
                                        "source_before": "vllm-router",
                                        "source_after": "vllm-router"}]
     assert compare(run(d=Spec(rate=40.0)), run()).gateway == ()  # no gateway on either side
+    from report_schema import assert_valid
+
+    assert_valid(json.loads(json.dumps(c.to_dict())), "compare")
