@@ -131,3 +131,34 @@ def test_inference_extension_ports_are_dp_ranks(prom: str,
 def test_no_router_in_the_range_is_no_gateway_evidence(prom: str) -> None:
     assert load_router_prometheus(prom, start=T_EPP - 7 * 24 * 3600,
                                   end=T_EPP - 7 * 24 * 3600 + SPAN) is None
+
+
+def test_watch_shows_and_exports_the_gateway_share(prom: str) -> None:
+    """watch --prometheus reads the router beside the engines every run: the live view has a
+    gateway-share column for the hot unit and the exporter a skewscope_gateway_share series."""
+    from rich.console import Console
+
+    from skewscope.cli import build_parser
+    from skewscope.cli.watch import build_source
+    from skewscope.monitor import screen
+    from skewscope.monitor.exporter import ReportCollector
+    from skewscope.monitor.watch import Watcher
+
+    args = build_parser().parse_args(["watch", "--prometheus", prom, "--selector",
+                                      '{job="vllm"}', "--last", f"{SPAN}s", "--step",
+                                      f"{WINDOW}s"])
+    source = build_source(args, float(SPAN), float(WINDOW))
+    clock = iter([T_PS + SPAN - 1.0, T_PS + SPAN, T_PS + SPAN + 1.0])
+    w = Watcher(source, last_s=SPAN, every_s=30, clock=lambda: next(clock))
+    assert w.run_once()
+    shares = {tuple(s.labels[k] for k in ("unit", "level", "source")): s.value
+              for fam in ReportCollector(lambda: w.status).collect()
+              if fam.name == "skewscope_gateway_share" for s in fam.samples}
+    assert shares[HOSTS[2], "instance", "vllm-production-stack"] == pytest.approx(0.52, abs=0.02)
+    assert len(shares) == len(HOSTS)
+    console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(screen.render(w.status))
+    text = console.export_text()
+    assert "gateway share" in text
+    row = next(r for r in text.splitlines() if r.startswith(f"│ {HOSTS[2]} "))
+    assert f"{shares[HOSTS[2], 'instance', 'vllm-production-stack']:.0%}" in row

@@ -196,6 +196,27 @@ def prometheus_loader(
     return load
 
 
+def with_router(
+    args: argparse.Namespace, load: Callable[[float, float], Evidence]
+) -> Callable[[float, float], Evidence]:
+    """``load`` with a router's metrics in the same --prometheus beside the engines' (watch: the
+    gateway's shares each run), when the Prometheus holds any."""
+    from dataclasses import replace
+
+    from skewscope.sources.gateway_router import load_router_prometheus
+
+    auth, timeout = auth_from_args(args), parse_duration(args.timeout, "--timeout")
+
+    def both(start: float, end: float) -> Evidence:
+        engines = load(start, end)
+        gw = load_router_prometheus(args.prometheus, start=start, end=end,
+                                    windows=_engine_windows(engines), auth=auth,
+                                    timeout_s=timeout)
+        return replace(engines, gateway=gw) if gw is not None else engines
+
+    return both
+
+
 def _engine_windows(engines: Evidence) -> tuple[float, float, int] | None:
     """(first window start, window length, count) of the engines' grid, for the gateway's
     per-window series; None without engine windows."""

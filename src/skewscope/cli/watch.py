@@ -62,7 +62,8 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
                   {"last": applies.rule("prometheus scrape", "the span of every run")})
     if args.prometheus:
         shown = f"prometheus {redact_url(args.prometheus)} {args.selector}".rstrip()
-        return PrometheusSource(shown, last_s, common.prometheus_loader(args, window))
+        return PrometheusSource(shown, last_s, common.with_router(
+            args, common.prometheus_loader(args, window)))
     from skewscope.frame import WINDOWS
     from skewscope.monitor.sampler import RollingScraper
 

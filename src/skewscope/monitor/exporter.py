@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from skewscope.catalogue import Verdict
 from skewscope.errors import UsageError
 from skewscope.monitor.status import WatchStatus
-from skewscope.monitor.units import hot_units, judged_units
+from skewscope.monitor.units import gateway_shares, hot_units, judged_units
 
 NOT_HOT = "none"  # kind label of a judged unit that is not hot
 
@@ -56,6 +56,12 @@ class ReportCollector:
         verdict = GaugeMetricFamily(
             "skewscope_verdict", "1 for the verdict of the latest diagnosis", labels=["verdict"]
         )
+        share = GaugeMetricFamily(
+            "skewscope_gateway_share",
+            "The gateway's share of requests to the unit over the latest run's range (router "
+            "metrics in the same Prometheus)",
+            labels=["unit", "level", "source"],
+        )
         if st.report is not None:
             kinds = {(h.unit, h.level): h.kind for h in hot_units(st.report)}
             for level, u in judged_units(st.report):
@@ -66,9 +72,12 @@ class ReportCollector:
                         ratio.add_metric([u.unit, level, signal], value)
             for v in Verdict:
                 verdict.add_metric([v.value], 1.0 if v == st.report.verdict else 0.0)
+            for (unit, level), (source, value) in gateway_shares(st.report).items():
+                share.add_metric([unit, level, source], value)
         yield hot
         yield ratio
         yield verdict
+        yield share
         if st.report_at is not None:
             yield GaugeMetricFamily(
                 "skewscope_last_run_timestamp_seconds",

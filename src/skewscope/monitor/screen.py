@@ -18,7 +18,7 @@ from rich.text import Text
 from skewscope.errors import one_line
 from skewscope.monitor.incidents import Incident
 from skewscope.monitor.status import WatchStatus
-from skewscope.monitor.units import hot_units
+from skewscope.monitor.units import gateway_shares, hot_units
 from skewscope.report import fmt
 from skewscope.report.terminal import VERDICT_STYLE
 
@@ -93,14 +93,18 @@ def render(st: WatchStatus) -> RenderableType:
         hot = hot_units(st.report)
         if hot:
             since = {i.key: i.onset_s for i in st.open_incidents}
+            shares = gateway_shares(st.report)
             table = Table(expand=False)
-            for col in ("unit", "level", "kind", "unit / peers", "hot since", "heat per window"):
+            cols = ["unit", "level", "kind", "unit / peers", "hot since", "heat per window"]
+            for col in cols + (["gateway share"] if shares else []):
                 table.add_column(col)
             for h in hot:  # cells as Text: a unit id is user content, never rich markup
+                share = shares.get((h.unit, h.level))
+                extra = [f"{share[1]:.0%}" if share else "—"] if shares else []
                 table.add_row(Text(fmt.name(h.unit)), h.level, h.kind,
                               _ratios(h.report.load_ratios),
                               clock(since.get((h.unit, h.level))),
-                              Text(sparkline(h.report.heat_by_window)))
+                              Text(sparkline(h.report.heat_by_window)), *extra)
             parts.append(table)
         if st.report.starved_units:
             parts.append(Text("starved: " + fmt.names(st.report.starved_units), style="yellow"))

@@ -73,3 +73,15 @@ def hot_units(report: Report) -> list[HotUnit]:
                 )
             )
     return out
+
+
+def gateway_shares(report: Report) -> dict[tuple[str, str], tuple[str, float]]:
+    """(unit, level) -> (gateway source, the gateway's share of requests to it), for every
+    level whose report joined gateway evidence."""
+    out: dict[tuple[str, str], tuple[str, float]] = {}
+    for r in levels(report):
+        if r.gateway is not None:
+            for g in r.gateway.units:
+                if g.unit is not None and math.isfinite(g.router_share):
+                    out[g.unit, r.level] = (r.gateway.source, g.router_share)
+    return out
