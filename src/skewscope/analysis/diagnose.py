@@ -78,8 +78,7 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     top = diagnose_frame(evidence.instance, th, extra_notes=notes)
     if evidence.dp is None:
         return top
-    multi = [i for i in sorted(evidence.dp.df["instance"].unique().to_list())
-             if _ranks(evidence.dp, i) >= 2]
+    multi = _multi_rank(evidence.dp)
     if top.verdict == "balanced":
         inside = diagnose_frame(
             evidence.dp,
@@ -95,9 +94,15 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
         return top
     # Every multi-rank instance is drilled into, not only the hot ones: a DP skew inside a
     # normal instance, or the same rank hot everywhere, is invisible at instance level.
+    # Most drills find nothing and are dropped: they are judged without the per-unit detail
+    # (summaries, series, episodes) and only the kept ones are judged again in full; the
+    # findings are the same either way (at 256 instances this is most of the analysis' time).
     unplaced = _unplaced(evidence)
-    drills = [(i, diagnose_frame(_only_instance(evidence.dp, i), th, unplaced=unplaced))
+    parts = _by_instance(evidence.dp)
+    drills = [(i, diagnose_frame(parts[i], th, unplaced=unplaced, detail=i in top.hot_units))
               for i in multi]
+    drills = [(i, d if i in top.hot_units or d.verdict != "imbalanced"
+               else diagnose_frame(parts[i], th, unplaced=unplaced)) for i, d in drills]
     kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == "imbalanced")
     patterns = fleet_dp_patterns(
         [f for _, d in drills for f in d.findings],
@@ -145,12 +150,18 @@ def _unplaced(evidence: Evidence) -> dict[str, float]:
     return dict(zip(gap["instance"].to_list(), gap["n"].to_list(), strict=True))
 
 
-def _ranks(frame: UnitFrame, instance: str) -> int:
-    return int(frame.df.filter(frame.df["instance"] == instance)["unit"].n_unique())
+def _multi_rank(frame: UnitFrame) -> list[str]:
+    """The instances of a DP frame with two or more ranks, sorted."""
+    import polars as pl
+
+    counts = frame.df.group_by("instance").agg(pl.col("unit").n_unique().alias("n"))
+    return sorted(counts.filter(pl.col("n") >= 2)["instance"].to_list())
 
 
-def _only_instance(frame: UnitFrame, instance: str) -> UnitFrame:
-    return replace(frame, df=frame.df.filter(frame.df["instance"] == instance), notes=())
+def _by_instance(frame: UnitFrame) -> dict[str, UnitFrame]:
+    """The DP frame split per instance in one pass (not one filter of the whole frame each)."""
+    parts = frame.df.partition_by("instance", as_dict=True, maintain_order=True)
+    return {str(key[0]): replace(frame, df=df, notes=()) for key, df in parts.items()}
 
 
 def diagnose_frame(
@@ -158,10 +169,13 @@ def diagnose_frame(
     th: Thresholds = DEFAULT_THRESHOLDS,
     extra_notes: tuple[str, ...] = (),
     unplaced: dict[str, float] | None = None,
+    detail: bool = True,
 ) -> Report:
     """Steps 1-4 on one frame; DP frames compare ranks only with ranks of the same instance.
 
-    ``unplaced``: per instance, requests per window not placed on a DP rank (DP frames)."""
+    ``unplaced``: per instance, requests per window not placed on a DP rank (DP frames).
+    ``detail=False`` gives the same verdict and findings without what only a shown report
+    needs (unit summaries, series, episodes, fleet summary): for drills that may be dropped."""
     notes = tuple(dict.fromkeys((*extra_notes, *frame.notes)))  # same note from two layers
     base = {
         "level": str(frame.level),
@@ -247,8 +261,9 @@ def diagnose_frame(
     if unexplained:
         notes = (*notes, "ran hotter on pressure signals but no load or capability difference "
                  f"explains it: {', '.join(unexplained)}")
+    report = _unit_report if detail else _unit_identity
     units = tuple(
-        _unit_report(
+        report(
             m,
             h.index,
             h,
@@ -268,10 +283,10 @@ def diagnose_frame(
         units=units,
         findings=tuple(findings),
         transient=transient,
-        episodes=episodes(m, heats, set(hot_idx), th),
-        series=series(m, heats),
+        episodes=episodes(m, heats, set(hot_idx), th) if detail else (),
+        series=series(m, heats) if detail else None,
         notes=notes,
-        fleet=fleet_summary(units, th),
+        fleet=fleet_summary(units, th) if detail else None,
         **base,  # type: ignore[arg-type]
     )
 
@@ -472,6 +487,15 @@ def _unit_report(
         heat_by_window=tuple(np.where(heat.active, heat.score, np.nan).tolist()) if heat else (),
         bounds=unit_bounds(m, j, mask),
     )
+
+
+def _unit_identity(
+    m: SignalMatrix, j: int, heat: UnitHeat | None, role: str, mask: Flags
+) -> UnitReport:
+    """A unit's identity and role only (``detail=False``: a drill that may be dropped)."""
+    return UnitReport(unit=m.units[j], instance=m.instances[j], dp_rank=m.dp_ranks[j],
+                      role=role, hot_share=heat.hot_share if heat else math.nan,
+                      longest_hot_run=heat.hot_run if heat else 0, metrics={})
 
 
 def _load_ratios(heat: UnitHeat) -> dict[str, float]:

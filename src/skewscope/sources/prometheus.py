@@ -240,6 +240,9 @@ def matrix_to_values(
     SourceError naming it (the server is not speaking the Prometheus API).
     """
     acc: dict[Key, list[float]] = defaultdict(list)
+    # the usual case, one well-formed series per unit, is kept whole and keyed at the end
+    whole: dict[tuple[str, int | None], list[tuple[float, float]]] = {}
+    spilled: set[tuple[str, int | None]] = set()
     for i, series in enumerate(result):
         labels = series.get("metric") if isinstance(series, dict) else None
         points = series.get("values") if isinstance(series, dict) else None
@@ -260,6 +263,12 @@ def matrix_to_values(
             continue
         inst, dp = unit
         fast = parse_points(points)
+        if fast is not None and (inst, dp) not in whole and (inst, dp) not in spilled:
+            whole[(inst, dp)] = fast
+            continue
+        spilled.add((inst, dp))
+        for t, v in whole.pop((inst, dp), ()):  # a second series: the first one's points first
+            acc[(round(t - window_s, 6), inst, dp)].append(v)
         if fast is not None:
             for t, v in fast:
                 acc[(round(t - window_s, 6), inst, dp)].append(v)
@@ -275,7 +284,10 @@ def matrix_to_values(
                     '[time, "number"]'
                 )
             acc[(round(ts - window_s, 6), inst, dp)].append(value)
-    return {k: combine(vs, across) for k, vs in acc.items()}
+    out = {k: combine(vs, across) for k, vs in acc.items()}
+    for (inst, dp), fast in whole.items():
+        out.update({(round(t - window_s, 6), inst, dp): v for t, v in fast})
+    return out
 
 
 def _mark_bucket_bounds(
