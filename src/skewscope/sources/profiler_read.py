@@ -168,23 +168,35 @@ def read_batch(path: Path, notes: list[str]) -> BatchRead:
     memory), and one scan shared by both outputs buffers the chunks of the faster one.
     """
     prep, res = _open(path, ps.BATCH, notes)
-    lf = ps.scan(prep, res)
     if "res_list" in res.raw:
-        rids = _collect(path, first_rows(lf))
+        rids = _collect(path, first_rows(ps.scan(prep, res)))
+    else:
+        rids = pl.DataFrame(schema={"rid": pl.Utf8, ps.ROW: pl.UInt32})
+    unread = [c for c in _unread_columns(res) if c in res.raw]
+    try:  # the parser reads the numbers; a cell it cannot read: again as text, located
+        typed = _rows(ps.scan(prep, res, typed=True), res)
+        # unread columns kept as a null bit each, so the parser still reads (checks) them
+        rows = _collect(path, typed.with_columns(pl.col(c).is_null() for c in unread))
+        rows = rows.drop(unread)
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
+        untyped = _rows(ps.scan(prep, res), res)
+        rows = _collect(path, untyped.drop(unread))  # the ``_bad`` marker checked them
+    return BatchRead(_table(prep, res, rows, notes), rids)
+
+
+def _rows(lf: pl.LazyFrame, res: ps.Resolved) -> pl.LazyFrame:
+    """The row pass of ``read_batch``: every column but res_list, lean (the unread columns are
+    left to the caller)."""
+    if "res_list" in res.raw:
         if "decode_batch_size" not in res.raw:
             lf = lf.with_columns(
                 prefill_count(pl.col("res_list")).alias("res_prefill"),
                 entry_count(pl.col("res_list")).alias("res_n"),
             )
         lf = lf.drop("res_list")
-    else:
-        rids = pl.DataFrame(schema={"rid": pl.Utf8, ps.ROW: pl.UInt32})
     # repeated short texts as categoricals: 4 bytes a row instead of a 16-byte view (+ the text)
     texts = [c for c in ("name", "prof_id") if c in res.raw] + [ps.BAD]
-    lf = lf.with_columns(pl.col(c).cast(pl.Categorical) for c in texts)
-    # columns never read after the bad-cell check (their cells are still cast and checked)
-    lf = lf.drop(c for c in _unread_columns(res) if c in res.raw)
-    return BatchRead(_table(prep, res, _collect(path, lf), notes), rids)
+    return lf.with_columns(pl.col(c).cast(pl.Categorical) for c in texts)
 
 
 

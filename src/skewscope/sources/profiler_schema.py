@@ -370,20 +370,40 @@ def small_csv_chunks() -> Iterator[None]:
         os.environ.pop(_CHUNK_ENV, None)
 
 
-def scan(prep: Prepared, res: Resolved) -> pl.LazyFrame:
+def scan(prep: Prepared, res: Resolved, *, typed: bool = False) -> pl.LazyFrame:
     """Lazy scan with canonical, cast columns, a row index and the ``_bad`` marker column.
 
     Nothing is read until collected, so callers select only the columns they need (res_list is
     never materialised by queries that do not ask for it).
+
+    ``typed``: the CSV parser reads number (and epoch time) cells as Float64 itself, with the
+    ``NA_TOKENS`` as nulls: about half the work of reading every cell as text and casting it,
+    but a cell it cannot read fails the whole query without saying where. The caller then
+    reads the file again untyped (``scan``), whose ``_bad`` marker names the cell.
     """
+    numeric = {
+        res.raw[c.canon]: pl.Float64
+        for c in res.schema.columns
+        if c.canon in res.raw
+        and (c.kind == "number" or (c.kind == "time" and not res.times[c.canon].is_datetime))
+    }
     lf = pl.scan_csv(
-        prep.path, infer_schema=False, n_rows=prep.n_rows, encoding="utf8-lossy", glob=False
+        prep.path,
+        infer_schema=False,
+        n_rows=prep.n_rows,
+        encoding="utf8-lossy",
+        glob=False,
+        schema_overrides=numeric if typed else None,
+        null_values=list(NA_TOKENS) if typed else None,
     ).with_row_index(ROW)
     values, flags = [], []
     for col in res.schema.columns:
         if col.canon not in res.raw:
             continue
         ts = res.times.get(col.canon)
+        if typed and res.raw[col.canon] in numeric:
+            values.append(pl.col(res.raw[col.canon]).alias(col.canon))
+            continue
         value, bad = _cast(col, res.raw[col.canon], ts is not None and ts.is_datetime)
         values.append(value)
         flags.append(pl.when(bad).then(pl.lit(col.canon)))
