@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -75,10 +78,34 @@ def _engine_evidence(args: argparse.Namespace) -> Evidence:
         from skewscope.sources.profiler import load_profiler
 
         start, end, last_s = offline_range(args)
-        return load_profiler(args.paths, window_s=window, start=start, end=end, last_s=last_s)
+        with _read_progress() as progress:
+            return load_profiler(args.paths, window_s=window, start=start, end=end,
+                                 last_s=last_s, progress=progress)
     if args.prometheus:
         return common.load_prometheus_evidence(args, window)
     return common.load_scrape_evidence(args, window)
+
+
+@contextlib.contextmanager
+def _read_progress() -> Iterator[Callable[[int, int], None] | None]:
+    """A bar of the profiler CSV megabytes read, on a terminal only (a log gets no lines)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from skewscope.cli.progress import Ticker
+
+    bar: list[Ticker] = []
+
+    def update(done: int, total: int) -> None:
+        if not bar:
+            bar.append(Ticker("reading profiler CSVs", total / 1e6, "MB", tty=True))
+        bar[0].update(done / 1e6)
+
+    try:
+        yield update
+    finally:
+        for b in bar:
+            b.close()
 
 
 def _read_url_paths(args: argparse.Namespace) -> None:

@@ -14,8 +14,9 @@ This module only strings them together, with the ``--start/--end/--last`` zoom.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -24,7 +25,8 @@ from skewscope.sources import profiler_forward as pf
 from skewscope.sources import profiler_range as pr
 from skewscope.sources.profiler_frame import DP_LEVEL, INSTANCE_LEVEL, make_grid, span, unit_frame
 from skewscope.sources.profiler_instance import FRAMES, Instance, load_instance
-from skewscope.sources.profiler_layout import discover_all
+from skewscope.sources.profiler_layout import InstanceFiles, discover_all
+from skewscope.sources.profiler_partials import reduce_instance
 
 
 def zoom(
@@ -45,6 +47,84 @@ def zoom(
     return zoomed, pr.zoom_note(whole, lo, hi, span(zoomed) is not None)
 
 
+Progress = Callable[[int, int], None]  # (CSV bytes of the instances read, of all)
+
+
+@dataclass(frozen=True)
+class ReadBudget:
+    """How many instances are read at once: up to ``workers``, while the estimated peak memory
+    of the reads in flight (``fixed_bytes`` + ``per_byte`` x an instance's CSV bytes: the
+    streaming reader's buffers and the row table of one batch.csv) stays within
+    ``memory_bytes``; one instance is always read, whatever its estimate."""
+
+    workers: int = 2
+    memory_bytes: int = 384 << 20
+    fixed_bytes: int = 96 << 20
+    per_byte: float = 0.25
+
+    def estimate(self, csv_bytes: int) -> float:
+        return self.fixed_bytes + self.per_byte * csv_bytes
+
+
+READ_BUDGET = ReadBudget()
+
+
+def _csv_bytes(files: InstanceFiles) -> int:
+    return sum(p.stat().st_size for p in files.files.values() if p.is_file())
+
+
+def load_all(
+    found: Sequence[InstanceFiles],
+    clocks: pr.ClockPolicy,
+    tick_s: float | None,
+    budget: ReadBudget = READ_BUDGET,
+    progress: Progress | None = None,
+) -> list[Instance]:
+    """Every instance read (several at once within ``budget``) and, with ``tick_s``, reduced to
+    (rank, tick) partials as soon as it is read, so the fleet's rows are never all held.
+
+    A bad input raises the error of the first bad instance in order, as a one-by-one read
+    would: the reads in flight are finished first, no new one is started."""
+
+    def one(files: InstanceFiles) -> Instance:
+        inst = load_instance(files, clocks)
+        return inst if tick_s is None else reduce_instance(inst, tick_s)
+
+    sizes = [_csv_bytes(f) for f in found]
+    total, done = sum(sizes), 0
+    if progress is not None:
+        progress(0, total)
+    got: dict[int, Instance] = {}
+    failed: dict[int, BaseException] = {}
+    with ThreadPoolExecutor(max_workers=max(1, budget.workers)) as pool:
+        running: dict[Future[Instance], int] = {}
+        nxt = 0
+        while running or (nxt < len(found) and not failed):
+            while nxt < len(found) and not failed and (
+                not running
+                or (len(running) < budget.workers
+                and sum(budget.estimate(sizes[i]) for i in running.values())
+                + budget.estimate(sizes[nxt])
+                <= budget.memory_bytes)
+            ):
+                running[pool.submit(one, found[nxt])] = nxt
+                nxt += 1
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                i = running.pop(fut)
+                error = fut.exception()
+                if error is not None:
+                    failed[i] = error
+                    continue
+                got[i] = fut.result()
+                done += sizes[i]
+                if progress is not None:
+                    progress(done, total)
+    if failed:
+        raise failed[min(failed)]
+    return [got[i] for i in range(len(found))]
+
+
 def _prefixed(inst: Instance, notes: Sequence[str]) -> list[str]:
     return [f"{inst.name}: {n}" for n in notes]
 
@@ -58,13 +138,22 @@ def load_profiler(
     start: float | None = None,
     end: float | None = None,
     last_s: float | None = None,
+    budget: ReadBudget = READ_BUDGET,
+    progress: Progress | None = None,
 ) -> Evidence:
     """Load msServiceProfiler folders (``PATH`` or ``NAME=PATH``) into instance and DP frames,
     optionally zoomed to ``[start, end)`` (epoch s) or to the capture's last ``last_s``.
+    ``progress(done, total)`` is told the CSV bytes read as each instance is done.
 
     Raises InputError/SchemaError with a one-line message for any bad input.
     """
-    instances = [load_instance(files, clocks) for files in discover_all(specs)]
+    zooming = start is not None or end is not None or last_s is not None
+    # every window is a whole number of ticks: the window given, else whole seconds (the
+    # default window is); a zoom needs the rows until the whole capture's span is known
+    tick_s = window_s if window_s is not None and window_s > 0 else 1.0
+    instances = load_all(
+        discover_all(specs), clocks, None if zooming else tick_s, budget, progress
+    )
     pr.check_clocks({i.name: span([i]) for i in instances}, clocks)
     instances, zoomed = zoom(instances, start, end, last_s)
     grid = make_grid(instances, window_s, windows)

@@ -24,8 +24,9 @@ from skewscope.frame import (
     dp_unit_id,
 )
 from skewscope.sources import profiler_forward as pf
+from skewscope.sources import profiler_partials as pp
 from skewscope.sources import profiler_range as pr
-from skewscope.sources.profiler_instance import FRAMES, REQUEST_SIGNALS, Instance
+from skewscope.sources.profiler_instance import REQUEST_SIGNALS, Instance
 from skewscope.sources.profiler_read import ensure
 
 # A unit whose source is present but had no event in a window did 0 of it; with no steps
@@ -53,20 +54,9 @@ REQUEST_AGGS: dict[str, pl.Expr] = {
     "e2e_mean_ms": pl.col("e2e_ms").mean(),
     "e2e_p99_ms": pl.col("e2e_ms").quantile(0.99, "linear"),
 }
-STEP_AGGS: dict[str, pl.Expr] = {
-    "steps": pl.len().cast(pl.Float64),
-    "batch_size": pl.col("batch_size").mean(),
-    "scheduled_tokens": _total("scheduled_tokens"),
-    "running": pl.col("running").mean(),
-}
-KV_AGGS: dict[str, pl.Expr] = {
-    "kv_usage": pl.col("kvcache_usage_rate").mean(),
-    "kv_usage_max": pl.col("kvcache_usage_rate").max(),
-    "free_blocks_min": pl.col("free_blocks").min(),
-    "blocks_allocated": _total("blocks_allocated"),
-    "blocks_freed": _total("blocks_freed"),
-}
-BUSY_AGGS: dict[str, pl.Expr] = {"busy_ms": _total("busy_ms")}
+STEP_AGGS = pp.window_stats(pp.STEP_STATS)  # from (rank, tick) partials, see profiler_partials
+KV_AGGS = pp.window_stats(pp.KV_STATS)
+BUSY_AGGS = pp.window_stats(pp.BUSY_STATS)
 # signal -> column counting the rows of its part in a window (null: the window had none)
 PART_ROWS: dict[str, str] = {
     sig: f"_n_{part}"
@@ -108,8 +98,10 @@ class Grid:
 
 def span(instances: list[Instance]) -> tuple[float, float] | None:
     """First and last event time of the instances; None without any row."""
-    frames = [getattr(i, f) for i in instances for f in FRAMES if f != "dp_busy"]
-    return pr.span([f for f in frames if f is not None])
+    spans = [s for i in instances if (s := i.span()) is not None]
+    if not spans:
+        return None
+    return min(s[0] for s in spans), max(s[1] for s in spans)
 
 
 def make_grid(
@@ -159,18 +151,34 @@ def _long(instances: list[Instance], attr: str, dp: bool) -> pl.DataFrame | None
 def _aggregate(
     df: pl.DataFrame | None, keys: Sequence[str], aggs: dict[str, pl.Expr], grid: Grid
 ) -> pl.DataFrame | None:
+    """Window statistics of row tables (requests, waiting samples)."""
     if df is None:
         return None
     rows = {PART_ROWS[s]: pl.len() for s in aggs if s in PART_ROWS}  # one name per part
     return df.with_columns(grid.index()).group_by([*keys, WI]).agg(**aggs, **rows)
 
 
+def _roll_up(
+    df: pl.DataFrame | None,
+    keys: Sequence[str],
+    aggs: dict[str, pl.Expr],
+    grid: Grid,
+    tick_s: float,
+) -> pl.DataFrame | None:
+    """Window statistics of (rank, tick) partials (steps, KV, busy)."""
+    if df is None:
+        return None
+    rows = {PART_ROWS[s]: pl.col(pp.ROWS).sum() for s in aggs if s in PART_ROWS}
+    wi = pp.window_of_ticks(tick_s, grid.window_s).alias(WI)
+    return df.with_columns(wi).group_by([*keys, WI]).agg(**aggs, **rows)
+
+
 def _step_signals(
-    df: pl.DataFrame | None, keys: Sequence[str], grid: Grid, dp: bool
+    df: pl.DataFrame | None, keys: Sequence[str], grid: Grid, dp: bool, tick_s: float
 ) -> pl.DataFrame | None:
     """Per-step signals of a window. At instance level ``running`` is the SUM of the ranks'
     mean batches (like ``waiting`` and the request counts), not the mean step of one rank."""
-    per_rank = _aggregate(df, keys if dp else [*keys, "dp_rank"], STEP_AGGS, grid)
+    per_rank = _roll_up(df, keys if dp else [*keys, "dp_rank"], STEP_AGGS, grid, tick_s)
     if dp or per_rank is None:
         return per_rank
     weighted = (pl.col("batch_size") * pl.col("steps")).sum() / pl.col("steps").sum()
@@ -237,13 +245,16 @@ def build_frame(instances: list[Instance], spec: LevelSpec, grid: Grid) -> pl.Da
     """The (window x unit) table of one level, every unit on every window of the grid."""
     dp = spec.level is Level.DP
     keys = list(spec.keys)
+    tick_s = next((i.tick_s for i in instances if i.tick_s is not None), grid.window_s)
+    instances = [pp.reduce_instance(i, tick_s) for i in instances]
     base = _units(instances, spec).join(grid.windows(), how="cross")
     kv_attr = "steps" if dp else "kv"
+    busy_attr = "dp_busy" if dp else "busy"
     parts = [
         _aggregate(_long(instances, "requests", dp), keys, REQUEST_AGGS, grid),
-        _step_signals(_long(instances, "steps", dp), keys, grid, dp),
-        _aggregate(_long(instances, kv_attr, dp), keys, KV_AGGS, grid),
-        _aggregate(_long(instances, "dp_busy" if dp else "busy", dp), keys, BUSY_AGGS, grid),
+        _step_signals(_long(instances, "steps", dp), keys, grid, dp, tick_s),
+        _roll_up(_long(instances, kv_attr, dp), keys, KV_AGGS, grid, tick_s),
+        _roll_up(_long(instances, busy_attr, dp), keys, BUSY_AGGS, grid, tick_s),
         _waiting(_long(instances, "waiting", dp), keys, grid),
         pf.busy_share(_long(instances, "forward", dp), keys, grid.index(), grid.window_s, WI),
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import polars as pl
 
@@ -76,16 +77,27 @@ class Instance(Part):
 
     name: str = ""
     ranks: tuple[int, ...] = ()
+    # set by ``profiler_partials.reduce_instance``: steps, kv, busy and dp_busy then hold
+    # (rank, tick) partials of ``tick_s`` seconds, and ``bounds`` the rows' event span
+    tick_s: float | None = None
+    bounds: tuple[float, float] | None = None
 
     @property
     def has_dp(self) -> bool:
         return len(self.ranks) >= 2
 
+    def span(self) -> tuple[float, float] | None:
+        """First and last event time (every row table but dp_busy, a subset of busy)."""
+        if self.tick_s is not None:
+            return self.bounds
+        return pr.span([df for f in FRAMES if f != "dp_busy" and (df := getattr(self, f))
+                        is not None])
+
 
 def merge(name: str, ranks: tuple[int, ...], parts: list[Part]) -> Instance:
     """One instance from its parts: each row table comes from one part; signals, aliases and
     notes add up in the parts' order."""
-    tables: dict[str, pl.DataFrame] = {}
+    tables: dict[str, Any] = {}  # frame name -> row table (Any: not the float fields)
     for part in parts:
         for f in FRAMES:
             if (df := getattr(part, f)) is not None:

@@ -252,16 +252,16 @@ def _with_table(got: Table | BatchRead, table: Table) -> Table | BatchRead:
 
 def _read_files(inst: InstanceFiles, notes: list[str]) -> dict[str, Table | BatchRead]:
     out: dict[str, Table | BatchRead] = {}
-    with ps.small_csv_chunks():  # every read, header peeks included (they prefetch chunks too)
-        for file, path in inst.files.items():
-            try:
-                with pv.guard(path):  # any parser failure: one line naming file and line
-                    if file == "batch.csv":
-                        out[file] = read_batch(path, notes)
-                    else:
-                        out[file] = read_simple(path, ps.SCHEMAS[file], notes)
-            except _Empty:
-                notes.append(f"{file} is empty (0 bytes) — skipped")
+    ps.small_csv_chunks()  # every read, header peeks included (they prefetch chunks too)
+    for file, path in inst.files.items():
+        try:
+            with pv.guard(path):  # any parser failure: one line naming file and line
+                if file == "batch.csv":
+                    out[file] = read_batch(path, notes)
+                else:
+                    out[file] = read_simple(path, ps.SCHEMAS[file], notes)
+        except _Empty:
+            notes.append(f"{file} is empty (0 bytes) — skipped")
     return out
 
 

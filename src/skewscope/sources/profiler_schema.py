@@ -12,8 +12,7 @@ from __future__ import annotations
 import csv
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -352,22 +351,18 @@ def expected_type(res: Resolved, canon: str) -> str:
 
 # Bytes per chunk the streaming CSV reader parses at a time. Polars' default (32 MiB) times the
 # chunks in flight (two per pipeline) held a third of an 800 MB batch.csv; 4 MiB costs no speed.
+# Polars (2.1) takes it only from the environment, read when a scan starts.
 CSV_CHUNK_BYTES = 4 << 20
 _CHUNK_ENV = "POLARS_CSV_CHUNK_SIZE"
+_chunk_lock = threading.Lock()
 
 
-@contextmanager
-def small_csv_chunks() -> Iterator[None]:
-    """Run streaming CSV scans with ``CSV_CHUNK_BYTES`` chunks (polars reads the setting from
-    the environment when a scan starts); a value the user set is kept."""
-    if _CHUNK_ENV in os.environ:
-        yield
-        return
-    os.environ[_CHUNK_ENV] = str(CSV_CHUNK_BYTES)
-    try:
-        yield
-    finally:
-        os.environ.pop(_CHUNK_ENV, None)
+def small_csv_chunks() -> None:
+    """Make streaming CSV scans use ``CSV_CHUNK_BYTES`` chunks from now on (a value the user
+    set is kept). Set once and never unset: instances are read on several threads, and a
+    variable set and removed around each read would race with another thread's scan."""
+    with _chunk_lock:
+        os.environ.setdefault(_CHUNK_ENV, str(CSV_CHUNK_BYTES))
 
 
 def scan(prep: Prepared, res: Resolved, *, typed: bool = False) -> pl.LazyFrame:
