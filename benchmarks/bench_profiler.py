@@ -1,6 +1,11 @@
 """Benchmark the profiler reader on a large batch.csv with realistic multi-KB res_list cells.
 
     python benchmarks/bench_profiler.py --steps 200000 --batch 30 [--dir /tmp/skewscope-bench]
+    python benchmarks/bench_profiler.py --steps 54000 --instances 16 --repeat 2   # the fleet
+
+With ``--instances N`` the instance is hard-linked N times as one fleet, and ``skewscope
+diagnose`` over it is timed against a bare lazy polars pass over the same files that computes
+only the per-(rank, window) table (``bare_pass``), measured in the same run (docs/performance.md).
 
 Writes one instance folder (4 DP ranks; a scheduling and an execution row per step; request.csv
 with every rid), then times, each in a fresh process so peak RSS is its own:
