@@ -27,6 +27,11 @@ Key = tuple[float, str, int | None]
 Values = dict[str, dict[Key, float]]
 
 
+def clean(value: float) -> float | None:
+    """NaN/inf (empty histogram window, 0/0 mean) is missing, never a number."""
+    return value if math.isfinite(value) else None
+
+
 def percent_units(tables: Iterable[Mapping[Key, float]]) -> set[tuple[str, int | None]]:
     """Units whose KV usage series is in percent: any value > 1 in any of ``tables``."""
     return {(key[1], key[2]) for table in tables for key, v in table.items() if v > 1.0}
@@ -41,6 +46,11 @@ def divide_units(
 def unit_id(instance: str, dp_rank: int | None) -> str:
     """Instance id, or ``<instance>/dp<rank>`` for a DP rank."""
     return instance if dp_rank is None else dp_unit_id(instance, dp_rank)
+
+
+def _row_order(item: tuple[Key, object]) -> tuple[float, str, int]:
+    t, inst, dp = item[0]
+    return (t, inst, -1 if dp is None else dp)
 
 
 def assemble(
@@ -58,40 +68,36 @@ def assemble(
     """
     import polars as pl
 
+    rows: dict[tuple[float, str, int | None], dict[str, float | None]] = {}
+    for signal, table in values.items():
+        for key, value in table.items():
+            rows.setdefault(key, {})[signal] = clean(value)
     missing = tuple(s for s in SIGNAL_COLUMNS if not values.get(s))
-    # columnar: one long (key, signal, value) table pivoted once, not a dict per row
-    keys = {"window_start_s": pl.Float64, "instance": pl.Utf8, "dp_rank": pl.Int64}
-    long = [
-        pl.DataFrame(
-            [*zip(*table.keys(), strict=True), list(table.values())],
-            schema={**keys, "value": pl.Float64},
-            orient="col",
-        ).with_columns(pl.lit(signal).alias("signal"))
-        for signal, table in values.items()
-        if table
+    records = [
+        {
+            "window_start_s": t,
+            "unit": unit_id(inst, dp),
+            "instance": inst,
+            "dp_rank": dp,
+            **sig,
+        }
+        for (t, inst, dp), sig in sorted(rows.items(), key=_row_order)
     ]
-    if long:
-        finite = pl.when(pl.col("value").is_finite()).then(pl.col("value")).alias("value")
-        wide = (
-            pl.concat(long)
-            .with_columns(finite, pl.col("dp_rank").fill_null(-1))
-            .pivot(on="signal", index=list(keys), values="value")
-            .with_columns(pl.col("dp_rank").replace(-1, None))
-        )
-        unit = pl.when(pl.col("dp_rank").is_null()).then(pl.col("instance")).otherwise(
-            pl.format("{}/dp{}", "instance", "dp_rank")
-        )
-        df = conform(wide.with_columns(unit.alias("unit")))
+    all_notes = list(notes)
+    windows = sorted({k[0] for k in rows})
+    per_unit: dict[str, set[float]] = defaultdict(set)
+    for t, inst, dp in rows:
+        per_unit[unit_id(inst, dp)].add(t)
+    for unit, ts in sorted(per_unit.items()):
+        if len(ts) < len(windows):
+            all_notes.append(
+                f"{level.value} unit {unit} has data in {len(ts)} of {len(windows)} windows "
+                "(joined late, left early or its series stopped); rows only where present"
+            )
+    if records:
+        df = conform(pl.DataFrame(records, schema=empty_schema(), strict=False))  # type: ignore[arg-type]
     else:
         df = conform(pl.DataFrame(schema=empty_schema()))  # type: ignore[arg-type]
-    all_notes = list(notes)
-    n_windows = df["window_start_s"].n_unique()
-    present = df.group_by("unit").agg(pl.col("window_start_s").n_unique().alias("n")).sort("unit")
-    for unit, n in present.filter(pl.col("n") < n_windows).iter_rows():
-        all_notes.append(
-            f"{level.value} unit {unit} has data in {n} of {n_windows} windows "
-            "(joined late, left early or its series stopped); rows only where present"
-        )
     return UnitFrame(
         df=df,
         level=level,
