@@ -92,13 +92,13 @@ def _read_progress() -> Iterator[Callable[[int, int], None] | None]:
     if not sys.stderr.isatty():
         yield None
         return
-    from skewscope.cli.progress import Ticker
+    from skewscope.progress import Progress
 
-    bar: list[Ticker] = []
+    bar: list[Progress] = []
 
     def update(done: int, total: int) -> None:
         if not bar:
-            bar.append(Ticker("reading profiler CSVs", total / 1e6, "MB", tty=True))
+            bar.append(Progress("reading profiler CSVs", total / 1e6, "MB", tty=True))
         bar[0].update(done / 1e6)
 
     try:
