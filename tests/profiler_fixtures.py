@@ -285,3 +285,14 @@ def simple_instance(
     write_requests(folder / "request.csv", reqs, request_generation)
     write_batch(folder / "batch.csv", steps, opts)
     return reqs, steps
+
+
+def set_cell(path: Path, line: int, column: str, value: str) -> None:
+    """Overwrite one cell of a simple CSV (no quoted commas on that line): file ``line``
+    (1-based, the header is line 1), header ``column``."""
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[line - 1].split(",")
+    cells[header.index(column)] = value
+    lines[line - 1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler_fixtures import set_cell
 from skewscope.cli import main
 from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import builtin_scenarios
@@ -80,13 +81,7 @@ def test_bad_cell_names_file_line_and_column(
 ) -> None:
     bad = tmp_path / "bad"
     shutil.copytree(weights_run, bad)
-    req = bad / "inst-0" / "request.csv"
-    lines = req.read_text().splitlines()
-    cells = lines[5].split(",")
-    header = lines[0].split(",")
-    cells[header.index("recv_token_size")] = "lots"
-    lines[5] = ",".join(cells)
-    req.write_text("\n".join(lines) + "\n")
+    set_cell(bad / "inst-0" / "request.csv", 6, "recv_token_size", "lots")
     assert main(["diagnose", str(bad)]) == 3
     err = one_line_error(capsys)
     assert "request.csv" in err and "line 6" in err and "recv_token_size" in err

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from profiler_fixtures import set_cell
 from skewscope.analysis.diagnose import diagnose
 from skewscope.cli import main
 from skewscope.sim.engine import simulate
@@ -119,18 +120,9 @@ def _forward(tmp_path: Path) -> Path:
     return tmp_path / "inst-0" / "forward.csv"
 
 
-def _edit(path: Path, line: int, column: str, value: str) -> None:
-    lines = path.read_text().splitlines()
-    header = lines[0].split(",")
-    cells = lines[line - 1].split(",")
-    cells[header.index(column)] = value
-    lines[line - 1] = ",".join(cells)
-    path.write_text("\n".join(lines) + "\n")
-
-
 def test_a_bad_cell_is_one_located_line(tmp_path: Path) -> None:
     f = _forward(tmp_path)
-    _edit(f, 7, "during_time(ms)", "fast")
+    set_cell(f, 7, "during_time(ms)", "fast")
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = main(["diagnose", str(tmp_path)])
@@ -141,7 +133,7 @@ def test_a_bad_cell_is_one_located_line(tmp_path: Path) -> None:
 
 def test_impossible_and_repeated_rows_are_noted_not_counted(tmp_path: Path) -> None:
     f = _forward(tmp_path)
-    _edit(f, 5, "during_time(ms)", "-3")
+    set_cell(f, 5, "during_time(ms)", "-3")
     lines = f.read_text().splitlines()
     f.write_text("\n".join([*lines, lines[9]]) + "\n")  # a forward written twice
     notes = load_profiler([str(tmp_path)]).notes

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from profiler_fixtures import T0, KvSnap, simple_instance, write_kvcache
+from profiler_fixtures import T0, KvSnap, set_cell, simple_instance, write_kvcache
 from skewscope.errors import SchemaError
 from skewscope.frame import SIGNAL_COLUMNS, Level
 from skewscope.sources import profiler as prof
@@ -92,13 +92,7 @@ def test_reduced_instance_keeps_its_exact_span(tmp_path: Path) -> None:
 def test_first_bad_instance_in_order_is_the_error(tmp_path: Path) -> None:
     specs = _fleet(tmp_path, n=3)
     for i in (1, 2):  # a non-numeric batch_size in the second and third instance
-        path = Path(specs[i]) / "batch.csv"
-        lines = path.read_text().splitlines()
-        header = lines[0].split(",")
-        cells = lines[2].split(",")
-        cells[header.index("batch_size")] = "lots"
-        lines[2] = ",".join(cells)
-        path.write_text("\n".join(lines) + "\n")
+        set_cell(Path(specs[i]) / "batch.csv", 3, "batch_size", "lots")
     with pytest.raises(SchemaError) as err:
         prof.load_profiler(specs)
     assert str(err.value).startswith(str(Path(specs[1]) / "batch.csv"))
