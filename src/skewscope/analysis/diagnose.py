@@ -28,7 +28,7 @@ from skewscope.analysis.findings import (
 from skewscope.analysis.fleet import fleet_dp_patterns
 from skewscope.analysis.gateway import join_gateway, missing_gateway_note
 from skewscope.analysis.impact import gap_trend, impact
-from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix
+from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, sub_matrix
 from skewscope.analysis.price import price_note, skew_price
 from skewscope.analysis.resource import (
     cost_ratio,
@@ -99,10 +99,17 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     # findings are the same either way (at 256 instances this is most of the analysis' time).
     unplaced = _unplaced(evidence)
     parts = _by_instance(evidence.dp)
-    drills = [(i, diagnose_frame(parts[i], th, unplaced=unplaced, detail=i in top.hot_units))
-              for i in multi]
-    drills = [(i, d if i in top.hot_units or d.verdict != "imbalanced"
-               else diagnose_frame(parts[i], th, unplaced=unplaced)) for i, d in drills]
+    whole = build_matrix(evidence.dp.df, group_by_instance=True, window_s=evidence.dp.window_s)
+
+    def drill(i: str, detail: bool) -> Report:
+        units = [j for j, inst in enumerate(whole.instances) if inst == i]
+        windows = parts[i].df["window_start_s"].unique().to_numpy()
+        m = sub_matrix(whole, units, windows)
+        return diagnose_frame(parts[i], th, unplaced=unplaced, detail=detail, matrix=m)
+
+    drills = [(i, drill(i, i in top.hot_units)) for i in multi]
+    drills = [(i, d if i in top.hot_units or d.verdict != "imbalanced" else drill(i, True))
+              for i, d in drills]
     kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == "imbalanced")
     patterns = fleet_dp_patterns(
         [f for _, d in drills for f in d.findings],
@@ -170,12 +177,14 @@ def diagnose_frame(
     extra_notes: tuple[str, ...] = (),
     unplaced: dict[str, float] | None = None,
     detail: bool = True,
+    matrix: SignalMatrix | None = None,
 ) -> Report:
     """Steps 1-4 on one frame; DP frames compare ranks only with ranks of the same instance.
 
     ``unplaced``: per instance, requests per window not placed on a DP rank (DP frames).
     ``detail=False`` gives the same verdict and findings without what only a shown report
-    needs (unit summaries, series, episodes, fleet summary): for drills that may be dropped."""
+    needs (unit summaries, series, episodes, fleet summary): for drills that may be dropped.
+    ``matrix``: the frame's matrix when already built (a drill's slice of the fleet's)."""
     notes = tuple(dict.fromkeys((*extra_notes, *frame.notes)))  # same note from two layers
     base = {
         "level": str(frame.level),
@@ -189,7 +198,10 @@ def diagnose_frame(
     }
     if frame.df.height == 0:
         return _insufficient(base, notes, "the input holds no data in the analysed range")
-    m = build_matrix(frame.df, group_by_instance=frame.level == Level.DP, window_s=frame.window_s)
+    if matrix is None:
+        matrix = build_matrix(frame.df, group_by_instance=frame.level == Level.DP,
+                              window_s=frame.window_s)
+    m = matrix
     span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
     base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
     reason = _gate(m, th, request_source="requests" in frame.aliases)

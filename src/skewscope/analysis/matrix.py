@@ -93,6 +93,29 @@ def build_matrix(
     )
 
 
+def sub_matrix(m: SignalMatrix, units: list[int], windows: Array) -> SignalMatrix:
+    """The part of ``m`` for some of its units (indices, in order) over the given windows:
+    what ``build_matrix`` gives for the rows of those units alone, without a pivot each
+    (the ``auto`` drill-down builds one matrix for every DP rank and slices it per instance)."""
+    rows = np.flatnonzero(np.isin(m.windows, windows))
+    cols = np.asarray(units, dtype=np.int64)
+
+    def part(grid: Array) -> Array:
+        return grid[np.ix_(rows, cols)]
+
+    bounds = {k: b for k, g in m.bounds.items() if np.isfinite(b := part(g)).any()}
+    return SignalMatrix(
+        windows=m.windows[rows],
+        units=tuple(m.units[j] for j in units),
+        groups=tuple(m.groups[j] for j in units),
+        instances=tuple(m.instances[j] for j in units),
+        dp_ranks=tuple(m.dp_ranks[j] for j in units),
+        values={k: part(v) for k, v in m.values.items()},
+        window_s=m.window_s,
+        bounds=bounds,
+    )
+
+
 # How a summary value relates to the truth when some of its windows were bucket bounds.
 UPPER, LOWER, MIXED = "upper", "lower", "mixed"
 
