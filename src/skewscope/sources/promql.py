@@ -184,14 +184,22 @@ def bound_marks(
 ) -> dict[tuple[float, str, int | None], float]:
     """frame.BOUND_LOWER where a value is the highest finite bound (the +Inf bucket answer),
     frame.BOUND_UPPER where it is another bound; other values are interpolated (unmarked)."""
+    import numpy as np
+
     finite = sorted(b for b in les if b == b and b != float("inf"))
-    if not finite:
+    if not finite or not values:
         return {}
-    out = {}
-    for key, v in values.items():
-        raw = v / scale
-        if abs(raw - finite[-1]) <= 1e-9 * max(1.0, abs(finite[-1])):
-            out[key] = BOUND_LOWER
-        elif any(abs(raw - b) <= 1e-9 * max(1.0, abs(b)) for b in finite[:-1]):
-            out[key] = BOUND_UPPER
+    bounds = np.array(finite, dtype=np.float64)
+    tolerance = 1e-9 * np.maximum(1.0, np.abs(bounds))
+    raw = np.fromiter(values.values(), dtype=np.float64, count=len(values)) / scale
+    lower = np.zeros(raw.size, dtype=bool)
+    upper = np.zeros(raw.size, dtype=bool)
+    for lo in range(0, raw.size, 1 << 15):  # values x bounds at once, in bounded blocks
+        part = slice(lo, lo + (1 << 15))
+        near = np.abs(raw[part, None] - bounds[None, :]) <= tolerance[None, :]
+        lower[part] = near[:, -1]
+        upper[part] = ~near[:, -1] & near[:, :-1].any(axis=1)
+    keys = list(values)
+    out = {keys[i]: BOUND_LOWER for i in np.flatnonzero(lower)}
+    out.update({keys[i]: BOUND_UPPER for i in np.flatnonzero(upper)})
     return out
