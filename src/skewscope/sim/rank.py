@@ -407,7 +407,13 @@ class _Segment:
     def started(self, until: float) -> int:
         """How many of the ``m`` steps start before ``until``."""
         t_a, dt, m = self.t_a, self.dt, self.m
-        j = min(m, max(0, int((until - t_a) / dt) + 1))
+        if t_a + (m - 1) * dt < until:
+            return m  # the usual case when a rank catches up: the whole segment
+        j = int((until - t_a) / dt) + 1
+        if j > m:
+            j = m
+        elif j < 0:
+            j = 0
         while j > 0 and t_a + (j - 1) * dt >= until:
             j -= 1
         while j < m and t_a + j * dt < until:
