@@ -124,3 +124,35 @@ def test_dp_level_report_has_a_rank_by_window_heatmap(tmp_path: Path) -> None:
     rows = re.findall(r"<tr><th>([^<]+)</th>", heat.group(1))
     assert rows == [f"i0/dp{r}" for r in range(4)]  # one row per rank, then the time axis
     assert heat.group(1).count("· hot") >= report.windows // 2  # dp2's hot windows are marked
+
+
+def test_gateway_table_and_share_chart_are_drawn(tmp_path: Path) -> None:
+    """A report with router evidence: the gateway table lists every upstream, and the chart of
+    the gateway's share per window is drawn (a canvas, no console error)."""
+    from skewscope.analysis.diagnose import diagnose
+    from skewscope.frame import Evidence, GatewayEvidence, GatewayUnit
+
+    hosts = [f"10.0.0.{i}:8000" for i in range(1, 5)]
+    frame = make_frame({h: Spec(rate=40.0) if i == 2 else Spec() for i, h in enumerate(hosts)},
+                       source="prometheus")
+    starts = tuple(float(t) for t in frame.df["window_start_s"].unique().sort())
+    gw = GatewayEvidence(source="vllm-router", policy="round_robin", window_starts=starts,
+                         units=tuple(GatewayUnit(upstream=h, requests=(40.0 if i == 2 else 20.0)
+                                                 * len(starts),
+                                                 series=(40.0 if i == 2 else 20.0,) * len(starts))
+                                     for i, h in enumerate(hosts)))
+    report = diagnose(Evidence(instance=frame, gateway=gw))
+    out = tmp_path / "gateway.html"
+    out.write_text(html.render_text(report))
+    text = out.read_text()
+    assert text.count('<div class="gateway-shares"') == 1
+    table = re.search(r'<table class="gateway">(.*?)</table>', text, re.S)
+    assert table and all(h in table.group(1) for h in hosts)
+    page = load(out)
+    assert page.console == []
+    attrs = page.body_attrs()
+    assert attrs["data-charts-failed"] == "0"
+    charts = text.count('<div class="plot"') + text.count('<div class="heatmap"') + 1
+    assert attrs["data-charts-drawn"] == str(charts)
+    shares = re.search(r'<div class="gateway-shares"[^>]*>(.*?)</div></figure>', page.dom, re.S)
+    assert shares and "<canvas" in shares.group(1)

@@ -152,7 +152,37 @@
     }
   }
 
+  function drawGatewayShares(el) {  // the gateway's share of requests per window, per upstream
+    var r = at(el.getAttribute("data-report"));
+    var g = r && r.gateway;
+    if (!g || !g.window_starts.length) return;
+    try {
+      var half = r.window_s / 2;
+      var xs = g.window_starts.map(function (w) { return w + half; });
+      var data = [xs];
+      var series = [{ label: "window", value: function (u, v) { return v == null ? "—" : stamp(v - half); } }];
+      g.units.filter(function (u) { return u.share_series.length; }).forEach(function (u, i) {
+        data.push(u.share_series);
+        var color = u.diverged_from == null ? "#9aa5b1" : UNIT_COLORS[i % UNIT_COLORS.length];
+        series.push({ label: u.unit || u.upstream, stroke: color, width: u.diverged_from == null ? 1.5 : 2.5,
+                      points: { show: false },
+                      value: function (p, v) { return v == null ? "—" : (100 * v).toFixed(0) + "%"; } });
+      });
+      new uPlot({
+        width: Math.max(320, Math.min(720, el.clientWidth || 680)), height: 200, series: series,
+        scales: { x: { time: true }, y: { range: [0, 1] } },
+        axes: [{ values: function (u, vals) { return vals.map(hms); } },
+               { size: 50, values: function (u, vals) { return vals.map(function (v) { return (100 * v).toFixed(0) + "%"; }); } }],
+        legend: { live: true }
+      }, data, el);
+      drawn += 1;
+    } catch (err) {
+      fail(el, err);
+    }
+  }
+
   document.querySelectorAll("section.finding[data-finding]").forEach(drawFinding);
+  document.querySelectorAll("div.gateway-shares[data-report]").forEach(drawGatewayShares);
   document.querySelectorAll("div.heatmap[data-report]").forEach(drawHeatmap);
   document.body.setAttribute("data-charts-drawn", String(drawn));
   document.body.setAttribute("data-charts-failed", String(failed));
