@@ -80,23 +80,35 @@ def _epp(source: GatewaySource, prefix: str, endpoint_label: str,
     )
 
 
+def _worker_router(source: GatewaySource, requests: str, health: str, cb_state: str,
+                   policy: str) -> RouterNames:
+    """sglang-router and its fork vllm-router: every series by the ``worker`` URL."""
+    return RouterNames(source, WorkerSeries(requests, "worker"),
+                       health=WorkerSeries(health, "worker"),
+                       cb_state=WorkerSeries(cb_state, "worker"), policy=policy)
+
+
+def _production_stack(requests: str, per_s: bool) -> RouterNames:
+    """vLLM production-stack's router: every series by the backend URL in ``server``."""
+    return RouterNames(
+        GatewaySource.PRODUCTION_STACK,
+        WorkerSeries(requests, "server"),
+        requests_per_s=per_s,
+        health=WorkerSeries("vllm:healthy_pods_total", "server"),
+        policy="vllm:routing_decisions_total",
+        policy_label="algorithm",
+        load=(WorkerSeries("vllm:num_requests_running", "server"),),
+    )
+
+
 ROUTERS: tuple[RouterNames, ...] = (
     # sglang-router 0.3.2 (SGLang Model Gateway) and vllm-router 0.1.17 (a fork of it): read
     # from their live /metrics in front of the simulator (tests/online/test_gateway_router.py).
-    RouterNames(
-        GatewaySource.SGLANG_ROUTER,
-        WorkerSeries("smg_worker_cb_outcomes_total", "worker"),
-        health=WorkerSeries("smg_worker_health", "worker"),
-        cb_state=WorkerSeries("smg_worker_cb_state", "worker"),
-        policy="smg_worker_selection_total",
-    ),
-    RouterNames(
-        GatewaySource.VLLM_ROUTER,
-        WorkerSeries("vllm_router_processed_requests_total", "worker"),
-        health=WorkerSeries("vllm_router_worker_health", "worker"),
-        cb_state=WorkerSeries("vllm_router_cb_state", "worker"),
-        policy="vllm_router_policy_decisions_total",
-    ),
+    _worker_router(GatewaySource.SGLANG_ROUTER, "smg_worker_cb_outcomes_total",
+                   "smg_worker_health", "smg_worker_cb_state", "smg_worker_selection_total"),
+    _worker_router(GatewaySource.VLLM_ROUTER, "vllm_router_processed_requests_total",
+                   "vllm_router_worker_health", "vllm_router_cb_state",
+                   "vllm_router_policy_decisions_total"),
     # llm-d router (llm-d/llm-d-router pkg/epp/metrics/llm_d_router_metrics.go): subsystem
     # ``llm_d_epp`` (v0.10.0 and later), ``llm_d_router_epp`` at 047069960690;
     # scheduler_attempts_total{status, target_model_name, endpoint_name, namespace, port}.
@@ -117,22 +129,7 @@ ROUTERS: tuple[RouterNames, ...] = (
     # have the vllm:current_qps{server} gauge. vllm:healthy_pods_total{server} is 1 / 0 per
     # endpoint; vllm:num_requests_running{server} is the router's own count of its in-flight
     # requests to the backend (not polled).
-    RouterNames(
-        GatewaySource.PRODUCTION_STACK,
-        WorkerSeries("vllm:request_latency_seconds_count", "server"),
-        health=WorkerSeries("vllm:healthy_pods_total", "server"),
-        policy="vllm:routing_decisions_total",
-        policy_label="algorithm",
-        load=(WorkerSeries("vllm:num_requests_running", "server"),),
-    ),
-    RouterNames(
-        GatewaySource.PRODUCTION_STACK,
-        WorkerSeries("vllm:current_qps", "server"),
-        requests_per_s=True,
-        health=WorkerSeries("vllm:healthy_pods_total", "server"),
-        policy="vllm:routing_decisions_total",
-        policy_label="algorithm",
-        load=(WorkerSeries("vllm:num_requests_running", "server"),),
-    ),
+    _production_stack("vllm:request_latency_seconds_count", per_s=False),
+    _production_stack("vllm:current_qps", per_s=True),
 )
 CB_OPEN = 1  # circuit-breaker gauge value of an open breaker
