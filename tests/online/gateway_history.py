@@ -62,6 +62,10 @@ def _epp(t_off: int) -> Iterator[Sample]:
         epp = _lab(job="epp", instance="epp:9090", endpoint_name=pod, namespace="llm",
                    port="8000", status="success", target_model_name="m")
         yield Sample("llm_d_epp_scheduler_attempts_total", epp, t, rate * t_off)
+        # llm-d's picker counts every attempt under the Inference Extension's name too
+        legacy = _lab(job="epp", instance="epp:9090", pod_name=pod, namespace="llm",
+                      port="8000", status="success", target_model_name="m")
+        yield Sample("inference_extension_scheduler_attempts_total", legacy, t, rate * t_off)
         seen = _epp_waiting(pod, w - LAG) if w >= LAG else 0.5
         yield Sample("llm_d_epp_per_endpoint_queue_size",
                      _lab(job="epp", instance="epp:9090", model_server_endpoint=f"{pod}-rank-0",

@@ -133,3 +133,10 @@ ROUTERS: tuple[RouterNames, ...] = (
     _production_stack("vllm:current_qps", per_s=True),
 )
 CB_OPEN = 1  # circuit-breaker gauge value of an open breaker
+# A router that also exports another's names: llm-d's endpoint picker counts every scheduling
+# attempt under its own and the Inference Extension's names (llm-d-router pkg/epp/metrics/
+# metrics.go RecordSchedulerAttempt; collectors/inference_pool.go both queue gauges) — one
+# router, not two.
+ALSO_EXPORTS: dict[GatewaySource, set[GatewaySource]] = {
+    GatewaySource.LLM_D_EPP: {GatewaySource.INFERENCE_EXTENSION_EPP},
+}

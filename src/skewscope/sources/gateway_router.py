@@ -24,7 +24,13 @@ from skewscope.errors import SourceError
 from skewscope.frame import GatewayEvidence, GatewayUnit, upstream_key
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, normalise_url
-from skewscope.sources.gateway_names import CB_OPEN, ROUTERS, RouterNames, WorkerSeries
+from skewscope.sources.gateway_names import (
+    ALSO_EXPORTS,
+    CB_OPEN,
+    ROUTERS,
+    RouterNames,
+    WorkerSeries,
+)
 from skewscope.sources.prometheus import PromClient
 from skewscope.sources.promql import duration
 from skewscope.sources.validate import parse_number
@@ -226,8 +232,10 @@ def _evidence(rd: _Reader, router: RouterNames, found: list[RouterNames]) -> Gat
     policy, notes = _policy(rd, router)
     notes.insert(0, f"gateway: {router.source} metrics ({rd.stored(req.name)}) read from the "
                     "same Prometheus")
-    if len({f.source for f in found}) > 1:
-        notes.append(f"several routers' metrics found ({', '.join(f.source for f in found)}); "
+    others = sorted({f.source for f in found} - {router.source} - ALSO_EXPORTS.get(router.source,
+                                                                                 set()))
+    if others:
+        notes.append(f"several routers' metrics found ({', '.join([router.source, *others])}); "
                      f"{router.source} read")
     pool = []
     for what, name in router.pool:
