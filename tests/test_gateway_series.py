@@ -132,3 +132,25 @@ def test_no_stale_load_note_for_token_blind_or_unpolled_load() -> None:
     late = {h: (0.0,) * 2 + w[:-2] for h, w in waiting.items()}
     for report in (_epp_report(late, policy="round_robin"), _epp_report(late, polled=False)):
         assert report.gateway is not None and report.gateway.stale_load == ()
+
+
+def test_dp_aware_workers_join_the_drill_down_of_an_instance_report() -> None:
+    """--level auto over several instances: the top level sees the ranks summed into their
+    instance; the drill-down into the hot instance sees each rank's worker on its DP unit."""
+    inst_rate = {h: 44.0 if h == HOT else 20.0 for h in HOSTS}
+    rank_rate = {(h, r): (12.0, 32.0)[r] if h == HOT else 10.0 for h in HOSTS for r in (0, 1)}
+    instance = make_frame({h: Spec(rate=v) for h, v in inst_rate.items()}, source="prometheus")
+    dp = make_frame({f"{h}/dp{r}": Spec(rate=v) for (h, r), v in rank_rate.items()},
+                    level=Level.DP, source="prometheus")
+    per = {f"{h}@{r}": [v] * WINDOWS for (h, r), v in rank_rate.items()}
+    gw = GatewayEvidence(source="sglang-router", units=_units(per), policy="round_robin",
+                         window_starts=STARTS)
+    report = diagnose(Evidence(instance=instance, dp=dp, gateway=gw), level="auto")
+    assert report.level == Level.INSTANCE and report.gateway is not None
+    assert {u.upstream for u in report.gateway.units} == set(HOSTS)
+    (drill,) = [d for d in report.drilldown if d.units and d.units[0].instance == HOT]
+    assert drill.gateway is not None
+    assert {u.upstream: u.unit for u in drill.gateway.units} == {
+        f"{HOT}@{r}": f"{HOT}/dp{r}" for r in (0, 1)}
+    (f,) = [f for f in drill.findings if f"{HOT}/dp1" in f.units]
+    assert f.evidence["gateway"]["router_share"] == 32 / 44
