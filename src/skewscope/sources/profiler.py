@@ -23,6 +23,7 @@ import polars as pl
 from skewscope.frame import WINDOWS, Evidence, WindowPolicy
 from skewscope.sources import profiler_forward as pf
 from skewscope.sources import profiler_range as pr
+from skewscope.sources import profiler_schema as ps
 from skewscope.sources.profiler_frame import DP_LEVEL, INSTANCE_LEVEL, make_grid, span, unit_frame
 from skewscope.sources.profiler_instance import FRAMES, Instance, load_instance
 from skewscope.sources.profiler_layout import InstanceFiles, discover_all
@@ -90,6 +91,7 @@ def load_all(
         inst = load_instance(files, clocks)
         return inst if tick_s is None else reduce_instance(inst, tick_s)
 
+    ps.small_csv_chunks()  # here, before any reading thread starts (setenv races getenv)
     sizes = [_csv_bytes(f) for f in found]
     total, done = sum(sizes), 0
     if progress is not None:
