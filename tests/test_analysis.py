@@ -8,9 +8,11 @@ import pytest
 
 from frame_builder import Spec, make_frame
 from skewscope.analysis.classify import decompose
-from skewscope.analysis.diagnose import diagnose, diagnose_frame
+from skewscope.analysis.diagnose import QUEUE_ONLY_NOTE, diagnose, diagnose_frame
+from skewscope.config import DEFAULT_THRESHOLDS
 from skewscope.frame import Evidence, Level
 from skewscope.report import jsonout
+from skewscope.report.facts import HotFacts, Note, NoteCode
 
 FOUR = ("a", "b", "c", "d")
 
@@ -67,7 +69,8 @@ def test_transient_burst_is_jitter_not_a_hot_unit() -> None:
     report = diagnose_frame(make_frame(even(a=Spec(burst=burst))))
     assert report.verdict == "balanced"
     assert report.hot_units == ()
-    assert any(t.startswith("a ran hot") for t in report.transient)
+    assert all(n.code == NoteCode.TRANSIENT for n in report.transient)
+    assert any(line.startswith("a ran hot") for line in report.transient_lines)
 
 
 def test_unit_without_traffic_is_starved_with_health_check_cause() -> None:
@@ -108,19 +111,22 @@ def test_near_idle_service_is_insufficient_data() -> None:
     report = diagnose_frame(make_frame(even(a=Spec(rate=0.5), b=Spec(rate=0.2),
                                             c=Spec(rate=0.3), d=Spec(rate=0.1))))
     assert report.verdict == "insufficient_data"
-    assert "near-idle" in report.notes[0]
+    assert report.notes[0].code == NoteCode.NEAR_IDLE
+    assert report.notes[0].values["requests"] < DEFAULT_THRESHOLDS.min_requests_total
+    assert report.note_lines[0].startswith("near-idle service: ")
 
 
 def test_single_unit_is_insufficient_data() -> None:
     report = diagnose_frame(make_frame({"solo": Spec()}))
     assert report.verdict == "insufficient_data"
-    assert "only one unit" in report.notes[0]
+    assert report.notes[0] == Note(NoteCode.ONE_UNIT, {"unit": "solo", "min_units": 2})
+    assert report.note_lines[0].startswith("only one unit (solo)")
 
 
 def test_too_few_windows_is_insufficient_data() -> None:
     report = diagnose_frame(make_frame(even(c=Spec(rate=60.0)), windows=4))
     assert report.verdict == "insufficient_data"
-    assert "windows" in report.notes[0]
+    assert report.notes[0].code == NoteCode.FEW_WINDOWS and report.notes[0].values["windows"] == 4
 
 
 def test_decomposition_splits_excess_exactly() -> None:
@@ -173,7 +179,8 @@ def test_instance_level_without_request_counts_is_insufficient_not_balanced() ->
                                       source="prometheus",
                                       aliases={"requests": "vllm:request_success_total"}))
     assert report.verdict == "insufficient_data"
-    assert "no request counts" in report.notes[0]
+    assert report.notes[0].code == NoteCode.NO_REQUEST_COUNTS
+    assert "no request counts" in report.note_lines[0]
 
 
 def test_instance_level_of_a_queue_only_source_is_judged_by_its_queues() -> None:
@@ -191,7 +198,8 @@ def test_instance_level_of_a_queue_only_source_is_judged_by_its_queues() -> None
     report = diagnose_frame(UnitFrame(df=queues, level=Level.INSTANCE, window_s=10.0,
                                       source="prometheus", aliases={"waiting": "q"}))
     assert report.verdict == "imbalanced" and report.hot_units == ("c",)
-    assert any("counts no requests" in n for n in report.notes)
+    assert QUEUE_ONLY_NOTE in report.notes
+    assert any("counts no requests" in n for n in report.note_lines)
     balanced = queues.with_columns(pl.lit(3.0).alias("waiting"))
     report = diagnose_frame(UnitFrame(df=balanced, level=Level.INSTANCE, window_s=10.0,
                                       source="prometheus", aliases={"waiting": "q"}))
@@ -235,7 +243,10 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
     (f,) = report.findings
     assert f.evidence["kv_exhausted"] is False
     assert "kv_exhaustion" not in [c.key for c in f.root_causes]
-    assert any("whole service is short of KV capacity" in n for n in f.evidence["resource"])
+    assert isinstance(f.facts, HotFacts)
+    assert [n.code for n in f.facts.resource] == [NoteCode.KV_SERVICE_WIDE]
+    resource = f.to_dict()["evidence"]["resource"]  # the JSON keeps the line
+    assert any("whole service is short of KV capacity" in n for n in resource)
     local = frame.df.with_columns(
         pl.when(pl.col("unit") == "c").then(0.97).otherwise(0.5).alias("kv_usage_max")
     )
@@ -265,7 +276,8 @@ def test_majority_hot_is_judged_against_the_underloaded_minority() -> None:
     assert report.hot_units == ("a", "b", "c")
     assert {f.kind for f in report.findings} == {"count"}
     assert all(f.reference_units == ("d",) for f in report.findings)
-    assert any("judged against the under-loaded d" in n for n in report.notes)
+    assert Note(NoteCode.COLD_MINORITY, {"units": ["d"]}) in report.notes
+    assert any("judged against the under-loaded d" in n for n in report.note_lines)
 
 
 def test_different_dp_sizes_are_noted() -> None:
@@ -273,9 +285,9 @@ def test_different_dp_sizes_are_noted() -> None:
     specs = {f"a/dp{r}": Spec() for r in range(2)} | {f"b/dp{r}": Spec() for r in range(4)}
     dp = make_frame(specs, level=Level.DP)
     report = diagnose(Evidence(instance=inst, dp=dp), level="instance")
-    assert any("different DP sizes (a: 2, b: 4, c: 1, d: 1)" in n for n in report.notes)
+    assert any("different DP sizes (a: 2, b: 4, c: 1, d: 1)" in n for n in report.note_lines)
     same = diagnose(Evidence(instance=inst, dp=None), level="instance")
-    assert not any("DP sizes" in n for n in same.notes)
+    assert not any(n.code == NoteCode.DP_SIZES for n in same.notes)
 
 
 @pytest.mark.parametrize("steps_measured", [True, False])
@@ -298,7 +310,7 @@ def test_stalled_engine_is_the_worst_hot_unit_not_idle(steps_measured: bool) -> 
     assert f.root_causes[0].key == "engine_stalled"
     assert f.evidence["progress_signal"] == ("steps" if steps_measured else "requests")
     assert {u.unit: u.role for u in report.units}["d"] == "stalled"
-    assert "idle" not in " ".join(report.notes)
+    assert "idle" not in " ".join(report.note_lines)
 
 
 def test_stalled_engine_in_a_near_idle_service_is_flagged_not_insufficient() -> None:
@@ -309,7 +321,9 @@ def test_stalled_engine_in_a_near_idle_service_is_flagged_not_insufficient() -> 
     assert report.hot_units == ("d",)
     (f,) = report.findings
     assert f.kind == "stalled" and f.severity == "high"
-    assert any("not judged: near-idle" in n for n in report.notes)
+    (note,) = [n for n in report.notes if n.code == NoteCode.SKEW_NOT_JUDGED]
+    assert note.values["reason"].code == NoteCode.NEAR_IDLE
+    assert any("not judged: near-idle" in n for n in report.note_lines)
 
 
 def test_slow_but_progressing_unit_is_not_stalled() -> None:

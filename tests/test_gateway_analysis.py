@@ -144,7 +144,7 @@ def test_facts_carry_both_shares_and_unjoined_upstreams_are_noted() -> None:
     assert rows["10.9.9.9:1"].unit is None and math.isnan(rows["10.9.9.9:1"].engine_share)
     assert sum(r.engine_share for r in rows.values() if r.unit) == pytest.approx(1.0)
     assert rows[HOT].router_share == pytest.approx(200 / 805)
-    assert any("10.9.9.9:1 match no engine unit" in n for n in report.notes)
+    assert any("10.9.9.9:1 match no engine unit" in n for n in report.note_lines)
     assert report.gateway.policy_class == "token_blind"
 
 
@@ -168,9 +168,10 @@ def test_a_unit_kept_out_of_rotation_without_starving_is_noted() -> None:
                  **{b: {"unhealthy_share": 0.02, "breaker_open_share": 0.2}})
     report = diagnose(Evidence(instance=engines().instance, gateway=gw))
     assert report.verdict == "balanced"
-    (note,) = [n for n in report.notes if n.startswith("the gateway marked")]
+    (note,) = [n for n in report.note_lines if n.startswith("the gateway marked")]
     assert note.startswith(f"the gateway marked {b} circuit-open 20% of the range while")
     # below gateway_down_share: nothing said
     quiet = gateway({u: 200.0 for u in UNITS}, "round_robin", **{b: {"unhealthy_share": 0.04}})
     assert not any("gateway marked" in n
-                   for n in diagnose(Evidence(instance=engines().instance, gateway=quiet)).notes)
+                   for n in diagnose(Evidence(instance=engines().instance,
+                                             gateway=quiet)).note_lines)

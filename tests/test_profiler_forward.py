@@ -81,7 +81,7 @@ def test_the_price_of_dp_skew_is_taken_per_step(tmp_path: Path) -> None:
     assert math.isclose(price.idle_share, want, rel_tol=1e-3)
     hours = float((common["share"] * common["ms"]).sum()) * 4 / 3.6e6
     assert math.isclose(price.device_hours, hours, rel_tol=1e-3)
-    assert any("the batch of each forward step" in n for n in report.notes), report.notes
+    assert any("the batch of each forward step" in n for n in report.note_lines), report.notes
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import pytest
 from frame_builder import Spec, make_frame
 from skewscope.analysis.diagnose import diagnose, diagnose_frame
 from skewscope.report import fmt, markdown, terminal
+from skewscope.report.facts import Note
 from skewscope.report.model import Report
 from skewscope.sources.profiler import load_profiler
 
@@ -93,11 +94,12 @@ def _hostile_report() -> Report:
     base = diagnose_frame(make_frame({"a": Spec(rate=44.0), "b": Spec(), "c": Spec()}))
     units = tuple(dataclasses.replace(u, unit=HOSTILE if u.unit == "a" else u.unit)
                   for u in base.units)
-    findings = tuple(dataclasses.replace(f, units=(HOSTILE,), summary=f"{HOSTILE} is hot")
+    findings = tuple(dataclasses.replace(f, units=(HOSTILE,),
+                                         facts=dataclasses.replace(f.facts, unit=HOSTILE))
                      for f in base.findings)
     return dataclasses.replace(base, units=units, findings=findings, hot_units=(HOSTILE,),
-                               source=HOSTILE, transient=(HOSTILE,),
-                               notes=(f"folder {HOSTILE}: note",))
+                               source=HOSTILE, transient=(Note.text(HOSTILE),),
+                               notes=(Note.text(f"folder {HOSTILE}: note"),))
 
 
 @pytest.mark.parametrize("color", [False, True])

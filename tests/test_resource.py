@@ -176,7 +176,7 @@ def test_price_is_in_the_dp_report_and_its_json() -> None:
     assert p.instance == "i" and 0.1 < p.idle_share < 0.5
     doc = report.to_dict()
     assert doc["skew_price"][0]["idle_share"] == pytest.approx(p.idle_share, abs=1e-6)
-    assert any(n.startswith("price of DP skew on i:") for n in report.notes)
+    assert any(n.startswith("price of DP skew on i:") for n in report.note_lines)
     assert not math.isnan(doc["skew_price"][0]["device_hours"])
     assert diagnose_frame(make_frame(even())).skew_price == ()  # instance level: no price
 

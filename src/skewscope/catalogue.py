@@ -154,16 +154,6 @@ METRICS: tuple[Metric, ...] = (
 METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 
 
-def metric_text(key: str, v: float) -> str:
-    """A finite value of metric ``key`` as every table and sentence prints it: a fraction as a
-    percentage, else by magnitude ``12,345`` / ``12.3`` / ``1.23``. Here, on neutral ground,
-    because the analysis' summary sentences and the renderers' tables must agree digit for
-    digit; the unit suffix and the not-measured mark are theirs."""
-    unit = METRIC_BY_KEY[key].unit if key in METRIC_BY_KEY else ""
-    if unit == "frac":
-        return f"{v:.0%}"
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
-
 # Columns of the compact per-unit table, in order (each has a short name above).
 UNIT_COLUMNS: tuple[str, ...] = (
     "requests_per_s",

@@ -212,4 +212,5 @@ def test_hot_target_that_dies_half_way_is_still_found_hot() -> None:
     ev = evidence_from_snapshots(snaps, t0=0.0, window_s=2.0, n_windows=20)
     report = diagnose(ev, level="instance")
     assert report.verdict == "imbalanced" and report.hot_units[0] == "h0:1"
-    assert any("target h0:1 answered no scrape in 10 of 20 windows" in n for n in report.notes)
+    assert any("target h0:1 answered no scrape in 10 of 20 windows" in n
+               for n in report.note_lines)

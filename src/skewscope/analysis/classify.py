@@ -26,7 +26,7 @@ class Classification:
     input_ratio: float
     output_ratio: float
     capability_ratio: float
-    capability_basis: str  # which measurement the capability ratio used
+    capability_basis: str  # what the ratio was measured on: a metric key, "service_ms" or ""
     count_share: float  # share of the excess token load explained by more requests
     weight_share: float  # share explained by heavier requests
 
@@ -56,21 +56,20 @@ def _capability(
     key = "cost_us_per_token"
     cost = safe_ratio(hot.get(key, math.nan), ref.get(key, math.nan))
     if not equal_load or (math.isfinite(cost) and cost >= th.capability_ratio):
-        return cost, "execution time per scheduled token" if math.isfinite(cost) else "not measured"
+        return cost, "cost_us_per_token" if math.isfinite(cost) else ""
     service = safe_ratio(_service_ms(hot), _service_ms(ref))
     if math.isfinite(service):
-        return service, "service time (latency minus queue wait) at equal load"
-    for key, name in (("e2e_mean_ms", "end-to-end latency at equal load"),
-                      ("ttft_mean_ms", "TTFT at equal load")):
+        return service, "service_ms"
+    for key in ("e2e_mean_ms", "ttft_mean_ms"):
         r = safe_ratio(hot.get(key, math.nan), ref.get(key, math.nan))
         if math.isfinite(r):
-            return r, name
+            return r, key
     # no latency measured (a frontend's per-worker counters, Dynamo): Little's law, the time a
     # request spends in service is the requests in service over the requests served
     little = safe_ratio(_in_service_s(hot), _in_service_s(ref))
     if math.isfinite(little):
-        return little, "time in service (running / requests, Little's law) at equal load"
-    return cost, "execution time per scheduled token" if math.isfinite(cost) else "not measured"
+        return little, "in_service_s"
+    return cost, "cost_us_per_token" if math.isfinite(cost) else ""
 
 
 def _service_ms(s: dict[str, float]) -> float:

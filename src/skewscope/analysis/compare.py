@@ -39,6 +39,7 @@ from skewscope.report.comparison import (
     Side,
     SignalComparison,
 )
+from skewscope.report.facts import Note, NoteCode
 
 NAN = math.nan
 # Queueing and latency: a unit that waits less than its peers is not the skew a fix removes,
@@ -52,11 +53,11 @@ def compare(
     labels: tuple[str, str] = ("before", "after"),
     th: Thresholds = DEFAULT_THRESHOLDS,
 ) -> Comparison:
-    notes: list[str] = []
+    notes: list[Note] = []
     focus = _flagged(before) or _flagged(after)  # what was fixed, else what broke
     if before.get("level") != after.get("level"):
-        notes.append(f"the sides are at different levels ({before.get('level')} before, "
-                     f"{after.get('level')} after): units are compared as they are")
+        notes.append(Note(NoteCode.LEVELS_DIFFER,
+                          {"before": before.get("level"), "after": after.get("level")}))
     signals: list[SignalComparison] = []
     for m in SERIES:
         b, a = _grid(before, m.key), _grid(after, m.key)
@@ -69,10 +70,9 @@ def compare(
         signals.append(SignalComparison(m.key, fb, fa, _verdict(fb, fa, th)))
     missing_focus = [u for u in focus if u not in _units(after)]
     if missing_focus:
-        notes.append(f"not in the after side: {', '.join(missing_focus)} (its hot/peer ratio "
-                     "there is unknown)")
+        notes.append(Note(NoteCode.FOCUS_MISSING, {"units": missing_focus}))
     if not signals:
-        notes.append("no signal is measured on both sides; nothing to compare")
+        notes.append(Note(NoteCode.NOTHING_COMPARED))
     return Comparison(
         verdict=_overall(signals, after, th),
         before=_side(before, labels[0]),

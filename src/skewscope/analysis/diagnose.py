@@ -49,6 +49,7 @@ from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence, Level, UnitFrame
+from skewscope.report.facts import Note, NoteCode
 from skewscope.report.model import Finding, Report, UnitReport
 
 
@@ -63,7 +64,7 @@ def diagnose(
 
 
 def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
-    notes = (*evidence.notes, *_dp_size_note(evidence))
+    notes = (*map(Note.text, evidence.notes), *_dp_size_note(evidence))
     if level == Level.INSTANCE:
         return diagnose_frame(evidence.instance, th, extra_notes=notes)
     if level == Level.DP:
@@ -83,7 +84,7 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
         inside = diagnose_frame(
             evidence.dp,
             th,
-            extra_notes=(*notes, "instances are balanced; DP ranks judged within each instance"),
+            extra_notes=(*notes, Note(NoteCode.DP_WITHIN_INSTANCES)),
             unplaced=_unplaced(evidence),
         )
         if inside.verdict == "imbalanced":
@@ -120,7 +121,7 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     return replace(top, drilldown=kept, findings=(*top.findings, *patterns))
 
 
-def _dp_size_note(evidence: Evidence) -> tuple[str, ...]:
+def _dp_size_note(evidence: Evidence) -> tuple[Note, ...]:
     """Instances with different DP sizes are not expected to carry equal load: say so."""
     sizes = dict.fromkeys(evidence.instance.df["instance"].unique().to_list(), 1)
     if evidence.dp is not None:
@@ -130,11 +131,7 @@ def _dp_size_note(evidence: Evidence) -> tuple[str, ...]:
         sizes.update(zip(counts["instance"].to_list(), counts["n"].to_list(), strict=True))
     if len(set(sizes.values())) <= 1:
         return ()
-    listing = ", ".join(f"{k}: {v}" for k, v in sorted(sizes.items()))
-    return (
-        f"instances have different DP sizes ({listing}); instance-level loads are not "
-        "normalised per rank, so a larger instance is expected to carry more",
-    )
+    return (Note(NoteCode.DP_SIZES, {"sizes": dict(sorted(sizes.items()))}),)
 
 
 def _unplaced(evidence: Evidence) -> dict[str, float]:
@@ -174,7 +171,7 @@ def _by_instance(frame: UnitFrame) -> dict[str, UnitFrame]:
 def diagnose_frame(
     frame: UnitFrame,
     th: Thresholds = DEFAULT_THRESHOLDS,
-    extra_notes: tuple[str, ...] = (),
+    extra_notes: tuple[Note, ...] = (),
     unplaced: dict[str, float] | None = None,
     detail: bool = True,
     matrix: SignalMatrix | None = None,
@@ -185,7 +182,7 @@ def diagnose_frame(
     ``detail=False`` gives the same verdict and findings without what only a shown report
     needs (unit summaries, series, episodes, fleet summary): for drills that may be dropped.
     ``matrix``: the frame's matrix when already built (a drill's slice of the fleet's)."""
-    notes = tuple(dict.fromkeys((*extra_notes, *frame.notes)))  # same note from two layers
+    notes = _unique((*extra_notes, *map(Note.text, frame.notes)))  # same note from two layers
     base = {
         "level": str(frame.level),
         "source": frame.source,
@@ -197,7 +194,7 @@ def diagnose_frame(
         "thresholds_overridden": th.overridden(),
     }
     if frame.df.height == 0:
-        return _insufficient(base, notes, "the input holds no data in the analysed range")
+        return _insufficient(base, notes, Note(NoteCode.EMPTY_RANGE))
     if matrix is None:
         matrix = build_matrix(frame.df, group_by_instance=frame.level == Level.DP,
                               window_s=frame.window_s)
@@ -205,11 +202,11 @@ def diagnose_frame(
     span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
     base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
     reason = _gate(m, th, request_source="requests" in frame.aliases)
-    if not reason and not m.has("requests") and "requests" not in frame.aliases:
+    if reason is None and not m.has("requests") and "requests" not in frame.aliases:
         notes = (*notes, QUEUE_ONLY_NOTE)
     stalls = find_stalls(m, th) if len(m.windows) >= th.min_windows else []
     stalled = {s.index for s in stalls}
-    if reason:
+    if reason is not None:
         if stalls:
             return _stalled_only(m, base, notes, reason, stalls)
         units = tuple(_unit_report(m, j, None, "normal", np.ones(len(m.windows), bool))
@@ -219,10 +216,9 @@ def diagnose_frame(
     heats = detect(m, frame.window_s, th)
     judged = int(np.any(np.stack([h.active for h in heats]), axis=0).sum())
     if judged < th.min_windows:
-        reason = (
-            f"only {judged} of {len(m.windows)} windows carried enough load to judge (at least "
-            f"{th.min_requests_per_window:g} requests per unit); use a longer --window"
-        )
+        reason = Note(NoteCode.FEW_JUDGED_WINDOWS, {
+            "judged": judged, "windows": len(m.windows),
+            "min_requests_per_window": th.min_requests_per_window})
         if stalls:
             return _stalled_only(m, base, notes, reason, stalls)
         units = tuple(_unit_report(m, h.index, h, "normal", h.active) for h in heats)
@@ -235,10 +231,7 @@ def diagnose_frame(
         heats = detect(m, frame.window_s, th, against=against)
         hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
         cold_units = sorted(m.units[j] for cols in against.values() for j in cols)
-        notes = (
-            *notes,
-            f"most units run hot together; judged against the under-loaded {', '.join(cold_units)}",
-        )
+        notes = (*notes, Note(NoteCode.COLD_MINORITY, {"units": cold_units}))
     starved_idx = [h.index for h in heats if h.persistent_starved and h.index not in stalled]
     results = [
         r
@@ -271,8 +264,7 @@ def diagnose_frame(
     unexplained = [heats[j].unit for j in hot_idx
                    if heats[j].unit not in hot_units and heats[j].unit not in lucky]
     if unexplained:
-        notes = (*notes, "ran hotter on pressure signals but no load or capability difference "
-                 f"explains it: {', '.join(unexplained)}")
+        notes = (*notes, Note(NoteCode.UNEXPLAINED_PRESSURE, {"units": unexplained}))
     report = _unit_report if detail else _unit_identity
     units = tuple(
         report(
@@ -315,8 +307,8 @@ def _role(h: UnitHeat, hot_units: tuple[str, ...], stalled: set[int], starved: l
 def _stalled_only(
     m: SignalMatrix,
     base: dict[str, object],
-    notes: tuple[str, ...],
-    reason: str,
+    notes: tuple[Note, ...],
+    reason: Note,
     stalls: list[Stall],
 ) -> Report:
     """Too little finished traffic to judge skew, but a unit is hung: that is the finding."""
@@ -332,7 +324,7 @@ def _stalled_only(
         starved_units=(),
         units=units,
         findings=tuple(stall_findings(m, stalls)),
-        notes=(*notes, f"skew between the other units not judged: {reason}"),
+        notes=(*notes, Note(NoteCode.SKEW_NOT_JUDGED, {"reason": reason})),
         **base,  # type: ignore[arg-type]
     )
 
@@ -358,8 +350,8 @@ def _cold_minorities(
 
 def _insufficient(
     base: dict[str, object],
-    notes: tuple[str, ...],
-    reason: str,
+    notes: tuple[Note, ...],
+    reason: Note,
     units: tuple[UnitReport, ...] = (),
 ) -> Report:
     return Report(
@@ -373,43 +365,39 @@ def _insufficient(
     )
 
 
-QUEUE_ONLY_NOTE = (
-    "the source counts no requests (e.g. a router's per-endpoint queue): units are judged by "
-    "their queues and other signals alone, and the request-volume gate cannot be checked"
-)
+QUEUE_ONLY_NOTE = Note(NoteCode.QUEUE_ONLY)
 
 
-def _gate(m: SignalMatrix, th: Thresholds, *, request_source: bool = True) -> str:
-    """Minimum-volume and minimum-shape gates; a reason string when the data cannot be judged.
+def _gate(m: SignalMatrix, th: Thresholds, *, request_source: bool = True) -> Note | None:
+    """Minimum-volume and minimum-shape gates; the reason when the data cannot be judged.
 
     ``request_source``: the frame names a request counter (its alias). Without one (a router's
     per-endpoint queue, llm-d) both levels are judged by their queues, as DP ranks always are;
     with one whose windows came back empty the instance level stays unjudged."""
     sizes = {g: m.groups.count(g) for g in set(m.groups)}
     if max(sizes.values()) < th.min_units:
-        return (
-            f"only one unit ({m.units[0]}): skew needs at least {th.min_units} units to compare"
-        )
+        return Note(NoteCode.ONE_UNIT, {"unit": m.units[0], "min_units": th.min_units})
     if len(m.windows) < th.min_windows:
-        return (
-            f"only {len(m.windows)} time windows; at least {th.min_windows} are needed to tell "
-            "a persistent hot unit from jitter (use a shorter --window or a longer range)"
-        )
+        return Note(NoteCode.FEW_WINDOWS,
+                    {"windows": len(m.windows), "min_windows": th.min_windows})
     if m.has("requests"):
         total = float(np.nansum(m.get("requests")))
         if total < th.min_requests_total:
-            return (
-                f"near-idle service: {total:.0f} requests in the range, fewer than the "
-                f"{th.min_requests_total} needed to call it imbalanced"
-            )
+            return Note(NoteCode.NEAR_IDLE,
+                        {"requests": total, "min_requests": th.min_requests_total})
     elif request_source and not any(m.groups):  # instance level: request counters are what
         # the method stands on; the counter exists but its windows came back empty
-        return (
-            "no request counts in the range, so the volume gate cannot be checked (online: "
-            "each window must hold at least two samples of the counters; try a larger --step "
-            "or --window)"
-        )
-    return ""
+        return Note(NoteCode.NO_REQUEST_COUNTS)
+    return None
+
+
+def _unique(notes: tuple[Note, ...]) -> tuple[Note, ...]:
+    """In order, each note once (a source note can reach a frame from two layers)."""
+    out: list[Note] = []
+    for n in notes:
+        if n not in out:
+            out.append(n)
+    return tuple(out)
 
 
 def _reference(heats: list[UnitHeat], m: SignalMatrix, j: int, exclude: set[int]) -> list[int]:
@@ -470,19 +458,14 @@ def _without_weight(cls: Classification) -> Classification:
     return replace(cls, secondary_kind=None, weight_side=None)
 
 
-def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Thresholds) -> str:
+def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Thresholds) -> Note:
+    """A unit hot for a while but never persistently: often (not yet a hot spot) or jitter."""
     idx = np.flatnonzero(h.hot)
     first, last = float(m.windows[idx[0]]), float(m.windows[idx[-1]] + window_s)
-    head = (
-        f"{h.unit} ran hot in {idx.size} window(s) ({h.hot_share:.0%}, at most {h.hot_run} in a "
-        f"row, {last - first:.0f} s span)"
-    )
-    if h.hot_share >= th.persist_share:
-        return (
-            f"{head}: often, but never {th.min_consecutive} windows in a row — not yet a "
-            "persistent hot spot; watch it over a longer range"
-        )
-    return f"{head} and then returned to its peers: jitter, not a persistent hot spot"
+    return Note(NoteCode.TRANSIENT, {
+        "unit": h.unit, "windows": int(idx.size), "hot_share": h.hot_share,
+        "hot_run": h.hot_run, "span_s": last - first, "often": h.hot_share >= th.persist_share,
+        "min_consecutive": th.min_consecutive})
 
 
 def _unit_report(

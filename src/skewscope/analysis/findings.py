@@ -1,6 +1,6 @@
 """Findings of one judged unit: the hot, KV-shortage, starved and stalled findings, their
-severity, root causes and the sentences that explain them (split from diagnose.py, which runs
-the steps and the levels)."""
+severity, root causes and the facts that explain them (split from diagnose.py, which runs the
+steps and the levels; report/phrases.py says the facts in words)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,24 @@ from skewscope.analysis.resource import (
     device_causes,
 )
 from skewscope.analysis.saturation import Saturation
-from skewscope.analysis.stall import Stall, stall_evidence, stall_summary
+from skewscope.analysis.stall import Stall, stall_evidence
 from skewscope.analysis.summary import (
     reference_summary,
     unit_summary,
 )
-from skewscope.catalogue import BOUND_PREFIX, METRIC_BY_KEY, Kind, metric_text
+from skewscope.catalogue import METRIC_BY_KEY, Kind
 from skewscope.config import ROOT_CAUSES, Thresholds
 from skewscope.frame import Level, UnitFrame
+from skewscope.report.facts import (
+    Compared,
+    HotFacts,
+    KvShortageFacts,
+    Note,
+    NoteCode,
+    SaturationFacts,
+    StallFacts,
+    StarvedFacts,
+)
 from skewscope.report.model import Finding, RootCauseRef, SideBySide
 
 TAIL_METRICS = ("queue_wait_p95_ms", "ttft_p99_ms", "e2e_p99_ms")
@@ -86,8 +96,6 @@ class HotResult:
     kv: KvShortage  # KV block shortage symptoms
 
 
-
-
 def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
     cause = ROOT_CAUSES["engine_stalled"]
     stalled = {s.index for s in stalls}
@@ -104,7 +112,10 @@ def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
                 units=(s.unit,),
                 reference_units=tuple(m.units[k] for k in peers),
                 severity="high",
-                summary=stall_summary(s, int(np.isfinite(m.get("running")[:, s.index]).sum())),
+                facts=StallFacts(s.unit, s.in_flight, s.progress, s.progress_signal,
+                                 s.stalled_share,
+                                 int(np.isfinite(m.get("running")[:, s.index]).sum()),
+                                 s.stalled_run),
                 evidence=stall_evidence(s),
                 actions=cause.actions,
                 root_causes=(RootCauseRef(cause.key, cause.title),),
@@ -114,15 +125,11 @@ def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
     return out
 
 
-
-
-def chance_note(r: HotResult) -> str:
-    return (
-        f"{r.heat.unit} ran hotter with heavier requests ({_x(r.cls.input_ratio)} the input, "
-        f"{_x(r.cls.output_ratio)} the output tokens per request of its peers), but that is "
-        f"consistent with chance (p = {r.weight_p:.2f}, permutation of per-window token loads "
-        "across the units): heavy-tailed request sizes, not weight skew"
-    )
+def chance_note(r: HotResult) -> Note:
+    """Heavier requests that a permutation of the window cells reproduces by chance."""
+    return Note(NoteCode.WEIGHT_BY_CHANCE, {
+        "unit": r.heat.unit, "input_ratio": r.cls.input_ratio,
+        "output_ratio": r.cls.output_ratio, "p_value": r.weight_p})
 
 
 def counts_finished(frame: UnitFrame) -> bool:
@@ -183,7 +190,6 @@ def hot_finding(r: HotResult, level: Level, th: Thresholds) -> Finding:
         "kv_exhausted": r.imp.kv_exhausted,
         "kv_filling": r.imp.kv_filling,
         "queue_growing": r.imp.queue_growing,
-        "resource": list(r.imp.resource_notes),
         "weight_p_value": r.weight_p,
         "saturated": r.sat.saturated,
         "saturated_share": r.sat.share,
@@ -203,7 +209,7 @@ def hot_finding(r: HotResult, level: Level, th: Thresholds) -> Finding:
         units=(r.heat.unit,),
         reference_units=r.ref_units,
         severity=_severity(r, th),
-        summary=_summary(r, th),
+        facts=hot_facts(r, th),
         evidence=evidence,
         actions=tuple(actions),
         root_causes=tuple(RootCauseRef(k, ROOT_CAUSES[k].title) for k in causes),
@@ -218,144 +224,51 @@ def _with_unplaced(r: HotResult) -> float:
     return load_ratio(n_h + linked, n_r) if math.isfinite(r.unplaced) else math.nan
 
 
-def _saturation_sentence(r: HotResult) -> str:
+def _compared(r: HotResult, key: str) -> Compared:
+    return Compared(key, r.hot.get(key, math.nan), r.ref.get(key, math.nan),
+                    r.hot_bounds.get(key, ""), r.ref_bounds.get(key, ""))
+
+
+def _saturation(r: HotResult) -> SaturationFacts | None:
     if not r.sat.saturated:
-        return ""
-    queue = "a growing queue" if r.imp.queue_growing else "a standing queue"
-    text = (
-        f"It sits at its batch ceiling (about {r.sat.ceiling:.0f} running) with {queue} in "
-        f"{r.sat.share:.0%} of the judged windows"
-    )
-    if math.isfinite(r.unplaced):
-        return (
-            f"{text}; {r.unplaced:.1f} requests per window of its instance could not be placed "
-            "on a DP rank and, as it is the only saturated rank, most likely wait here: counting "
-            f"them, it gets {_x(_with_unplaced(r))} the requests of its peers."
-        )
-    if r.lower_bound:
-        why = (
-            "requests are counted when they finish"
-            if r.lower_bound == "finished"
-            else "some requests of its instance could not be placed on a DP rank"
-        )
-        return (
-            f"{text}: {why}, so its request ratio ({_x(r.cls.count_ratio)}) is a lower bound "
-            "and the skew may be understated."
-        )
-    return f"{text}."
+        return None
+    return SaturationFacts(r.sat.ceiling, r.sat.share, r.imp.queue_growing, r.lower_bound,
+                           r.unplaced, _with_unplaced(r))
 
 
-def _x(v: float) -> str:
-    if v == math.inf:
-        return "∞x"  # the reference did none of it
-    return f"{v:.2f}x" if math.isfinite(v) else "n/a"
-
-
-def _num(key: str, v: float) -> str:
-    """A value with its unit, as the summary sentence shows it."""
-    if not math.isfinite(v):
-        return "n/a"
-    text = metric_text(key, v)
-    return f"{text} ms" if METRIC_BY_KEY[key].unit == "ms" else text
-
-
-def _bounded_num(key: str, v: float, bound: str) -> str:
-    return BOUND_PREFIX.get(bound, "") + _num(key, v)
-
-
-def _split_sentence(count_share: float, weight_share: float) -> str:
-    """The excess decomposition in words; a negative part means fewer or lighter requests."""
-    if count_share < 0:
-        return (
-            "All of its excess token load comes from heavier requests "
-            "(it even receives slightly fewer requests than its peers)."
-        )
-    if weight_share < 0:
-        return (
-            "All of its excess token load comes from more requests "
-            "(its requests are even slightly lighter than its peers')."
-        )
-    return (
-        f"Of its excess token load, {count_share:.0%} comes from more requests and "
-        f"{weight_share:.0%} from heavier requests."
-    )
-
-
-def _summary(r: HotResult, th: Thresholds) -> str:
+def hot_facts(r: HotResult, th: Thresholds) -> HotFacts:
+    """What a hot unit's summary says: how hot, why, what it costs, what else holds."""
     c = r.cls
-    judged = int(r.heat.active.sum())
-    head = (
-        f"{r.heat.unit} is a persistent hot spot (hot in {r.heat.hot_share:.0%} of "
-        f"{judged} judged windows, {r.heat.hot_run} in a row)"
+    decomposed = math.isfinite(c.count_share) and c.kind in (Kind.COUNT, Kind.WEIGHT)
+    return HotFacts(
+        unit=r.heat.unit,
+        kind=str(c.kind),
+        secondary_kind=c.secondary_kind,
+        weight_side=c.weight_side,
+        hot_share=r.heat.hot_share,
+        judged_windows=int(r.heat.active.sum()),
+        hot_run=r.heat.hot_run,
+        driver=r.heat.driver,
+        count_ratio=c.count_ratio,
+        weight_ratio=c.weight_ratio,
+        input_ratio=c.input_ratio,
+        output_ratio=c.output_ratio,
+        capability_ratio=c.capability_ratio,
+        capability_basis=c.capability_basis,
+        more_requests=c.count_ratio >= th.count_ratio,
+        weight_p_value=r.weight_p if Kind.WEIGHT in (c.kind, c.secondary_kind) else math.nan,
+        count_share=c.count_share if decomposed else math.nan,
+        weight_share=c.weight_share if decomposed else math.nan,
+        hurting=tuple(_compared(r, k) for k in r.imp.hurting if k in METRIC_BY_KEY),
+        bounded=tuple(_compared(r, k) for k in TAIL_METRICS
+                      if k in r.hot_bounds or k in r.ref_bounds),
+        kv_exhausted=r.imp.kv_exhausted,
+        saturation=_saturation(r),
+        widening=r.trend.widening,
+        device=device_causes(c.kind, r.dev, r.imp)[1],
+        kv_shortage=r.kv.found,
+        resource=r.imp.resource_notes,
     )
-    side_ratio = c.input_ratio if c.weight_side == "input" else c.output_ratio
-    if c.kind == "count":
-        body = (
-            f"{_x(c.count_ratio)} the requests of its peers at {_x(c.weight_ratio)} tokens per "
-            "request: count skew"
-        )
-        if c.secondary_kind == "weight":
-            body += f", mixed with heavier ({c.weight_side}-heavy) requests"
-    elif c.kind == "weight":
-        requests = (
-            f"about the same request count ({_x(c.count_ratio)})"
-            if not c.count_ratio >= th.count_ratio
-            else f"{_x(c.count_ratio)} the requests"
-        )
-        body = (
-            f"{requests} but {_x(side_ratio)} the {c.weight_side} tokens per request: weight "
-            f"skew ({c.weight_side}-heavy)"
-        )
-        if c.secondary_kind == "count":
-            body += ", mixed with more requests"
-    elif c.kind == "unknown":
-        body = (
-            f"it runs hotter than its peers on {r.heat.driver.replace('_', ' ')}, but the "
-            "source exports no per-unit request or token counts at this level (e.g. SGLang "
-            "without its schedulers' per-rank counters), so count, weight and capability skew "
-            "cannot be told apart; "
-            "compare per-rank request logs or an offline profile"
-        )
-    else:
-        body = (
-            f"similar requests ({_x(c.count_ratio)}) and tokens per request "
-            f"({_x(c.weight_ratio)}) but {_x(c.capability_ratio)} the {c.capability_basis}: "
-            "capability skew"
-        )
-    if "weight" in (c.kind, c.secondary_kind) and math.isfinite(r.weight_p):
-        body += f" (beyond chance: permutation p = {r.weight_p:.3f})"
-    parts = [f"{head}: {body}."]
-    if math.isfinite(c.count_share) and c.kind in ("count", "weight"):
-        parts.append(_split_sentence(c.count_share, c.weight_share))
-    hurts = [
-        f"{METRIC_BY_KEY[k].label} {_num(k, r.hot[k])} vs {_num(k, r.ref[k])}"
-        for k in r.imp.hurting
-        if k in METRIC_BY_KEY
-    ]
-    if hurts:
-        parts.append("Impact against its peers: " + ", ".join(hurts) + ".")
-    bounded = [k for k in TAIL_METRICS if k in r.hot_bounds or k in r.ref_bounds]
-    if bounded:
-        shown = ", ".join(
-            f"{METRIC_BY_KEY[k].label} {_bounded_num(k, r.hot[k], r.hot_bounds.get(k, ''))} vs "
-            f"{_bounded_num(k, r.ref[k], r.ref_bounds.get(k, ''))}"
-            for k in bounded
-        )
-        parts.append(
-            f"Histogram bucket bounds only, so no ratio is formed from them: {shown}."
-        )
-    elif not hurts:
-        parts.append("No measurable queueing or latency impact yet.")
-    if r.imp.kv_exhausted:
-        parts.append("Its KV cache is near exhaustion.")
-    if r.sat.saturated:
-        parts.append(_saturation_sentence(r))
-    if r.trend.widening:
-        parts.append("The gap keeps widening while the service's P99 rises.")
-    parts += device_causes(r.cls.kind, r.dev, r.imp)[1]
-    if r.kv.found:
-        parts.append("It is short of KV blocks (see the kv_shortage finding).")
-    return " ".join(parts)
 
 
 def kv_finding(r: HotResult) -> Finding:
@@ -367,10 +280,17 @@ def kv_finding(r: HotResult) -> Finding:
         units=(r.heat.unit,),
         reference_units=r.ref_units,
         severity="high" if severe or r.imp.kv_exhausted else "medium",
-        summary=(
-            f"{r.heat.unit} is short of KV blocks: " + "; ".join(r.kv.symptoms) + ". Queueing "
-            "with a full KV cache means it cannot admit more work: move traffic off it first, "
-            "then lower concurrency or length limits, add KV capacity or enable prefix caching."
+        facts=KvShortageFacts(
+            unit=r.heat.unit,
+            symptoms=r.kv.keys,
+            kv_peak=r.hot.get("kv_usage_max", math.nan),
+            free_blocks_min=r.hot.get("free_blocks_min", math.nan),
+            free_blocks_capacity=r.kv.free_capacity,
+            batch_ceiling=r.sat.ceiling,
+            saturated_share=r.sat.share,
+            alloc_free_ratio=r.hot.get("alloc_free_ratio", math.nan),
+            preemptions=r.hot.get("preemptions", math.nan),
+            waiting_growth_per_window=r.imp.waiting_growth_per_window,
         ),
         evidence={
             "symptoms": list(r.kv.keys),
@@ -400,16 +320,12 @@ def starved_finding(
     starved = reference_summary([unit_summary(m, j, mask) for j in starved_idx])
     key = "health_check" if level == Level.INSTANCE else "dp_dispatch"
     cause = ROOT_CAUSES[key]
-    listing = ", ".join(f"{u} ({s:.0%} of windows)" for u, s in shares.items())
     return Finding(
         kind="count",
         units=units,
         reference_units=tuple(m.units[k] for k in ref_cols),
         severity="high",
-        summary=(
-            f"{listing} received almost no traffic while their peers carried the load: "
-            "count skew from a unit missing from the routing pool."
-        ),
+        facts=StarvedFacts(tuple(shares.items())),
         evidence={"starved_share": shares},
         actions=cause.actions,
         root_causes=(RootCauseRef(key, cause.title),),

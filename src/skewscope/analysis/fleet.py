@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from skewscope.config import ROOT_CAUSES, Thresholds
+from skewscope.report.facts import FleetPatternFacts
 from skewscope.report.model import Finding, RootCauseRef, UnitReport
 
 SEVERITY_ORDER = ("low", "medium", "high")
@@ -55,12 +56,7 @@ def fleet_dp_patterns(
                 units=units,
                 reference_units=(),
                 severity=severity,
-                summary=(
-                    f"dp{rank} is hot in {len(instances)} of {multi_rank_instances} instances "
-                    f"({', '.join(instances)}), {kind} skew in each: one DP dispatch policy "
-                    "favours this rank everywhere, a fleet-wide pattern rather than a fault of "
-                    "any one instance. Fix the policy once for the whole fleet."
-                ),
+                facts=FleetPatternFacts(rank, tuple(instances), multi_rank_instances, kind),
                 evidence={
                     "fleet_dp_pattern": {
                         "dp_rank": rank,

@@ -31,6 +31,7 @@ from skewscope.analysis.gateway_series import (
 from skewscope.catalogue import POLICY_CLASS, POLLED_LOAD_CLASSES, Level, PolicyClass
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
 from skewscope.frame import GatewayEvidence, GatewayUnit, split_rank
+from skewscope.report.facts import Note, NoteCode
 from skewscope.report.model import (
     Finding,
     GatewayFacts,
@@ -39,12 +40,7 @@ from skewscope.report.model import (
     RootCauseRef,
 )
 
-NO_GATEWAY_NOTE = (
-    "no gateway evidence: engine metrics cannot tell wrong routing weights from sticky "
-    "sessions or a failed health check; give the gateway's access log (--access-log) or a "
-    "Prometheus that also scrapes the router (sglang-router, vllm-router, an llm-d or "
-    "Inference Extension endpoint picker, vLLM production-stack's router) to settle it"
-)
+NO_GATEWAY_NOTE = Note(NoteCode.NO_GATEWAY)
 
 
 def missing_gateway_note(report: Report) -> Report:
@@ -72,13 +68,10 @@ def join_gateway(
                                                  for d in report.drilldown))
     gw = at_level(gw, report.level)
     facts = gateway_facts(report, gw, th)
-    notes = list(gw.notes)
+    notes = [Note.text(n) for n in gw.notes]
     unjoined = [u.upstream for u in facts.units if u.unit is None]
     if unjoined:
-        notes.append(
-            f"gateway upstream(s) {', '.join(unjoined)} match no engine unit (joined on "
-            "host:port, the engines' Prometheus instance label; a DP rank as host:port@rank)"
-        )
+        notes.append(Note(NoteCode.GATEWAY_UNJOINED, {"upstreams": unjoined}))
     if report.level != Level.INSTANCE and not ranked:
         return replace(report, gateway=facts, notes=(*report.notes, *notes))
     findings = tuple(_rank(f, facts, gw, th) for f in report.findings)
@@ -86,8 +79,7 @@ def join_gateway(
     for u in facts.units:
         down = _down(u, th)
         if u.unit is not None and u.unit not in starved and down:
-            notes.append(f"the gateway marked {u.unit} {_listing(down)} while its engine kept "
-                         "reporting metrics: traffic it would have taken went to its peers")
+            notes.append(Note(NoteCode.GATEWAY_DOWN, {"unit": u.unit, "down": down}))
     return replace(report, gateway=facts, findings=findings, notes=(*report.notes, *notes))
 
 
@@ -101,15 +93,11 @@ def _join_ranks(dp: Report, gw: GatewayEvidence, th: Thresholds) -> Report:
     return join_gateway(dp, replace(gw, units=mine, notes=()), th)
 
 
-def _down(u: GatewayUnitFacts, th: Thresholds) -> list[tuple[float, str]]:
-    """(share, what) for each way the gateway kept ``u`` out of rotation long enough to say."""
-    return [(s, what) for s, what in ((u.unhealthy_share, "unhealthy"),
-                                      (u.breaker_open_share, "circuit-open"))
+def _down(u: GatewayUnitFacts, th: Thresholds) -> list[tuple[str, float]]:
+    """(what, share) for each way the gateway kept ``u`` out of rotation long enough to say."""
+    return [(what, s) for what, s in (("unhealthy", u.unhealthy_share),
+                                      ("circuit-open", u.breaker_open_share))
             if math.isfinite(s) and s >= th.gateway_down_share]
-
-
-def _listing(down: list[tuple[float, str]]) -> str:
-    return " and ".join(f"{what} {s:.0%} of the range" for s, what in down)
 
 
 def gateway_facts(report: Report, gw: GatewayEvidence, th: Thresholds) -> GatewayFacts:
@@ -195,34 +183,33 @@ def _router_ratio(u: GatewayUnitFacts, facts: GatewayFacts) -> float:
     return u.requests / ref
 
 
-def _policy_text(facts: GatewayFacts) -> str:
-    return f"under {facts.policy}" if facts.policy else "(policy not exported)"
+def _routed(u: GatewayUnitFacts, facts: GatewayFacts, ratio: float, verdict: str,
+            lead: str | None, bytes_ratio: float = math.nan) -> Note:
+    """What the gateway did with a hot unit's requests: sent it ``more`` than its peers,
+    ``not_more`` (its extra came another way), or an ``even`` share of heavier requests."""
+    return Note(NoteCode.GATEWAY_ROUTED, {
+        "source": facts.source, "policy": facts.policy, "policy_class": facts.policy_class,
+        "upstream": u.upstream, "router_share": u.router_share, "engine_share": u.engine_share,
+        "router_ratio": ratio, "verdict": verdict, "key_name": facts.key_name,
+        "top_keys": [k for k, _ in u.top_keys], "top_keys_excess_share": u.top_keys_excess_share,
+        "request_bytes_ratio": bytes_ratio, "lead_cause": lead})
 
 
 def _count(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvidence,
            th: Thresholds) -> Finding:
     ratio = _router_ratio(u, facts)
-    head = (
-        f"The gateway ({facts.source}) sent {u.router_share:.0%} of its requests to {u.upstream} "
-        f"{_policy_text(facts)} ({_x(ratio)} its peers' median); the engines saw "
-        f"{_pct(u.engine_share)} of theirs there."
-    )
+    evidence = {"router_ratio": ratio, **_facts_evidence(u, facts)}
     if not ratio >= th.count_ratio:
-        text = (f"{head} The gateway did not send it more: its extra requests came another way "
-                "(another entry point or clients calling the engine directly).")
-        return _with(f, text, None, {"router_ratio": ratio, **_facts_evidence(u, facts)})
-    keys = _keys_sentence(u, facts)
+        return _with(f, _routed(u, facts, ratio, "not_more", None), None, evidence)
     dominated = math.isfinite(u.top_keys_excess_share) and (
         u.top_keys_excess_share >= th.gateway_key_share)
     if facts.policy_class == PolicyClass.STICKY or dominated:
         lead = "sticky_sessions"
     elif facts.policy_class == PolicyClass.PREFIX:
         lead = "prefix_affinity"
-        keys += (" Its policy routes by cached prefix: requests sharing a prompt prefix all go "
-                 "to the unit that cached it.")
     else:
         lead = "routing_weights"
-    return _with(f, f"{head}{keys}", lead, {"router_ratio": ratio, **_facts_evidence(u, facts)})
+    return _with(f, _routed(u, facts, ratio, "more", lead), lead, evidence)
 
 
 def _weight(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvidence,
@@ -232,18 +219,11 @@ def _weight(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvi
         return _count(f, u, facts, gw, th)
     peers = [p.request_bytes for p in facts.units
              if p.upstream != u.upstream and math.isfinite(p.request_bytes)]
-    size = ""
+    size = math.nan
     if math.isfinite(u.request_bytes) and peers and median(peers) > 0:
-        size = f"; its requests were {_x(u.request_bytes / float(median(peers)))} the bytes"
-    blind = ("which counts requests, not tokens, queues or KV"
-             if facts.policy_class in (None, PolicyClass.TOKEN_BLIND) else
-             "which did not balance the tokens")
-    text = (
-        f"The gateway ({facts.source}) sent {u.upstream} an even share of requests "
-        f"({u.router_share:.0%}, {_x(ratio)} its peers' median) {_policy_text(facts)}, {blind}"
-        f"{size}: a token-blind balance lets heavy requests pile up."
-    )
-    return _with(f, text, "long_requests", {"router_ratio": ratio, **_facts_evidence(u, facts)})
+        size = u.request_bytes / float(median(peers))
+    return _with(f, _routed(u, facts, ratio, "even", "long_requests", size), "long_requests",
+                 {"router_ratio": ratio, **_facts_evidence(u, facts)})
 
 
 def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFacts,
@@ -253,25 +233,13 @@ def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFac
         u = by_unit.get(unit)
         down = [] if u is None else _down(u, th)
         if u is not None and down:
-            breaker = (" The circuit breaker keeps a recovered worker at zero traffic for its "
-                       "whole cool-down." if any(w == "circuit-open" for _, w in down) else "")
-            parts.append(f"The gateway marked {unit} {_listing(down)} while its engine kept "
-                         f"reporting metrics (it was up).{breaker}")
+            parts.append(Note(NoteCode.GATEWAY_MARKED_DOWN, {"unit": unit, "down": down}))
         elif u is None or not u.in_pool or (unit in facts.not_in_gateway and u.requests == 0):
-            parts.append(f"The gateway ({facts.source}) does not list {unit} or never sent it a "
-                         "request: it is not in the pool (did not rejoin after a restart or "
-                         "scale-out).")
+            parts.append(Note(NoteCode.GATEWAY_NOT_LISTED,
+                              {"unit": unit, "source": facts.source}))
     if not parts:
         return f
-    return _with(f, " ".join(parts), "health_check", {})
-
-
-def _keys_sentence(u: GatewayUnitFacts, facts: GatewayFacts) -> str:
-    if not u.top_keys or not math.isfinite(u.top_keys_excess_share):
-        return ""
-    by = f" ({facts.key_name})" if facts.key_name else ""
-    return (f" {len(u.top_keys)} key(s){by} carried {u.top_keys_excess_share:.0%} of its excess "
-            f"over its peers' median: {', '.join(k for k, _ in u.top_keys)}.")
+    return _with(f, tuple(parts), "health_check", {})
 
 
 def _facts_evidence(u: GatewayUnitFacts, facts: GatewayFacts) -> dict[str, object]:
@@ -285,9 +253,10 @@ def _facts_evidence(u: GatewayUnitFacts, facts: GatewayFacts) -> dict[str, objec
     }
 
 
-def _with(f: Finding, sentence: str, lead: str | None, evidence: dict[str, object]) -> Finding:
-    """The finding with the gateway's sentence, evidence and ``lead`` cause ranked first (after
-    KV exhaustion, which says to throttle first whatever the cause)."""
+def _with(f: Finding, said: Note | tuple[Note, ...], lead: str | None,
+          evidence: dict[str, object]) -> Finding:
+    """The finding with what the gateway says, its evidence and ``lead`` cause ranked first
+    (after KV exhaustion, which says to throttle first whatever the cause)."""
     keys = [c.key for c in f.root_causes]
     if lead is not None:
         keys = [k for k in keys if k != lead]
@@ -297,16 +266,8 @@ def _with(f: Finding, sentence: str, lead: str | None, evidence: dict[str, objec
         actions.extend(a for a in ROOT_CAUSES[k].actions if a not in actions)
     return replace(
         f,
-        summary=f"{f.summary} {sentence}",
+        context=(*f.context, *(said if isinstance(said, tuple) else (said,))),
         root_causes=tuple(RootCauseRef(k, ROOT_CAUSES[k].title) for k in keys),
         actions=tuple(actions),
         evidence={**f.evidence, "gateway": {**evidence, "lead_cause": lead}},
     )
-
-
-def _x(v: float) -> str:
-    return "∞x" if v == math.inf else f"{v:.2f}x" if math.isfinite(v) else "n/a"
-
-
-def _pct(v: float) -> str:
-    return f"{v:.0%}" if math.isfinite(v) else "n/a (not joined)"

@@ -9,6 +9,7 @@ import numpy as np
 
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix, safe_ratio
 from skewscope.config import Thresholds
+from skewscope.report.facts import Note, NoteCode
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class Impact:
     kv_filling: bool  # blocks allocated keep exceeding blocks freed
     waiting_growth_per_window: float  # slope of the hot unit's waiting queue
     queue_growing: bool
-    resource_notes: tuple[str, ...]
+    resource_notes: tuple[Note, ...]
 
 
 def impact(
@@ -42,7 +43,7 @@ def impact(
         ratios[key] = safe_ratio(h, max(r, floor)) if ok else math.nan
     hurting = tuple(k for k, v in ratios.items() if math.isfinite(v) and v >= th.impact_ratio)
 
-    notes: list[str] = []
+    notes: list[Note] = []
     kv_peak = hot.get("kv_usage_max", math.nan)
     preempt = hot.get("preemptions", math.nan)
     ref_peak = ref.get("kv_usage_max", math.nan)
@@ -54,23 +55,21 @@ def impact(
         peers_high = _high_kv_share(m, ref_cols, mask, th) >= th.persist_share
     kv_exhausted = kv_high and not peers_high  # exhaustion is a skew finding only if it is local
     if kv_exhausted:
-        notes.append(f"KV usage peaks at {kv_peak:.0%} (>= {th.kv_high:.0%}: near exhaustion)")
+        notes.append(Note(NoteCode.KV_EXHAUSTED, {"kv_peak": kv_peak, "kv_high": th.kv_high}))
     elif kv_high:
-        notes.append(
-            f"KV usage peaks at {kv_peak:.0%} here and {ref_peak:.0%} on its peers: the whole "
-            "service is short of KV capacity, not only this unit"
-        )
+        notes.append(Note(NoteCode.KV_SERVICE_WIDE,
+                          {"kv_peak": kv_peak, "reference_peak": ref_peak}))
     if math.isfinite(preempt) and preempt > 0 and not (ref.get("preemptions", 0.0) or 0.0) > 0:
-        notes.append(f"{preempt:.0f} requests preempted on this unit and none on its peers")
+        notes.append(Note(NoteCode.PREEMPTED_HERE_ONLY, {"preemptions": preempt}))
         kv_exhausted = True
     alloc_free = hot.get("alloc_free_ratio", math.nan)
     kv_filling = math.isfinite(alloc_free) and alloc_free >= th.alloc_over_free
     if kv_filling:
-        notes.append(f"KV blocks allocated outpace blocks freed ({alloc_free:.2f}x)")
+        notes.append(Note(NoteCode.KV_FILLING, {"alloc_free_ratio": alloc_free}))
     slope = trend_slope(m.get("waiting")[mask, j], th.trend_min_points)
     queue_growing = math.isfinite(slope) and slope > th.queue_growth_per_window
     if queue_growing:
-        notes.append(f"waiting queue grows by {slope:.1f} requests per window")
+        notes.append(Note(NoteCode.QUEUE_GROWING, {"per_window": slope}))
     return Impact(
         ratios=ratios,
         hurting=hurting,

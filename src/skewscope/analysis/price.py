@@ -15,11 +15,13 @@ keeps idle by being sized for its busiest rank.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from skewscope.analysis.matrix import SignalMatrix
+from skewscope.report.facts import Note, NoteCode
 from skewscope.report.model import SkewPrice
 
 if TYPE_CHECKING:
@@ -27,12 +29,6 @@ if TYPE_CHECKING:
 
 BASES = ("busy_ms", "scheduled_tokens", "total_tokens")
 STEP_BASIS = "forward_batch"
-_BASIS_TEXT = {
-    STEP_BASIS: "the batch of each forward step, weighted by step time",
-    "busy_ms": "busy time per window",
-    "scheduled_tokens": "scheduled tokens per window",
-    "total_tokens": "tokens per window",
-}
 
 
 def skew_price(
@@ -120,13 +116,6 @@ def step_price(
     )
 
 
-def price_note(p: SkewPrice) -> str:
-    """One line for every renderer's notes."""
-    over = f"{p.steps} steps in {p.windows} windows" if p.steps else f"{p.windows} windows"
-    return (
-        f"price of DP skew on {p.instance}: its {p.ranks} ranks idle {p.idle_share:.0%} of "
-        f"their time waiting for the busiest when they step in lockstep (1 − mean/max of "
-        f"{_BASIS_TEXT[p.basis]}; worst window {p.worst_window_idle_share:.0%}), about "
-        f"{p.device_hours:.2f} device-hours over {over} "
-        f"({p.devices_per_rank:g} device per rank assumed)"
-    )
+def price_note(p: SkewPrice) -> Note:
+    """The price as a note every renderer shows (phrased by report/phrases.py)."""
+    return Note(NoteCode.SKEW_PRICE, {f.name: getattr(p, f.name) for f in fields(p)})

@@ -28,11 +28,11 @@ from skewscope.analysis.impact import Impact, trend_slope
 from skewscope.analysis.matrix import Flags, SignalMatrix
 from skewscope.analysis.saturation import Saturation
 from skewscope.config import Thresholds
+from skewscope.report.facts import DeviceFacts
 
-DEVICE_SOURCES = {
-    "device_util": "device utilisation",
-    "busy_share": "share of time executing steps",
-}
+# How full a device is, best first: a device exporter's utilisation, else the engine's share of
+# the window spent executing steps (catalogue.METRICS keys).
+DEVICE_SOURCES = ("device_util", "busy_share")
 
 
 @dataclass(frozen=True)
@@ -124,50 +124,35 @@ def cost_ratio(
     return float(hy[hok].sum()) / predicted
 
 
-def device_causes(kind: str | None, dev: DeviceState, imp: Impact) -> tuple[list[str], list[str]]:
-    """(root-cause keys to put first, sentences) that the device state adds to a hot finding."""
+def device_causes(
+    kind: str | None, dev: DeviceState, imp: Impact
+) -> tuple[list[str], DeviceFacts | None]:
+    """(root-cause keys to put first, what the device state says) for a hot finding."""
     if not dev.basis:
-        return [], []
-    what = DEVICE_SOURCES[dev.basis]
-    causes: list[str] = []
-    notes: list[str] = []
+        return [], None
     # Only a device measurement tells device from configuration: a slower unit at equal load
     # always spends more of its time in steps, so its busy share says nothing about why.
+    capability = ""  # why a capability skew is slower, when the device evidence says
     if kind == "capability" and dev.busier and dev.basis == "device_util":
-        causes.append("device_or_process")
-        notes.append(
-            f"At the same load its {what} is {dev.hot:.0%} against {dev.reference:.0%} on its "
-            "peers: the device or the process on it is slower."
-        )
+        capability = "busier"
     elif kind == "capability" and dev.slower_device:
-        causes.append("device_or_process")
-        notes.append(
-            f"Its device works {dev.cost_ratio:.1f}x as long as its peers' need for the same "
-            "steps and tokens: the device or the process on it is slower."
-        )
+        capability = "slower_device"
     elif kind == "capability" and dev.host_bound:
+        capability = "host_bound"
+    causes = {"busier": ["device_or_process"], "slower_device": ["device_or_process"],
+              "host_bound": ["scheduler_bound"]}.get(capability, [])
+    queue_not_compute = (imp.queue_growing or "waiting" in imp.hurting) and not dev.saturated
+    if queue_not_compute and not imp.kv_exhausted and "scheduler_bound" not in causes:
         causes.append("scheduler_bound")
-        notes.append(
-            f"Its device works about as long as its peers' for the same steps and tokens "
-            f"({dev.cost_ratio:.1f}x), yet its steps take {dev.step_cost_ratio:.1f}x as long: "
-            "the time goes to the host and scheduler between device passes."
-        )
-    queueing = imp.queue_growing or "waiting" in imp.hurting
-    if queueing and not dev.saturated:
-        if not imp.kv_exhausted and "scheduler_bound" not in causes:
-            causes.append("scheduler_bound")
-        notes.append(
-            f"Its queue grows while its {what} is only {dev.hot:.0%} (below "
-            "saturation): KV capacity or the scheduler limits it, not compute."
-        )
-    return causes, notes
+    return causes, DeviceFacts(dev.basis, dev.hot, dev.reference, capability, dev.cost_ratio,
+                               dev.step_cost_ratio, queue_not_compute)
 
 
 @dataclass(frozen=True)
 class KvShortage:
-    symptoms: tuple[str, ...]  # sentences, in the method's order
-    keys: tuple[str, ...]  # machine-readable symptom names
+    keys: tuple[str, ...]  # symptom names, in the method's order
     running_slope_share: float
+    free_capacity: float  # most free blocks seen, when the lowest fell low (else NaN)
 
     @property
     def found(self) -> bool:
@@ -186,7 +171,6 @@ def kv_shortage(
     """The KV block shortage case's symptoms on unit ``j`` (a finding when KV is near exhaustion
     and at least one other symptom holds)."""
     keys: list[str] = []
-    text: list[str] = []
     kv_peak = hot.get("kv_usage_max", math.nan)
     free_min = hot.get("free_blocks_min", math.nan)
     free = m.get("free_blocks_min")[mask, j]
@@ -196,31 +180,17 @@ def kv_shortage(
     )
     if (math.isfinite(kv_peak) and kv_peak >= th.kv_high) or free_low:
         keys.append("kv_high")
-        if free_low:
-            text.append(f"free KV blocks fall to {free_min:.0f} (of up to {capacity:.0f} free)")
-        else:
-            text.append(f"KV usage peaks at {kv_peak:.0%}")
     if sat.saturated:
         keys.append("batch_at_ceiling")
-        text.append(
-            f"its batch stays at its ceiling (~{sat.ceiling:.1f} running) with requests waiting "
-            f"in {sat.share:.0%} of the windows"
-        )
     if imp.kv_filling:
         keys.append("alloc_outpaces_free")
-        text.append(f"blocks allocated outpace blocks freed ({hot['alloc_free_ratio']:.2f}x)")
     preempt = hot.get("preemptions", math.nan)
     if math.isfinite(preempt) and preempt > 0:
         keys.append("preemptions")
-        text.append(f"{preempt:.0f} requests were preempted (recomputed)")
     running = m.get("running")[mask, j]
     slope = trend_slope(running, th.trend_min_points)
     mean_running = float(np.nanmean(running)) if np.isfinite(running).any() else math.nan
     share = slope / mean_running if math.isfinite(slope) and mean_running > 0 else math.nan
     if imp.queue_growing and math.isfinite(share) and abs(share) <= th.running_flat_share:
         keys.append("waiting_grows_running_flat")
-        text.append(
-            f"waiting grows by {imp.waiting_growth_per_window:.1f} requests per window while "
-            "running stays flat"
-        )
-    return KvShortage(tuple(text), tuple(keys), share)
+    return KvShortage(tuple(keys), share, capacity if free_low else math.nan)

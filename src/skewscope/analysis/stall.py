@@ -73,16 +73,6 @@ def find_stalls(m: SignalMatrix, th: Thresholds) -> list[Stall]:
     return out
 
 
-def stall_summary(s: Stall, judged: int) -> str:
-    what = "scheduling steps" if s.progress_signal == "steps" else "finished requests"
-    return (
-        f"{s.unit} is stalled: it holds {s.in_flight:.0f} requests (running + waiting) on "
-        f"average but made {s.progress:.1f} {what} per window in {s.stalled_share:.0%} of its "
-        f"{judged} measured windows ({s.stalled_run} in a row). Requests routed to it do not "
-        "finish; by finished requests alone it would look idle."
-    )
-
-
 def stall_evidence(s: Stall) -> dict[str, object]:
     return {
         "stalled_share": s.stalled_share,

@@ -99,6 +99,6 @@ def render_comparison(c: Comparison, *, width: int | None = None, color: bool = 
         Text(f"hot/peer follows: {fmt.names(c.focus_units) or '—'}", style="dim"),
         *(Text(line, style="dim") for line in gateway_lines(c)),
     ), title="skewscope compare"), spread, tail]
-    parts.extend(Text(f"note: {fmt.clean(n)}", style="yellow") for n in c.notes)
+    parts.extend(Text(f"note: {fmt.clean(n)}", style="yellow") for n in c.note_lines)
     console.print(Group(*parts))  # type: ignore[arg-type]
     return console.export_text(styles=color)

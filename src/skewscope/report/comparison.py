@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from skewscope.report import phrases
+from skewscope.report.facts import Note
 from skewscope.report.model import SCHEMA_VERSION, _clean, utc
 
 
@@ -90,8 +92,12 @@ class Comparison:
     after: Side
     focus_units: tuple[str, ...]  # the units whose hot/peer ratio is followed
     signals: tuple[SignalComparison, ...]
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     gateway: tuple[GatewayShare, ...] = ()  # per followed unit, when either side had a gateway
+
+    @property
+    def note_lines(self) -> tuple[str, ...]:
+        return tuple(phrases.note(n) for n in self.notes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,5 +109,6 @@ class Comparison:
             "focus_units": list(self.focus_units),
             "signals": [s.to_dict() for s in self.signals],
             "gateway": [g.to_dict() for g in self.gateway],
-            "notes": list(self.notes),
+            "notes": list(self.note_lines),
+            "note_facts": [n.to_dict() for n in self.notes],
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from typing import TYPE_CHECKING
 
 from skewscope.catalogue import (
     BOUND_PREFIX,
@@ -11,11 +12,13 @@ from skewscope.catalogue import (
     UNIT_COLUMNS,
     Kind,
     kind_title,
-    metric_text,
 )
 from skewscope.errors import one_line
+from skewscope.report.facts import rounded
 from skewscope.report.gateway_text import gateway_notes
-from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport, rounded
+
+if TYPE_CHECKING:  # the model phrases itself through phrases.py, which formats through here
+    from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport
 
 KV_SHORTAGE = str(Kind.KV_SHORTAGE)
 
@@ -42,24 +45,63 @@ def names(units: tuple[str, ...] | list[str]) -> str:
 
 
 def hot_share(u: UnitReport) -> str:
-    return "—" if not math.isfinite(u.hot_share) else f"{u.hot_share:.0%}"
+    return pct(u.hot_share)
 
-def value(key: str, v: float | None, bound: str = "") -> str:
+NOT_MEASURED = "—"  # a table cell; a sentence says "n/a" (``missing=``)
+
+
+def metric_text(key: str, v: float) -> str:
+    """A finite value of metric ``key`` as every table and sentence prints it: a fraction as a
+    percentage, else by magnitude ``12,345`` / ``12.3`` / ``1.23``."""
+    unit = METRIC_BY_KEY[key].unit if key in METRIC_BY_KEY else ""
+    if unit == "frac":
+        return f"{v:.0%}"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def value(key: str, v: float | None, bound: str = "", missing: str = NOT_MEASURED) -> str:
     """Format one metric value by its unit; '—' marks a value that was not measured, and a
     histogram bucket bound reads '< 300' (at most) or '> 10,000' (the +Inf bucket)."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—"
+        return missing
     return BOUND_PREFIX.get(bound, "") + metric_text(key, v)
 
 
-def ratio(r: float) -> str:
+def quantity(key: str, v: float, bound: str = "", missing: str = "n/a") -> str:
+    """A metric value in a sentence: as in the tables, with ' ms' after a latency."""
+    text = value(key, v, bound, missing)
+    unit = METRIC_BY_KEY[key].unit if key in METRIC_BY_KEY else ""
+    return f"{text} ms" if unit == "ms" and text != missing else text
+
+
+def ratio(r: float, missing: str = NOT_MEASURED) -> str:
     """A ratio the analysis computed: ∞x when the reference did none of it, — when unknown."""
     if r == math.inf:
         return "∞x"
     if not math.isfinite(r):
-        return "—"
+        return missing
     r = rounded(r)  # the JSON's number: table and JSON never disagree by double rounding
     return f"{r:,.0f}x" if r >= 100 else f"{r:.2f}x"
+
+
+def pct(share: float, missing: str = NOT_MEASURED) -> str:
+    """A share (of windows, of time, of requests) as a whole percentage."""
+    return f"{share:.0%}" if math.isfinite(share) else missing
+
+
+def count(n: float) -> str:
+    """A count of requests, blocks, windows: whole, with thousands separators."""
+    return f"{n:,.0f}"
+
+
+def decimal(v: float, digits: int = 1) -> str:
+    """A mean count or rate that is not whole (requests per window, device-hours)."""
+    return f"{v:,.{digits}f}"
+
+
+def p_value(p: float) -> str:
+    """A permutation test's p-value: three decimals when small, else two."""
+    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
 
 
 def short_label(key: str) -> str:
@@ -115,7 +157,7 @@ def episode_line(e: Episode) -> str:
 def headline(report: Report) -> str:
     """One sentence that answers 'is there a hot unit?'."""
     if report.verdict == "insufficient_data":
-        return "Insufficient data: " + (clean(report.notes[0]) if report.notes else
+        return "Insufficient data: " + (clean(report.note_lines[0]) if report.notes else
                                         "nothing to judge")
     if report.verdict == "balanced":
         return f"Balanced: no persistent hot {report.level} unit across {len(report.units)} units."
@@ -178,7 +220,7 @@ def finding_title(f: Finding) -> str:
 
 def footer_notes(report: Report) -> list[str]:
     """Notes shown under a report: what was missing, placed or estimated."""
-    notes = [clean(n) for n in report.notes]
+    notes = [clean(n) for n in report.note_lines]
     if report.placed_share is not None:
         notes.append(f"{report.placed_share:.1%} of requests were placed on a DP rank")
     if report.missing:

@@ -5,8 +5,10 @@ the report's, shared by the terminal, Markdown and HTML forms."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from skewscope.report.model import GatewayFacts, StaleLoad
+if TYPE_CHECKING:  # model -> phrases -> fmt -> here: the model is not loaded yet at import
+    from skewscope.report.model import GatewayFacts, StaleLoad
 
 
 def _when(epoch_s: float) -> str:

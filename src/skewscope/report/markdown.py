@@ -34,7 +34,7 @@ def render(report: Report, heading: str = "#") -> str:
         out.append("")
     if report.transient:
         out.append(f"{heading}# Dismissed as jitter")
-        out.extend(f"- {_text(fmt.clean(t))}" for t in report.transient)
+        out.extend(f"- {_text(fmt.clean(t))}" for t in report.transient_lines)
         out.append("")
     notes = fmt.footer_notes(report)
     if notes:
@@ -109,5 +109,5 @@ def render_comparison(c: Comparison, *, width: int | None = None, color: bool = 
                  for v in pair]
         out.append(_row([ct.signal_label(s), *pairs, s.verdict]))
     if c.notes:
-        out.extend(["", "## Notes", *(f"- {_text(fmt.clean(n))}" for n in c.notes)])
+        out.extend(["", "## Notes", *(f"- {_text(fmt.clean(n))}" for n in c.note_lines)])
     return "\n".join(out) + "\n"

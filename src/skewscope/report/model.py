@@ -1,5 +1,6 @@
 """The Report: frozen data every renderer reads. ``to_dict`` is the JSON contract
-(docs/json-report.md, ``schema_version`` 1); renderers never compute, they only format."""
+(docs/json-report.md, ``schema_version`` 2); renderers never compute, they only format.
+A finding's summary and the notes are phrased here from their facts (``report/phrases.py``)."""
 
 from __future__ import annotations
 
@@ -8,31 +9,19 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from skewscope.report import phrases
+from skewscope.report.facts import (
+    FindingFacts,
+    HotFacts,
+    Note,
+    clean,
+    facts_dict,
+)
+
 SCHEMA_VERSION = 2  # 2: per-second rates replace the per-window ones
 Verdict = str  # "imbalanced" | "balanced" | "insufficient_data"
 
-
-JSON_DECIMALS = 6  # floats in the JSON report; the tables format these same rounded values
-
-
-def rounded(value: float) -> float:
-    """A finite float as the JSON report carries it (renderers format this, so a ratio in a
-    table is always the JSON's number at fewer digits)."""
-    return round(value, JSON_DECIMALS)
-
-
-def _clean(value: Any) -> Any:
-    """JSON has no NaN or infinity: a value that was not measured is null, an infinite ratio
-    (the reference did none of it) is the string ``"inf"``, as the tables print ``∞x``."""
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return None if not math.isfinite(value) else rounded(value)
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
+_clean = clean  # comparison.py cleans its numbers the same way
 
 
 @dataclass(frozen=True)
@@ -232,7 +221,7 @@ class Finding:
     units: tuple[str, ...]
     reference_units: tuple[str, ...]  # the idle/normal peers they were compared against
     severity: str  # "high" | "medium" | "low"
-    summary: str
+    facts: FindingFacts  # what the summary says, as numbers and keys (report/phrases.py)
     evidence: dict[str, Any]
     actions: tuple[str, ...]
     root_causes: tuple[RootCauseRef, ...]
@@ -240,8 +229,19 @@ class Finding:
     side_by_side: tuple[SideBySide, ...] = ()
     timeline: Timeline | None = None
     peer_bands: dict[str, Band] = field(default_factory=dict)  # series key -> peers' band
+    context: tuple[Note, ...] = ()  # what other evidence (the gateway) adds to the summary
+
+    @property
+    def summary(self) -> str:
+        """The finding in plain words, phrased from its facts."""
+        return phrases.finding_summary(self.facts, self.context)
 
     def to_dict(self) -> dict[str, Any]:
+        evidence = self.evidence
+        if isinstance(self.facts, HotFacts):  # its worded fields, as lines (their facts beside)
+            evidence = {**evidence,
+                        "capability_basis": phrases.CAPABILITY_BASIS[self.facts.capability_basis],
+                        "resource": [phrases.note(n) for n in self.facts.resource]}
         return _clean(  # type: ignore[no-any-return]
             {
                 "kind": self.kind,
@@ -250,9 +250,11 @@ class Finding:
                 "reference_units": list(self.reference_units),
                 "severity": self.severity,
                 "summary": self.summary,
+                "facts": facts_dict(self.facts),
+                "context": [n.to_dict() for n in self.context],
                 "root_causes": [c.to_dict() for c in self.root_causes],
                 "actions": list(self.actions),
-                "evidence": self.evidence,
+                "evidence": evidence,
                 "side_by_side": [row._asdict() for row in self.side_by_side],
                 "timeline": self.timeline.to_dict() if self.timeline else None,
                 "peer_bands": {k: b.to_dict() for k, b in self.peer_bands.items()},
@@ -406,8 +408,8 @@ class Report:
     starved_units: tuple[str, ...]
     units: tuple[UnitReport, ...]
     findings: tuple[Finding, ...]
-    transient: tuple[str, ...] = ()  # short bursts seen and dismissed as jitter
-    notes: tuple[str, ...] = ()
+    transient: tuple[Note, ...] = ()  # short bursts seen and dismissed as jitter
+    notes: tuple[Note, ...] = ()  # the sources' lines and the analysis' notes, in order
     missing: tuple[str, ...] = ()
     placed_share: float | None = None
     drilldown: tuple[Report, ...] = ()  # DP-level reports of hot instances (auto level)
@@ -437,9 +439,11 @@ class Report:
                 "starved_units": list(self.starved_units),
                 "units": [u.to_dict() for u in self.units],
                 "findings": [f.to_dict() for f in self.findings],
-                "transient": list(self.transient),
+                "transient": list(self.transient_lines),
+                "transient_facts": [n.to_dict() for n in self.transient],
                 "episodes": [e.to_dict() for e in self.episodes],
-                "notes": list(self.notes),
+                "notes": list(self.note_lines),
+                "note_facts": [n.to_dict() for n in self.notes],
                 "missing": list(self.missing),
                 "placed_share": self.placed_share,
                 "aliases": self.aliases,
@@ -452,6 +456,15 @@ class Report:
                 "thresholds_overridden": list(self.thresholds_overridden),
             }
         )
+
+    @property
+    def note_lines(self) -> tuple[str, ...]:
+        """The notes in plain words; for ``insufficient_data`` the first is the reason."""
+        return tuple(phrases.note(n) for n in self.notes)
+
+    @property
+    def transient_lines(self) -> tuple[str, ...]:
+        return tuple(phrases.note(n) for n in self.transient)
 
     def all_findings(self) -> list[Finding]:
         """Findings of this level and of every drill-down, in report order."""

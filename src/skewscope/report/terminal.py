@@ -60,7 +60,7 @@ def _body(report: Report, width: int, nested: bool = False) -> Group:
         parts.append(_gateway(report))
     for e in report.episodes:
         parts.append(Text(f"episode: {fmt.episode_line(e)}", style="dim"))
-    for line in report.transient:
+    for line in report.transient_lines:
         parts.append(Text(f"· {fmt.clean(line)}", style="dim"))
     for line in fmt.footer_notes(report):
         parts.append(Text(f"note: {line}", style="yellow"))

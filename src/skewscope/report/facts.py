@@ -1,0 +1,241 @@
+"""Facts: what the analysis found, as numbers, vocabulary keys and flags, never as words.
+
+The analysis fills these; ``report/phrases.py`` turns them into the sentences every renderer
+shows (and the JSON report carries beside them). A fact names metrics by their
+``catalogue.METRICS`` key, kinds by ``catalogue.Kind``, causes by ``config.ROOT_CAUSES`` key;
+a ratio is the analysis' number (NaN: not measured, inf: the peers did none of it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from enum import StrEnum
+from typing import Any
+
+JSON_DECIMALS = 6  # floats in the JSON report; the tables format these same rounded values
+
+
+def rounded(value: float) -> float:
+    """A finite float as the JSON report carries it (renderers format this, so a ratio in a
+    table is always the JSON's number at fewer digits)."""
+    return round(value, JSON_DECIMALS)
+
+
+def clean(value: Any) -> Any:
+    """JSON has no NaN or infinity: a value that was not measured is null, an infinite ratio
+    (the reference did none of it) is the string ``"inf"``, as the tables print ``∞x``."""
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return None if not math.isfinite(value) else rounded(value)
+    if isinstance(value, Note):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
+
+
+class NoteCode(StrEnum):
+    """What a note of the analysis says (``Note.values`` holds its figures)."""
+
+    SOURCE = "source"  # a source's own line, passed through: values {text}
+    EMPTY_RANGE = "empty_range"  # no data in the analysed range
+    ONE_UNIT = "one_unit"  # {unit, min_units}
+    FEW_WINDOWS = "few_windows"  # {windows, min_windows}
+    NEAR_IDLE = "near_idle"  # {requests, min_requests}
+    NO_REQUEST_COUNTS = "no_request_counts"
+    QUEUE_ONLY = "queue_only"  # the source counts no requests: judged by queues alone
+    FEW_JUDGED_WINDOWS = "few_judged_windows"  # {judged, windows, min_requests_per_window}
+    SKEW_NOT_JUDGED = "skew_not_judged"  # stalled units found, the rest not judged: {reason}
+    DP_SIZES = "dp_sizes"  # {sizes: {instance: ranks}}
+    DP_WITHIN_INSTANCES = "dp_within_instances"  # instances balanced, ranks judged inside
+    COLD_MINORITY = "cold_minority"  # {units}: most run hot, judged against these
+    WEIGHT_BY_CHANCE = "weight_by_chance"  # {unit, input_ratio, output_ratio, p_value}
+    UNEXPLAINED_PRESSURE = "unexplained_pressure"  # {units}
+    SKEW_PRICE = "skew_price"  # SkewPrice's fields
+    NO_GATEWAY = "no_gateway"
+    GATEWAY_UNJOINED = "gateway_unjoined"  # {upstreams}
+    GATEWAY_DOWN = "gateway_down"  # {unit, down: [(what, share)]}: a unit not starved
+    GATEWAY_MARKED_DOWN = "gateway_marked_down"  # the same, said of a starved finding's unit
+    GATEWAY_NOT_LISTED = "gateway_not_listed"  # {unit, source}
+    # {source, policy, policy_class, upstream, router_share, engine_share, router_ratio,
+    #  verdict ("more" | "not_more" | "even"), key_name, top_keys, top_keys_excess_share,
+    #  request_bytes_ratio, lead_cause}
+    GATEWAY_ROUTED = "gateway_routed"
+    TRANSIENT = "transient"  # {unit, windows, hot_share, hot_run, span_s, often, min_consecutive}
+    KV_EXHAUSTED = "kv_exhausted"  # {kv_peak, kv_high}
+    KV_SERVICE_WIDE = "kv_service_wide"  # {kv_peak, reference_peak}
+    PREEMPTED_HERE_ONLY = "preempted_here_only"  # {preemptions}
+    KV_FILLING = "kv_filling"  # {alloc_free_ratio}
+    QUEUE_GROWING = "queue_growing"  # {per_window}
+    # compare
+    LEVELS_DIFFER = "levels_differ"  # {before, after}
+    FOCUS_MISSING = "focus_missing"  # {units}: not in the after side
+    NOTHING_COMPARED = "nothing_compared"  # no signal measured on both sides
+
+
+@dataclass(frozen=True)
+class Note:
+    """One thing the report says beside its findings, as a code and its figures."""
+
+    code: NoteCode
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def text(cls, line: str) -> Note:
+        """A source's note (sources speak in lines; the analysis passes them through)."""
+        return cls(NoteCode.SOURCE, {"text": line})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": str(self.code), **clean(dict(self.values))}
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One metric of a unit against its peers' median, as a sentence quotes it."""
+
+    metric: str  # catalogue.METRICS key
+    hot: float
+    reference: float
+    hot_bound: str = ""  # "upper" | "lower" | "mixed": only a histogram bucket bound
+    reference_bound: str = ""
+
+
+@dataclass(frozen=True)
+class SaturationFacts:
+    """A hot unit at its batch ceiling with requests waiting."""
+
+    ceiling: float  # running requests at the ceiling
+    share: float  # of the judged windows
+    queue_growing: bool
+    lower_bound: str  # why the request ratio understates: "finished" | "unplaced" | ""
+    unplaced_per_window: float  # its instance's unplaced requests linked to it (NaN: none)
+    count_ratio_with_unplaced: float
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """How full the hot unit's device is, and what that says."""
+
+    basis: str  # "device_util" | "busy_share"
+    hot: float
+    reference: float
+    # why a capability skew is slower, when the device says: "busier" (device busier at equal
+    # load), "slower_device" (more device time than the peers' cost model predicts for its
+    # work), "host_bound" (device time as predicted, steps longer), "" (it does not say)
+    capability: str
+    cost_ratio: float  # device time over the peers' cost model's prediction
+    step_cost_ratio: float  # step time over the same
+    queue_not_compute: bool  # its queue grows while the device is below saturation
+
+
+@dataclass(frozen=True)
+class HotFacts:
+    """A persistent hot spot: how hot, why (the kind and its ratios), and what it costs."""
+
+    unit: str
+    kind: str  # catalogue.Kind
+    secondary_kind: str | None
+    weight_side: str | None
+    hot_share: float
+    judged_windows: int
+    hot_run: int
+    driver: str  # the heat signal that ran highest
+    count_ratio: float
+    weight_ratio: float  # tokens per request
+    input_ratio: float
+    output_ratio: float
+    capability_ratio: float
+    # cost_us_per_token | service_ms | e2e_mean_ms | ttft_mean_ms | in_service_s | ""
+    capability_basis: str
+    more_requests: bool  # count ratio at or above the count threshold
+    weight_p_value: float  # NaN: not tested
+    count_share: float  # excess token load from more requests (NaN: not decomposed)
+    weight_share: float
+    hurting: tuple[Compared, ...]  # impact metrics at or above the impact threshold
+    bounded: tuple[Compared, ...]  # tail metrics resting on bucket bounds (no ratio formed)
+    kv_exhausted: bool
+    saturation: SaturationFacts | None
+    widening: bool  # gap widening while the service's tail rises
+    device: DeviceFacts | None
+    kv_shortage: bool  # a kv_shortage finding follows
+    resource: tuple[Note, ...] = ()  # step 4's resource observations
+
+    type = "hot"
+
+
+@dataclass(frozen=True)
+class KvShortageFacts:
+    """The KV block shortage case; ``symptoms`` in the method's order (their figures beside)."""
+
+    unit: str
+    symptoms: tuple[str, ...]  # kv_high, batch_at_ceiling, alloc_outpaces_free, preemptions,
+    # waiting_grows_running_flat
+    kv_peak: float
+    free_blocks_min: float
+    free_blocks_capacity: float  # NaN unless the free blocks fell low (then kv_high says so)
+    batch_ceiling: float
+    saturated_share: float
+    alloc_free_ratio: float
+    preemptions: float
+    waiting_growth_per_window: float
+
+    type = "kv_shortage"
+
+
+@dataclass(frozen=True)
+class StarvedFacts:
+    """Units with almost no traffic while their peers carried the load."""
+
+    shares: tuple[tuple[str, float], ...]  # (unit, share of windows starved)
+
+    type = "starved"
+
+
+@dataclass(frozen=True)
+class StallFacts:
+    """A unit holding requests but making no progress."""
+
+    unit: str
+    in_flight: float
+    progress: float  # per stalled window
+    progress_signal: str  # "steps" | "requests"
+    stalled_share: float
+    measured_windows: int
+    stalled_run: int
+
+    type = "stalled"
+
+
+@dataclass(frozen=True)
+class FleetPatternFacts:
+    """The same DP rank hot in most multi-rank instances."""
+
+    dp_rank: int
+    instances: tuple[str, ...]
+    of_instances: int
+    kind: str
+
+    type = "fleet_dp_pattern"
+
+
+FindingFacts = HotFacts | KvShortageFacts | StarvedFacts | StallFacts | FleetPatternFacts
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Note):
+        return value.to_dict()
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def facts_dict(facts: FindingFacts) -> dict[str, Any]:
+    """The JSON form: ``type`` first, then the fields (nested facts as objects)."""
+    return clean({"type": facts.type, **_plain(facts)})  # type: ignore[no-any-return]
