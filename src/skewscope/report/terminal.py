@@ -128,39 +128,48 @@ def _unit_columns(units: tuple[UnitReport, ...]) -> list[tuple[str, list[str]]]:
 
 def _units(report: Report, width: int) -> list[RenderableType]:
     units = fmt.table_units(report)
-    names = [fmt.name(u.unit) for u in units]
-    cols = _unit_columns(units)
+    out: list[RenderableType] = [Text(_UNITS_TITLE, style="bold")]
+    out += column_tables("unit", [fmt.name(u.unit) for u in units], _unit_columns(units), width,
+                         [ROLE_STYLE.get(u.role, "") for u in units])
+    return out
+
+
+def column_tables(key_header: str, keys: list[str], cols: list[tuple[str, list[str]]],
+                  width: int, styles: list[str]) -> list[RenderableType]:
+    """A table of ``keys`` (first column) and ``cols`` (header, one cell per key) that fits
+    ``width``: split into several tables each repeating the key column when all columns do not
+    fit, or one stacked block per key when not even one value column fits beside a key. The
+    first value column is left-aligned (a label such as a role), the others right-aligned."""
     need = [max(cell_len(h), *(cell_len(c) for c in cells)) + _CELL_OVERHEAD
             for h, cells in cols]
-    unit_w = max(cell_len("unit"), *(cell_len(n) for n in names)) + _CELL_OVERHEAD + 1
-    if unit_w + min(need) > width:  # a unit id fills the line: one block per unit
-        return [Text(_UNITS_TITLE, style="bold"), *_stacked(units, names, cols)]
+    key_w = max(cell_len(key_header), *(cell_len(k) for k in keys)) + _CELL_OVERHEAD + 1
+    if key_w + min(need) > width:  # a key fills the line: one block per key
+        return _stacked(keys, cols, styles)
     groups: list[list[int]] = [[]]
-    used = unit_w
+    used = key_w
     for i, w in enumerate(need):
         if groups[-1] and used + w > width:
             groups.append([])
-            used = unit_w
+            used = key_w
         groups[-1].append(i)
         used += w
-    out: list[RenderableType] = [Text(_UNITS_TITLE, style="bold")]
+    out: list[RenderableType] = []
     for group in groups:
         table = Table(header_style="bold")
-        table.add_column("unit", no_wrap=True)
+        table.add_column(key_header, no_wrap=True)
         for i in group:
             table.add_column(cols[i][0], justify="left" if i == 0 else "right", no_wrap=True)
-        for row, (u, unit) in enumerate(zip(units, names, strict=True)):
-            table.add_row(Text(unit), *(cols[i][1][row] for i in group),
-                          style=ROLE_STYLE.get(u.role, ""))
+        for row, key in enumerate(keys):
+            table.add_row(Text(key), *(cols[i][1][row] for i in group), style=styles[row])
         out.append(table)
     return out
 
 
-def _stacked(units: tuple[UnitReport, ...], names: list[str], cols: list[tuple[str, list[str]]]
+def _stacked(keys: list[str], cols: list[tuple[str, list[str]]], styles: list[str]
              ) -> list[RenderableType]:
     out: list[RenderableType] = []
-    for row, (u, unit) in enumerate(zip(units, names, strict=True)):
-        out.append(Text(unit, style=ROLE_STYLE.get(u.role, "bold")))
+    for row, key in enumerate(keys):
+        out.append(Text(key, style=styles[row] or "bold"))
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
         grid.add_column(justify="right", no_wrap=True)

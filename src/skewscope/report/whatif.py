@@ -74,6 +74,13 @@ def rows(r: WhatIfReport) -> list[list[str]]:
 
 
 HEADER = ["policy", "level", *(METRIC_LABELS[k] for k in TABLE_KEYS)]
+# Narrow headers for the terminal (the Markdown table keeps the full labels).
+SHORT_LABELS: dict[str, str] = {
+    "max_over_median_load": "max/med", "min_over_median_load": "min/med",
+    "queue_wait_p95_ms": "queue P95", "ttft_p99_ms": "TTFT P99", "kv_peak": "KV peak",
+    "throughput_rps": "req/s",
+}
+SHORT_HEADER = ["policy", "level", *(SHORT_LABELS[k] for k in TABLE_KEYS)]
 
 
 def render_markdown(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
@@ -91,26 +98,33 @@ def render_markdown(r: WhatIfReport, *, width: int | None = None, color: bool = 
 
 
 def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
+    """Fits any width from 80 columns up, like the diagnose report: the predictions table splits
+    into several (each repeating the policy column) rather than cut a number."""
     from rich.console import Console
     from rich.panel import Panel
-    from rich.table import Table
     from rich.text import Text
 
-    console = Console(record=True, width=width or 140, file=io.StringIO(), force_terminal=color,
+    from skewscope.report.terminal import DEFAULT_WIDTH, MIN_WIDTH, column_tables
+
+    w = max(width or DEFAULT_WIDTH, MIN_WIDTH)
+    console = Console(record=True, width=w, file=io.StringIO(), force_terminal=color,
                       color_system="standard" if color else None)
     style = "bold red" if not r.trusted else (
         "bold green" if r.recommended != r.current_policy else "bold")
     console.print(Panel(Text(headline(r), style=style), title="skewscope what-if"))
     console.print(Text(scope(r), style="dim"))
-    table = Table(*HEADER, title="Predicted by replaying the evidence", title_justify="left")
-    for row in rows(r):
-        table.add_row(*row)
-    console.print(table)
+    console.print(Text("Predicted by replaying the evidence", style="bold"))
+    table = rows(r)
+    cols = [(head, [row[i] for row in table]) for i, head in enumerate(SHORT_HEADER) if i > 0]
+    styles = ["bold green" if p.name == r.recommended and p.name != r.current_policy else ""
+              for p in r.policies]
+    for part in column_tables("policy", [row[0] for row in table], cols, w, styles):
+        console.print(part)
     console.print(Text(trust_line(r), style="green" if r.trusted else "bold red"))
     for line in calibration_lines(r):
         console.print(Text(f"  {line}", style="dim" if "too far" not in line else "red"))
     for p in r.policies:
-        console.print(Text(f"· {p.name}: {p.description}", style="dim"))
+        console.print(Text(f"· {fmt.clean(p.name)}: {fmt.clean(p.description)}", style="dim"))
     for n in r.notes:
         console.print(Text(f"note: {fmt.clean(n)}", style="yellow"))
     return console.export_text(styles=color)
