@@ -5,6 +5,7 @@ scenario's known cause must be predicted to cut the load ratio and TTFT P99."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from report_schema import assert_valid
 from skewscope.cli import main
 from skewscope.config import WHATIF
 from skewscope.sim.engine import simulate
-from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.policies import RoutingSpec
+from skewscope.sim.scenario import Scenario, builtin_scenarios
 from skewscope.sim.writers.profiler import write_profiler
 
 # scenario -> the candidate that removes its cause (by construction of the scenario)
@@ -147,14 +149,42 @@ def test_folder_without_requests_is_an_input_error(
     assert "no request.csv" in capsys.readouterr().err
 
 
-def test_instances_with_different_dp_sizes_are_refused(
-    capsys: pytest.CaptureFixture[str], folders: dict[str, Path]
+def mixed_dp_scenario() -> Scenario:
+    """inst-0 runs DP=2, inst-1 and inst-2 DP=4, behind a round-robin gateway: inst-0 gets a
+    third of the requests on half the ranks, so its ranks run hot (truth by construction)."""
+    base = builtin_scenarios()["dp-count"]
+    return dataclasses.replace(
+        base, name="mixed-dp", instances=3, dp_ranks=4, dp_sizes=(2, 4, 4),
+        gateway=RoutingSpec("round_robin"), dispatcher=RoutingSpec("round_robin"),
+        workload=dataclasses.replace(base.workload, rate=16.0))
+
+
+def test_mixed_dp_sizes_are_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["whatif", f"a={folders['dp-count'] / 'inst-0'}",
-            f"b={folders['balanced'] / 'inst-0'}", "--jobs", "1"]
-    assert main(argv) == 3
-    err = capsys.readouterr().err
-    assert "different DP sizes" in err and "a: 4" in err and "b: 1" in err
+    result = simulate(mixed_dp_scenario())
+    placed = set(result.requests.select("instance", "dp_rank").unique().iter_rows())
+    assert ("inst-0", 2) not in placed and ("inst-0", 3) not in placed  # DP=2: ranks 0, 1 only
+    write_profiler(result, tmp_path)
+    doc = whatif_json(tmp_path, capsys, "--dp-policies", "round_robin,vllm_dp")
+    assert doc["dp_sizes"] == {"inst-0": 2, "inst-1": 4, "inst-2": 4}
+    units = [u["unit"] for u in doc["service_model"]["units"]]
+    assert units == ["inst-0/dp0", "inst-0/dp1"] + [
+        f"inst-{i}/dp{d}" for i in (1, 2) for d in range(4)]
+    assert all(set(p["unit_load"]) == set(units) for p in doc["policies"])
+    assert doc["inferred"]["dp"].startswith("round_robin")  # equal within each instance
+    assert doc["trusted"] is True
+    for metric in ("ttft_p99_ms", "queue_wait_p95_ms", "max_over_median_load"):
+        assert doc["calibration"][metric]["ok"], (metric, doc["calibration"][metric])
+    by = {p["name"]: p for p in doc["policies"]}
+    cur = by["current"]["predicted"]
+    hot = max(by["current"]["unit_load"], key=by["current"]["unit_load"].get)
+    assert hot.startswith("inst-0/")
+    fix = by["fix_weights"]  # weights by capacity: inst-0 gets half of a DP=4 instance's share
+    assert "0.20, 0.40, 0.40" in fix["description"]
+    assert fix["predicted"]["ttft_p99_ms"] < 0.5 * cur["ttft_p99_ms"]
+    assert fix["predicted"]["max_over_median_load"] < cur["max_over_median_load"] - 1.0
+    assert doc["recommended"] != "current"
 
 
 def test_without_step_times_the_replay_is_untrusted_and_says_so(
@@ -170,3 +200,25 @@ def test_without_step_times_the_replay_is_untrusted_and_says_so(
     assert any("too few timed steps" in n for n in doc["notes"])
     assert main(["whatif", str(tmp_path), "--jobs", "1", "--format", "markdown"]) == 0
     assert "UNTRUSTED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_terminal_report_fits_the_width_and_keeps_every_number(
+    width: int, folders: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewscope.report.whatif import render_terminal, value
+    from skewscope.sources.workload import load_request_log
+    from skewscope.whatif import plans
+    from skewscope.whatif.model import METRIC_KEYS
+    from skewscope.whatif.predict import whatif
+
+    log = load_request_log([str(folders["dp-count"])])
+    report = whatif(log, "dp-count", plans.DEFAULT_POLICIES, plans.DEFAULT_DP_POLICIES)
+    text = render_terminal(report, width=width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    for p in report.policies:
+        row_lines = [line for line in text.splitlines() if f"│ {p.name}" in line]
+        assert row_lines, p.name  # the policy heads a row of every part of the table
+        cells = " ".join(row_lines)
+        for key in METRIC_KEYS:
+            assert value(key, p.predicted.get(key)) in cells, (p.name, key)

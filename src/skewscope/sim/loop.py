@@ -128,7 +128,7 @@ def run(
     groups = inst_load.groups
     rank_loads = [RankLoad(g) for g in groups]
     gw_load, disp_load = reads_load(scenario.gateway), reads_load(scenario.dispatcher)
-    all_dp = tuple(range(n_dp))
+    dp_up = scenario.dp_choices()[first:last]  # ranks each dispatcher may choose
     avail = Availability(scenario)
     cap = [(r.total * r.B) for r in ranks]
     heap: list[tuple[float, int]] = []
@@ -178,7 +178,7 @@ def run(
                     if rk.event_t < ta:
                         rk.advance(ta)
             rank_loads[k].now = ta
-        d = dispatchers[k].choose(tag[q], session[q], all_dp, rank_loads[k], r_hint[q])
+        d = dispatchers[k].choose(tag[q], session[q], dp_up[k], rank_loads[k], r_hint[q])
         reqs.rank[q] = i * n_dp + d
         r = k * n_dp + d
         if p0[q] + out[q] - 1 > cap[r]:

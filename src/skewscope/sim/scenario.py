@@ -88,9 +88,18 @@ class Scenario:
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     model_name: str = "sim-llama-8b"
     source: str = "<code>"
+    # Ranks present per instance when instances differ (a what-if replay of a mixed fleet: one
+    # instance DP=2, the others DP=4); () = ``dp_ranks`` everywhere. The simulator keeps an
+    # instances x dp_ranks grid; ranks at or past an instance's size never get a request.
+    dp_sizes: tuple[int, ...] = ()
 
     def instance_name(self, i: int) -> str:
         return f"inst-{i}"
+
+    def dp_choices(self) -> list[tuple[int, ...]]:
+        """Per instance, the DP ranks its dispatcher may choose."""
+        sizes = self.dp_sizes or (self.dp_ranks,) * self.instances
+        return [tuple(range(min(n, self.dp_ranks))) for n in sizes]
 
     def unit_ids(self) -> set[str]:
         """Every unit id of the cluster: instances and their DP ranks."""

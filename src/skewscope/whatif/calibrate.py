@@ -73,7 +73,8 @@ def _law_and_speeds(steps: pl.DataFrame) -> tuple[tuple[float, float, float], pl
 
 
 def calibrate(log: RequestLog, layout: Layout, s: WhatIfSettings = WHATIF) -> ServiceModel:
-    units = [(i, d) for i in layout.instances for d in range(layout.dp_ranks)]
+    units = [(i, d) for i in layout.instances for d in range(layout.dp_ranks)]  # the grid
+    present = layout.present()
     steps = log.steps.drop_nulls(["exec_ms", "prefill_tokens", "decode_seqs"]).filter(
         pl.col("exec_ms") > 0)
     if steps.height < 10:
@@ -104,13 +105,15 @@ def calibrate(log: RequestLog, layout: Layout, s: WhatIfSettings = WHATIF) -> Se
              f"up), KV blocks of {s.block_size} tokens (assumed)"]
     speeds = [float(look[u]["speed"]) if u in look and look[u]["speed"] else 1.0 for u in units]
     # normalise so the median rank has speed 1 (the fit absorbs the fleet's common scale)
-    med = float(np.median(speeds)) if speeds else 1.0
+    real = [sp for sp, ok in zip(speeds, present, strict=True) if ok]
+    med = float(np.median(real)) if real else 1.0
     ranks = []
     no_kv = []
-    for u, sp in zip(units, speeds, strict=True):
+    for u, sp, ok in zip(units, speeds, present, strict=True):
         blocks = look.get(u, {}).get("total_blocks")
         if blocks is None or not np.isfinite(blocks) or blocks <= 0:
-            no_kv.append(u)
+            if ok:
+                no_kv.append(u)
             blocks = DEFAULT.total_blocks
         ranks.append(RankSpec(
             max_running=base.max_running, token_budget=base.token_budget,
@@ -121,7 +124,7 @@ def calibrate(log: RequestLog, layout: Layout, s: WhatIfSettings = WHATIF) -> Se
     if no_kv:
         notes.append(f"{len(no_kv)} rank(s) without KV usage and free blocks: "
                      f"{DEFAULT.total_blocks} blocks assumed")
-    missing = [u for u in units if u not in look]
+    missing = [u for u, ok in zip(units, present, strict=True) if ok and u not in look]
     if missing:
         notes.append(f"{len(missing)} rank(s) with no timed step: nominal speed assumed")
     base = dataclasses.replace(base, fixed_ms=fixed * med, per_prefill_token_ms=a * med,

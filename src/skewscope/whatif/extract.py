@@ -15,7 +15,6 @@ import numpy as np
 import polars as pl
 
 from skewscope.config import WHATIF, WhatIfSettings
-from skewscope.errors import InputError
 from skewscope.frame import dp_unit_id
 from skewscope.sim.workload import Workload
 from skewscope.sources.workload import RequestLog
@@ -23,16 +22,37 @@ from skewscope.sources.workload import RequestLog
 
 @dataclass(frozen=True)
 class Layout:
-    """The fleet's shape: instance names in index order, DP ranks per instance."""
+    """The fleet's shape: instance names in index order and DP ranks per instance.
+
+    The simulator runs an instances x ``dp_ranks`` grid (``dp_ranks`` = the largest DP size);
+    with ``sizes`` (a mixed fleet: one instance DP=2, the others DP=4) the grid slots at or past
+    an instance's size are not engine processes: they get no request and no metric.
+    """
 
     instances: tuple[str, ...]
     dp_ranks: int
+    sizes: tuple[int, ...] = ()  # per instance DP size; () = dp_ranks everywhere
 
-    def rank_units(self) -> list[str]:
-        """Unit ids of every engine process, in the simulator's global rank order."""
+    def size(self, i: int) -> int:
+        return self.sizes[i] if self.sizes else self.dp_ranks
+
+    @property
+    def mixed(self) -> bool:
+        return len(set(self.sizes)) > 1
+
+    def present(self) -> list[bool]:
+        """Per grid slot (the simulator's global rank order): is it an engine process."""
+        return [d < self.size(i) for i in range(len(self.instances)) for d in range(self.dp_ranks)]
+
+    def grid_units(self) -> list[str]:
+        """Unit ids of every grid slot, in the simulator's global rank order."""
         if self.dp_ranks == 1:
             return list(self.instances)
         return [dp_unit_id(i, d) for i in self.instances for d in range(self.dp_ranks)]
+
+    def rank_units(self) -> list[str]:
+        """Unit ids of every engine process (grid slots present), in grid order."""
+        return [u for u, ok in zip(self.grid_units(), self.present(), strict=True) if ok]
 
 
 @dataclass(frozen=True)
@@ -53,24 +73,37 @@ class Observed:
 
 
 def layout_of(log: RequestLog) -> Layout:
-    sizes = {len(r) for r in log.ranks.values()}
-    if len(sizes) != 1:
-        raise InputError(
-            "whatif: instances have different DP sizes "
-            f"({', '.join(f'{k}: {len(v)}' for k, v in log.ranks.items())}); "
-            "replaying a mixed fleet is not supported"
-        )
-    return Layout(tuple(log.ranks), sizes.pop())
+    sizes = tuple(len(r) for r in log.ranks.values())
+    return Layout(tuple(log.ranks), max(sizes), sizes)
 
 
-def _equal(counts: np.ndarray, s: WhatIfSettings) -> bool:
-    """Counts consistent with equal shares: each within ``equal_share_z`` binomial sd."""
+def _equal(counts: np.ndarray, s: WhatIfSettings, expected: np.ndarray | None = None) -> bool:
+    """Counts consistent with the ``expected`` shares (default: equal): each within
+    ``equal_share_z`` binomial sd."""
     n, k = float(counts.sum()), counts.shape[0]
     if k < 2 or n == 0:
         return True
-    p = 1.0 / k
-    sd = math.sqrt(n * p * (1 - p))
+    p = np.full(k, 1.0 / k) if expected is None else expected / expected.sum()
+    sd = np.sqrt(n * p * (1 - p))
     return bool(np.all(np.abs(counts - n * p) <= s.equal_share_z * sd))
+
+
+def rank_weights(counts: np.ndarray, layout: Layout, s: WhatIfSettings) -> tuple[np.ndarray,
+                                                                                  bool]:
+    """Per DP rank index, its relative weight in its instance's dispatcher (1 = a fair share),
+    and whether the counts are consistent with equal weights. ``counts``: instances x grid
+    placed requests. A rank's share is judged within its own instance, so a DP=2 instance's
+    ranks are not called hot beside a DP=4 instance's."""
+    n_i = counts.sum(axis=1)
+    sizes = np.array([layout.size(i) for i in range(len(layout.instances))], dtype=float)
+    present = np.array(layout.present()).reshape(counts.shape)
+    rel = np.divide(counts * sizes[:, None], n_i[:, None], out=np.zeros_like(counts),
+                    where=n_i[:, None] > 0)
+    weight = (rel * n_i[:, None] * present).sum(axis=0)
+    norm = (n_i[:, None] * present).sum(axis=0)
+    w = np.divide(weight, norm, out=np.ones(layout.dp_ranks), where=norm > 0)
+    expected = (present * np.divide(n_i, sizes)[:, None]).sum(axis=0)
+    return w, _equal(counts.sum(axis=0), s, expected)
 
 
 def _availability(
@@ -122,13 +155,12 @@ def extract(log: RequestLog, s: WhatIfSettings = WHATIF) -> Observed:
     in_pool = np.array([max(min(hi, duration) - lo, 0.0) for lo, hi in avail])
     rates = np.divide(counts, in_pool, out=np.zeros_like(counts), where=in_pool > 0)
     inst_share = rates / rates.sum() if rates.sum() > 0 else np.full_like(rates, 1 / len(rates))
-    placed = rank[rank >= 0]
-    rcounts = np.bincount(placed, minlength=layout.dp_ranks).astype(float)[: layout.dp_ranks]
-    rank_share = rcounts / rcounts.sum() if rcounts.sum() > 0 else np.full(layout.dp_ranks,
-                                                                          1 / layout.dp_ranks)
+    placed = np.zeros((len(layout.instances), layout.dp_ranks))
+    np.add.at(placed, (inst[rank >= 0], rank[rank >= 0]), 1.0)
+    weights, eq_rank = rank_weights(placed, layout, s)
+    rank_share = weights / weights.sum()
     # equal shares judged on counts over the same interval (the pool's common time)
     eq_inst = _equal(np.rint(inst_share * counts.sum()), s)
-    eq_rank = _equal(rcounts, s)
     inferred = [("instance", _describe(eq_inst, inst_share, layout.instances))]
     if layout.dp_ranks > 1:
         inferred.append(("dp", _describe(eq_rank, rank_share,

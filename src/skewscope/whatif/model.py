@@ -108,6 +108,7 @@ class WhatIfReport:
     recommended: str
     gain: dict[str, float | None]  # metric -> relative change of the recommended vs current
     notes: tuple[str, ...] = ()
+    dp_sizes: tuple[tuple[str, int], ...] = ()  # instance -> DP size (mixed fleets differ)
 
     def policy(self, name: str) -> PolicyResult:
         return next(p for p in self.policies if p.name == name)
@@ -120,6 +121,7 @@ class WhatIfReport:
             "n_requests": self.n_requests,
             "instances": self.instances,
             "dp_ranks": self.dp_ranks,
+            "dp_sizes": dict(self.dp_sizes),
             "current_policy": self.current_policy,
             "inferred": dict(self.inferred),
             "service_model": {"step": {k: round(v, 6) for k, v in self.step_model.items()},

@@ -48,9 +48,10 @@ def _observed(share: tuple[float, ...]) -> RoutingSpec:
 
 def instance_capacity(obs: Observed, model: ServiceModel) -> list[float]:
     """Relative capacity per instance: the sum of its ranks' 1/speed."""
-    d = obs.layout.dp_ranks
-    return [sum(1.0 / model.ranks[i * d + k].speed for k in range(d))
-            for i in range(len(obs.layout.instances))]
+    lay = obs.layout
+    d = lay.dp_ranks
+    return [sum(1.0 / model.ranks[i * d + k].speed for k in range(lay.size(i)))
+            for i in range(len(lay.instances))]
 
 
 def slow_instances(obs: Observed, model: ServiceModel, th: Thresholds) -> list[int]:

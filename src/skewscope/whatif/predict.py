@@ -109,6 +109,7 @@ def whatif(
     model = calibrate(log, obs.layout, s)
     plans, plan_notes = build_plans(obs, model, policies, dp_policies)
     units = obs.layout.rank_units()
+    present = np.array(obs.layout.present())
     results: list[PolicyResult] = []
     rep_current: Metrics | None = None
     for plan, (m, load) in zip(plans, _replay_all(plans, obs, model, jobs, progress),
@@ -116,7 +117,7 @@ def whatif(
         if plan.name == CURRENT:
             rep_current = m
         results.append(PolicyResult(plan.name, plan.level, plan.description, m,
-                                    _shares(load, units)))
+                                    _shares(load[present], units)))
     assert rep_current is not None
     pool = in_pool(obs.availability, obs.layout, obs.duration_s)
     obs_metrics, _ = observed(log, obs, pool)
@@ -129,13 +130,15 @@ def whatif(
                      f"({', '.join(bad) or 'uncalibrated service model'}): do not trust the "
                      "ranking")
     recommended, gain = _recommend(results, s)
-    requests = [int(v) for v in np.bincount(
-        obs.workload.instance_hint * obs.layout.dp_ranks
-        + np.maximum(obs.workload.rank_hint if obs.workload.rank_hint is not None else 0, 0),
-        minlength=len(units))[: len(units)]] if obs.workload.instance_hint is not None else []
+    wl = obs.workload
+    grid = len(present)
+    requests = (np.bincount(wl.instance_hint * obs.layout.dp_ranks + np.maximum(
+        wl.rank_hint if wl.rank_hint is not None else 0, 0), minlength=grid)[:grid]
+        if wl.instance_hint is not None else np.zeros(grid, dtype=np.int64))
+    specs = [spec for spec, ok in zip(model.ranks, present, strict=True) if ok]
     unit_models = tuple(
-        UnitModel(u, spec.speed, spec.total_blocks, requests[k] if requests else 0)
-        for k, (u, spec) in enumerate(zip(units, model.ranks, strict=True))
+        UnitModel(u, spec.speed, spec.total_blocks, int(n))
+        for u, spec, n in zip(units, specs, requests[present], strict=True)
     )
     b = model.base
     return WhatIfReport(
@@ -147,4 +150,6 @@ def whatif(
                     "token_budget": b.token_budget, "block_size": b.block_size},
         units=unit_models, calibration=tuple(rows), trusted=trusted, policies=tuple(results),
         recommended=recommended, gain=gain, notes=tuple(notes),
+        dp_sizes=tuple((name, obs.layout.size(i))
+                       for i, name in enumerate(obs.layout.instances)),
     )

@@ -51,6 +51,7 @@ def scenario_for(plan: Plan, obs: Observed, model: ServiceModel) -> Scenario:
         name=f"whatif-{plan.name}", summary=plan.description, truth=truth,
         duration_s=obs.duration_s, seed=WHATIF.seed, instances=len(lay.instances),
         dp_ranks=lay.dp_ranks, rank=model.base, overrides=overrides, health=health,
+        dp_sizes=lay.sizes if lay.mixed else (),
         gateway=plan.gateway, dispatcher=plan.dispatcher,
     )
 
@@ -91,9 +92,9 @@ def _metrics(load: np.ndarray, queue_ms: pl.Series, ttft_ms: pl.Series, kv_peak:
 
 
 def in_pool(avail: tuple[tuple[float, float], ...], layout: Layout, duration: float) -> list[bool]:
-    """Per rank: was its instance in the pool at all during the run."""
+    """Per grid slot: is it an engine process whose instance was in the pool during the run."""
     per_inst = [lo < min(hi, duration) for lo, hi in avail]
-    return [per_inst[k // layout.dp_ranks] for k in range(len(layout.rank_units()))]
+    return [per_inst[k // layout.dp_ranks] and ok for k, ok in enumerate(layout.present())]
 
 
 def requests_in_system(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray,
