@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
 from skewscope.config import WHATIF
+from skewscope.sources.online_workload import histogram_quantile, through_buckets
 from skewscope.whatif.extract import _equal, _outputs
+from skewscope.whatif.lengths import draw_lengths
 from skewscope.whatif.replay import requests_in_system
 
 lengths = st.lists(st.tuples(st.integers(1, 5000), st.booleans()), min_size=1, max_size=60)
@@ -51,3 +55,41 @@ def test_exactly_equal_counts_are_equal_and_a_doubled_unit_is_not(k: int, per: i
     assert _equal(counts, WHATIF)
     counts[0] *= 2
     assert not _equal(counts, WHATIF)
+
+
+BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, math.inf)
+
+
+@given(st.lists(st.integers(0, 40), min_size=len(BOUNDS), max_size=len(BOUNDS)),
+       st.integers(0, 2**32 - 1))
+def test_lengths_drawn_from_a_histogram_keep_its_bucket_shares(counts: list[int], seed: int
+                                                               ) -> None:
+    """Without a mean to match, every draw lands in a bucket the histogram holds, and each
+    bucket gets its share (a multinomial draw: within 5 sd)."""
+    buckets = dict(zip(BOUNDS, map(float, counts), strict=True))
+    n = 2000
+    got = draw_lengths(np.random.default_rng(seed), n, buckets, None)
+    assert got.shape == (n,) and got.min() >= 1
+    if sum(counts) == 0:
+        return
+    back = through_buckets(got.tolist(), BOUNDS)
+    total = sum(counts)
+    for le, c in buckets.items():
+        p = c / total
+        assert abs(back[le] - n * p) <= 5 * math.sqrt(n * p * (1 - p)) + 1, (le, back[le], n * p)
+
+
+@given(st.lists(st.floats(0.0, 1e5), min_size=1, max_size=300), st.floats(0.01, 0.99))
+def test_quantile_through_buckets_lies_in_the_quantiles_bucket(values: list[float], q: float
+                                                              ) -> None:
+    """Reading values through buckets gives a quantile inside the bucket the exact quantile
+    falls in (what histogram_quantile promises, and why the calibration compares like with
+    like)."""
+    bounds = (10.0, 100.0, 1000.0, 10000.0, math.inf)
+    got = histogram_quantile(q, through_buckets(values, bounds))
+    assert got is not None
+    exact = float(np.quantile(np.array(values), q, method="inverted_cdf"))
+    les = [0.0, *bounds[:-1], bounds[-2]]
+    k = int(np.searchsorted(np.array(bounds), exact, side="left"))
+    lo, hi = les[k], (bounds[k] if math.isfinite(bounds[k]) else bounds[-2])
+    assert lo - 1e-9 <= got <= hi + 1e-9, (exact, got, lo, hi)

@@ -6,10 +6,13 @@ import argparse
 import os
 import shutil
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skewscope.cli import applies, common
 from skewscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from skewscope.sources.online_workload import WorkloadEvidence
 
 
 def register(sub: Any) -> None:
@@ -48,26 +51,34 @@ def run(args: argparse.Namespace) -> int:
     policies = plans.parse_policies(args.policies, plans.DEFAULT_POLICIES, "--policies")
     dp_policies = plans.parse_policies(args.dp_policies, plans.DEFAULT_DP_POLICIES,
                                        "--dp-policies")
-    if args.prometheus or args.scrape:
-        raise UsageError("whatif: online sources (--prometheus, --scrape) are not supported yet;"
-                         " give profiler folders")
-    if not args.paths:
-        raise UsageError("whatif: give profiler PATHs")
-    whole = applies.rule("", "it replays the whole capture")
-    applies.check(args, {"profiler"}, "whatif", {k: whole for k in ("start", "end", "last")})
-    common.check_output(args)
-    from skewscope.sources.workload import load_request_log
-    from skewscope.whatif.predict import whatif
-
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs: expected a positive number, got {args.jobs}")
+    if (args.prometheus or args.scrape) and args.paths:
+        raise UsageError("whatif: give profiler PATHs or an online source, not both")
+    if not (args.paths or args.prometheus or args.scrape):
+        raise UsageError("whatif: give profiler PATHs, --prometheus URL or --scrape URL...")
+    if args.paths:
+        whole = applies.rule("", "it replays the whole capture")
+        applies.check(args, {"profiler"}, "whatif", {k: whole for k in ("start", "end", "last")})
+    else:
+        applies.check(args, {"prometheus" if args.prometheus else "scrape"}, "whatif")
+    common.check_output(args)
     jobs = args.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                          else os.cpu_count() or 1)
-    log = load_request_log(args.paths)
     tty = sys.stderr.isatty()
-    report = whatif(log, ", ".join(args.paths), policies, dp_policies, jobs=jobs,
-                    progress=(lambda n: print(f"replayed {n}", file=sys.stderr)) if tty
-                    else None)
+    progress = (lambda n: print(f"replayed {n}", file=sys.stderr)) if tty else None
+    if args.prometheus or args.scrape:
+        from skewscope.whatif.online import whatif_online
+
+        we, source = _online(args)
+        report = whatif_online(we, source, policies, dp_policies, jobs=jobs, progress=progress)
+    else:
+        from skewscope.sources.workload import load_request_log
+        from skewscope.whatif.predict import whatif
+
+        log = load_request_log(args.paths)
+        report = whatif(log, ", ".join(args.paths), policies, dp_policies, jobs=jobs,
+                        progress=progress)
     render = RENDER[renderer.name]
     if args.output is None:
         out_tty = sys.stdout.isatty()
@@ -76,3 +87,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         common.write_output(args.output, render(report), args.force)
     return 0
+
+
+def _online(args: argparse.Namespace) -> tuple[WorkloadEvidence, str]:
+    """Evidence and the replay's histograms from --prometheus or --scrape."""
+    if args.prometheus:
+        from skewscope.sources.online_workload import load_prometheus_workload
+
+        start, end = common.online_range(args)
+        ev = common.load_prometheus_evidence(args, None)
+        we = load_prometheus_workload(
+            ev, args.prometheus, start=start, end=end, selector=args.selector,
+            auth=common.auth_from_args(args),
+            timeout_s=common.parse_duration(args.timeout, "--timeout"))
+        return we, args.prometheus
+    from skewscope.sources.online_workload import load_scrape_workload
+
+    we = load_scrape_workload(
+        args.scrape, duration_s=common.parse_duration(args.duration, "--duration"),
+        interval_s=common.parse_duration(args.interval, "--interval"), dialect=args.dialect,
+        auth=common.auth_from_args(args),
+        timeout_s=common.parse_duration(args.timeout, "--timeout"))
+    return we, " ".join(args.scrape)

@@ -133,6 +133,8 @@ ROLES: dict[str, Role] = {
     "scheduled_tokens": Role(Kind.COUNTER),
     "busy": Role(Kind.COUNTER, scale=1000.0),
     "preemptions": Role(Kind.COUNTER),
+    # read by what-if replays only (sources/online_workload.py names their metrics)
+    "itl": Role(Kind.HISTOGRAM, scale=1000.0),
 }
 
 

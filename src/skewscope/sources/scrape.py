@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from skewscope.errors import SourceError, UsageError
@@ -58,6 +59,45 @@ def load_scrape(
     stops the collection: the whole windows gathered so far are diagnosed, with a note. An
     ambient token (``auth.token_ambient``) is never sent to /metrics targets.
     """
+    run = scrape_targets(urls, duration_s=duration_s, interval_s=interval_s, progress=progress,
+                         window_s=window_s, auth=auth, timeout_s=timeout_s, limits=limits,
+                         windows=windows)
+    return evidence_from_targets(
+        run.snaps,
+        t0=run.t0,
+        window_s=run.window_s,
+        n_windows=run.n_windows,
+        dialect=dialect,
+        notes=run.notes,
+        device_map=device_map,
+    )
+
+
+@dataclass(frozen=True)
+class ScrapeRun:
+    """Whole windows of scrapes per URL (``t`` offsets from ``t0``), with what to note."""
+
+    snaps: dict[str, list[Snapshot]]
+    t0: float
+    window_s: float
+    n_windows: int
+    notes: tuple[str, ...]
+
+
+def scrape_targets(
+    urls: Sequence[str],
+    *,
+    duration_s: float,
+    interval_s: float,
+    progress: bool = True,
+    window_s: float | None = None,
+    auth: HttpAuth | None = None,
+    timeout_s: float | None = None,
+    limits: SourceLimits = DEFAULT_LIMITS,
+    windows: WindowPolicy = WINDOWS,
+) -> ScrapeRun:
+    """Collect whole windows of scrapes (``load_scrape`` reduces them to Evidence; a what-if
+    replay also reads their histograms)."""
     if not urls:
         raise UsageError("no /metrics URL given")
     for name, value in (("duration", duration_s), ("interval", interval_s)):
@@ -106,15 +146,7 @@ def load_scrape(
     elif abs(n_windows * w - duration_s) > 1e-6:
         notes.append(f"scraped {n_windows * w:g}s: whole windows of {w:g}s only")
     snaps = {u: [s for s in got.snaps[u] if window_index(s.t, 0.0, w) < n_windows] for u in urls}
-    return evidence_from_targets(
-        snaps,
-        t0=got.t0,
-        window_s=w,
-        n_windows=n_windows,
-        dialect=dialect,
-        notes=notes,
-        device_map=device_map,
-    )
+    return ScrapeRun(snaps, got.t0, w, n_windows, tuple(notes))
 
 
 def _scrape_auth(auth: HttpAuth | None, urls: Sequence[str]) -> tuple[HttpAuth | None, list[str]]:

@@ -122,7 +122,7 @@ def signal_values(
         vals = _combine(_grouped(snaps, alias.name, alias, level, red, bad), spec.across)
     elif spec.over_time == "quantile":
         assert spec.quantile is not None
-        per_le = _bucket_increases(alias, snaps, level, inc, bad)
+        per_le = bucket_increases(alias, snaps, level, inc, bad)
         vals = {key: bucket_quantile(spec.quantile, b) for key, b in per_le.items()}
     else:
         total = _combine(_grouped(snaps, alias.name + "_sum", alias, level, inc, bad), "sum")
@@ -131,7 +131,7 @@ def signal_values(
     return {k: v * role.scale * alias.scale for k, v in vals.items()}
 
 
-def _bucket_increases(
+def bucket_increases(
     alias: Alias,
     snaps: Sequence[Snapshot],
     level: Level,
@@ -162,7 +162,7 @@ def quantile_bounds(
     lost = [s.t for s in snaps if s.samples is None]
     inc = lambda pts: counter_increases(pts, 0.0, w, lost)  # noqa: E731
     out = {}
-    for key, b in _bucket_increases(alias, snaps, level, inc, []).items():
+    for key, b in bucket_increases(alias, snaps, level, inc, []).items():
         flag = bucket_quantile_bound(spec.quantile, b)
         if not math.isnan(flag):
             out[key] = flag

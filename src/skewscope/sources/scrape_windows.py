@@ -69,6 +69,7 @@ ACROSS: dict[str, Callable[[list[float]], float]] = {
     "avg": lambda xs: sum(xs) / len(xs),
     "max": max,
     "min": min,
+    "last": lambda xs: xs[-1],  # the gauge at the window's end (what-if arrivals)
 }
 
 

@@ -72,24 +72,42 @@ def _law_and_speeds(steps: pl.DataFrame) -> tuple[tuple[float, float, float], pl
     return law, ranks
 
 
+def uncalibrated(layout: Layout, why: str) -> ServiceModel:
+    """The simulator's default ranks, flagged: a replay on them is not calibrated."""
+    grid = len(layout.present())
+    return ServiceModel(DEFAULT, tuple(DEFAULT for _ in range(grid)), False, (why,))
+
+
 def calibrate(log: RequestLog, layout: Layout, s: WhatIfSettings = WHATIF) -> ServiceModel:
-    units = [(i, d) for i in layout.instances for d in range(layout.dp_ranks)]  # the grid
-    present = layout.present()
     steps = log.steps.drop_nulls(["exec_ms", "prefill_tokens", "decode_seqs"]).filter(
         pl.col("exec_ms") > 0)
     if steps.height < 10:
-        note = ("too few timed steps in batch.csv to calibrate the service model: the "
-                "simulator's default ranks are used, so the replay is not calibrated")
-        return ServiceModel(DEFAULT, tuple(DEFAULT for _ in units), False, (note,))
-    (fixed, a, b), speeds_df = _law_and_speeds(steps)
-    per_rank = steps.group_by("instance", "dp_rank").agg(
+        return uncalibrated(layout, "too few timed steps in batch.csv to calibrate the service "
+                            "model: the simulator's default ranks are used, so the replay is "
+                            "not calibrated")
+    kv = steps.group_by("instance", "dp_rank").agg(
         (pl.col("free_blocks") / (1 - pl.col("kv_usage")))
-        .filter(pl.col("kv_usage") < 0.98).median().alias("total_blocks"),
-    ).join(speeds_df, on=["instance", "dp_rank"], how="left")
-    look = {(r["instance"], r["dp_rank"]): r for r in per_rank.iter_rows(named=True)}
+        .filter(pl.col("kv_usage") < 0.98).median().alias("total_blocks"))
+    blocks = {(r["instance"], r["dp_rank"]): r["total_blocks"] for r in kv.iter_rows(named=True)}
     max_batch = int(log.steps["batch_size"].max() or DEFAULT.max_running)  # type: ignore[arg-type]
     max_tokens = float(np.max(steps["prefill_tokens"].to_numpy() + steps["decode_seqs"]
                               .to_numpy()))
+    return fit_model(steps, blocks, (max_batch, max_tokens), layout, s)
+
+
+def fit_model(
+    steps: pl.DataFrame, blocks: dict[tuple[str, int], float | None],
+    seen: tuple[float, float], layout: Layout, s: WhatIfSettings = WHATIF,
+    budget_note: str = "",
+) -> ServiceModel:
+    """The service model from timed steps (``instance``, ``dp_rank``, ``exec_ms``,
+    ``prefill_tokens``, ``decode_seqs``: one row per step, or per window's mean step online),
+    each rank's KV blocks, and the highest batch and step tokens seen (rounded up to limits)."""
+    units = [(i, d) for i in layout.instances for d in range(layout.dp_ranks)]  # the grid
+    present = layout.present()
+    (fixed, a, b), speeds_df = _law_and_speeds(steps)
+    look = {(r["instance"], r["dp_rank"]): r["speed"] for r in speeds_df.iter_rows(named=True)}
+    max_batch, max_tokens = seen
     base = RankSpec(
         max_running=_round_up(max_batch),
         token_budget=_round_up(max_tokens),
@@ -101,23 +119,23 @@ def calibrate(log: RequestLog, layout: Layout, s: WhatIfSettings = WHATIF) -> Se
     )
     notes = [f"service model: step = {fixed:.1f} ms + {a:.4f} ms/prefill token + {b:.3f} ms/"
              f"decode sequence, batch ceiling {base.max_running} and token budget "
-             f"{base.token_budget} (highest seen {max_batch} and {max_tokens:.0f}, rounded "
-             f"up), KV blocks of {s.block_size} tokens (assumed)"]
-    speeds = [float(look[u]["speed"]) if u in look and look[u]["speed"] else 1.0 for u in units]
+             f"{base.token_budget} (highest seen {max_batch:.0f} and {max_tokens:.0f}, rounded "
+             f"up{budget_note}), KV blocks of {s.block_size} tokens (assumed)"]
+    speeds = [float(look[u]) if look.get(u) else 1.0 for u in units]
     # normalise so the median rank has speed 1 (the fit absorbs the fleet's common scale)
     real = [sp for sp, ok in zip(speeds, present, strict=True) if ok]
     med = float(np.median(real)) if real else 1.0
     ranks = []
     no_kv = []
     for u, sp, ok in zip(units, speeds, present, strict=True):
-        blocks = look.get(u, {}).get("total_blocks")
-        if blocks is None or not np.isfinite(blocks) or blocks <= 0:
+        total = blocks.get(u)
+        if total is None or not np.isfinite(total) or total <= 0:
             if ok:
                 no_kv.append(u)
-            blocks = DEFAULT.total_blocks
+            total = DEFAULT.total_blocks
         ranks.append(RankSpec(
             max_running=base.max_running, token_budget=base.token_budget,
-            block_size=base.block_size, total_blocks=round(blocks),
+            block_size=base.block_size, total_blocks=round(total),
             fixed_ms=fixed * med, per_prefill_token_ms=a * med, per_decode_seq_ms=b * med,
             speed=sp / med,
         ))

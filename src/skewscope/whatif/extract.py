@@ -70,6 +70,9 @@ class Observed:
     equal_ranks: bool
     has_sessions: bool
     notes: tuple[str, ...]
+    # Online evidence gives latencies as histograms: metric -> the bucket upper bounds (ms) the
+    # replay is read through for the calibration check (the same instrument on both sides).
+    through: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
 def layout_of(log: RequestLog) -> Layout:
@@ -150,7 +153,28 @@ def extract(log: RequestLog, s: WhatIfSettings = WHATIF) -> Observed:
         instance_hint=inst.astype(np.int64),
         rank_hint=rank,
     )
-    avail, notes = _availability(arrivals, inst, len(layout.instances), duration, s)
+    notes: list[str] = []
+    unplaced = int(req["dp_rank"].is_null().sum()) if layout.dp_ranks > 1 else 0
+    if unplaced:
+        notes.append(f"{unplaced} request(s) the evidence did not place on a DP rank (never "
+                     "scheduled) are put on their instance's rank with the longest queue waits")
+    if n_guessed:
+        notes.append(f"{n_guessed} request(s) unfinished in the evidence: their output length "
+                     "is drawn from the finished requests at least as long")
+    notes.append("no session or prefix ids in the evidence: consistent_hash and cache_aware "
+                 "cannot be judged and are left out")
+    return observe(layout, wl, duration, notes, s)
+
+
+def observe(layout: Layout, wl: Workload, duration: float, notes: list[str],
+            s: WhatIfSettings = WHATIF, has_sessions: bool = False,
+            through: tuple[tuple[str, tuple[float, ...]], ...] = ()) -> Observed:
+    """The current routing's shape from a placed workload (``instance_hint``/``rank_hint``):
+    who was in the pool when, the request shares per instance and per DP rank, and what the
+    routing looks like. Shared by the offline and online sources."""
+    assert wl.instance_hint is not None and wl.rank_hint is not None
+    arrivals, inst, rank = wl.arrival_s, wl.instance_hint, wl.rank_hint
+    avail, pool_notes = _availability(arrivals, inst, len(layout.instances), duration, s)
     counts = np.bincount(inst, minlength=len(layout.instances)).astype(float)
     in_pool = np.array([max(min(hi, duration) - lo, 0.0) for lo, hi in avail])
     rates = np.divide(counts, in_pool, out=np.zeros_like(counts), where=in_pool > 0)
@@ -168,21 +192,12 @@ def extract(log: RequestLog, s: WhatIfSettings = WHATIF) -> Observed:
     for i, (lo, hi) in enumerate(avail):
         name = layout.instances[i]
         if 0 < lo < duration:
-            notes.append(f"{name} joined the pool only at {lo:.0f} s (no request before)")
+            pool_notes.append(f"{name} joined the pool only at {lo:.0f} s (no request before)")
         if math.isfinite(hi) and hi > lo:
-            notes.append(f"{name} left the pool at {hi:.0f} s (no request after)")
-    unplaced = int(req["dp_rank"].is_null().sum()) if layout.dp_ranks > 1 else 0
-    if unplaced:
-        notes.append(f"{unplaced} request(s) the evidence did not place on a DP rank (never "
-                     "scheduled) are put on their instance's rank with the longest queue waits")
-    if n_guessed:
-        notes.append(f"{n_guessed} request(s) unfinished in the evidence: their output length "
-                     "is drawn from the finished requests at least as long")
-    notes.append("no session or prefix ids in the evidence: consistent_hash and cache_aware "
-                 "cannot be judged and are left out")
+            pool_notes.append(f"{name} left the pool at {hi:.0f} s (no request after)")
     return Observed(layout, wl, duration, tuple(avail), tuple(inst_share.tolist()),
-                    tuple(rank_share.tolist()), tuple(inferred), eq_inst, eq_rank, False,
-                    tuple(notes))
+                    tuple(rank_share.tolist()), tuple(inferred), eq_inst, eq_rank, has_sessions,
+                    tuple(pool_notes + notes), through)
 
 
 def _place_unplaced(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, n_inst: int,

@@ -69,14 +69,18 @@ def _recommend(results: list[PolicyResult], s: WhatIfSettings) -> tuple[str, dic
     return best, gain
 
 
-def replay_one(plan: Plan, obs: Observed, model: ServiceModel) -> tuple[Metrics, np.ndarray]:
+Replay = tuple[Metrics, np.ndarray, Metrics | None]
+
+
+def replay_one(plan: Plan, obs: Observed, model: ServiceModel) -> Replay:
     """One candidate's replay and its metrics (a process-pool task: module level, picklable)."""
     pool = in_pool(plan.availability, obs.layout, obs.duration_s)
-    return replayed(*run_plan(plan, obs, model), obs, pool)
+    result, kv, window_kv = run_plan(plan, obs, model)
+    return replayed(result, kv, obs, pool, window_kv)
 
 
 def _replay_all(plans: list[Plan], obs: Observed, model: ServiceModel, jobs: int,
-                progress: Callable[[str], None] | None) -> list[tuple[Metrics, np.ndarray]]:
+                progress: Callable[[str], None] | None) -> list[Replay]:
     """Replays are independent: with ``jobs`` > 1 they run in worker processes (the simulator
     is pure Python, so threads would not help)."""
     if jobs <= 1 or len(plans) == 1:
@@ -105,23 +109,33 @@ def whatif(
     log: RequestLog, source: str, policies: tuple[str, ...], dp_policies: tuple[str, ...],
     s: WhatIfSettings = WHATIF, progress: Callable[[str], None] | None = None, jobs: int = 1,
 ) -> WhatIfReport:
+    """What-if from profiler evidence (request by request)."""
     obs = extract(log, s)
     model = calibrate(log, obs.layout, s)
+    seen, _ = observed(log, obs, in_pool(obs.availability, obs.layout, obs.duration_s))
+    return predict(obs, model, seen, source, policies, dp_policies, s, progress, jobs)
+
+
+def predict(
+    obs: Observed, model: ServiceModel, seen: Metrics, source: str,
+    policies: tuple[str, ...], dp_policies: tuple[str, ...], s: WhatIfSettings = WHATIF,
+    progress: Callable[[str], None] | None = None, jobs: int = 1,
+) -> WhatIfReport:
+    """Replay every plan, check the current replay against ``seen`` (the evidence's own
+    metrics), rank the candidates. Shared by the offline and online sources."""
     plans, plan_notes = build_plans(obs, model, policies, dp_policies)
     units = obs.layout.rank_units()
     present = np.array(obs.layout.present())
     results: list[PolicyResult] = []
     rep_current: Metrics | None = None
-    for plan, (m, load) in zip(plans, _replay_all(plans, obs, model, jobs, progress),
-                               strict=True):
+    for plan, (m, load, read) in zip(plans, _replay_all(plans, obs, model, jobs, progress),
+                                     strict=True):
         if plan.name == CURRENT:
-            rep_current = m
+            rep_current = m if read is None else read  # as the evidence's buckets read it
         results.append(PolicyResult(plan.name, plan.level, plan.description, m,
                                     _shares(load[present], units)))
     assert rep_current is not None
-    pool = in_pool(obs.availability, obs.layout, obs.duration_s)
-    obs_metrics, _ = observed(log, obs, pool)
-    rows = calibration_rows(obs_metrics, rep_current, s)
+    rows = calibration_rows(seen, rep_current, s)
     trusted = model.calibrated and all(r.ok for r in rows)
     notes = list(obs.notes) + list(model.notes) + plan_notes
     if not trusted:

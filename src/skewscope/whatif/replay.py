@@ -4,6 +4,7 @@ the same way the evidence is measured (``metrics``), so replayed and observed nu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ from skewscope.config import WHATIF
 from skewscope.frame import dp_unit_id
 from skewscope.sim.engine import simulate
 from skewscope.sim.policies import RoutingSpec
-from skewscope.sim.records import GroundTruth, SimResult
+from skewscope.sim.records import START_S, GroundTruth, SimResult
 from skewscope.sim.scenario import Health, Scenario
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.calibrate import ServiceModel
@@ -56,12 +57,19 @@ def scenario_for(plan: Plan, obs: Observed, model: ServiceModel) -> Scenario:
     )
 
 
-def run_plan(plan: Plan, obs: Observed, model: ServiceModel) -> tuple[SimResult, float | None]:
-    """Replay the plan and its KV peak; the steps are not kept (only their stats), so a long
-    replay holds no whole-run step table."""
-    res = simulate(scenario_for(plan, obs, model), workload=obs.workload, record_members=False,
-                   keep_steps=False)
-    return res, res.run_stats["kv_peak"] if res.run_stats["steps"] else None
+def run_plan(plan: Plan, obs: Observed, model: ServiceModel
+             ) -> tuple[SimResult, float | None, float | None]:
+    """Replay the plan: its KV peak and, when the evidence's KV usage is a gauge read per window
+    (online), the highest window-mean usage; the steps are not kept (only their stats, or the
+    window sums as they stream), so a long replay holds no whole-run step table."""
+    sc = scenario_for(plan, obs, model)
+    window = dict(obs.through).get("kv_peak")
+    if window is None:
+        res = simulate(sc, workload=obs.workload, record_members=False, keep_steps=False)
+        return res, res.run_stats["kv_peak"] if res.run_stats["steps"] else None, None
+    acc = WindowPeak(START_S, window[0])
+    res = simulate(sc, workload=obs.workload, record_members=False, on_steps=acc.add)
+    return res, res.run_stats["kv_peak"] if res.run_stats["steps"] else None, acc.peak()
 
 
 def _ratios(load: np.ndarray) -> tuple[float | None, float | None]:
@@ -107,9 +115,11 @@ def requests_in_system(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray,
     return np.bincount(rank[ok], weights=stay[ok], minlength=n_ranks)[:n_ranks] / duration
 
 
-def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool]
-             ) -> tuple[Metrics, np.ndarray]:
-    """Metrics of a replay (``kv``: its KV peak), and the load per rank (simulator order)."""
+def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool],
+             window_kv: float | None = None) -> tuple[Metrics, np.ndarray, Metrics | None]:
+    """Metrics of a replay (``kv``: its KV peak), the load per rank (simulator order), and —
+    when the evidence gave latencies as histograms (``obs.through``) — the metrics read through
+    those buckets (``window_kv``: the highest window-mean KV usage)."""
     lay = obs.layout
     rq = result.requests.filter(pl.col("status") != "rejected")
     t0 = result.start_s
@@ -120,10 +130,46 @@ def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool
                               obs.duration_s)
     started = rq.filter(pl.col("first_token_s").is_not_null())
     finished = int(rq["finish_s"].is_not_null().sum())
-    m = _metrics(load[np.array(pool)], (started["first_scheduled_s"] - started["arrival_s"]) * 1000,
-                 (started["first_token_s"] - started["arrival_s"]) * 1000,
-                 kv, finished, obs.duration_s)
-    return m, load
+    queue = (started["first_scheduled_s"] - started["arrival_s"]) * 1000
+    ttft = (started["first_token_s"] - started["arrival_s"]) * 1000
+    m = _metrics(load[np.array(pool)], queue, ttft, kv, finished, obs.duration_s)
+    if not obs.through:
+        return m, load, None
+    from skewscope.sources.online_workload import histogram_quantile, through_buckets
+
+    raw = {"queue_wait_p95_ms": (queue, 0.95), "ttft_p99_ms": (ttft, 0.99)}
+    read: dict[str, float | None] = {}
+    for key, bounds in obs.through:
+        if key == "kv_peak":  # a gauge sampled per window: the highest window mean
+            read[key] = window_kv
+        else:
+            read[key] = histogram_quantile(raw[key][1], through_buckets(
+                raw[key][0].drop_nulls().to_list(), bounds))
+    return m, load, dataclasses.replace(m, **read)
+
+
+class WindowPeak:
+    """The highest time-average KV usage of any rank over a window of ``window_s`` (what an
+    ``avg_over_time`` of the usage gauge shows), from the steps as the simulator streams them
+    (``simulate(on_steps=...)``: consecutive time chunks, so no whole-run table is held)."""
+
+    def __init__(self, t0: float, window_s: float) -> None:
+        self.t0, self.window_s = t0, window_s
+        self.area: dict[tuple[str, int, float], float] = {}
+
+    def add(self, steps: pl.DataFrame) -> None:
+        per = steps.select(
+            "instance", "dp_rank",
+            ((pl.col("start_s") - self.t0) // self.window_s).alias("k"),
+            (pl.col("used_blocks") / pl.col("total_blocks")
+             * (pl.col("end_s") - pl.col("start_s"))).alias("area"),
+        ).group_by("instance", "dp_rank", "k").agg(pl.col("area").sum())
+        for inst, rank, k, area in per.iter_rows():
+            key = (inst, rank, k)
+            self.area[key] = self.area.get(key, 0.0) + area
+
+    def peak(self) -> float | None:
+        return max(self.area.values()) / self.window_s if self.area else None
 
 
 def observed(log: RequestLog, obs: Observed, pool: list[bool]) -> tuple[Metrics, np.ndarray]:
