@@ -63,6 +63,7 @@ def environment() -> jinja2.Environment:
         uplot_js=_inline("vendor", VENDOR_JS),
         uplot_css=_inline("vendor", VENDOR_CSS),
         charts_js=_inline("templates", "charts.js"),
+        whatif_js=_inline("templates", "whatif.js"),
     )
     return env
 

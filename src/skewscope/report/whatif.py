@@ -130,6 +130,26 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
     return console.export_text(styles=color)
 
 
+def step_line(r: WhatIfReport) -> str:
+    """The fitted step law and limits, one line."""
+    m = r.step_model
+    return (f"step = {m['fixed_ms']:.1f} ms + {m['per_prefill_token_ms']:.4f} ms/prefill token + "
+            f"{m['per_decode_seq_ms']:.3f} ms/decode sequence; batch ceiling "
+            f"{m['max_running']:.0f}, token budget {m['token_budget']:.0f}, KV blocks of "
+            f"{m['block_size']:.0f} tokens")
+
+
+def render_html(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
+    """One self-contained page (like the diagnose report): tables, bar charts per policy and
+    the load share per unit, drawn from the embedded JSON."""
+    import sys
+
+    from skewscope.report import html
+
+    return html.page("whatif.html.j2", "skewscope what-if", r.to_dict(), r=r,
+                     w=sys.modules[__name__])
+
+
 def render_json(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
     return json.dumps(r.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
@@ -138,4 +158,5 @@ RENDER: dict[str, Callable[..., str]] = {
     "terminal": render_terminal,
     "markdown": render_markdown,
     "json": render_json,
+    "html": render_html,
 }
