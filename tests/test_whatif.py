@@ -126,13 +126,14 @@ def test_policy_lists_and_formats(
 @pytest.mark.parametrize("args, fragment", [
     (["--policies", "nope"], "--policies: unknown policy 'nope'"),
     (["--prometheus", "http://127.0.0.1:1"], "not both"),
+    (["--access-log", "nginx.log"], "--access-log needs --prometheus or --scrape"),
     (["--jobs", "0"], "--jobs: expected a positive number"),
     ([], "give profiler PATHs"),
 ])
 def test_usage_errors_are_one_line(
     args: list[str], fragment: str, capsys: pytest.CaptureFixture[str], folders: dict[str, Path]
 ) -> None:
-    with_folder = args[:1] in (["--policies"], ["--jobs"], ["--prometheus"])
+    with_folder = args[:1] in (["--policies"], ["--jobs"], ["--prometheus"], ["--access-log"])
     argv = ["whatif", str(folders["balanced"]), *args] if with_folder else ["whatif", *args]
     assert main(argv) == 2
     err = capsys.readouterr().err

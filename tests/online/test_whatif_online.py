@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from conftest import backfill, need, serve_prometheus
@@ -19,18 +21,20 @@ from skewscope.cli import main
 from skewscope.config import WHATIF
 from skewscope.sim.engine import START_S, simulate
 from skewscope.sim.scenario import builtin_scenarios
-from skewscope.sim.writers.exposition import ClusterModel
+from skewscope.sim.workload import generate
+from skewscope.sim.writers.exposition import ClusterModel, render_text
 from skewscope.sources.collect import Snapshot
 from skewscope.sources.exposition import parse_exposition
 from skewscope.sources.online_workload import scrape_workload
 from skewscope.sources.scrape import ScrapeRun
 
-# scenario -> (dialect, the candidate that removes its cause)
+# scenario -> (dialect, the candidate that removes its cause); histories are written as vLLM
 CASES: dict[str, tuple[str, str]] = {
     "wrong-weights": ("vllm", "fix_weights"),
     "dp-count": ("vllm", "dp:fix_weights"),
     "slow-device": ("vllm", "fix_weights"),
 }
+SESSIONS = "sticky-sessions"  # backfilled too: its gateway log carries the session keys
 STEP = 1.0  # scrape interval of the backfilled history
 WINDOW = "5s"
 
@@ -41,8 +45,8 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     prometheus, promtool = need("prometheus", "prometheus"), need("promtool", "prometheus")
     tmp = tmp_path_factory.mktemp("whatif-prom")
-    for name, (dialect, _) in CASES.items():
-        om = write_openmetrics(simulate(builtin_scenarios()[name]), tmp / f"{name}.om", dialect,
+    for name in [*CASES, SESSIONS]:
+        om = write_openmetrics(simulate(builtin_scenarios()[name]), tmp / f"{name}.om", "vllm",
                                STEP, job=name)
         backfill(promtool, om, tmp / "blocks")
     with serve_prometheus(prometheus, tmp / "blocks", tmp) as url:
@@ -53,7 +57,7 @@ def whatif_online(url: str, name: str, capsys: pytest.CaptureFixture[str], *extr
     sc = builtin_scenarios()[name]
     argv = ["whatif", "--prometheus", url, "--start", str(START_S),
             "--end", str(START_S + sc.duration_s), "--step", WINDOW,
-            "--selector", f'{{job="{name}"}}', "--format", "json", "--jobs", "2", *extra]
+            "--selector", f'{{job="{name}"}}', "--format", "json", "--jobs", "1", *extra]
     assert main(argv) == 0, capsys.readouterr().err
     doc = json.loads(capsys.readouterr().out)
     assert_valid(doc, "whatif")
@@ -64,7 +68,9 @@ def whatif_online(url: str, name: str, capsys: pytest.CaptureFixture[str], *extr
 def test_online_replay_reproduces_metrics_and_the_fix_is_predicted_to_help(
     name: str, prom: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    doc = whatif_online(prom, name, capsys)
+    # the cheapest candidate lists that hold the fix (fix_weights is always added when due)
+    doc = whatif_online(prom, name, capsys, "--policies", "round_robin",
+                        "--dp-policies", "round_robin")
     for metric in ("ttft_p99_ms", "queue_wait_p95_ms", "max_over_median_load"):
         c = doc["calibration"][metric]
         assert c["observed"] is not None and c["replayed"] is not None, (metric, c)
@@ -82,31 +88,32 @@ def test_online_replay_reproduces_metrics_and_the_fix_is_predicted_to_help(
     assert any("histograms" in n for n in doc["notes"])
 
 
-def scraped(name: str, dialect: str = "vllm", every_s: float = 1.0) -> ScrapeRun:
+def scraped(name: str, dialect: str = "vllm", every_s: float = 2.0) -> ScrapeRun:
     """What scraping every simulated instance's /metrics every ``every_s`` over the run would
     collect: the simulator's exposition text at each time, parsed by the scrape path's parser
     (deterministic: no wall clock)."""
     result = simulate(builtin_scenarios()[name])
     model = ClusterModel(result, dialect)
-    n = int(result.end_s - result.start_s) // int(every_s)
+    n = int((result.end_s - result.start_s) // every_s)
+    times = result.start_s + every_s * np.arange(n + 1)
     snaps: dict[str, list[Snapshot]] = {}
     for k, inst in enumerate(result.instances):
-        url = f"http://10.0.0.{k + 1}:8000/metrics"
-        snaps[url] = [Snapshot(j * every_s, parse_exposition(
-            model.text(inst, result.start_s + j * every_s)).samples) for j in range(n + 1)]
+        fams = model.instances[inst].families(times)  # every time at once, then one text each
+        snaps[f"http://10.0.0.{k + 1}:8000/metrics"] = [
+            Snapshot(j * every_s, parse_exposition(render_text(fams, j)).samples)
+            for j in range(n + 1)]
     w = float(WINDOW.removesuffix("s"))
     return ScrapeRun(snaps, result.start_s, w, int(n * every_s // w), ())
 
 
 def test_scrape_path_replay_reproduces_metrics(capsys: pytest.CaptureFixture[str]) -> None:
     """The same check through the scrape reduction (snapshots -> evidence and histograms)."""
-    from skewscope.whatif import plans
     from skewscope.whatif.online import whatif_online
 
     we = scrape_workload(scraped("wrong-weights"))
     assert {"prompt_length", "output_length", "ttft", "queue_time", "itl"} <= set(we.buckets)
     assert we.kv_config and we.held_at_end
-    doc = whatif_online(we, "scrape", plans.DEFAULT_POLICIES, ()).to_dict()
+    doc = whatif_online(we, "scrape", ("round_robin",), ()).to_dict()
     assert_valid(doc, "whatif")
     assert doc["trusted"] is True, doc["calibration"]
     by = {p["name"]: p["predicted"] for p in doc["policies"]}
@@ -130,3 +137,43 @@ def test_whatif_scrape_cli_reads_live_endpoints(capsys: pytest.CaptureFixture[st
     assert_valid(doc, "whatif")
     assert doc["instances"] == 4 and [p["name"] for p in doc["policies"]][:2] == [
         "current", "round_robin"]
+
+
+def access_log(name: str, path: Path) -> Path:
+    """The nginx log (key=value lines) a gateway in front of the simulated run would write:
+    each request's time, upstream (the instance label's host:port) and session header. The
+    session ids are the simulated workload's own (drawn by the same seeded generator)."""
+    sc = builtin_scenarios()[name]
+    result = simulate(sc)
+    wl = generate(sc.workload, sc.duration_s,
+                  np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(3)[0]))
+    rq = result.requests
+    assert np.allclose(wl.arrival_s + result.start_s, rq["arrival_s"].to_numpy())
+    lines = [f"msec={t:.3f} upstream_addr=127.0.0.1:{inst} http_x_session_id=user-{s} "
+             "request_length=900"
+             for t, inst, s in zip(rq["arrival_s"].to_list(), rq["instance"].to_list(),
+                                   wl.session.tolist(), strict=True) if inst is not None]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_sessions_from_the_access_log_replay_session_policies(
+    prom: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """One heavy client pinned by stickiness: with the gateway's session keys, consistent_hash
+    and cache_aware are replayed on them — consistent hashing keeps the heavy key on one unit,
+    so it does not fix the skew, while round robin does. Without the log they are left out."""
+    policies = "round_robin,consistent_hash,cache_aware"
+    plain = whatif_online(prom, SESSIONS, capsys, "--policies", policies)
+    assert [p["name"] for p in plain["policies"]][:2] == ["current", "round_robin"]
+    assert not {"consistent_hash", "cache_aware"} & {p["name"] for p in plain["policies"]}
+    assert any("--access-log" in n for n in plain["notes"])
+    log = access_log(SESSIONS, tmp_path / "nginx.log")
+    doc = whatif_online(prom, SESSIONS, capsys, "--policies", policies, "--access-log", str(log))
+    by = {p["name"]: p["predicted"] for p in doc["policies"]}
+    assert {"consistent_hash", "cache_aware"} <= set(by)
+    assert any(n.startswith("sessions: 64 distinct http_x_session_id keys") for n in doc["notes"])
+    assert doc["trusted"] is True
+    assert by["round_robin"]["max_over_median_load"] < 1.3
+    assert by["consistent_hash"]["max_over_median_load"] > 2.0  # the heavy key stays pinned
+    assert by["round_robin"]["ttft_p99_ms"] < 0.2 * by["consistent_hash"]["ttft_p99_ms"]

@@ -34,6 +34,10 @@ def register(sub: Any) -> None:
     w.add_argument("--dp-policies", metavar="LIST",
                    help="DP-level candidates (default: round_robin,vllm_dp,shortest_queue,"
                    "minimum_tokens)")
+    w.add_argument("--access-log", nargs="+", metavar="FILE",
+                   help="gateway access log(s) (nginx or Envoy, as for diagnose) whose session "
+                   "or user keys the replayed requests keep, so sticky, consistent_hash and "
+                   "cache_aware are replayed (online sources)")
     w.add_argument("--jobs", type=int, metavar="N",
                    help="replays in parallel processes (default: the CPUs available)")
     common.add_output_args(w)
@@ -62,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
         applies.check(args, {"profiler"}, "whatif", {k: whole for k in ("start", "end", "last")})
     else:
         applies.check(args, {"prometheus" if args.prometheus else "scrape"}, "whatif")
+    if args.access_log and not (args.prometheus or args.scrape):
+        raise UsageError("whatif: --access-log needs --prometheus or --scrape (its upstreams are "
+                         "joined to the instances on host:port)")
     common.check_output(args)
     jobs = args.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                          else os.cpu_count() or 1)
@@ -71,7 +78,13 @@ def run(args: argparse.Namespace) -> int:
         from skewscope.whatif.online import whatif_online
 
         we, source = _online(args)
-        report = whatif_online(we, source, policies, dp_policies, jobs=jobs, progress=progress)
+        logged = None
+        if args.access_log:
+            from skewscope.sources.access_log import read_access_requests
+
+            logged = read_access_requests(args.access_log)
+        report = whatif_online(we, source, policies, dp_policies, jobs=jobs, progress=progress,
+                               logged=logged)
     else:
         from skewscope.sources.workload import load_request_log
         from skewscope.whatif.predict import whatif

@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +106,33 @@ def parse_time(value: str) -> float | None:
     return t.timestamp()
 
 
+def _lines(paths: Sequence[str]) -> Iterator[tuple[str, int, dict[str, str]]]:
+    """(path, line number, fields) of every non-blank line; one clean InputError names the first
+    unreadable file or bad line (a line whose shape differs from its file's first line, or one
+    without any upstream field)."""
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise InputError(f"{path}: cannot read the access log ({e.strerror})") from None
+        lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+        if not lines:
+            raise InputError(f"{path}: the access log is empty")
+        head = lines[0][1].lstrip()
+        shape = "json" if head.startswith("{") else "envoy" if head.startswith("[") else "pairs"
+        for n, line in lines:
+            try:
+                fields = _parse_line(line, shape)
+            except ValueError as e:
+                raise InputError(
+                    f"{path}:{n}: expected {SHAPES[shape]} access-log line like the file's first "
+                    f"line ({e})") from None
+            if not any(u in fields for u in UPSTREAM):
+                raise InputError(f"{path}:{n}: no upstream field (expected one of "
+                                 f"{', '.join(UPSTREAM)})")
+            yield path, n, fields
+
+
 def read_access_logs(paths: Sequence[str], start: float | None = None,
                      end: float | None = None) -> GatewayEvidence:
     """Tally every file's lines by upstream; one clean InputError names the first bad line.
@@ -117,56 +144,37 @@ def read_access_logs(paths: Sequence[str], start: float | None = None,
     key_name: str | None = None
     envoy = False
     no_upstream = 0
-    for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError as e:
-            raise InputError(f"{path}: cannot read the access log ({e.strerror})") from None
-        lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
-        if not lines:
-            raise InputError(f"{path}: the access log is empty")
-        head = lines[0][1].lstrip()
-        shape = "json" if head.startswith("{") else "envoy" if head.startswith("[") else "pairs"
-        file_key: str | None = None  # one key field per file, so keys of one kind are counted
-        for n, line in lines:
-            try:
-                fields = _parse_line(line, shape)
-            except ValueError as e:
-                raise InputError(
-                    f"{path}:{n}: expected {SHAPES[shape]} access-log line like the file's first "
-                    f"line ({e})") from None
-            name, up = _first(fields, UPSTREAM)
-            if name is None and not any(u in fields for u in UPSTREAM):
-                raise InputError(f"{path}:{n}: no upstream field (expected one of "
-                                 f"{', '.join(UPSTREAM)})")
-            envoy = envoy or any(h in fields for h in ENVOY_HINTS)
-            if not up:
-                no_upstream += 1  # answered by the gateway itself (4xx, cache, no upstream)
+    file_keys: dict[str, str] = {}  # one key field per file, so keys of one kind are counted
+    for path, _, fields in _lines(paths):
+        _, up = _first(fields, UPSTREAM)
+        envoy = envoy or any(h in fields for h in ENVOY_HINTS)
+        if not up:
+            no_upstream += 1  # answered by the gateway itself (4xx, cache, no upstream)
+            continue
+        if start is not None and end is not None:
+            _, when = _first(fields, TIME)
+            t_s = parse_time(when) if when else None
+            if t_s is None:
+                untimed += 1
+            elif not start <= t_s < end:
+                outside += 1
                 continue
-            if start is not None and end is not None:
-                _, when = _first(fields, TIME)
-                t_s = parse_time(when) if when else None
-                if t_s is None:
-                    untimed += 1
-                elif not start <= t_s < end:
-                    outside += 1
-                    continue
-            t = tallies.setdefault(_last_upstream(up), _Tally())
-            t.requests += 1
-            _, size = _first(fields, REQUEST_BYTES)
-            try:
-                b = float(size)
-            except ValueError:
-                b = math.nan
-            if math.isfinite(b):
-                t.bytes_total += b
-                t.bytes_seen += 1
-            if file_key is None:
-                file_key = next((k for k in KEYS if k in fields), "")
-                key_name = key_name or file_key or None
-            key = fields.get(file_key, "") if file_key else ""
-            if key not in _EMPTY:
-                t.keys[key] += 1
+        t = tallies.setdefault(_last_upstream(up), _Tally())
+        t.requests += 1
+        _, size = _first(fields, REQUEST_BYTES)
+        try:
+            b = float(size)
+        except ValueError:
+            b = math.nan
+        if math.isfinite(b):
+            t.bytes_total += b
+            t.bytes_seen += 1
+        if path not in file_keys:
+            file_keys[path] = next((k for k in KEYS if k in fields), "")
+            key_name = key_name or file_keys[path] or None
+        key = fields.get(file_keys[path], "") if file_keys[path] else ""
+        if key not in _EMPTY:
+            t.keys[key] += 1
     if not tallies:
         raise InputError(f"{', '.join(paths)}: no request in the access log reached an upstream"
                          + (" in the engines' time range" if outside else ""))
@@ -193,3 +201,34 @@ def read_access_logs(paths: Sequence[str], start: float | None = None,
         key_name=key_name,
         notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True)
+class LoggedRequest:
+    """One request the gateway sent upstream: when (epoch seconds), where (``host:port``), and
+    its session / client key ("" when the line has none)."""
+
+    t_s: float
+    upstream: str
+    key: str
+
+
+def read_access_requests(paths: Sequence[str]) -> tuple[list[LoggedRequest], str | None]:
+    """Every timed request that reached an upstream, in time order, and the key field read
+    (a session or user header first; what-if replays keep the keys so sticky and
+    consistent-hash routing see the same sessions)."""
+    out: list[LoggedRequest] = []
+    file_keys: dict[str, str] = {}
+    for path, _, fields in _lines(paths):
+        _, up = _first(fields, UPSTREAM)
+        _, when = _first(fields, TIME)
+        t_s = parse_time(when) if when else None
+        if not up or t_s is None:
+            continue
+        if path not in file_keys:
+            file_keys[path] = next((k for k in KEYS if k in fields), "")
+        key = fields.get(file_keys[path], "") if file_keys[path] else ""
+        out.append(LoggedRequest(t_s, _last_upstream(up), "" if key in _EMPTY else key))
+    out.sort(key=lambda r: r.t_s)
+    names = [k for k in file_keys.values() if k]
+    return out, names[0] if names else None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ import polars as pl
 from skewscope.config import WHATIF, WhatIfSettings
 from skewscope.errors import InputError
 from skewscope.sim.workload import Workload
+from skewscope.sources.access_log import LoggedRequest
 from skewscope.sources.online_workload import (
     Buckets,
     Unit,
@@ -39,6 +40,7 @@ from skewscope.whatif.lengths import draw_lengths
 from skewscope.whatif.model import Metrics, WhatIfReport
 from skewscope.whatif.replay import _ratios
 
+AccessLog = tuple[Sequence[LoggedRequest], str | None]  # logged requests and their key field
 MIN_STEP_ROWS = 10  # unit-windows with a timed step needed to fit the step law
 KV_FLOOR = 0.05  # KV usage below this says little about the pool size
 
@@ -96,9 +98,10 @@ def _arrivals(rows: pl.DataFrame, end_held: np.ndarray, w: float, t0: float,
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF
-                  ) -> tuple[Observed, pl.DataFrame, bool]:
-    """The replayable workload and the current routing's shape, from online evidence."""
+def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
+                  logged: AccessLog | None = None) -> tuple[Observed, pl.DataFrame, bool]:
+    """The replayable workload and the current routing's shape, from online evidence (with
+    session keys from the gateway's access log when ``logged``)."""
     df, dp = _frame(we)
     layout, index = layout_from(df)
     w = we.evidence.instance.window_s
@@ -155,13 +158,22 @@ def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF
                      "token counters' mean" if hist[role] else
                      f"no {what}-length histogram: every request of a unit and window has its "
                      "window's mean length (the token counters')")
-    notes.append("no session or prefix ids in metrics: consistent_hash and cache_aware cannot "
-                 "be judged and are left out")
+    has_sessions = False
+    if logged is not None:
+        from skewscope.whatif.sessions import with_sessions
+
+        wl, session_notes = with_sessions(wl, layout, t0, w, logged[0], logged[1], rng)
+        notes += session_notes
+        has_sessions = bool((wl.session >= 0).any())
+    if not has_sessions:
+        notes.append("no session or prefix ids in metrics (give the gateway's access log with "
+                     "--access-log): consistent_hash and cache_aware cannot be judged and are "
+                     "left out")
     through = tuple((key, tuple(1000.0 * b for b in sorted(_fleet(we, role))))
                     for key, role in (("queue_wait_p95_ms", "queue_time"),
                                       ("ttft_p99_ms", "ttft")) if _fleet(we, role))
     through += (("kv_peak", (w,)),)  # the usage gauge is read as window means
-    return observe(layout, wl, duration, notes, s, through=through), df, dp
+    return observe(layout, wl, duration, notes, s, has_sessions, through), df, dp
 
 
 def _fleet(we: WorkloadEvidence, role: str) -> Buckets:
@@ -278,11 +290,12 @@ def seen_metrics(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame) -> Metri
 def whatif_online(
     we: WorkloadEvidence, source: str, policies: tuple[str, ...], dp_policies: tuple[str, ...],
     s: WhatIfSettings = WHATIF, progress: Callable[[str], None] | None = None, jobs: int = 1,
+    logged: AccessLog | None = None,
 ) -> WhatIfReport:
     """What-if from online evidence: rebuild the workload, fit the model, replay, rank."""
     from skewscope.whatif.predict import predict
 
-    obs, df, dp = workload_from(we, s)
+    obs, df, dp = workload_from(we, s, logged)
     model = model_from(we, obs, df, dp, s)
     seen = seen_metrics(we, obs, df)
     if obs.through:
