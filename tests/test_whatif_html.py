@@ -41,7 +41,7 @@ def test_page_is_self_contained_and_embeds_the_json(page: tuple[Path, dict[str, 
     m = re.search(r'<script type="application/json" id="skewscope-report">(.*?)</script>',
                   text, re.S)
     assert m and json.loads(m.group(1)) == doc
-    assert "uPlot" in text and text.count("<script") == 4 and "<img" not in text
+    assert "uPlot" in text and text.count("<script") == 5 and "<img" not in text
     for p in doc["policies"]:  # type: ignore[attr-defined]
         assert f"<td>{p['name']}" in text
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +99,18 @@ class WorkloadEvidence:
     # window's end: the last sample of each gauge, so arrivals follow from conservation
     held_at_end: dict[tuple[float, str, int | None], float] = field(default_factory=dict)
     waiting_at_end: dict[tuple[float, str, int | None], float] = field(default_factory=dict)
+
+
+WindowKey = tuple[float, str, int | None]  # (window start, instance, rank)
+
+
+def add_held(spec: SignalSpec, ends: Iterable[tuple[WindowKey, float]],
+             held: dict[WindowKey, float], waiting: dict[WindowKey, float]) -> None:
+    """Add one gauge's window-end values to requests in the system (and to the waiting ones)."""
+    for key, v in ends:
+        held[key] = held.get(key, 0.0) + v
+        if spec.role == "waiting":
+            waiting[key] = v
 
 
 def counted_at_start(alias_text: str) -> bool:
@@ -274,10 +286,7 @@ def load_prometheus_workload(
                 continue
             ends = matrix_to_values(client.query_range(gauge, first_t, last_t, w), window_s=w,
                                     alias=alias, level=level, bad=[], where=client.where)
-            for key, v in ends.items():
-                held[key] = held.get(key, 0.0) + v
-                if spec.role == "waiting":
-                    waiting[key] = v
+            add_held(spec, ends.items(), held, waiting)
         kv: dict[Unit, tuple[int, int]] = {}
         info = CACHE_CONFIG.get(dialect)
         if info is not None and normalise_name(info.name) in names:
@@ -352,12 +361,9 @@ def scrape_workload(run: ScrapeRun, dialect: str | None = None) -> WorkloadEvide
         alias = found.get(spec.role)
         for inst, snaps in by_inst.items() if alias is not None else ():
             assert alias is not None
-            for ((named, dp), k), v in signal_values(spec, alias, snaps, level, w, bad).items():
-                if k < run.n_windows and math.isfinite(v):
-                    key = (round(run.t0 + k * w, 6), named or inst, dp)
-                    held[key] = held.get(key, 0.0) + v
-                    if spec.role == "waiting":
-                        waiting[key] = v
+            add_held(spec, (((round(run.t0 + k * w, 6), named or inst, dp), v) for (
+                (named, dp), k), v in signal_values(spec, alias, snaps, level, w, bad).items()
+                if k < run.n_windows and math.isfinite(v)), held, waiting)
     kv: dict[Unit, tuple[int, int]] = {}
     info = CACHE_CONFIG.get(chosen)
     if info is not None:

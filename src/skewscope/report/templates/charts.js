@@ -181,6 +181,7 @@
     }
   }
 
+  window.skewscopeHeatColor = heatColor;  // the what-if page colours its load shares alike
   document.querySelectorAll("section.finding[data-finding]").forEach(drawFinding);
   document.querySelectorAll("div.gateway-shares[data-report]").forEach(drawGatewayShares);
   document.querySelectorAll("div.heatmap[data-report]").forEach(drawHeatmap);

@@ -1,6 +1,7 @@
-/* skewscope what-if HTML report: draws from the embedded JSON (WhatIfReport.to_dict()).
-   Values are only read, never computed beyond a share's distance from the fair share; every
-   name from the report is set with textContent, never as HTML. */
+/* skewscope what-if HTML report: draws from the embedded JSON (WhatIfReport.to_dict()); runs
+   after charts.js (which finds nothing of the diagnose report to draw here) and reuses its
+   colour ramp. Values are only read, never computed beyond a share's distance from the fair
+   share; every name from the report is set with textContent, never as HTML. */
 (function () {
   "use strict";
   var doc = JSON.parse(document.getElementById("skewscope-report").textContent);
@@ -70,12 +71,8 @@
     }
   }
 
-  function shareColor(v, fair) {
-    if (v == null || !(fair > 0)) return "#dddddd";
-    var t = Math.max(-1, Math.min(1, Math.log2(Math.max(v / fair, 1e-3)) / 1.5));
-    var base = t >= 0 ? [192, 57, 43] : [59, 111, 182];
-    var a = Math.abs(t);
-    return "rgb(" + base.map(function (c) { return Math.round(244 + (c - 244) * a); }).join(",") + ")";
+  function shareColor(v, fair) {  // red above the fair share, blue below (charts.js' ramp)
+    return window.skewscopeHeatColor(v == null || !(fair > 0) ? null : v / fair);
   }
 
   function drawShares(el) {
