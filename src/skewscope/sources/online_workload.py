@@ -104,6 +104,16 @@ class WorkloadEvidence:
 WindowKey = tuple[float, str, int | None]  # (window start, instance, rank)
 
 
+def held_gauges(ev: Evidence, dialect: str, names: Iterable[str]
+                ) -> tuple[Level, list[tuple[SignalSpec, Alias]]]:
+    """The level the evidence reached and the running / waiting gauges present at it."""
+    from skewscope.sources.dialects import get_dialect, resolve
+
+    level = Level.DP if ev.dp is not None else Level.INSTANCE
+    found = resolve(get_dialect(dialect), names, level)
+    return level, [(spec, found[spec.role]) for spec in HELD if spec.role in found]
+
+
 def add_held(spec: SignalSpec, ends: Iterable[tuple[WindowKey, float]],
              held: dict[WindowKey, float], waiting: dict[WindowKey, float]) -> None:
     """Add one gauge's window-end values to requests in the system (and to the waiting ones)."""
@@ -236,7 +246,7 @@ def load_prometheus_workload(
 ) -> WorkloadEvidence:
     """The histograms of ``WORKLOAD_ALIASES`` for the windows ``ev`` was read over: per unit
     bucket counts over the range, and per-window means of the inter-token latency."""
-    from skewscope.sources.dialects import get_dialect, normalise_name, resolve
+    from skewscope.sources.dialects import normalise_name
     from skewscope.sources.prometheus import PromClient, matrix_to_values, plan_windows
     from skewscope.sources.promql import (
         build_query,
@@ -274,15 +284,12 @@ def load_prometheus_workload(
                 means[role] = matrix_to_values(
                     client.query_range(q, first_t, last_t, w), window_s=w, alias=alias,
                     level=level_of(alias), bad=bad, where=client.where)
-        held: dict[tuple[float, str, int | None], float] = {}
-        waiting: dict[tuple[float, str, int | None], float] = {}
-        level = Level.DP if ev.dp is not None else Level.INSTANCE
-        found = resolve(get_dialect(dialect), names, level)
-        for spec in HELD:
-            alias = found.get(spec.role)
-            gauge = None if alias is None else build_query(spec, alias, level=level,
-                                                           window_s=w, selector=sel)
-            if alias is None or gauge is None:
+        held: dict[WindowKey, float] = {}
+        waiting: dict[WindowKey, float] = {}
+        level, gauges = held_gauges(ev, dialect, names)
+        for spec, alias in gauges:
+            gauge = build_query(spec, alias, level=level, window_s=w, selector=sel)
+            if gauge is None:
                 continue
             ends = matrix_to_values(client.query_range(gauge, first_t, last_t, w), window_s=w,
                                     alias=alias, level=level, bad=[], where=client.where)
@@ -314,7 +321,7 @@ def load_scrape_workload(
 def scrape_workload(run: ScrapeRun, dialect: str | None = None) -> WorkloadEvidence:
     """Evidence and the replay's histograms from whole windows of scrapes: bucket increases
     per unit over the run, inter-token latency means and requests in the system per window."""
-    from skewscope.sources.dialects import get_dialect, normalise_name, resolve
+    from skewscope.sources.dialects import normalise_name
     from skewscope.sources.scrape import evidence_from_targets, instance_of
     from skewscope.sources.scrape_series import bucket_increases, signal_values
     from skewscope.sources.scrape_windows import counter_increases
@@ -353,14 +360,11 @@ def scrape_workload(run: ScrapeRun, dialect: str | None = None) -> WorkloadEvide
                         means.setdefault(role, {})[key] = v
         if cum:
             buckets[role] = {u: decumulate(c) for u, c in cum.items()}
-    held: dict[tuple[float, str, int | None], float] = {}
-    waiting: dict[tuple[float, str, int | None], float] = {}
-    level = Level.DP if ev.dp is not None else Level.INSTANCE
-    found = resolve(get_dialect(chosen), names, level)
-    for spec in HELD:
-        alias = found.get(spec.role)
-        for inst, snaps in by_inst.items() if alias is not None else ():
-            assert alias is not None
+    held: dict[WindowKey, float] = {}
+    waiting: dict[WindowKey, float] = {}
+    level, gauges = held_gauges(ev, chosen, names)
+    for spec, alias in gauges:
+        for inst, snaps in by_inst.items():
             add_held(spec, (((round(run.t0 + k * w, 6), named or inst, dp), v) for (
                 (named, dp), k), v in signal_values(spec, alias, snaps, level, w, bad).items()
                 if k < run.n_windows and math.isfinite(v)), held, waiting)

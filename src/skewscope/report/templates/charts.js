@@ -18,13 +18,16 @@
   function reportOf(el) { return at(el.closest("section.report").getAttribute("data-report")); }
   function hms(ts) { return new Date(ts * 1e3).toISOString().slice(11, 19); }
   function stamp(ts) { return new Date(ts * 1e3).toISOString().slice(0, 19).replace("T", " ") + " UTC"; }
-  function fail(el, err) {
-    failed += 1;
+  function showError(el, err) {  // also the what-if page's
     var p = document.createElement("p");
     p.className = "chart-error";
     p.textContent = "chart not drawn: " + err;
     el.appendChild(p);
     console.error(err);
+  }
+  function fail(el, err) {
+    failed += 1;
+    showError(el, err);
   }
   function fmtValue(key, v) {
     if (v == null) return "—";
@@ -182,6 +185,7 @@
   }
 
   window.skewscopeHeatColor = heatColor;  // the what-if page colours its load shares alike
+  window.skewscopeShowError = showError;
   document.querySelectorAll("section.finding[data-finding]").forEach(drawFinding);
   document.querySelectorAll("div.gateway-shares[data-report]").forEach(drawGatewayShares);
   document.querySelectorAll("div.heatmap[data-report]").forEach(drawHeatmap);

@@ -9,11 +9,7 @@
 
   function fail(el, err) {
     failed += 1;
-    var p = document.createElement("p");
-    p.className = "chart-error";
-    p.textContent = "chart not drawn: " + err;
-    el.appendChild(p);
-    console.error(err);
+    window.skewscopeShowError(el, err);
   }
   function fmt(metric, v) {
     if (v == null) return "—";
