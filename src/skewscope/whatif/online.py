@@ -6,7 +6,8 @@ requests finished in the window plus the change of requests in the system (runni
 so a queue that builds up counts its arrivals where they came; each window keeps its own count
 (no Poisson smoothing across windows: a burst stays in its window), spread uniformly inside it.
 Lengths are drawn from the unit's prompt and output length histograms, bucket by bucket, and
-scaled so their mean is the unit's counter mean; without histograms, each window's mean length.
+scaled toward the unit's counter mean inside their buckets; without histograms, every request of
+a unit has the unit's mean length.
 The service model is fitted like the profiler's, on one mean step per unit and window: the
 inter-token latency (a decoding rank's step time) against the prefill tokens per step and the
 running batch.
@@ -154,10 +155,11 @@ def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
                  "windows: finished + change in running + waiting between window ends), spread "
                  "uniformly inside each window; bursts shorter than a window are not resolved")
     for role, what in (("prompt_length", "prompt"), ("output_length", "output")):
-        notes.append(f"{what} lengths drawn from the {what}-length histograms, scaled to the "
-                     "token counters' mean" if hist[role] else
-                     f"no {what}-length histogram: every request of a unit and window has its "
-                     "window's mean length (the token counters')")
+        notes.append(f"{what} lengths drawn from the {what}-length histograms (each bucket its "
+                     "share), scaled toward the token counters' mean inside their buckets"
+                     if hist[role] else
+                     f"no {what}-length histogram: every request of a unit has the unit's mean "
+                     f"{what} length over the range (the token counters')")
     has_sessions = False
     if logged is not None:
         from skewscope.whatif.sessions import with_sessions
