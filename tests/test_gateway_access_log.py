@@ -32,13 +32,37 @@ def test_real_nginx_log_gives_what_each_engine_was_sent() -> None:
     assert any("no upstream" in n for n in gw.notes)
 
 
+def _logged(name: str) -> list[tuple[float, str]]:
+    """(msec, upstream) of every line of a pairs-format nginx log that reached an upstream."""
+    out = []
+    for ln in (DATA / name).read_text().splitlines():
+        fields = dict(f.split("=", 1) for f in ln.split() if "=" in f)
+        if fields["upstream_addr"] != "-":
+            out.append((float(fields["msec"]), fields["upstream_addr"]))
+    return out
+
+
 def test_time_range_keeps_only_the_engines_window() -> None:
-    lines = (DATA / "nginx-sticky.log").read_text().splitlines()
-    times = sorted(float(ln.split()[0].removeprefix("msec=")) for ln in lines)
-    mid = times[len(times) // 2]
-    gw = read_access_logs([str(DATA / "nginx-sticky.log")], start=times[0], end=mid)
-    assert 0 < sum(u.requests for u in gw.units) < 40
+    logged = _logged("nginx-sticky.log")
+    times = sorted(t for t, _ in logged)
+    first, window_s = times[0], 0.5
+    n = int((times[len(times) // 2] - first) // window_s)  # about the first half of the log
+    gw = read_access_logs([str(DATA / "nginx-sticky.log")], (first, window_s, n))
+    end = first + n * window_s
+    assert sum(u.requests for u in gw.units) == sum(first <= t < end for t in times) < 40
     assert any("outside the engines' time range" in n for n in gw.notes)
+    # per window of the engines' grid: what each upstream was sent, counted from the log
+    assert gw.window_starts == tuple(first + i * window_s for i in range(n))
+    for u in gw.units:
+        want = [sum(1 for t, up in logged if up == u.upstream
+                    and first + i * window_s <= t < first + (i + 1) * window_s)
+                for i in range(n)]
+        assert list(u.series) == want and sum(want) == u.requests
+
+
+def test_without_the_engines_grid_a_log_has_no_series() -> None:
+    gw = read_access_logs([str(DATA / "nginx-sticky.log")])
+    assert gw.window_starts == () and all(u.series == () for u in gw.units)
 
 
 @pytest.mark.parametrize("name", ["envoy-default.log", "envoy-json.log"])

@@ -118,5 +118,10 @@ def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
     hot_row = next(u for u in gw["units"] if u["upstream"] == hot)
     assert hot_row["unit"] == hot and hot_row["top_keys_excess_share"] >= 0.5
     assert hot_row["router_share"] > 0.4
+    # per window of the engines' grid: the shares of the windows with traffic sum to one
+    shares = [u["share_series"] for u in gw["units"]]
+    assert all(len(s) == len(gw["window_starts"]) > 1 for s in shares)
+    sums = [sum(v for v in col if v == v) for col in zip(*shares, strict=True)]
+    assert all(abs(x - 1) < 1e-4 for x in sums if x) and any(sums), sums  # JSON rounding
     # the key probing before the scrape is outside the engines' range: left out
     assert any("outside the engines' time range" in n for n in doc["notes"])

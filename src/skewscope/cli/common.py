@@ -237,13 +237,7 @@ def load_gateway_evidence(
     if getattr(args, "access_log", None):
         from skewscope.sources.access_log import read_access_logs
 
-        df, w = engines.instance.df, engines.instance.window_s
-        if df.height == 0:
-            gateway = read_access_logs(args.access_log)
-        else:
-            gateway = read_access_logs(
-                args.access_log, float(df["window_start_s"].min()),  # type: ignore[arg-type]
-                float(df["window_start_s"].max()) + w)  # type: ignore[arg-type]
+        gateway = read_access_logs(args.access_log, _engine_windows(engines))
     elif getattr(args, "prometheus", None):
         from skewscope.sources.gateway_router import load_router_prometheus
 

@@ -54,6 +54,7 @@ class _Tally:
     bytes_total: float = 0.0
     bytes_seen: int = 0
     keys: Counter[str] = field(default_factory=Counter)
+    by_window: Counter[int] = field(default_factory=Counter)
 
 
 def _parse_line(line: str, shape: str) -> dict[str, str]:
@@ -133,12 +134,18 @@ def _lines(paths: Sequence[str]) -> Iterator[tuple[str, int, dict[str, str]]]:
             yield path, n, fields
 
 
-def read_access_logs(paths: Sequence[str], start: float | None = None,
-                     end: float | None = None) -> GatewayEvidence:
+def read_access_logs(paths: Sequence[str],
+                     windows: tuple[float, float, int] | None = None) -> GatewayEvidence:
     """Tally every file's lines by upstream; one clean InputError names the first bad line.
 
-    With ``start``/``end`` (the engine evidence's range, epoch seconds) only requests logged in
-    [start, end) count, so the gateway and the engines are compared over the same time."""
+    With ``windows`` (the engines' grid: first window start, window length, count; epoch
+    seconds) only requests logged inside the engines' range count, so the gateway and the
+    engines are compared over the same time, and each upstream gets its requests per window
+    (the series the report's routing-share timeline reads)."""
+    start = end = None
+    if windows is not None:
+        first, window_s, n_windows = windows
+        start, end = first, first + window_s * n_windows
     tallies: dict[str, _Tally] = {}
     outside = untimed = 0
     key_name: str | None = None
@@ -161,6 +168,8 @@ def read_access_logs(paths: Sequence[str], start: float | None = None,
                 continue
         t = tallies.setdefault(_last_upstream(up), _Tally())
         t.requests += 1
+        if windows is not None and t_s is not None:
+            t.by_window[int((t_s - windows[0]) // windows[1])] += 1
         _, size = _first(fields, REQUEST_BYTES)
         try:
             b = float(size)
@@ -185,6 +194,8 @@ def read_access_logs(paths: Sequence[str], start: float | None = None,
     if untimed:
         notes.append(f"{untimed} logged request(s) without a readable time (fields "
                      f"{', '.join(TIME)}) counted whatever their time")
+    # per-window series only when every counted request had a time (else they would not sum)
+    grid = windows if windows is not None and not untimed else None
     units = tuple(
         GatewayUnit(
             upstream=up,
@@ -192,6 +203,7 @@ def read_access_logs(paths: Sequence[str], start: float | None = None,
             request_bytes=t.bytes_total / t.bytes_seen if t.bytes_seen else math.nan,
             keys=tuple((k, float(c)) for k, c in t.keys.most_common(KEPT_KEYS)),
             distinct_keys=len(t.keys),
+            series=tuple(float(t.by_window[i]) for i in range(grid[2])) if grid else (),
         )
         for up, t in sorted(tallies.items())
     )
@@ -200,6 +212,7 @@ def read_access_logs(paths: Sequence[str], start: float | None = None,
         units=units,
         key_name=key_name,
         notes=tuple(notes),
+        window_starts=tuple(grid[0] + i * grid[1] for i in range(grid[2])) if grid else (),
     )
 
 
