@@ -119,3 +119,26 @@ def test_heavy_tailed_prompts_behind_round_robin_are_chance_not_weight_skew(
     assert any("consistent with chance" in n for n in doc["notes"]), doc["notes"]
     again = run_diagnose(tmp_path, capsys)  # seeded: the same p-value every run
     assert again["notes"] == doc["notes"]
+
+
+@pytest.mark.parametrize("name", ["wrong-weights", "balanced"])
+def test_folders_without_request_csv_are_judged_by_their_steps(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No request.csv anywhere: the instances are still judged on batch.csv (running, KV,
+    steps) — the hot unit found, its kind unknown (no request or token counts) — and the report
+    says which file was missing."""
+    result = simulate(builtin_scenarios()[name])
+    write_profiler(result, tmp_path)
+    for f in tmp_path.glob("*/request.csv"):
+        f.unlink()
+    doc = run_diagnose(tmp_path, capsys)
+    truth = result.truth.to_dict()
+    assert_valid(doc)
+    assert doc["verdict"] == truth["verdict"], doc["notes"]
+    assert doc["hot_units"] == truth["hot_units"] and doc["level"] == "instance"
+    if truth["hot_units"]:
+        assert doc["findings"][0]["kind"] == "unknown"
+    assert "requests" in doc["missing"]
+    instances = {f.parent.name for f in tmp_path.glob("*/batch.csv")}
+    assert {n.split(":")[0] for n in doc["notes"] if "request.csv missing" in n} == instances
