@@ -116,6 +116,19 @@ def test_production_stack_router_session_policy_and_health(
     assert any("unhealthy" in n for n in doc["notes"])
 
 
+def test_production_stack_routers_engine_names_are_not_an_engine(
+        prom: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """No --selector: the router's vllm:num_requests_running{server} copies share the engines'
+    names, and still only the four engines are units (a series with ``server`` is a router's)."""
+    code = main(["diagnose", "--prometheus", prom, "--start", str(T_PS), "--end",
+                 str(T_PS + SPAN), "--step", f"{WINDOW}s", "--format", "json"])
+    out = capsys.readouterr().out
+    assert code in (0, 1), out
+    doc = json.loads(out)
+    assert {u["unit"] for u in doc["units"]} == set(HOSTS)
+    assert doc["hot_units"] == [HOSTS[2]]
+
+
 def test_inference_extension_ports_are_dp_ranks(prom: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """A pod's scheduling counts per port are its DP ranks (ascending port order) and join the

@@ -200,23 +200,28 @@ class Dialect:
     rank_label: str | None = None
 
 
+# vLLM production-stack's router re-exports some engine names per backend with a ``server``
+# label (vllm:num_requests_running{server}, sources/gateway_names.py): an engine's own series
+# never has one, so the router's copies are not read as one more engine.
+_NOT_ROUTER = (Matcher("server", "=", ""),)
+
 _VLLM_ROLES: dict[str, tuple[Alias, ...]] = {
-    "finished_requests": (Alias("vllm:request_success_total", "engine"),),
-    "prompt_tokens": (Alias("vllm:prompt_tokens_total", "engine"),),
-    "generation_tokens": (Alias("vllm:generation_tokens_total", "engine"),),
-    "running": (Alias("vllm:num_requests_running", "engine"),),
-    "waiting": (Alias("vllm:num_requests_waiting", "engine"),),
+    "finished_requests": (Alias("vllm:request_success_total", "engine", _NOT_ROUTER),),
+    "prompt_tokens": (Alias("vllm:prompt_tokens_total", "engine", _NOT_ROUTER),),
+    "generation_tokens": (Alias("vllm:generation_tokens_total", "engine", _NOT_ROUTER),),
+    "running": (Alias("vllm:num_requests_running", "engine", _NOT_ROUTER),),
+    "waiting": (Alias("vllm:num_requests_waiting", "engine", _NOT_ROUTER),),
     "kv_usage": (
-        Alias("vllm:kv_cache_usage_perc", "engine"),
-        Alias("vllm:gpu_cache_usage_perc", "engine"),
-        Alias("vllm:npu_cache_usage_perc", "engine"),
+        Alias("vllm:kv_cache_usage_perc", "engine", _NOT_ROUTER),
+        Alias("vllm:gpu_cache_usage_perc", "engine", _NOT_ROUTER),
+        Alias("vllm:npu_cache_usage_perc", "engine", _NOT_ROUTER),
     ),
-    "ttft": (Alias("vllm:time_to_first_token_seconds", "engine"),),
-    "e2e": (Alias("vllm:e2e_request_latency_seconds", "engine"),),
-    "queue_time": (Alias("vllm:request_queue_time_seconds", "engine"),),
-    "steps": (Alias("vllm:iteration_tokens_total_count", "engine"),),
-    "scheduled_tokens": (Alias("vllm:iteration_tokens_total_sum", "engine"),),
-    "preemptions": (Alias("vllm:num_preemptions_total", "engine"),),
+    "ttft": (Alias("vllm:time_to_first_token_seconds", "engine", _NOT_ROUTER),),
+    "e2e": (Alias("vllm:e2e_request_latency_seconds", "engine", _NOT_ROUTER),),
+    "queue_time": (Alias("vllm:request_queue_time_seconds", "engine", _NOT_ROUTER),),
+    "steps": (Alias("vllm:iteration_tokens_total_count", "engine", _NOT_ROUTER),),
+    "scheduled_tokens": (Alias("vllm:iteration_tokens_total_sum", "engine", _NOT_ROUTER),),
+    "preemptions": (Alias("vllm:num_preemptions_total", "engine", _NOT_ROUTER),),
 }
 
 # ms-service-metric adds vllm_profiling_* to vLLM's own /metrics: vLLM's names come first, the
