@@ -129,3 +129,20 @@ def test_sglang_tp_copies_are_read_once_by_the_scraper_too() -> None:
     rows = {r["unit"]: r for r in ev.dp.df.iter_rows(named=True)}
     assert (rows["s:1/dp0"]["running"], rows["s:1/dp0"]["requests"]) == (3.0, 12.0)
     assert (rows["s:1/dp1"]["running"], rows["s:1/dp1"]["requests"]) == (1.0, 4.0)
+
+
+def test_inference_extension_queue_per_pod_rank_is_a_dp_unit() -> None:
+    """The Inference Extension picker's per-pod queue (tests/data/gateway/
+    inference-extension-epp.prom, names from its source) names a DP pod's endpoints
+    ``<pod>-rank-<n>``: the ranks are DP units and the pod is the instance."""
+    text = (Path(__file__).parents[1] / "data" / "gateway" /
+            "inference-extension-epp.prom").read_text()
+    samples = tuple(s for s in parse_exposition(text).samples
+                    if s[0] == "inference_pool_per_pod_queue_size")
+    assert detect_dialect(s[0] for s in samples) == "llm-d"
+    ev = evidence_from_snapshots({"epp:9090": [Snapshot(0.0, samples), Snapshot(5.0, samples)]},
+                                 t0=0.0, window_s=5.0, n_windows=1)
+    assert ev.instance.units == ["vllm-a"]
+    assert ev.dp is not None and ev.dp.units == ["vllm-a/dp0", "vllm-a/dp1"]
+    dp = {r["unit"]: r["waiting"] for r in ev.dp.df.iter_rows(named=True)}
+    assert dp == {"vllm-a/dp0": 0.0, "vllm-a/dp1": 4.0}

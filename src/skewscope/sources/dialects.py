@@ -355,7 +355,9 @@ _LLMD_ROLES: dict[str, tuple[Alias, ...]] = {
             unit_label="model_server_endpoint",
             rank_in_unit=True,
         ),
-        Alias("inference_pool_per_pod_queue_size", unit_label="model_server_pod"),
+        # Inference Extension >= 1.3 names a DP pod's endpoints ``<pod>-rank-<n>`` here too
+        Alias("inference_pool_per_pod_queue_size", unit_label="model_server_pod",
+              rank_in_unit=True),
     ),
 }
 
