@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from skewscope.errors import InputError
 from skewscope.frame import Level
+from skewscope.sources.device_exporters import DEVICE_EXPORTERS, resolve_devices
 from skewscope.sources.devices import (
     DeviceSeries,
     EngineInstance,
@@ -18,7 +19,6 @@ from skewscope.sources.devices import (
     load_device_map,
     place,
 )
-from skewscope.sources.dialects import DEVICE_EXPORTERS, resolve_devices
 
 DCGM, NPU = DEVICE_EXPORTERS["dcgm"], DEVICE_EXPORTERS["npu-exporter"]
 

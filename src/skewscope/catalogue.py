@@ -96,7 +96,7 @@ SIMULATED_DIALECTS: tuple[str, ...] = (
     Dialect.LLM_D,
 )
 # Device exporters the simulator can write next to an engine dialect (sim/writers/metric_specs.py;
-# read by sources/dialects.py DEVICE_EXPORTERS under the same names).
+# read by sources/device_exporters.py DEVICE_EXPORTERS under the same names).
 SIMULATED_DEVICE_EXPORTERS: tuple[str, ...] = ("dcgm", "npu-exporter")
 
 

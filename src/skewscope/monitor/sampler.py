@@ -23,8 +23,9 @@ from skewscope.errors import UsageError
 from skewscope.frame import Evidence
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth
+from skewscope.sources.device_exporters import DEVICE_EXPORTERS
 from skewscope.sources.devices import DeviceMap
-from skewscope.sources.dialects import DEVICE_EXPORTERS, DIALECTS, ROLES, Kind, normalise_name
+from skewscope.sources.dialects import DIALECTS, ROLES, Kind, normalise_name
 from skewscope.sources.scrape import Snapshot, collect, evidence_from_targets, instance_of
 
 

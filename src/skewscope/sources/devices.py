@@ -28,7 +28,7 @@ from pathlib import Path
 
 from skewscope.errors import InputError
 from skewscope.frame import Level
-from skewscope.sources.dialects import DeviceExporter
+from skewscope.sources.device_exporters import DeviceExporter
 from skewscope.sources.evidence import Key, Values
 
 SIGNAL_OF_ROLE = {"device_util": "device_util", "device_mem": "device_mem_mb"}

@@ -25,6 +25,7 @@ from skewscope.errors import SourceError, UsageError
 from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy, bound_column
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, normalise_url, quoted, redact_url
+from skewscope.sources.device_exporters import DeviceExporter, resolve_devices
 from skewscope.sources.devices import (
     SIGNAL_OF_ROLE,
     DeviceMap,
@@ -39,12 +40,10 @@ from skewscope.sources.dialects import (
     SIGNAL_SPECS,
     SPEC_BY_SIGNAL,
     Alias,
-    DeviceExporter,
     combine,
     detect_dialect,
     get_dialect,
     resolve,
-    resolve_devices,
     unit_of,
 )
 from skewscope.sources.evidence import Key, Values, build_evidence

@@ -15,16 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from skewscope.frame import Level
 from skewscope.sources.auth import quoted
 from skewscope.sources.collect import Snapshot
+from skewscope.sources.device_exporters import resolve_devices
 from skewscope.sources.devices import SIGNAL_OF_ROLE, DeviceSeries
-from skewscope.sources.dialects import (
-    ROLES,
-    Alias,
-    Kind,
-    SignalSpec,
-    normalise_name,
-    resolve_devices,
-    unit_of,
-)
+from skewscope.sources.dialects import ROLES, Alias, Kind, SignalSpec, normalise_name, unit_of
 from skewscope.sources.exposition import Labels
 from skewscope.sources.scrape_windows import (
     ACROSS,

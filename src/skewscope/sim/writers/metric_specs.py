@@ -320,7 +320,8 @@ def _llmd_specs() -> list[MetricSpec]:
     ]
 
 
-# Device exporters, one device per DP rank (names and labels as sources/dialects.py cites them:
+# Device exporters, one device per DP rank (names and labels as sources/device_exporters.py
+# cites them:
 # NVIDIA dcgm-exporter etc/*.csv, Ascend npu-exporter collector/npu_collector.go).
 # ``device_util`` is the share of the last DEVICE_AVERAGE_S the rank spent in steps;
 # ``device_mem`` the model's weights plus the KV blocks in use (DEVICE_MODEL_MB, DEVICE_BLOCK_MB).
