@@ -14,8 +14,8 @@ from skewscope.catalogue import (
     kind_title,
 )
 from skewscope.errors import one_line
+from skewscope.report import gateway_text
 from skewscope.report.facts import rounded
-from skewscope.report.gateway_text import gateway_notes
 
 if TYPE_CHECKING:  # the model phrases itself through phrases.py, which formats through here
     from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport
@@ -225,7 +225,7 @@ def footer_notes(report: Report) -> list[str]:
         notes.append(f"{report.placed_share:.1%} of requests were placed on a DP rank")
     if report.missing:
         notes.append("missing: " + names(report.missing))
-    notes.extend(clean(n) for n in gateway_notes(report.gateway))
+    notes.extend(clean(n) for n in gateway_text.gateway_notes(report.gateway))
     return notes  # the online sources already note that percentiles are bucket estimates
 
 
@@ -262,16 +262,12 @@ def gateway_title(g: GatewayFacts) -> str:
 
 def gateway_rows(g: GatewayFacts) -> list[list[str]]:
     """One row per upstream, cells in GATEWAY_COLUMNS order (the JSON report's numbers)."""
-
-    def pct(v: float) -> str:
-        return f"{v:.0%}" if math.isfinite(v) else "—"
-
     rows = []
     for u in g.units:
-        keys = ", ".join(f"{name(k)} ({n:.0f})" for k, n in u.top_keys) or "—"
+        keys = ", ".join(f"{name(k)} ({count(n)})" for k, n in u.top_keys) or "—"
         rows.append([name(u.upstream), name(u.unit) if u.unit else "—", pct(u.router_share),
                      pct(u.engine_share), pct(u.unhealthy_share), pct(u.breaker_open_share),
-                     f"{u.router_load:.1f}" if math.isfinite(u.router_load) else "—",
-                     f"{u.request_bytes:,.0f}" if math.isfinite(u.request_bytes) else "—",
+                     decimal(u.router_load) if math.isfinite(u.router_load) else "—",
+                     count(u.request_bytes) if math.isfinite(u.request_bytes) else "—",
                      keys if u.in_pool else f"not in pool; {keys}"])
     return rows

@@ -7,26 +7,17 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+# fmt imports this module for its footer: each reads the other's functions at call time only
+from skewscope.report import fmt
+
 if TYPE_CHECKING:  # model -> phrases -> fmt -> here: the model is not loaded yet at import
     from skewscope.report.model import GatewayFacts, StaleLoad
 
 
-def _when(epoch_s: float) -> str:
-    from skewscope.report.fmt import when
-
-    return when(epoch_s)
-
-
-def _name(text: str) -> str:
-    from skewscope.report.fmt import name
-
-    return name(text)
-
-
 def divergence_lines(g: GatewayFacts) -> list[str]:
     """When the gateway started sending a unit more than its peers, per unit."""
-    return [f"the gateway's share of requests to {_name(u.unit or u.upstream)} diverged from "
-            f"its peers' from {_when(u.diverged_from)}"
+    return [f"the gateway's share of requests to {fmt.name(u.unit or u.upstream)} diverged "
+            f"from its peers' from {fmt.when(u.diverged_from)}"
             for u in g.units if u.diverged_from is not None]
 
 
@@ -35,9 +26,10 @@ def stale_line(g: GatewayFacts, s: StaleLoad) -> str:
     lag = (f"; its view agreed best {s.lag_windows} window(s) ({s.lag_windows * s.window_s:g} s) "
            "later" if s.lag_windows and math.isfinite(s.window_s) else "")
     policy = f" under {g.policy}" if g.policy else ""
-    return (f"stale load: {g.source}{policy} saw {_name(s.unit)}'s queue off by "
-            f"{s.off_by:.1f} request(s) a window on average ({s.gap:.0%} of the "
-            f"{s.engine_mean:.1f} its engine measured; the router's mean {s.router_mean:.1f})"
+    return (f"stale load: {g.source}{policy} saw {fmt.name(s.unit)}'s queue off by "
+            f"{fmt.decimal(s.off_by)} request(s) a window on average ({fmt.pct(s.gap)} of the "
+            f"{fmt.decimal(s.engine_mean)} its engine measured; the router's mean "
+            f"{fmt.decimal(s.router_mean)})"
             f"{lag}: the router polls load less often than the bursts last, so a load-aware pick "
             "acts on load that is gone — poll more often, or weigh the polled queue less "
             "against the router's own in-flight count")
@@ -47,7 +39,7 @@ def pool_line(g: GatewayFacts) -> str:
     """The router's pool-wide figures, one line ("" when it exports none)."""
     if not g.pool:
         return ""
-    parts = [f"{what} {v:.0%}" if "KV" in what else f"{what} {v:g}" for what, v in g.pool]
+    parts = [f"{what} {fmt.pct(v)}" if "KV" in what else f"{what} {v:g}" for what, v in g.pool]
     return f"{g.source} pool (mean over the range): " + ", ".join(parts)
 
 
