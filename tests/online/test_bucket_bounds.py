@@ -107,7 +107,8 @@ def test_real_backend_lists_the_bucket_bounds_and_marks_no_interpolated_answer(
     # (0.5, 1], 99 ms in (0, 0.1]): the bounds query must list 0.1/0.5/1/+Inf and mark nothing
     from online_history import SPAN, T0, TTFT_BOUNDS, WINDOW
 
-    from skewscope.sources.prometheus import PromClient, load_prometheus
+    from skewscope.sources.prom_client import PromClient
+    from skewscope.sources.prometheus import load_prometheus
 
     client = PromClient(backend)
     try:

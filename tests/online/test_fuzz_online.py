@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from skewscope.errors import MAX_MESSAGE_CHARS, SourceError
 from skewscope.frame import Evidence
-from skewscope.sources import prometheus
+from skewscope.sources import prom_client, prometheus
 from skewscope.sources.collect import Snapshot
 from skewscope.sources.exposition import parse_exposition
 from skewscope.sources.scrape import evidence_from_snapshots
@@ -133,8 +133,8 @@ def test_prometheus_decoder_gives_evidence_or_one_clean_error(
         return httpx.Client(transport=httpx.MockTransport(handler), **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(prometheus, "make_client", mock_client)
-        mp.setattr(prometheus.time, "sleep", lambda s: None)  # retries without waiting
+        mp.setattr(prom_client, "make_client", mock_client)
+        mp.setattr(prom_client.time, "sleep", lambda s: None)  # retries without waiting
         try:
             ev = prometheus.load_prometheus("http://prom.test", start=T, end=T + 120, step_s=60)
         except SourceError as err:

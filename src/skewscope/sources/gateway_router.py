@@ -31,7 +31,7 @@ from skewscope.sources.gateway_names import (
     RouterNames,
     WorkerSeries,
 )
-from skewscope.sources.prometheus import PromClient
+from skewscope.sources.prom_client import PromClient
 from skewscope.sources.promql import duration
 from skewscope.sources.validate import parse_number
 

@@ -247,7 +247,8 @@ def load_prometheus_workload(
     """The histograms of ``WORKLOAD_ALIASES`` for the windows ``ev`` was read over: per unit
     bucket counts over the range, and per-window means of the inter-token latency."""
     from skewscope.sources.dialects import normalise_name
-    from skewscope.sources.prometheus import PromClient, matrix_to_values, plan_windows
+    from skewscope.sources.prom_client import PromClient
+    from skewscope.sources.prometheus import matrix_to_values, plan_windows
     from skewscope.sources.promql import (
         build_query,
         duration,
