@@ -102,6 +102,13 @@ def test_cli_compare_folders_and_json_with_the_gate(
         assert main(["compare", str(before), str(fixed_run), "--level", "instance",
                      "--format", fmt, "-o", str(out)]) == 0
         assert "converged" in out.read_text()
+    # two saved reports keep their windows and level: --level / --window would do nothing
+    assert main(["compare", str(before), str(before), "--format", "json"]) == 0
+    capsys.readouterr()
+    for flag in (["--level", "dp"], ["--window", "10s"], ["--step", "15s"]):
+        assert main(["compare", str(before), str(before), *flag]) == 2
+        err = capsys.readouterr().err
+        assert f"compare: {flag[0]} applies to" in err and "saved JSON reports" in err
 
 
 def test_cli_compare_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,7 @@ from skewscope.errors import UsageError
 GIVEN = "_given_options"  # namespace attribute: dests of the options on the command line
 
 SOURCE_NAMES = {"profiler": "profiler folders", "prometheus": "--prometheus",
-                "scrape": "--scrape", "gateway": "--gateway-url"}
+                "scrape": "--scrape", "gateway": "--gateway-url", "report": "saved JSON reports"}
 
 
 @dataclass(frozen=True)

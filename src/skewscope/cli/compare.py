@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 # compare's Prometheus ranges, read with --prometheus only
 RANGES = {f"{side}_{edge}": applies.rule("prometheus", "a range of the Prometheus")
           for side in ("before", "after") for edge in ("start", "end")}
+# what only a fresh diagnosis reads: two saved reports keep the windows and level they have
+DIAGNOSIS = {"window": applies.rule("profiler prometheus", "the diagnosis' window"),
+             "level": applies.rule("profiler prometheus", "the diagnosis' level")}
 
 
 def register(sub: Any) -> None:
@@ -129,7 +132,9 @@ def comparison(args: argparse.Namespace) -> Comparison:
                              "or --prometheus URL with --before-start/--before-end/"
                              "--after-start/--after-end")
         labels = (args.before, args.after)
-        applies.check(args, {"profiler"}, "compare", RANGES)
+        saved = Path(args.before).is_file() and Path(args.after).is_file()
+        applies.check(args, {"report"} if saved else {"profiler"}, "compare",
+                      {**RANGES, **DIAGNOSIS})
     th = common.thresholds_from_args(args)
     before = _report(args, args.before, "before", th)
     after = _report(args, args.after, "after", th)
