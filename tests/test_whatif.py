@@ -98,7 +98,9 @@ def test_inferred_routing_and_pool_changes(
     share = doc["policies"][0]["unit_load"]
     assert max(share, key=share.get) == "inst-1"
     doc = whatif_json(folders["health-check"], capsys)
-    assert any("inst-3 left the pool" in n for n in doc["notes"])
+    left = [n for n in doc["note_facts"] if n["code"] == "whatif_left_early"]
+    assert [n["instance"] for n in left] == ["inst-3"]
+    assert any("inst-3 left the pool" in n for n in doc["notes"])  # and worded
     doc = whatif_json(folders["slow-device"], capsys)
     speeds = {u["unit"]: u["speed"] for u in doc["service_model"]["units"]}
     assert speeds["inst-1"] == pytest.approx(1.8, rel=0.05)
@@ -197,8 +199,10 @@ def test_without_step_times_the_replay_is_untrusted_and_says_so(
             (folders["wrong-weights"] / inst / "request.csv").read_text())
     doc = whatif_json(tmp_path, capsys)
     assert doc["trusted"] is False
-    assert "do not trust the ranking" in doc["notes"][0]
-    assert any("too few timed steps" in n for n in doc["notes"])
+    codes = [n["code"] for n in doc["note_facts"]]
+    assert codes[0] == "whatif_not_reproduced" and "whatif_few_timed_steps" in codes
+    assert "do not trust the ranking" in doc["notes"][0]  # each fact worded, in order
+    assert len(doc["notes"]) == len(codes)
     assert main(["whatif", str(tmp_path), "--jobs", "1", "--format", "markdown"]) == 0
     assert "UNTRUSTED" in capsys.readouterr().out
 

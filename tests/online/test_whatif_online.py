@@ -19,6 +19,7 @@ from conftest import backfill, need, serve_prometheus
 from report_schema import assert_valid
 from skewscope.cli import main
 from skewscope.config import WHATIF
+from skewscope.report.whatif import document
 from skewscope.sim.engine import START_S, simulate
 from skewscope.sim.scenario import builtin_scenarios
 from skewscope.sim.workload import generate
@@ -85,6 +86,8 @@ def test_online_replay_reproduces_metrics_and_the_fix_is_predicted_to_help(
     assert fix["ttft_p99_ms"] < 0.7 * cur["ttft_p99_ms"]
     assert fix["max_over_median_load"] < cur["max_over_median_load"] - 0.1
     assert doc["recommended"] != "current"
+    codes = {n["code"] for n in doc["note_facts"]}
+    assert {"whatif_through_buckets", "whatif_online_workload"} <= codes
     assert any("histograms" in n for n in doc["notes"])
 
 
@@ -113,7 +116,7 @@ def test_scrape_path_replay_reproduces_metrics(capsys: pytest.CaptureFixture[str
     we = scrape_workload(scraped("wrong-weights"))
     assert {"prompt_length", "output_length", "ttft", "queue_time", "itl"} <= set(we.buckets)
     assert we.kv_config and we.held_at_end
-    doc = whatif_online(we, "scrape", ("round_robin",), ()).to_dict()
+    doc = document(whatif_online(we, "scrape", ("round_robin",), ()))
     assert_valid(doc, "whatif")
     assert doc["trusted"] is True, doc["calibration"]
     by = {p["name"]: p["predicted"] for p in doc["policies"]}
@@ -167,11 +170,14 @@ def test_sessions_from_the_access_log_replay_session_policies(
     plain = whatif_online(prom, SESSIONS, capsys, "--policies", policies)
     assert [p["name"] for p in plain["policies"]][:2] == ["current", "round_robin"]
     assert not {"consistent_hash", "cache_aware"} & {p["name"] for p in plain["policies"]}
+    assert "whatif_no_sessions_online" in {n["code"] for n in plain["note_facts"]}
     assert any("--access-log" in n for n in plain["notes"])
     log = access_log(SESSIONS, tmp_path / "nginx.log")
     doc = whatif_online(prom, SESSIONS, capsys, "--policies", policies, "--access-log", str(log))
     by = {p["name"]: p["predicted"] for p in doc["policies"]}
     assert {"consistent_hash", "cache_aware"} <= set(by)
+    sessions = [n for n in doc["note_facts"] if n["code"] == "whatif_sessions"]
+    assert [(n["keys"], n["key_name"]) for n in sessions] == [(64, "http_x_session_id")]
     assert any(n.startswith("sessions: 64 distinct http_x_session_id keys") for n in doc["notes"])
     assert doc["trusted"] is True
     assert by["round_robin"]["max_over_median_load"] < 1.3

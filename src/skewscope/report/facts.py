@@ -8,91 +8,14 @@ a ratio is the analysis' number (NaN: not measured, inf: the peers did none of i
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
-from enum import StrEnum
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
-JSON_DECIMALS = 6  # floats in the JSON report; the tables format these same rounded values
+# The note type and the JSON cleaning are neutral ground (``skewscope.notes``): what-if speaks
+# in the same notes and may not import the report. Re-exported here for the report's modules.
+from skewscope.notes import JSON_DECIMALS, Note, NoteCode, WhatifNoteCode, clean, rounded
 
-
-def rounded(value: float) -> float:
-    """A finite float as the JSON report carries it (renderers format this, so a ratio in a
-    table is always the JSON's number at fewer digits)."""
-    return round(value, JSON_DECIMALS)
-
-
-def clean(value: Any) -> Any:
-    """JSON has no NaN or infinity: a value that was not measured is null, an infinite ratio
-    (the reference did none of it) is the string ``"inf"``, as the tables print ``∞x``."""
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return None if not math.isfinite(value) else rounded(value)
-    if isinstance(value, Note):
-        return value.to_dict()
-    if isinstance(value, Mapping):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v) for v in value]
-    return value
-
-
-class NoteCode(StrEnum):
-    """What a note of the analysis says (``Note.values`` holds its figures)."""
-
-    SOURCE = "source"  # a source's own line, passed through: values {text}
-    EMPTY_RANGE = "empty_range"  # no data in the analysed range
-    ONE_UNIT = "one_unit"  # {unit, min_units}
-    FEW_WINDOWS = "few_windows"  # {windows, min_windows}
-    NEAR_IDLE = "near_idle"  # {requests, min_requests}
-    NO_REQUEST_COUNTS = "no_request_counts"
-    QUEUE_ONLY = "queue_only"  # the source counts no requests: judged by queues alone
-    FEW_JUDGED_WINDOWS = "few_judged_windows"  # {judged, windows, min_requests_per_window}
-    SKEW_NOT_JUDGED = "skew_not_judged"  # stalled units found, the rest not judged: {reason}
-    DP_SIZES = "dp_sizes"  # {sizes: {instance: ranks}}
-    DP_WITHIN_INSTANCES = "dp_within_instances"  # instances balanced, ranks judged inside
-    COLD_MINORITY = "cold_minority"  # {units}: most run hot, judged against these
-    WEIGHT_BY_CHANCE = "weight_by_chance"  # {unit, input_ratio, output_ratio, p_value}
-    UNEXPLAINED_PRESSURE = "unexplained_pressure"  # {units}
-    SKEW_PRICE = "skew_price"  # SkewPrice's fields
-    NO_GATEWAY = "no_gateway"
-    GATEWAY_UNJOINED = "gateway_unjoined"  # {upstreams}
-    GATEWAY_DOWN = "gateway_down"  # {unit, down: [(what, share)]}: a unit not starved
-    GATEWAY_MARKED_DOWN = "gateway_marked_down"  # the same, said of a starved finding's unit
-    GATEWAY_NOT_LISTED = "gateway_not_listed"  # {unit, source}
-    # {source, policy, policy_class, upstream, router_share, engine_share, router_ratio,
-    #  verdict ("more" | "not_more" | "even"), key_name, top_keys, top_keys_excess_share,
-    #  request_bytes_ratio, lead_cause}
-    GATEWAY_ROUTED = "gateway_routed"
-    TRANSIENT = "transient"  # {unit, windows, hot_share, hot_run, span_s, often, min_consecutive}
-    KV_EXHAUSTED = "kv_exhausted"  # {kv_peak, kv_high}
-    KV_SERVICE_WIDE = "kv_service_wide"  # {kv_peak, reference_peak}
-    PREEMPTED_HERE_ONLY = "preempted_here_only"  # {preemptions}
-    KV_FILLING = "kv_filling"  # {alloc_free_ratio}
-    QUEUE_GROWING = "queue_growing"  # {per_window}
-    # compare
-    LEVELS_DIFFER = "levels_differ"  # {before, after}
-    FOCUS_MISSING = "focus_missing"  # {units}: not in the after side
-    NOTHING_COMPARED = "nothing_compared"  # no signal measured on both sides
-
-
-@dataclass(frozen=True)
-class Note:
-    """One thing the report says beside its findings, as a code and its figures."""
-
-    code: NoteCode
-    values: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def text(cls, line: str) -> Note:
-        """A source's note (sources speak in lines; the analysis passes them through)."""
-        return cls(NoteCode.SOURCE, {"text": line})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": str(self.code), **clean(dict(self.values))}
-
+__all__ = ["JSON_DECIMALS", "Note", "NoteCode", "WhatifNoteCode", "clean", "rounded"]
 
 @dataclass(frozen=True)
 class Compared:

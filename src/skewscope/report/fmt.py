@@ -99,6 +99,11 @@ def decimal(v: float, digits: int = 1) -> str:
     return f"{v:,.{digits}f}"
 
 
+def seconds(s: float) -> str:
+    """A window length or step in seconds, as given ('60 s', '0.5 s')."""
+    return f"{s:g} s"
+
+
 def p_value(p: float) -> str:
     """A permutation test's p-value: three decimals when small, else two."""
     return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"

@@ -22,7 +22,9 @@ from skewscope.report.facts import (
     NoteCode,
     StallFacts,
     StarvedFacts,
+    WhatifNoteCode,
 )
+from skewscope.report.whatif_phrases import WHATIF_NOTES
 
 NA = "n/a"  # a figure a sentence cannot give
 
@@ -375,5 +377,7 @@ _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
 
 
 def note(n: Note) -> str:
-    """One note as a line."""
+    """One note as a line (the diagnosis' and what-if's alike)."""
+    if isinstance(n.code, WhatifNoteCode):
+        return WHATIF_NOTES[n.code](n.values)
     return _NOTES[n.code](n.values)

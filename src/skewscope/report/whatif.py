@@ -1,5 +1,6 @@
-"""What-if report renderers (terminal, Markdown, JSON). They format; the numbers come computed
-in ``WhatIfReport`` (the JSON is exactly ``to_dict()``, contract in docs/whatif.md)."""
+"""What-if report renderers (terminal, Markdown, JSON, HTML). They format; the numbers come
+computed in ``WhatIfReport``, its notes as facts that ``phrases.note`` words (the JSON is
+``document()``: ``to_dict()`` plus the notes' sentences, contract in docs/whatif.md)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import io
 import json
 import math
 from collections.abc import Callable
+from typing import Any
 
-from skewscope.report import fmt
+from skewscope.report import fmt, phrases
 from skewscope.whatif.model import METRIC_KEYS, METRIC_LABELS, WhatIfReport
 
 TABLE_KEYS: tuple[str, ...] = METRIC_KEYS
@@ -28,6 +30,19 @@ def value(key: str, v: float | None) -> str:
 
 def change(v: float | None) -> str:
     return "—" if v is None or not math.isfinite(v) else f"{v:+.0%}"
+
+
+def note_lines(r: WhatIfReport) -> list[str]:
+    """The report's notes as sentences, in order."""
+    return [phrases.note(n) for n in r.notes]
+
+
+def document(r: WhatIfReport) -> dict[str, Any]:
+    """The JSON report: ``to_dict()`` with each note both as a sentence (``notes``) and as its
+    facts (``note_facts``), like the diagnose report."""
+    d = r.to_dict()
+    facts = d.pop("note_facts")
+    return {**d, "notes": note_lines(r), "note_facts": facts}
 
 
 def headline(r: WhatIfReport) -> str:
@@ -93,7 +108,7 @@ def render_markdown(r: WhatIfReport, *, width: int | None = None, color: bool = 
             "## Calibration", "", trust_line(r), ""]
     out += [f"- {line}" for line in calibration_lines(r)]
     if r.notes:
-        out += ["", "## Notes", ""] + [f"- {fmt.clean(n)}" for n in r.notes]
+        out += ["", "## Notes", ""] + [f"- {fmt.clean(n)}" for n in note_lines(r)]
     return "\n".join(out) + "\n"
 
 
@@ -125,7 +140,7 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
         console.print(Text(f"  {line}", style="dim" if "too far" not in line else "red"))
     for p in r.policies:
         console.print(Text(f"· {fmt.clean(p.name)}: {fmt.clean(p.description)}", style="dim"))
-    for n in r.notes:
+    for n in note_lines(r):
         console.print(Text(f"note: {fmt.clean(n)}", style="yellow"))
     return console.export_text(styles=color)
 
@@ -146,12 +161,12 @@ def render_html(r: WhatIfReport, *, width: int | None = None, color: bool = Fals
 
     from skewscope.report import html
 
-    return html.page("whatif.html.j2", "skewscope what-if", r.to_dict(), r=r,
+    return html.page("whatif.html.j2", "skewscope what-if", document(r), r=r,
                      w=sys.modules[__name__])
 
 
 def render_json(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
-    return json.dumps(r.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(document(r), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 RENDER: dict[str, Callable[..., str]] = {

@@ -16,6 +16,8 @@ import numpy as np
 import polars as pl
 
 from skewscope.config import WHATIF, WhatIfSettings
+from skewscope.notes import Note
+from skewscope.notes import WhatifNoteCode as W
 from skewscope.sim.scenario import RankSpec
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.extract import Layout
@@ -28,7 +30,7 @@ class ServiceModel:
     base: RankSpec  # the fleet's fitted step law and limits (speed 1)
     ranks: tuple[RankSpec, ...]  # per engine process in the simulator's rank order
     calibrated: bool
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
 
 
 FIT_ROUNDS = 5  # law <-> per-rank speed alternations (converges in 2-3 on simulator data)
@@ -72,19 +74,17 @@ def _law_and_speeds(steps: pl.DataFrame) -> tuple[tuple[float, float, float], pl
     return law, ranks
 
 
-def uncalibrated(layout: Layout, why: str) -> ServiceModel:
+def uncalibrated(layout: Layout, why: W) -> ServiceModel:
     """The simulator's default ranks, flagged: a replay on them is not calibrated."""
     grid = len(layout.present())
-    return ServiceModel(DEFAULT, tuple(DEFAULT for _ in range(grid)), False, (why,))
+    return ServiceModel(DEFAULT, tuple(DEFAULT for _ in range(grid)), False, (Note(why),))
 
 
 def calibrate(log: RequestLog, layout: Layout, s: WhatIfSettings = WHATIF) -> ServiceModel:
     steps = log.steps.drop_nulls(["exec_ms", "prefill_tokens", "decode_seqs"]).filter(
         pl.col("exec_ms") > 0)
     if steps.height < 10:
-        return uncalibrated(layout, "too few timed steps in batch.csv to calibrate the service "
-                            "model: the simulator's default ranks are used, so the replay is "
-                            "not calibrated")
+        return uncalibrated(layout, W.FEW_TIMED_STEPS)
     kv = steps.group_by("instance", "dp_rank").agg(
         (pl.col("free_blocks") / (1 - pl.col("kv_usage")))
         .filter(pl.col("kv_usage") < 0.98).median().alias("total_blocks"))
@@ -98,7 +98,7 @@ def calibrate(log: RequestLog, layout: Layout, s: WhatIfSettings = WHATIF) -> Se
 def fit_model(
     steps: pl.DataFrame, blocks: dict[tuple[str, int], float | None],
     seen: tuple[float, float], layout: Layout, s: WhatIfSettings = WHATIF,
-    budget_note: str = "",
+    budget: str = "",
 ) -> ServiceModel:
     """The service model from timed steps (``instance``, ``dp_rank``, ``exec_ms``,
     ``prefill_tokens``, ``decode_seqs``: one row per step, or per window's mean step online),
@@ -117,10 +117,11 @@ def fit_model(
         per_prefill_token_ms=a,
         per_decode_seq_ms=b,
     )
-    notes = [f"service model: step = {fixed:.1f} ms + {a:.4f} ms/prefill token + {b:.3f} ms/"
-             f"decode sequence, batch ceiling {base.max_running} and token budget "
-             f"{base.token_budget} (highest seen {max_batch:.0f} and {max_tokens:.0f}, rounded "
-             f"up{budget_note}), KV blocks of {s.block_size} tokens (assumed)"]
+    notes = [Note(W.SERVICE_MODEL, {
+        "fixed_ms": fixed, "per_prefill_token_ms": a, "per_decode_seq_ms": b,
+        "max_running": base.max_running, "token_budget": base.token_budget,
+        "max_batch_seen": max_batch, "max_tokens_seen": max_tokens,
+        "block_size": s.block_size, "budget": budget, "default_budget": DEFAULT.token_budget})]
     speeds = [float(look[u]) if look.get(u) else 1.0 for u in units]
     # normalise so the median rank has speed 1 (the fit absorbs the fleet's common scale)
     real = [sp for sp, ok in zip(speeds, present, strict=True) if ok]
@@ -140,11 +141,10 @@ def fit_model(
             speed=sp / med,
         ))
     if no_kv:
-        notes.append(f"{len(no_kv)} rank(s) without KV usage and free blocks: "
-                     f"{DEFAULT.total_blocks} blocks assumed")
+        notes.append(Note(W.NO_KV, {"ranks": len(no_kv), "blocks": DEFAULT.total_blocks}))
     missing = [u for u, ok in zip(units, present, strict=True) if ok and u not in look]
     if missing:
-        notes.append(f"{len(missing)} rank(s) with no timed step: nominal speed assumed")
+        notes.append(Note(W.NO_TIMED_STEP, {"ranks": len(missing)}))
     base = dataclasses.replace(base, fixed_ms=fixed * med, per_prefill_token_ms=a * med,
                                per_decode_seq_ms=b * med)
     return ServiceModel(base, tuple(ranks), True, tuple(notes))

@@ -16,6 +16,8 @@ import polars as pl
 
 from skewscope.config import WHATIF, WhatIfSettings
 from skewscope.frame import dp_unit_id
+from skewscope.notes import Note
+from skewscope.notes import WhatifNoteCode as W
 from skewscope.sim.workload import Workload
 from skewscope.sources.workload import RequestLog
 
@@ -69,7 +71,7 @@ class Observed:
     equal_instances: bool
     equal_ranks: bool
     has_sessions: bool
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
     # Online evidence gives latencies as histograms: metric -> the bucket upper bounds (ms) the
     # replay is read through for the calibration check (the same instrument on both sides).
     through: tuple[tuple[str, tuple[float, ...]], ...] = ()
@@ -111,17 +113,17 @@ def rank_weights(counts: np.ndarray, layout: Layout, s: WhatIfSettings) -> tuple
 
 def _availability(
     arrivals: np.ndarray, inst: np.ndarray, n: int, duration: float, s: WhatIfSettings
-) -> tuple[list[tuple[float, float]], list[str]]:
+) -> tuple[list[tuple[float, float]], list[Note]]:
     """Per instance the interval it was in the pool: the whole run, unless the gap before its
     first or after its last request would, at its share of the traffic, have held at least
     ``absent_expected_requests`` requests (a failed health check, a late join)."""
     out: list[tuple[float, float]] = []
-    notes: list[str] = []
+    notes: list[Note] = []
     for i in range(n):
         mine = arrivals[inst == i]
         if mine.shape[0] == 0:
             out.append((duration, math.inf))
-            notes.append(f"instance #{i} received no request: out of the pool all run")
+            notes.append(Note(W.NEVER_IN_POOL, {"instance": i}))
             continue
         first, last = float(mine[0]), float(mine[-1])
         span = max(last - first, 1e-9)
@@ -153,20 +155,17 @@ def extract(log: RequestLog, s: WhatIfSettings = WHATIF) -> Observed:
         instance_hint=inst.astype(np.int64),
         rank_hint=rank,
     )
-    notes: list[str] = []
+    notes: list[Note] = []
     unplaced = int(req["dp_rank"].is_null().sum()) if layout.dp_ranks > 1 else 0
     if unplaced:
-        notes.append(f"{unplaced} request(s) the evidence did not place on a DP rank (never "
-                     "scheduled) are put on their instance's rank with the longest queue waits")
+        notes.append(Note(W.UNPLACED, {"requests": unplaced}))
     if n_guessed:
-        notes.append(f"{n_guessed} request(s) unfinished in the evidence: their output length "
-                     "is drawn from the finished requests at least as long")
-    notes.append("no session or prefix ids in the evidence: consistent_hash and cache_aware "
-                 "cannot be judged and are left out")
+        notes.append(Note(W.UNFINISHED, {"requests": n_guessed}))
+    notes.append(Note(W.NO_SESSIONS))
     return observe(layout, wl, duration, notes, s)
 
 
-def observe(layout: Layout, wl: Workload, duration: float, notes: list[str],
+def observe(layout: Layout, wl: Workload, duration: float, notes: list[Note],
             s: WhatIfSettings = WHATIF, has_sessions: bool = False,
             through: tuple[tuple[str, tuple[float, ...]], ...] = ()) -> Observed:
     """The current routing's shape from a placed workload (``instance_hint``/``rank_hint``):
@@ -192,9 +191,9 @@ def observe(layout: Layout, wl: Workload, duration: float, notes: list[str],
     for i, (lo, hi) in enumerate(avail):
         name = layout.instances[i]
         if 0 < lo < duration:
-            pool_notes.append(f"{name} joined the pool only at {lo:.0f} s (no request before)")
+            pool_notes.append(Note(W.JOINED_LATE, {"instance": name, "at_s": lo}))
         if math.isfinite(hi) and hi > lo:
-            pool_notes.append(f"{name} left the pool at {hi:.0f} s (no request after)")
+            pool_notes.append(Note(W.LEFT_EARLY, {"instance": name, "at_s": hi}))
     return Observed(layout, wl, duration, tuple(avail), tuple(inst_share.tolist()),
                     tuple(rank_share.tolist()), tuple(inferred), eq_inst, eq_rank, has_sessions,
                     tuple(pool_notes + notes), through)

@@ -1,10 +1,14 @@
-"""What-if report: frozen dataclasses; ``to_dict()`` is the JSON contract (docs/whatif.md)."""
+"""What-if report: frozen dataclasses; ``to_dict()`` is the JSON contract (docs/whatif.md) but
+for the notes' sentences: what-if hands its notes over as ``Note`` facts (``note_facts``) and the
+report layer words them (``report.whatif.document`` adds ``notes``), as the diagnosis does."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
 from typing import Any
+
+from skewscope.notes import Note
 
 # Metric keys in display order; every metric is "lower is better" except throughput.
 METRIC_KEYS: tuple[str, ...] = (
@@ -107,7 +111,7 @@ class WhatIfReport:
     policies: tuple[PolicyResult, ...]
     recommended: str
     gain: dict[str, float | None]  # metric -> relative change of the recommended vs current
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     dp_sizes: tuple[tuple[str, int], ...] = ()  # instance -> DP size (mixed fleets differ)
 
     def policy(self, name: str) -> PolicyResult:
@@ -131,5 +135,5 @@ class WhatIfReport:
             "policies": [p.to_dict() for p in self.policies],
             "recommended": self.recommended,
             "gain": {k: _num(v) for k, v in self.gain.items()},
-            "notes": list(self.notes),
+            "note_facts": [n.to_dict() for n in self.notes],
         }

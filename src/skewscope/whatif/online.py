@@ -25,6 +25,8 @@ import polars as pl
 
 from skewscope.config import WHATIF, WhatIfSettings
 from skewscope.errors import InputError
+from skewscope.notes import Note
+from skewscope.notes import WhatifNoteCode as W
 from skewscope.sim.workload import Workload
 from skewscope.sources.access_log import LoggedRequest
 from skewscope.sources.online_workload import (
@@ -111,13 +113,12 @@ def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
     rng = np.random.default_rng(s.seed)
     inst_of = {n: i for i, n in enumerate(layout.instances)}
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, int, int]] = []
-    notes: list[str] = []
+    notes: list[Note] = []
     hist = {r: we.buckets.get(r, {}) for r in ("prompt_length", "output_length")}
     frame = we.evidence.dp if dp and we.evidence.dp is not None else we.evidence.instance
     at_start = counted_at_start(frame.aliases.get("requests", ""))
     if at_start:
-        notes.append("requests are counted as they leave the queue (" + frame.aliases["requests"]
-                     + "): arrivals = those + the change in waiting requests")
+        notes.append(Note(W.COUNTED_AT_START, {"alias": frame.aliases["requests"]}))
     for (inst, rank), rows in df.sort("window_start_s").group_by(
             ["instance", "dp_rank"], maintain_order=True):
         rows = rows.sort("window_start_s")
@@ -151,15 +152,9 @@ def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
         session=np.full(n, -1, dtype=np.int64), instance_hint=col(3).astype(np.int64),
         rank_hint=col(4).astype(np.int64),
     )
-    notes.append(f"online workload: {n:,} requests rebuilt from per-window counters ({w:g} s "
-                 "windows: finished + change in running + waiting between window ends), spread "
-                 "uniformly inside each window; bursts shorter than a window are not resolved")
+    notes.append(Note(W.ONLINE_WORKLOAD, {"requests": n, "window_s": w}))
     for role, what in (("prompt_length", "prompt"), ("output_length", "output")):
-        notes.append(f"{what} lengths drawn from the {what}-length histograms (each bucket its "
-                     "share), scaled toward the token counters' mean inside their buckets"
-                     if hist[role] else
-                     f"no {what}-length histogram: every request of a unit has the unit's mean "
-                     f"{what} length over the range (the token counters')")
+        notes.append(Note(W.LENGTHS, {"what": what, "histogram": bool(hist[role])}))
     has_sessions = False
     if logged is not None:
         from skewscope.whatif.sessions import with_sessions
@@ -168,9 +163,7 @@ def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
         notes += session_notes
         has_sessions = bool((wl.session >= 0).any())
     if not has_sessions:
-        notes.append("no session or prefix ids in metrics (give the gateway's access log with "
-                     "--access-log): consistent_hash and cache_aware cannot be judged and are "
-                     "left out")
+        notes.append(Note(W.NO_SESSIONS_ONLINE))
     through = tuple((key, tuple(1000.0 * b for b in sorted(_fleet(we, role))))
                     for key, role in (("queue_wait_p95_ms", "queue_time"),
                                       ("ttft_p99_ms", "ttft")) if _fleet(we, role))
@@ -215,19 +208,14 @@ def model_from(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame, dp: bool,
                          "prefill_tokens": float((run * pf).sum() / run.sum()),
                          "decode_seqs": float((run * run).sum() / run.sum())})
     if len(rows) < MIN_STEP_ROWS:
-        return uncalibrated(layout, "no inter-token latency histogram with enough decoding "
-                            "windows to calibrate the service model: the simulator's default "
-                            "ranks are used, so the replay is not calibrated")
+        return uncalibrated(layout, W.NO_ITL_HISTOGRAM)
     blocks = _kv_blocks(we, df, index, obs, s)
     top = we.buckets.get("iteration_tokens", {})
     seen = [b for u in top.values() for b, c in u.items() if c > 0 and math.isfinite(b)]
     budget = max(seen) if seen else float(DEFAULT.token_budget)
     ceiling = float(df["running"].max() or 1.0)  # type: ignore[arg-type]
-    note = ("; online: the batch from the mean running gauge, the budget from the tokens-per-"
-            "step histogram's highest bucket" if seen else "; online: the batch from the mean "
-            f"running gauge; no tokens-per-step histogram, so the budget is the simulator's "
-            f"default {DEFAULT.token_budget} (assumed)")
-    return fit_model(pl.DataFrame(rows), blocks, (ceiling, budget), layout, s, budget_note=note)
+    return fit_model(pl.DataFrame(rows), blocks, (ceiling, budget), layout, s,
+                     budget="histogram" if seen else "default")
 
 
 def _kv_blocks(we: WorkloadEvidence, df: pl.DataFrame, index: dict[tuple[str, int], int],
@@ -301,10 +289,8 @@ def whatif_online(
     model = model_from(we, obs, df, dp, s)
     seen = seen_metrics(we, obs, df)
     if obs.through:
-        model = dataclasses.replace(model, notes=(
-            *model.notes, "latency percentiles: the evidence's from its histograms; the "
-            "calibration reads the replay through the same buckets (the policy table gives "
-            "the replay's exact percentiles)"))
+        model = dataclasses.replace(model, notes=(*model.notes, Note(W.THROUGH_BUCKETS)))
     report = predict(obs, model, seen, source, policies, dp_policies, s, progress, jobs)
-    extra = tuple(n for n in (*we.notes, *we.evidence.notes) if not n.startswith("dialect"))
+    extra = tuple(Note.text(n) for n in (*we.notes, *we.evidence.notes)
+                  if not n.startswith("dialect"))
     return dataclasses.replace(report, notes=(*report.notes, *extra))

@@ -11,6 +11,8 @@ import numpy as np
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import UsageError
+from skewscope.notes import Note
+from skewscope.notes import WhatifNoteCode as W
 from skewscope.sim.policies import OBSERVED, POLICIES, SESSION_POLICIES, RoutingSpec
 from skewscope.whatif.calibrate import ServiceModel
 from skewscope.whatif.extract import Observed
@@ -63,11 +65,11 @@ def slow_instances(obs: Observed, model: ServiceModel, th: Thresholds) -> list[i
 def build_plans(
     obs: Observed, model: ServiceModel, policies: tuple[str, ...], dp_policies: tuple[str, ...],
     th: Thresholds = DEFAULT_THRESHOLDS,
-) -> tuple[list[Plan], list[str]]:
+) -> tuple[list[Plan], list[Note]]:
     """The current plan first, then every applicable candidate; notes say what was left out."""
     lay = obs.layout
     n = len(lay.instances)
-    notes: list[str] = []
+    notes: list[Note] = []
     cur_dp = _weighted(obs.rank_share, obs.equal_ranks)
     cur_gw = _weighted(obs.instance_share, obs.equal_instances)
     avail = obs.availability
@@ -78,7 +80,7 @@ def build_plans(
         if p in SESSION_POLICIES and not obs.has_sessions:
             continue
         if n < 2:
-            notes.append(f"{p}: one instance, no instance-level choice")
+            notes.append(Note(W.ONE_INSTANCE, {"policy": p}))
             break
         plans.append(Plan(p, "instance", f"gateway {p}, DP dispatch as observed",
                           RoutingSpec(p), cur_dp, avail))

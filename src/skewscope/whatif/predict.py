@@ -7,6 +7,8 @@ from collections.abc import Callable
 import numpy as np
 
 from skewscope.config import WHATIF, WhatIfSettings
+from skewscope.notes import Note
+from skewscope.notes import WhatifNoteCode as W
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.calibrate import ServiceModel, calibrate
 from skewscope.whatif.extract import Observed, extract
@@ -140,9 +142,7 @@ def predict(
     notes = list(obs.notes) + list(model.notes) + plan_notes
     if not trusted:
         bad = [r.metric for r in rows if not r.ok]
-        notes.insert(0, "the replay of the current routing does not reproduce the evidence "
-                     f"({', '.join(bad) or 'uncalibrated service model'}): do not trust the "
-                     "ranking")
+        notes.insert(0, Note(W.NOT_REPRODUCED, {"metrics": bad}))
     recommended, gain = _recommend(results, s)
     wl = obs.workload
     grid = len(present)

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from skewscope.frame import upstream_key
+from skewscope.notes import Note
+from skewscope.notes import WhatifNoteCode as W
 from skewscope.sim.workload import Workload
 from skewscope.sources.access_log import LoggedRequest
 from skewscope.whatif.extract import Layout
@@ -31,7 +33,7 @@ def session_id(key: str) -> int:
 
 def with_sessions(wl: Workload, layout: Layout, t0: float, window_s: float,
                   logged: Sequence[LoggedRequest], key_name: str | None,
-                  rng: np.random.Generator) -> tuple[Workload, list[str]]:
+                  rng: np.random.Generator) -> tuple[Workload, list[Note]]:
     """``wl`` with a session id per request from ``logged`` (-1 where its instance's upstream
     logged no key), and notes saying what was matched."""
     assert wl.instance_hint is not None
@@ -58,14 +60,11 @@ def with_sessions(wl: Workload, layout: Layout, t0: float, window_s: float,
             else:  # more replayed requests than logged ones: the window's keys, at random
                 pick = [keys[j] for j in rng.integers(0, len(keys), mine.shape[0])]
             session[mine] = [ids.setdefault(key, session_id(key)) for key in pick]
-    notes = []
+    notes: list[Note] = []
     if ids:
         share = float((session >= 0).mean()) if len(wl) else 0.0
-        notes.append(f"sessions: {len(ids):,} distinct {key_name or 'client'} keys from the "
-                     f"access log on {share:.0%} of the replayed requests (each gets a key its "
-                     "upstream logged in the same window); sticky, consistent_hash and "
-                     "cache_aware are replayed on them, a session standing for a shared prefix")
+        notes.append(Note(W.SESSIONS, {"keys": len(ids), "key_name": key_name,
+                                       "share": share}))
     if unmatched:
-        notes.append(f"no access-log upstream matches {', '.join(unmatched)} (upstreams are "
-                     "joined to instances on host:port): their requests carry no session")
+        notes.append(Note(W.UNMATCHED_UPSTREAMS, {"upstreams": list(unmatched)}))
     return dataclasses.replace(wl, session=session), notes

@@ -1,0 +1,102 @@
+"""What-if notes into sentences: the words of the replay's assumptions and of what it left out.
+
+``whatif`` may not import the report, so it hands its notes over as ``Note(WhatifNoteCode,
+figures)``; this table words them (``phrases.note`` reads it beside the diagnosis' own), and
+every number goes through ``fmt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from skewscope.notes import WhatifNoteCode as W
+from skewscope.report import fmt
+
+NOT_CALIBRATED = "the simulator's default ranks are used, so the replay is not calibrated"
+
+
+def _service_model(v: Mapping[str, Any]) -> str:
+    budget = {
+        "": "",
+        "histogram": "; online: the batch from the mean running gauge, the budget from the "
+                     "tokens-per-step histogram's highest bucket",
+        "default": "; online: the batch from the mean running gauge; no tokens-per-step "
+                   "histogram, so the budget is the simulator's default "
+                   f"{fmt.count(v['default_budget'])} (assumed)",
+    }[v["budget"]]
+    return (f"service model: step = {fmt.decimal(v['fixed_ms'], 1)} ms + "
+            f"{fmt.decimal(v['per_prefill_token_ms'], 4)} ms/prefill token + "
+            f"{fmt.decimal(v['per_decode_seq_ms'], 3)} ms/decode sequence, batch ceiling "
+            f"{fmt.count(v['max_running'])} and token budget {fmt.count(v['token_budget'])} "
+            f"(highest seen {fmt.count(v['max_batch_seen'])} and "
+            f"{fmt.count(v['max_tokens_seen'])}, rounded up{budget}), KV blocks of "
+            f"{fmt.count(v['block_size'])} tokens (assumed)")
+
+
+def _lengths(v: Mapping[str, Any]) -> str:
+    what = v["what"]
+    if v["histogram"]:
+        return (f"{what} lengths drawn from the {what}-length histograms (each bucket its "
+                "share), scaled toward the token counters' mean inside their buckets")
+    return (f"no {what}-length histogram: every request of a unit has the unit's mean {what} "
+            "length over the range (the token counters')")
+
+
+WHATIF_NOTES: dict[W, Callable[[Mapping[str, Any]], str]] = {
+    W.NOT_REPRODUCED: lambda v: (
+        "the replay of the current routing does not reproduce the evidence "
+        f"({', '.join(v['metrics']) or 'uncalibrated service model'}): do not trust the "
+        "ranking"),
+    W.FEW_TIMED_STEPS: lambda v: (
+        f"too few timed steps in batch.csv to calibrate the service model: {NOT_CALIBRATED}"),
+    W.NO_ITL_HISTOGRAM: lambda v: (
+        "no inter-token latency histogram with enough decoding windows to calibrate the "
+        f"service model: {NOT_CALIBRATED}"),
+    W.SERVICE_MODEL: _service_model,
+    W.NO_KV: lambda v: (
+        f"{fmt.count(v['ranks'])} rank(s) without KV usage and free blocks: "
+        f"{fmt.count(v['blocks'])} blocks assumed"),
+    W.NO_TIMED_STEP: lambda v: (
+        f"{fmt.count(v['ranks'])} rank(s) with no timed step: nominal speed assumed"),
+    W.THROUGH_BUCKETS: lambda v: (
+        "latency percentiles: the evidence's from its histograms; the calibration reads the "
+        "replay through the same buckets (the policy table gives the replay's exact "
+        "percentiles)"),
+    W.NEVER_IN_POOL: lambda v: (
+        f"instance #{v['instance']} received no request: out of the pool all run"),
+    W.JOINED_LATE: lambda v: (
+        f"{v['instance']} joined the pool only at {fmt.count(v['at_s'])} s (no request before)"),
+    W.LEFT_EARLY: lambda v: (
+        f"{v['instance']} left the pool at {fmt.count(v['at_s'])} s (no request after)"),
+    W.UNPLACED: lambda v: (
+        f"{fmt.count(v['requests'])} request(s) the evidence did not place on a DP rank (never "
+        "scheduled) are put on their instance's rank with the longest queue waits"),
+    W.UNFINISHED: lambda v: (
+        f"{fmt.count(v['requests'])} request(s) unfinished in the evidence: their output length "
+        "is drawn from the finished requests at least as long"),
+    W.NO_SESSIONS: lambda v: (
+        "no session or prefix ids in the evidence: consistent_hash and cache_aware cannot be "
+        "judged and are left out"),
+    W.NO_SESSIONS_ONLINE: lambda v: (
+        "no session or prefix ids in metrics (give the gateway's access log with --access-log): "
+        "consistent_hash and cache_aware cannot be judged and are left out"),
+    W.COUNTED_AT_START: lambda v: (
+        f"requests are counted as they leave the queue ({v['alias']}): arrivals = those + the "
+        "change in waiting requests"),
+    W.ONLINE_WORKLOAD: lambda v: (
+        f"online workload: {fmt.count(v['requests'])} requests rebuilt from per-window counters "
+        f"({fmt.seconds(v['window_s'])} windows: finished + change in running + waiting between "
+        "window ends), spread uniformly inside each window; bursts shorter than a window are "
+        "not resolved"),
+    W.LENGTHS: _lengths,
+    W.SESSIONS: lambda v: (
+        f"sessions: {fmt.count(v['keys'])} distinct {v['key_name'] or 'client'} keys from the "
+        f"access log on {fmt.pct(v['share'])} of the replayed requests (each gets a key its "
+        "upstream logged in the same window); sticky, consistent_hash and cache_aware are "
+        "replayed on them, a session standing for a shared prefix"),
+    W.UNMATCHED_UPSTREAMS: lambda v: (
+        f"no access-log upstream matches {', '.join(v['upstreams'])} (upstreams are joined to "
+        "instances on host:port): their requests carry no session"),
+    W.ONE_INSTANCE: lambda v: f"{v['policy']}: one instance, no instance-level choice",
+}
