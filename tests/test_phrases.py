@@ -180,6 +180,17 @@ def test_the_analysis_writes_no_prose_and_formats_no_number() -> None:
     assert offenders == []
 
 
+def test_the_report_layer_formats_numbers_only_in_fmt() -> None:
+    """One formatter per kind of value: no format spec in a report module or template but
+    ``fmt.py`` (a CSS width in a template is not a figure)."""
+    report = Path(__file__).parents[1] / "src" / "skewscope" / "report"
+    spec = re.compile(r"\{[^{}]*:[+,]?(\.[0-9]+)?[fge%,]\}|\{\{[^}]*format")
+    files = [*sorted(report.glob("*.py")), *sorted((report / "templates").glob("*.j2"))]
+    offenders = [f"{p.name}:{i}" for p in files if p.name != "fmt.py"
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if spec.search(line)]
+    assert offenders == []
+
+
 def test_the_schemas_name_every_note_code() -> None:
     """A code added to NoteCode must reach the JSON contract (and the compare codes only its)."""
     import json

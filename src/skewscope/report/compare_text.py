@@ -33,7 +33,7 @@ def headline(c: Comparison) -> str:
 def side_line(side: str, s: Side) -> str:
     hot = fmt.names(s.hot_units + s.starved_units) or "none"
     return (f"{side}: {fmt.name(s.label)} · {s.verdict} (hot/starved: {hot}) · "
-            f"{len(s.units)} units · {s.windows} windows of {s.window_s:g} s · "
+            f"{len(s.units)} units · {s.windows} windows of {fmt.seconds(s.window_s)} · "
             f"{fmt.span(s.start_s, s.end_s)}")
 
 
@@ -45,7 +45,7 @@ def signal_label(s: SignalComparison) -> str:
 def cells(s: SignalComparison, f: Figures) -> list[str]:
     unit = "kv_usage" if s.signal == "kv_usage" else ""
     return [fmt.ratio(f.hot_peer_ratio), fmt.ratio(f.max_median),
-            f"{f.cv:.2f}" if math.isfinite(f.cv) else "—",
+            fmt.decimal(f.cv, 2) if math.isfinite(f.cv) else fmt.NOT_MEASURED,
             f"{fmt.value(unit, f.p95)} / {fmt.value(unit, f.p99)}"]
 
 
@@ -54,15 +54,12 @@ HEADER = ("hot/peer", "max/median", "CV", "P95 / P99")
 
 def gateway_lines(c: Comparison) -> list[str]:
     """Per followed unit, the gateway's share of requests before → after."""
-    def pct(v: float) -> str:
-        return f"{v:.0%}" if math.isfinite(v) else "—"
-
     out = []
     for g in c.gateway:
         src = g.source_before if g.source_before == g.source_after else \
             f"{g.source_before or 'none'} → {g.source_after or 'none'}"
         out.append(f"gateway share of {fmt.name(g.unit)} ({src}): "
-                   f"{_arrow(pct(g.before), pct(g.after))}")
+                   f"{_arrow(fmt.pct(g.before), fmt.pct(g.after))}")
     return out
 
 

@@ -104,6 +104,16 @@ def seconds(s: float) -> str:
     return f"{s:g} s"
 
 
+def plain(v: float) -> str:
+    """A configured or exported figure as given, in its shortest form ('0.5', '3')."""
+    return f"{v:g}"
+
+
+def change(v: float | None) -> str:
+    """A relative change, signed whole percent ('+12%', '-40%'); '—' when unknown."""
+    return NOT_MEASURED if v is None or not math.isfinite(v) else f"{v:+.0%}"
+
+
 def p_value(p: float) -> str:
     """A permutation test's p-value: three decimals when small, else two."""
     return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
@@ -151,9 +161,9 @@ def finding_when(f: Finding) -> str:
 
 def episode_line(e: Episode) -> str:
     """A transient burst: unit, when, how hot, and what it did to queueing."""
-    hurt = [f"{short_label(k)} {e.impact[k]:.1f}x peers" for k in e.hurting]
+    hurt = [f"{short_label(k)} {ratio(e.impact[k])} peers" for k in e.hurting]
     driver = e.driver.replace("_", " ")
-    peak = f"peak {e.peak_ratio:.1f}x peers on {driver}" if math.isfinite(e.peak_ratio) else ""
+    peak = f"peak {ratio(e.peak_ratio)} peers on {driver}" if math.isfinite(e.peak_ratio) else ""
     impact = "; " + ", ".join(hurt) if hurt else "; no queueing impact"
     return (f"{name(e.unit)}: {span(e.run.start_s, e.run.end_s)} ({e.run.windows} windows, "
             f"{peak}{impact})")
@@ -185,7 +195,7 @@ def headline(report: Report) -> str:
 def scope(report: Report) -> str:
     return (
         f"source {name(report.source)} · level {report.level} · {len(report.units)} units · "
-        f"{report.windows} windows of {report.window_s:g} s · "
+        f"{report.windows} windows of {seconds(report.window_s)} · "
         f"{when(report.start_s)} → {when(report.end_s)}"
     )
 
@@ -203,8 +213,8 @@ def fleet_line(report: Report) -> str:
     f = report.fleet
     if f is None:
         return ""
-    roles = ", ".join(f"{n:,} {role}" for role, n in f.roles.items())
-    return (f"Fleet: {f.units:,} units ({roles}); the per-unit table lists {len(f.shown)}: "
+    roles = ", ".join(f"{count(n)} {role}" for role, n in f.roles.items())
+    return (f"Fleet: {count(f.units)} units ({roles}); the per-unit table lists {len(f.shown)}: "
             "stalled, hot and starved units first, then the highest load ratios")
 
 
@@ -246,10 +256,10 @@ def thresholds_line(report: Report) -> str:
     if not th:
         return ""
     shown = [k for k in HEADLINE_THRESHOLDS if k in th]
-    line = "thresholds: " + ", ".join(f"{k} {th[k]:g}" for k in shown)
+    line = "thresholds: " + ", ".join(f"{k} {plain(th[k])}" for k in shown)
     if report.thresholds_overridden:
         line += "; set by --config: " + ", ".join(
-            f"{k} {th[k]:g}" for k in report.thresholds_overridden if k in th)
+            f"{k} {plain(th[k])}" for k in report.thresholds_overridden if k in th)
     else:
         line += " (defaults)"
     return line + "; the rest in the JSON report"

@@ -1,6 +1,10 @@
 """How gateway facts read: the sentences under the gateway table (when routing diverged, stale
 load, the router's pool). The analysis computes the figures (``GatewayFacts``); the words are
-the report's, shared by the terminal, Markdown and HTML forms."""
+the report's, shared by the terminal, Markdown and HTML forms, every number through ``fmt``.
+
+A report-side module of its own rather than part of ``phrases``: these sentences are read from
+the model's gateway facts by ``fmt``'s footer, and ``phrases`` imports ``fmt``, so folding them
+in would make the two import each other."""
 
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ def divergence_lines(g: GatewayFacts) -> list[str]:
 
 def stale_line(g: GatewayFacts, s: StaleLoad) -> str:
     """Why a load-aware router sent a unit more than it should: it decided on a stale queue."""
-    lag = (f"; its view agreed best {s.lag_windows} window(s) ({s.lag_windows * s.window_s:g} s) "
+    lag = (f"; its view agreed best {s.lag_windows} window(s) "
+           f"({fmt.seconds(s.lag_windows * s.window_s)}) "
            "later" if s.lag_windows and math.isfinite(s.window_s) else "")
     policy = f" under {g.policy}" if g.policy else ""
     return (f"stale load: {g.source}{policy} saw {fmt.name(s.unit)}'s queue off by "
@@ -39,7 +44,8 @@ def pool_line(g: GatewayFacts) -> str:
     """The router's pool-wide figures, one line ("" when it exports none)."""
     if not g.pool:
         return ""
-    parts = [f"{what} {fmt.pct(v)}" if "KV" in what else f"{what} {v:g}" for what, v in g.pool]
+    parts = [f"{what} {fmt.pct(v)}" if "KV" in what else f"{what} {fmt.plain(v)}"
+             for what, v in g.pool]
     return f"{g.source} pool (mean over the range): " + ", ".join(parts)
 
 

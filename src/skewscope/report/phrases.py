@@ -293,7 +293,8 @@ def _price(v: Mapping[str, Any]) -> str:
             f"{fmt.pct(v['idle_share'])} of their time waiting for the busiest when they step in "
             f"lockstep (1 − mean/max of {_PRICE_BASIS[v['basis']]}; worst window "
             f"{fmt.pct(v['worst_window_idle_share'])}), about {fmt.decimal(v['device_hours'], 2)} "
-            f"device-hours over {over} ({v['devices_per_rank']:g} device per rank assumed)")
+            f"device-hours over {over} ({fmt.plain(v['devices_per_rank'])} device "
+            "per rank assumed)")
 
 
 _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
@@ -316,7 +317,7 @@ _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
         "their queues and other signals alone, and the request-volume gate cannot be checked"),
     NoteCode.FEW_JUDGED_WINDOWS: lambda v: (
         f"only {v['judged']} of {v['windows']} windows carried enough load to judge (at least "
-        f"{v['min_requests_per_window']:g} requests per unit); use a longer --window"),
+        f"{fmt.plain(v['min_requests_per_window'])} requests per unit); use a longer --window"),
     NoteCode.SKEW_NOT_JUDGED: lambda v: (
         f"skew between the other units not judged: {note(v['reason'])}"),
     NoteCode.DP_SIZES: lambda v: (

@@ -17,19 +17,20 @@ TABLE_KEYS: tuple[str, ...] = METRIC_KEYS
 
 
 def value(key: str, v: float | None) -> str:
+    """A predicted metric by its kind, through ``fmt`` (a latency in whole ms, the KV peak a
+    share, throughput per second, a load a ratio)."""
     if v is None or not math.isfinite(v):
-        return "—"
+        return fmt.NOT_MEASURED
     if key.endswith("_ms"):
-        return f"{v:,.0f} ms"
+        return f"{fmt.count(v)} ms"
     if key == "kv_peak":
-        return f"{v:.0%}"
+        return fmt.pct(v)
     if key == "throughput_rps":
-        return f"{v:.2f}/s"
-    return f"{v:.2f}x"
+        return f"{fmt.decimal(v, 2)}/s"
+    return fmt.ratio(v)
 
 
-def change(v: float | None) -> str:
-    return "—" if v is None or not math.isfinite(v) else f"{v:+.0%}"
+change = fmt.change  # the gain and calibration error: a signed relative change
 
 
 def note_lines(r: WhatIfReport) -> list[str]:
@@ -75,8 +76,9 @@ def calibration_lines(r: WhatIfReport) -> list[str]:
 
 def scope(r: WhatIfReport) -> str:
     inferred = "; ".join(f"{lvl}: {d}" for lvl, d in r.inferred)
-    return (f"{fmt.name(r.source)}: {r.n_requests:,} requests over {r.duration_s:.0f} s, "
-            f"{r.instances} instance(s) x {r.dp_ranks} DP rank(s). Current routing — {inferred}.")
+    return (f"{fmt.name(r.source)}: {fmt.count(r.n_requests)} requests over "
+            f"{fmt.count(r.duration_s)} s, {r.instances} instance(s) x {r.dp_ranks} DP rank(s). "
+            f"Current routing — {inferred}.")
 
 
 def rows(r: WhatIfReport) -> list[list[str]]:
@@ -148,10 +150,11 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
 def step_line(r: WhatIfReport) -> str:
     """The fitted step law and limits, one line."""
     m = r.step_model
-    return (f"step = {m['fixed_ms']:.1f} ms + {m['per_prefill_token_ms']:.4f} ms/prefill token + "
-            f"{m['per_decode_seq_ms']:.3f} ms/decode sequence; batch ceiling "
-            f"{m['max_running']:.0f}, token budget {m['token_budget']:.0f}, KV blocks of "
-            f"{m['block_size']:.0f} tokens")
+    return (f"step = {fmt.decimal(m['fixed_ms'], 1)} ms + "
+            f"{fmt.decimal(m['per_prefill_token_ms'], 4)} ms/prefill token + "
+            f"{fmt.decimal(m['per_decode_seq_ms'], 3)} ms/decode sequence; batch ceiling "
+            f"{fmt.count(m['max_running'])}, token budget {fmt.count(m['token_budget'])}, KV "
+            f"blocks of {fmt.count(m['block_size'])} tokens")
 
 
 def render_html(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
