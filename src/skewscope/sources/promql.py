@@ -22,13 +22,14 @@ def escape_label_value(value: str) -> str:
     """Escape ``value`` for a double-quoted PromQL string (Go string-literal rules).
 
     Backslash, double quote and control characters are escaped; other characters (any Unicode)
-    pass through as UTF-8, which PromQL accepts inside quotes.
+    pass through as UTF-8, which PromQL accepts inside quotes — except U+FFFD, which PromQL's
+    lexer reads as a decoding error ("invalid UTF-8 rune"), so it goes as ``\ufffd``.
     """
     out = []
     for ch in value:
         if ch in _SIMPLE_ESCAPES:
             out.append(_SIMPLE_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F or ch == "\ufffd":
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
