@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 from gateway_servers import base_urls, nginx, scrape_diagnose, sim_engines
 
+from conftest import wait_until
 from skewscope.sim.writers.live import LiveCluster
 from skewscope.sources.access_log import read_access_logs
 
@@ -58,6 +59,10 @@ def _traffic(url: str, heavy: list[str], seconds_worth: int, stop: threading.Eve
                               headers={"X-Session-Id": key}).status_code == 200
 
 
+def _upstream_lines(log: Path) -> int:
+    return sum("upstream_addr=-" not in ln for ln in log.read_text().splitlines() if ln.strip())
+
+
 def test_access_log_counts_match_what_each_engine_got(tmp_path: Path) -> None:
     with sim_engines("idle") as cluster:
         ups = [u.removeprefix("http://") for u in base_urls(cluster)]
@@ -67,6 +72,11 @@ def test_access_log_counts_match_what_each_engine_got(tmp_path: Path) -> None:
 
             heavy, hot = _heavy_keys(send, cluster)
             _traffic(url, heavy, 15, threading.Event())
+            # nginx writes a request's line, and an engine counts it finished, around the time
+            # the client has its answer: wait until both have the last ones (a stop in between
+            # loses a line)
+            wait_until(lambda: _upstream_lines(log) == sum(_routed(cluster).values()),
+                       "every proxied request in the access log", timeout_s=10)
             truth = _routed(cluster)
         gw = read_access_logs([str(log)])
     got = {u.upstream: u.requests for u in gw.units}
