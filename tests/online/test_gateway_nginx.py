@@ -135,3 +135,53 @@ def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
     assert all(abs(x - 1) < 1e-4 for x in sums if x) and any(sums), sums  # JSON rounding
     # the key probing before the scrape is outside the engines' range: left out
     assert any("outside the engines' time range" in n for n in doc["notes"])
+
+
+def test_watch_follows_the_nginx_log_while_it_is_written(tmp_path: Path) -> None:
+    """watch --scrape --access-log: every run tallies the lines nginx appended, over the run's
+    own windows, and names the hot upstream and its heavy keys as diagnose does."""
+    from skewscope.cli import build_parser
+    from skewscope.cli.watch import build_source
+    from skewscope.monitor.watch import Watcher
+
+    with sim_engines("idle") as cluster:
+        ups = [u.removeprefix("http://") for u in base_urls(cluster)]
+        with nginx(ups, tmp_path, HASH) as (url, log), httpx.Client(timeout=10) as c:
+            def send(key: str) -> None:
+                c.post(f"{url}/v1/completions", json=BODY, headers={"X-Session-Id": key})
+
+            heavy, hot = _heavy_keys(send, cluster)
+            light = _one_key_per_other_upstream(send, cluster, hot)
+            args = build_parser().parse_args(
+                ["watch", "--scrape", *cluster.urls.values(), "--interval", "250ms",
+                 "--window", "1s", "--last", "10s", "--access-log", str(log)])
+            source = build_source(args, 10.0, 1.0)
+            stop = threading.Event()
+            load = threading.Thread(target=_traffic, args=(url, heavy, 400, stop, light))
+            load.start()
+            try:
+                w = Watcher(source, last_s=10.0, every_s=1.0)
+                wait_until(lambda: w.run_once() and (r := w.status.report) is not None
+                           and r.gateway is not None and len(r.gateway.units) == len(ups)
+                           and r.hot_units == (hot,),
+                           "a watch run naming the hot upstream", timeout_s=30)
+                first = w.status.report
+                assert first is not None and first.gateway is not None
+                last = first.gateway.window_starts[-1]
+                # a later run: the lines appended since, over its own (later) windows
+                wait_until(lambda: w.run_once() and (r := w.status.report) is not None
+                           and r.gateway is not None and r.gateway.window_starts[-1] > last,
+                           "a run over later windows", timeout_s=10)
+                second = w.status.report
+            finally:
+                stop.set()
+                load.join(timeout=30)
+                source.close()
+    assert first is not None and second is not None
+    for rep in (first, second):
+        assert rep.gateway is not None and rep.gateway.source == "nginx"
+        row = next(u for u in rep.gateway.units if u.upstream == hot)
+        assert row.router_share > 0.4 and {k for k, _ in row.top_keys[:3]} == set(heavy)
+        assert rep.findings[0].root_causes[0].key == "sticky_sessions"
+    assert first.gateway is not None and second.gateway is not None
+    assert sum(u.requests for u in second.gateway.units) > 0

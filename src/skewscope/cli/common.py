@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from skewscope.report.model import Report
     from skewscope.report.registry import Renderer
     from skewscope.settings import SourceLimits
+    from skewscope.sources.access_log_follow import AccessLogFollower
     from skewscope.sources.auth import HttpAuth
     from skewscope.sources.devices import DeviceMap
 
@@ -196,25 +197,31 @@ def prometheus_loader(
     return load
 
 
-def with_router(
-    args: argparse.Namespace, load: Callable[[float, float], Evidence]
+def with_gateway(
+    args: argparse.Namespace, load: Callable[[float, float], Evidence],
+    follower: AccessLogFollower | None = None,
 ) -> Callable[[float, float], Evidence]:
-    """``load`` with a router's metrics in the same --prometheus beside the engines' (watch: the
-    gateway's shares each run), when the Prometheus holds any."""
+    """``load`` with the gateway's view over the same range attached (watch: the gateway's
+    shares each run) — see ``read_gateway``."""
     from dataclasses import replace
-
-    from skewscope.sources.gateway_router import load_router_prometheus
-
-    auth, timeout = auth_from_args(args), parse_duration(args.timeout, "--timeout")
 
     def both(start: float, end: float) -> Evidence:
         engines = load(start, end)
-        gw = load_router_prometheus(args.prometheus, start=start, end=end,
-                                    windows=_engine_windows(engines), auth=auth,
-                                    timeout_s=timeout)
+        gw = read_gateway(args, engines, (start, end), follower)
         return replace(engines, gateway=gw) if gw is not None else engines
 
     return both
+
+
+def access_log_follower(args: argparse.Namespace, keep_s: float) -> AccessLogFollower | None:
+    """watch's --access-log, followed like ``tail -F`` (checked readable now)."""
+    if not getattr(args, "access_log", None):
+        return None
+    from skewscope.sources.access_log_follow import AccessLogFollower
+
+    follower = AccessLogFollower(args.access_log, keep_s=keep_s)
+    follower.check()
+    return follower
 
 
 def _engine_windows(engines: Evidence) -> tuple[float, float, int] | None:
@@ -231,20 +238,31 @@ def _engine_windows(engines: Evidence) -> tuple[float, float, int] | None:
 def load_gateway_evidence(
     args: argparse.Namespace, engines: Evidence
 ) -> GatewayEvidence | None:
-    """--access-log files (over the engines' time range), else a router's metrics in the
-    --prometheus the engines came from; then --gateway-url's live worker list merged in."""
+    """diagnose's gateway view (``read_gateway``) over its --prometheus range."""
+    span = online_range(args) if getattr(args, "prometheus", None) else None
+    return read_gateway(args, engines, span)
+
+
+def read_gateway(
+    args: argparse.Namespace, engines: Evidence, span: tuple[float, float] | None,
+    follower: AccessLogFollower | None = None,
+) -> GatewayEvidence | None:
+    """The --access-log files (``follower`` when watch follows them) over the engines' windows,
+    else a router's metrics in the --prometheus the engines came from over ``span``; then
+    --gateway-url's live worker list merged in."""
     gateway: GatewayEvidence | None = None
-    if getattr(args, "access_log", None):
+    windows = _engine_windows(engines)
+    if follower is not None:
+        gateway = follower.evidence(windows)
+    elif getattr(args, "access_log", None):
         from skewscope.sources.access_log import read_access_logs
 
-        gateway = read_access_logs(args.access_log, _engine_windows(engines))
-    elif getattr(args, "prometheus", None):
+        gateway = read_access_logs(args.access_log, windows)
+    elif getattr(args, "prometheus", None) and span is not None:
         from skewscope.sources.gateway_router import load_router_prometheus
 
-        start, end = online_range(args)
-        gateway = load_router_prometheus(args.prometheus, start=start, end=end,
-                                         windows=_engine_windows(engines),
-                                         auth=auth_from_args(args),
+        gateway = load_router_prometheus(args.prometheus, start=span[0], end=span[1],
+                                         windows=windows, auth=auth_from_args(args),
                                          timeout_s=parse_duration(args.timeout, "--timeout"),
                                          limits=limits_from_args(args))
     if getattr(args, "gateway_url", None):

@@ -47,6 +47,11 @@ def register(sub: Any) -> None:
     w.add_argument("--save", nargs="?", const=SAVE_DEFAULT, metavar="URL",
                    help="keep incidents: an SQLite path or a postgresql:// URL (default: "
                    "$XDG_STATE_HOME/skewscope/history.sqlite)")
+    w.add_argument("--access-log", nargs="+", metavar="FILE",
+                   help="gateway access log(s), nginx or Envoy (as for diagnose), followed like "
+                   "tail -F: each run tallies the requests logged in its windows")
+    w.add_argument("--gateway-url", metavar="URL",
+                   help="sglang-router / vllm-router base URL: its live worker list each run")
     w.add_argument("--runs", type=int, metavar="N", help="stop after N runs (default: run until "
                    "SIGINT/SIGTERM)")
     w.set_defaults(run=run)
@@ -60,10 +65,12 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
         raise UsageError("watch: give --prometheus URL or --scrape URL...")
     applies.check(args, {"prometheus" if args.prometheus else "scrape"}, "watch",
                   {"last": applies.rule("prometheus scrape", "the span of every run")})
+    # the log keeps a little more than a run's span: the engines' windows may start earlier
+    follower = common.access_log_follower(args, keep_s=last_s + (window or 0.0) + 60.0)
     if args.prometheus:
         shown = f"prometheus {redact_url(args.prometheus)} {args.selector}".rstrip()
-        return PrometheusSource(shown, last_s, common.with_router(
-            args, common.prometheus_loader(args, window)))
+        return PrometheusSource(shown, last_s, common.with_gateway(
+            args, common.prometheus_loader(args, window), follower))
     from skewscope.frame import WINDOWS
     from skewscope.monitor.sampler import RollingScraper
 
@@ -79,7 +86,11 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
         limits=common.limits_from_args(args),
     )
     shown = f"scrape {len(args.scrape)} target(s): " + ", ".join(redact_url(u) for u in args.scrape)
-    return ScrapeSource(shown, sampler.start())
+    started = sampler.start()
+    gateway = None
+    if follower is not None or args.gateway_url:
+        gateway = common.with_gateway(args, lambda start, end: started.evidence(), follower)
+    return ScrapeSource(shown, started, gateway)
 
 
 @contextlib.contextmanager

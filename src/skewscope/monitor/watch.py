@@ -59,12 +59,16 @@ class PrometheusSource:
 
 @dataclass
 class ScrapeSource:
-    """A rolling sampler: runs reduce the scrapes already in memory."""
+    """A rolling sampler: runs reduce the scrapes already in memory (``load_with``: the same
+    with the gateway's view attached, given the run's range)."""
 
     description: str
     sampler: RollingScraper
+    load_with: Callable[[float, float], Evidence] | None = None
 
     def load(self, now: float) -> Evidence:
+        if self.load_with is not None:
+            return self.load_with(now - self.sampler.span_s, now)
         return self.sampler.evidence()
 
     def problems(self, since: float) -> list[str]:

@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,15 +46,6 @@ ENVOY_DEFAULT = re.compile(
 _PAIR = re.compile(r'([A-Za-z_][\w.-]*)=("(?:[^"\\]|\\.)*"|\S*)')
 _EMPTY = ("", "-")
 SHAPES = {"json": "a JSON-object", "envoy": "an Envoy default-format", "pairs": "a key=value"}
-
-
-@dataclass
-class _Tally:
-    requests: int = 0
-    bytes_total: float = 0.0
-    bytes_seen: int = 0
-    keys: Counter[str] = field(default_factory=Counter)
-    by_window: Counter[int] = field(default_factory=Counter)
 
 
 def _parse_line(line: str, shape: str) -> dict[str, str]:
@@ -107,88 +98,135 @@ def parse_time(value: str) -> float | None:
     return t.timestamp()
 
 
-def _lines(paths: Sequence[str]) -> Iterator[tuple[str, int, dict[str, str]]]:
-    """(path, line number, fields) of every non-blank line; one clean InputError names the first
-    unreadable file or bad line (a line whose shape differs from its file's first line, or one
-    without any upstream field)."""
-    for path in paths:
+@dataclass(frozen=True)
+class Logged:
+    """One access-log line as tallied: where it went (``host:port``, "" when the gateway answered
+    itself), when (epoch s, None without a readable time), its request bytes (NaN when absent),
+    its client / session key ("" when none) and whether its fields are Envoy's."""
+
+    upstream: str
+    t_s: float | None
+    size: float
+    key: str
+    envoy: bool
+
+
+@dataclass
+class LineReader:
+    """One file's reading state: its line shape (from its first non-blank line) and its key
+    field (from its first line with an upstream), so a followed file keeps them across reads."""
+
+    path: str
+    shape: str | None = None
+    key_field: str | None = None
+
+    def read(self, n: int, line: str) -> Logged | None:
+        """The line's request, None for a blank line; ValueError names the problem (the caller
+        adds ``path:line``)."""
+        if not line.strip():
+            return None
+        if self.shape is None:
+            head = line.lstrip()
+            self.shape = "json" if head.startswith("{") else "envoy" if head.startswith("[") \
+                else "pairs"
         try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError as e:
-            raise InputError(f"{path}: cannot read the access log ({e.strerror})") from None
-        lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
-        if not lines:
-            raise InputError(f"{path}: the access log is empty")
-        head = lines[0][1].lstrip()
-        shape = "json" if head.startswith("{") else "envoy" if head.startswith("[") else "pairs"
-        for n, line in lines:
-            try:
-                fields = _parse_line(line, shape)
-            except ValueError as e:
-                raise InputError(
-                    f"{path}:{n}: expected {SHAPES[shape]} access-log line like the file's first "
-                    f"line ({e})") from None
-            if not any(u in fields for u in UPSTREAM):
-                raise InputError(f"{path}:{n}: no upstream field (expected one of "
-                                 f"{', '.join(UPSTREAM)})")
-            yield path, n, fields
-
-
-def read_access_logs(paths: Sequence[str],
-                     windows: tuple[float, float, int] | None = None) -> GatewayEvidence:
-    """Tally every file's lines by upstream; one clean InputError names the first bad line.
-
-    With ``windows`` (the engines' grid: first window start, window length, count; epoch
-    seconds) only requests logged inside the engines' range count, so the gateway and the
-    engines are compared over the same time, and each upstream gets its requests per window
-    (the series the report's routing-share timeline reads)."""
-    start = end = None
-    if windows is not None:
-        first, window_s, n_windows = windows
-        start, end = first, first + window_s * n_windows
-    tallies: dict[str, _Tally] = {}
-    outside = untimed = 0
-    key_name: str | None = None
-    envoy = False
-    no_upstream = 0
-    file_keys: dict[str, str] = {}  # one key field per file, so keys of one kind are counted
-    for path, _, fields in _lines(paths):
+            fields = _parse_line(line, self.shape)
+        except ValueError as e:
+            raise ValueError(f"expected {SHAPES[self.shape]} access-log line like the file's "
+                             f"first line ({e})") from None
+        if not any(u in fields for u in UPSTREAM):
+            raise ValueError(f"no upstream field (expected one of {', '.join(UPSTREAM)})")
         _, up = _first(fields, UPSTREAM)
-        envoy = envoy or any(h in fields for h in ENVOY_HINTS)
-        if not up:
-            no_upstream += 1  # answered by the gateway itself (4xx, cache, no upstream)
-            continue
-        if start is not None and end is not None:
-            _, when = _first(fields, TIME)
-            t_s = parse_time(when) if when else None
-            if t_s is None:
-                untimed += 1
-            elif not start <= t_s < end:
-                outside += 1
-                continue
-        t = tallies.setdefault(_last_upstream(up), _Tally())
-        t.requests += 1
-        if windows is not None and t_s is not None:
-            t.by_window[int((t_s - windows[0]) // windows[1])] += 1
+        _, when = _first(fields, TIME)
         _, size = _first(fields, REQUEST_BYTES)
         try:
             b = float(size)
         except ValueError:
             b = math.nan
-        if math.isfinite(b):
-            t.bytes_total += b
+        key = ""
+        if up:
+            if self.key_field is None:
+                self.key_field = next((k for k in KEYS if k in fields), "")
+            key = fields.get(self.key_field, "") if self.key_field else ""
+        return Logged(upstream=_last_upstream(up) if up else "",
+                      t_s=parse_time(when) if when else None,
+                      size=b if math.isfinite(b) else math.nan,
+                      key="" if key in _EMPTY else key,
+                      envoy=any(h in fields for h in ENVOY_HINTS))
+
+
+def _lines(paths: Sequence[str]) -> Iterator[tuple[LineReader, Logged]]:
+    """Every request line of the files; one clean InputError names the first unreadable file or
+    bad line (a line whose shape differs from its file's first line, or one without any
+    upstream field)."""
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise InputError(f"{path}: cannot read the access log ({e.strerror})") from None
+        if not text.strip():
+            raise InputError(f"{path}: the access log is empty")
+        reader = LineReader(path)
+        for n, line in enumerate(text.splitlines(), 1):
+            try:
+                got = reader.read(n, line)
+            except ValueError as e:
+                raise InputError(f"{path}:{n}: {e}") from None
+            if got is not None:
+                yield reader, got
+
+
+@dataclass
+class _Tally:
+    requests: int = 0
+    bytes_total: float = 0.0
+    bytes_seen: int = 0
+    keys: Counter[str] = field(default_factory=Counter)
+    by_window: Counter[int] = field(default_factory=Counter)
+
+
+def tally(logged: Iterable[Logged], windows: tuple[float, float, int] | None, *,
+          key_name: str | None, shown: str, notes: Sequence[str] = ()) -> GatewayEvidence:
+    """Requests by upstream (inside the engines' ``windows`` when given: first window start,
+    window length, count; epoch seconds), with their per-window series and biggest keys.
+
+    Only requests logged inside the engines' range count, so the gateway and the engines are
+    compared over the same time, and each upstream gets its requests per window (the series
+    the report's routing-share timeline reads). ``shown`` names the log(s) in an error."""
+    start = end = None
+    if windows is not None:
+        first, window_s, n_windows = windows
+        start, end = first, first + window_s * n_windows
+    tallies: dict[str, _Tally] = {}
+    outside = untimed = no_upstream = 0
+    envoy = False
+    for r in logged:
+        envoy = envoy or r.envoy
+        if not r.upstream:
+            no_upstream += 1  # answered by the gateway itself (4xx, cache, no upstream)
+            continue
+        if start is not None and end is not None:
+            if r.t_s is None:
+                untimed += 1
+            elif not start <= r.t_s < end:
+                outside += 1
+                continue
+        t = tallies.setdefault(r.upstream, _Tally())
+        t.requests += 1
+        if windows is not None and r.t_s is not None:
+            t.by_window[int((r.t_s - windows[0]) // windows[1])] += 1
+        if not math.isnan(r.size):
+            t.bytes_total += r.size
             t.bytes_seen += 1
-        if path not in file_keys:
-            file_keys[path] = next((k for k in KEYS if k in fields), "")
-            key_name = key_name or file_keys[path] or None
-        key = fields.get(file_keys[path], "") if file_keys[path] else ""
-        if key not in _EMPTY:
-            t.keys[key] += 1
+        if r.key:
+            t.keys[r.key] += 1
     if not tallies:
-        raise InputError(f"{', '.join(paths)}: no request in the access log reached an upstream"
+        raise InputError(f"{shown}: no request in the access log reached an upstream"
                          + (" in the engines' time range" if outside else ""))
-    notes = [f"{no_upstream} logged request(s) had no upstream (answered by the gateway itself) "
-             "and are not counted"] if no_upstream else []
+    notes = list(notes)
+    if no_upstream:
+        notes.append(f"{no_upstream} logged request(s) had no upstream (answered by the gateway "
+                     "itself) and are not counted")
     if outside:
         notes.append(f"{outside} logged request(s) outside the engines' time range left out")
     if untimed:
@@ -216,6 +254,24 @@ def read_access_logs(paths: Sequence[str],
     )
 
 
+def first_key_name(readers: Iterable[LineReader]) -> str | None:
+    """The key field of the first file that has one (a session header before a client)."""
+    return next((r.key_field for r in readers if r.key_field), None)
+
+
+def read_access_logs(paths: Sequence[str],
+                     windows: tuple[float, float, int] | None = None) -> GatewayEvidence:
+    """Tally every file's lines by upstream (``tally``); one clean InputError names the first
+    bad line."""
+    readers: dict[str, LineReader] = {}
+    logged = []
+    for reader, r in _lines(paths):
+        readers.setdefault(reader.path, reader)
+        logged.append(r)
+    return tally(logged, windows, key_name=first_key_name(readers.values()),
+                 shown=", ".join(paths))
+
+
 @dataclass(frozen=True)
 class LoggedRequest:
     """One request the gateway sent upstream: when (epoch seconds), where (``host:port``), and
@@ -231,17 +287,10 @@ def read_access_requests(paths: Sequence[str]) -> tuple[list[LoggedRequest], str
     (a session or user header first; what-if replays keep the keys so sticky and
     consistent-hash routing see the same sessions)."""
     out: list[LoggedRequest] = []
-    file_keys: dict[str, str] = {}
-    for path, _, fields in _lines(paths):
-        _, up = _first(fields, UPSTREAM)
-        _, when = _first(fields, TIME)
-        t_s = parse_time(when) if when else None
-        if not up or t_s is None:
-            continue
-        if path not in file_keys:
-            file_keys[path] = next((k for k in KEYS if k in fields), "")
-        key = fields.get(file_keys[path], "") if file_keys[path] else ""
-        out.append(LoggedRequest(t_s, _last_upstream(up), "" if key in _EMPTY else key))
+    readers: dict[str, LineReader] = {}
+    for reader, r in _lines(paths):
+        readers.setdefault(reader.path, reader)
+        if r.upstream and r.t_s is not None:
+            out.append(LoggedRequest(r.t_s, r.upstream, r.key))
     out.sort(key=lambda r: r.t_s)
-    names = [k for k in file_keys.values() if k]
-    return out, names[0] if names else None
+    return out, first_key_name(readers.values())

@@ -1,0 +1,128 @@
+"""Follow gateway access logs for ``watch``: each run reads only what was appended since the last
+(like ``tail -F``: a rotated or truncated file is read again from its start) and keeps the
+requests of the last span, then tallies them the way ``diagnose --access-log`` does.
+
+A live log is written while it is read, so it is more forgiving than a file given to
+``diagnose``: only complete lines are read (a half-written last line waits for the next run),
+and a bad or untimed line is skipped and counted in the report's notes (the first bad one named
+by ``path:line``) instead of stopping every later run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from skewscope.errors import InputError
+from skewscope.frame import GatewayEvidence
+from skewscope.sources.access_log import LineReader, Logged, first_key_name, tally
+
+READ_BYTES = 8 << 20  # one read of a followed file: bounds memory on a large first read
+
+
+@dataclass
+class _Followed:
+    """Where reading of one file stands."""
+
+    path: str
+    reader: LineReader
+    inode: int | None = None
+    offset: int = 0
+    line_no: int = 0
+    partial: bytes = b""
+
+    def restart(self, inode: int) -> None:
+        self.reader, self.inode = LineReader(self.path), inode
+        self.offset, self.line_no, self.partial = 0, 0, b""
+
+
+@dataclass
+class AccessLogFollower:
+    """The requests of the last ``keep_s`` seconds (by their logged time) of ``paths``."""
+
+    paths: Sequence[str]
+    keep_s: float
+    clock: Callable[[], float] = time.time
+    files: list[_Followed] = field(init=False)
+    kept: list[Logged] = field(init=False, default_factory=list)
+    skipped: int = field(init=False, default=0)  # bad lines, since the start
+    untimed: int = field(init=False, default=0)  # lines without a readable time
+    first_bad: str = field(init=False, default="")
+    missing: dict[str, str] = field(init=False, default_factory=dict)  # path -> why, this run
+
+    def __post_init__(self) -> None:
+        self.files = [_Followed(p, LineReader(p)) for p in self.paths]
+
+    def check(self) -> None:
+        """One clean InputError when a log cannot be opened at the start (a typo in the path);
+        later, a file gone for a while (rotation) is only noted."""
+        for f in self.files:
+            try:
+                with open(f.path, "rb"):
+                    pass
+            except OSError as e:
+                raise InputError(f"{f.path}: cannot read the access log ({e.strerror})") from None
+
+    def poll(self) -> None:
+        """Read every file's complete new lines into ``kept``; drop requests older than
+        ``keep_s`` before the clock."""
+        self.missing = {}
+        for f in self.files:
+            self._read(f)
+        horizon = self.clock() - self.keep_s
+        self.kept = [r for r in self.kept if r.t_s is not None and r.t_s >= horizon]
+
+    def _read(self, f: _Followed) -> None:
+        try:
+            st = os.stat(f.path)
+            if st.st_ino != f.inode or st.st_size < f.offset:
+                f.restart(st.st_ino)  # first read, rotated, or truncated: from the start
+            with open(f.path, "rb") as fh:
+                fh.seek(f.offset)
+                while chunk := fh.read(READ_BYTES):
+                    f.offset += len(chunk)
+                    *lines, f.partial = (f.partial + chunk).split(b"\n")
+                    self._take(f, lines)
+        except OSError as e:
+            self.missing[f.path] = e.strerror or "unreadable"
+
+    def _take(self, f: _Followed, lines: list[bytes]) -> None:
+        for raw in lines:
+            f.line_no += 1
+            text = raw.decode("utf-8", errors="replace")
+            try:
+                got = f.reader.read(f.line_no, text)
+            except ValueError as e:
+                self.skipped += 1
+                self.first_bad = self.first_bad or f"{f.path}:{f.line_no}: {e}"
+                continue
+            if got is None:
+                continue
+            if got.t_s is None:
+                self.untimed += 1  # a rolling window cannot place it
+                continue
+            self.kept.append(got)
+
+    def notes(self) -> list[str]:
+        out = [f"access log {p}: unreadable this run ({why}); its earlier lines kept"
+               for p, why in self.missing.items()]
+        if self.skipped:
+            out.append(f"{self.skipped} unreadable access-log line(s) skipped since the start "
+                       f"(first: {self.first_bad})")
+        if self.untimed:
+            out.append(f"{self.untimed} access-log line(s) without a readable time skipped "
+                       "since the start (a rolling window needs each request's time)")
+        return out
+
+    def evidence(self, windows: tuple[float, float, int] | None) -> GatewayEvidence | None:
+        """The gateway's view over the engines' ``windows`` (new lines read first); None when
+        no kept request reached an upstream there (the gateway idle or its log not yet
+        written), so a quiet gateway never fails the engines' diagnosis."""
+        self.poll()
+        try:
+            return tally(self.kept, windows, key_name=first_key_name(f.reader for f in self.files),
+                         shown=", ".join(self.paths), notes=self.notes())
+        except InputError:
+            return None
