@@ -3,6 +3,8 @@ definition says on a hand-set load, and changes the placement in a full run."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import polars as pl
 import pytest
@@ -73,6 +75,17 @@ def test_consistent_hash_is_stable_and_moves_only_the_leavers_sessions() -> None
     moved = [s for s in first if after[s] != first[s]]
     assert moved and all(first[s] == 1 for s in moved)  # only unit 1's sessions moved
     assert all(after[s] in rest for s in moved)
+
+
+@pytest.mark.parametrize("units", [2, 4, 8])
+def test_consistent_hash_spreads_sequential_session_ids_evenly(units: int) -> None:
+    """Simulated sessions are small integers: the ring must still give every unit a fair
+    share (with CRC32 and 64 points a unit, two units split "0".."N" 2.7 : 1)."""
+    every = tuple(range(units))
+    r = router("consistent_hash", units)
+    load = Load([0] * units, [0] * units)
+    got = Counter(r.choose(0, s, every, load) for s in range(20_000))
+    assert len(got) == units and max(got.values()) / min(got.values()) < 1.35, got
 
 
 def test_cache_aware_keeps_a_prefix_until_the_load_is_imbalanced() -> None:
