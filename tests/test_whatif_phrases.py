@@ -20,7 +20,27 @@ def test_every_whatif_note_code_has_words_and_reaches_the_schema() -> None:
     assert set(WHATIF_NOTES) == set(W)
     schema = json.loads((SRC / "report" / "schema" / "whatif.schema.json").read_text())
     codes = schema["properties"]["note_facts"]["items"]["properties"]["code"]["enum"]
-    assert set(codes) == {"source", *(str(c) for c in W)}
+    routing = schema["$defs"]["routing_fact"]["properties"]["code"]["enum"]
+    plans = schema["$defs"]["policy"]["properties"]["description_facts"]["properties"]["code"]
+    assert sorted([*codes, *routing, *plans["enum"]]) == sorted(["source", *(str(c) for c in W)])
+
+
+def test_plans_and_the_inferred_routing_read_their_figures() -> None:
+    weighted = Note(W.ROUTING_WEIGHTED, {"shares": [["inst-0", 0.2104], ["inst-1", 0.3896]]})
+    assert phrases.note(weighted) == (
+        "weighted (inferred from unequal request shares: inst-0 21%, inst-1 39%)")
+    current = Note(W.PLAN_CURRENT, {"inferred": (("instance", weighted),
+                                                  ("dp", Note(W.ROUTING_EQUAL)))})
+    assert phrases.note(current) == (
+        "replay of the observed placement: instance: weighted (inferred from unequal request "
+        "shares: inst-0 21%, inst-1 39%); dp: round_robin-like (inferred: equal request counts)")
+    assert current.to_dict()["inferred"][0] == [
+        "instance", {"code": "whatif_routing_weighted",
+                     "shares": [["inst-0", 0.2104], ["inst-1", 0.3896]]}]
+    assert phrases.note(Note(W.PLAN_FIX_WEIGHTS, {"weights": [0.2, 0.4004, 0.3996]})) == (
+        "gateway weights proportional to calibrated capacity (0.20, 0.40, 0.40)")
+    assert phrases.note(Note(W.PLAN_REMOVE_SLOW, {"units": ["inst-2", "inst-5"]})) == (
+        "take inst-2, inst-5 out of the pool, current policy on the rest")
 
 
 def test_the_service_model_note_reads_its_figures() -> None:

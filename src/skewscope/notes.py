@@ -103,6 +103,17 @@ class WhatifNoteCode(StrEnum):
     SESSIONS = "whatif_sessions"  # {keys, key_name, share}
     UNMATCHED_UPSTREAMS = "whatif_unmatched_upstreams"  # {upstreams}
     ONE_INSTANCE = "whatif_one_instance"  # {policy}: no instance-level choice
+    # What the current routing looks like, per level (WhatIfReport.inferred):
+    ROUTING_EQUAL = "whatif_routing_equal"  # equal request counts: round_robin-like
+    ROUTING_WEIGHTED = "whatif_routing_weighted"  # {shares: [[unit, share], ...]}
+    # What each candidate replays (PolicyResult.description):
+    PLAN_CURRENT = "whatif_plan_current"  # {inferred: [[level, ROUTING_* note], ...]}
+    PLAN_GATEWAY = "whatif_plan_gateway"  # {policy}: gateway policy, DP dispatch as observed
+    PLAN_DP = "whatif_plan_dp"  # {policy}: DP dispatcher policy, instances as observed
+    PLAN_FIX_WEIGHTS = "whatif_plan_fix_weights"  # {weights}: gateway weights = capacity
+    PLAN_DP_EQUAL = "whatif_plan_dp_equal"  # DP dispatcher with equal rank weights
+    PLAN_REMOVE_SLOW = "whatif_plan_remove_slow"  # {units}: taken out of the pool
+    PLAN_RESTORE_POOL = "whatif_plan_restore_pool"  # every instance in the pool all run
 
 
 @dataclass(frozen=True)

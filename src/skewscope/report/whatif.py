@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from skewscope.report import fmt, phrases
-from skewscope.whatif.model import METRIC_KEYS, METRIC_LABELS, WhatIfReport
+from skewscope.report import fmt, phrases, whatif_phrases
+from skewscope.whatif.model import METRIC_KEYS, METRIC_LABELS, PolicyResult, WhatIfReport
 
 TABLE_KEYS: tuple[str, ...] = METRIC_KEYS
 
@@ -33,6 +33,11 @@ def value(key: str, v: float | None) -> str:
 change = fmt.change  # the gain and calibration error: a signed relative change
 
 
+def describe(p: PolicyResult) -> str:
+    """What a candidate replays, as a phrase."""
+    return phrases.note(p.description)
+
+
 def note_lines(r: WhatIfReport) -> list[str]:
     """The report's notes as sentences, in order."""
     return [phrases.note(n) for n in r.notes]
@@ -40,9 +45,16 @@ def note_lines(r: WhatIfReport) -> list[str]:
 
 def document(r: WhatIfReport) -> dict[str, Any]:
     """The JSON report: ``to_dict()`` with each note both as a sentence (``notes``) and as its
-    facts (``note_facts``), like the diagnose report."""
+    facts (``note_facts``), like the diagnose report; the inferred routing and each policy's
+    description likewise (``inferred`` beside ``inferred_facts``, ``description`` beside
+    ``description_facts``)."""
     d = r.to_dict()
     facts = d.pop("note_facts")
+    worded = {lvl: phrases.note(n) for lvl, n in r.inferred}
+    d = {k2: v2 for k, v in d.items()
+         for k2, v2 in ((("inferred", worded),) if k == "inferred_facts" else ()) + ((k, v),)}
+    for row, p in zip(d["policies"], r.policies, strict=True):
+        row["description"] = describe(p)
     return {**d, "notes": note_lines(r), "note_facts": facts}
 
 
@@ -75,7 +87,7 @@ def calibration_lines(r: WhatIfReport) -> list[str]:
 
 
 def scope(r: WhatIfReport) -> str:
-    inferred = "; ".join(f"{lvl}: {d}" for lvl, d in r.inferred)
+    inferred = whatif_phrases.inferred(r.inferred)
     return (f"{fmt.name(r.source)}: {fmt.count(r.n_requests)} requests over "
             f"{fmt.count(r.duration_s)} s, {r.instances} instance(s) x {r.dp_ranks} DP rank(s). "
             f"Current routing — {inferred}.")
@@ -105,7 +117,7 @@ def render_markdown(r: WhatIfReport, *, width: int | None = None, color: bool = 
            "## Predictions", "", "| " + " | ".join(HEADER) + " |",
            "|---|---|" + "---:|" * len(TABLE_KEYS)]
     out += ["| " + " | ".join(row) + " |" for row in rows(r)]
-    out += ["", "`*` recommended. " + "; ".join(f"`{p.name}`: {p.description}"
+    out += ["", "`*` recommended. " + "; ".join(f"`{p.name}`: {describe(p)}"
                                                for p in r.policies), "",
             "## Calibration", "", trust_line(r), ""]
     out += [f"- {line}" for line in calibration_lines(r)]
@@ -141,7 +153,8 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
     for line in calibration_lines(r):
         console.print(Text(f"  {line}", style="dim" if "too far" not in line else "red"))
     for p in r.policies:
-        console.print(Text(f"· {fmt.clean(p.name)}: {fmt.clean(p.description)}", style="dim"))
+        line = f"· {fmt.clean(p.name)}: {fmt.clean(describe(p))}"
+        console.print(Text(line, style="dim"))
     for n in note_lines(r):
         console.print(Text(f"note: {fmt.clean(n)}", style="yellow"))
     return console.export_text(styles=color)

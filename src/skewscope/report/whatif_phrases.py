@@ -7,9 +7,10 @@ every number goes through ``fmt``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
 from skewscope.report import fmt
 
@@ -41,6 +42,18 @@ def _lengths(v: Mapping[str, Any]) -> str:
                 "share), scaled toward the token counters' mean inside their buckets")
     return (f"no {what}-length histogram: every request of a unit has the unit's mean {what} "
             "length over the range (the token counters')")
+
+
+def _routing(n: Note) -> str:
+    if n.code == W.ROUTING_EQUAL:
+        return "round_robin-like (inferred: equal request counts)"
+    parts = ", ".join(f"{fmt.name(u)} {fmt.pct(v)}" for u, v in n.values["shares"])
+    return f"weighted (inferred from unequal request shares: {parts})"
+
+
+def inferred(levels: Iterable[tuple[str, Note]]) -> str:
+    """What the current routing looks like at each level, one phrase."""
+    return "; ".join(f"{lvl}: {_routing(n)}" for lvl, n in levels)
 
 
 WHATIF_NOTES: dict[W, Callable[[Mapping[str, Any]], str]] = {
@@ -99,4 +112,18 @@ WHATIF_NOTES: dict[W, Callable[[Mapping[str, Any]], str]] = {
         f"no access-log upstream matches {', '.join(v['upstreams'])} (upstreams are joined to "
         "instances on host:port): their requests carry no session"),
     W.ONE_INSTANCE: lambda v: f"{v['policy']}: one instance, no instance-level choice",
+    W.ROUTING_EQUAL: lambda v: _routing(Note(W.ROUTING_EQUAL, v)),
+    W.ROUTING_WEIGHTED: lambda v: _routing(Note(W.ROUTING_WEIGHTED, v)),
+    W.PLAN_CURRENT: lambda v: f"replay of the observed placement: {inferred(v['inferred'])}",
+    W.PLAN_GATEWAY: lambda v: f"gateway {v['policy']}, DP dispatch as observed",
+    W.PLAN_DP: lambda v: f"DP dispatcher {v['policy']}, instances as observed",
+    W.PLAN_FIX_WEIGHTS: lambda v: (
+        "gateway weights proportional to calibrated capacity ("
+        + ", ".join(fmt.decimal(w, 2) for w in v["weights"]) + ")"),
+    W.PLAN_DP_EQUAL: lambda v: "DP dispatcher with equal rank weights",
+    W.PLAN_REMOVE_SLOW: lambda v: (
+        f"take {', '.join(fmt.name(u) for u in v['units'])} out of the pool, current policy on "
+        "the rest"),
+    W.PLAN_RESTORE_POOL: lambda v: (
+        "every instance in the pool all run (fix the health check / join)"),
 }

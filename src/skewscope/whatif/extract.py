@@ -67,7 +67,7 @@ class Observed:
     availability: tuple[tuple[float, float], ...]  # per instance [join, fail) in run seconds
     instance_share: tuple[float, ...]  # share of requests per instance while in the pool
     rank_share: tuple[float, ...]  # share of placed requests per DP rank index (all instances)
-    inferred: tuple[tuple[str, str], ...]  # level -> description of the current routing
+    inferred: tuple[tuple[str, Note], ...]  # level -> what the current routing looks like
     equal_instances: bool
     equal_ranks: bool
     has_sessions: bool
@@ -236,8 +236,8 @@ def _outputs(req: pl.DataFrame, s: WhatIfSettings) -> tuple[np.ndarray, int]:
     return out, int(unfinished.sum())
 
 
-def _describe(equal: bool, share: np.ndarray, names: tuple[str, ...]) -> str:
+def _describe(equal: bool, share: np.ndarray, names: tuple[str, ...]) -> Note:
     if equal:
-        return "round_robin-like (inferred: equal request counts)"
-    parts = ", ".join(f"{n} {v:.0%}" for n, v in zip(names, share, strict=True))
-    return f"weighted (inferred from unequal request shares: {parts})"
+        return Note(W.ROUTING_EQUAL)
+    return Note(W.ROUTING_WEIGHTED,
+                {"shares": [[n, float(v)] for n, v in zip(names, share, strict=True)]})

@@ -71,12 +71,13 @@ class CalibrationRow:
 class PolicyResult:
     name: str
     level: str  # "observed" (the current placement), "instance" or "dp"
-    description: str
+    description: Note  # what it replays, worded by report/whatif_phrases
     predicted: Metrics
     unit_load: tuple[tuple[str, float], ...]  # rank unit id -> share of the execution time
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "level": self.level, "description": self.description,
+        return {"name": self.name, "level": self.level,
+                "description_facts": self.description.to_dict(),
                 "predicted": self.predicted.to_dict(),
                 "unit_load": {u: round(v, 4) for u, v in self.unit_load}}
 
@@ -103,7 +104,7 @@ class WhatIfReport:
     instances: int
     dp_ranks: int
     current_policy: str
-    inferred: tuple[tuple[str, str], ...]  # level -> what the current routing looks like
+    inferred: tuple[tuple[str, Note], ...]  # level -> what the current routing looks like
     step_model: dict[str, float]  # fixed_ms, per_prefill_token_ms, per_decode_seq_ms, ...
     units: tuple[UnitModel, ...]
     calibration: tuple[CalibrationRow, ...]
@@ -127,7 +128,7 @@ class WhatIfReport:
             "dp_ranks": self.dp_ranks,
             "dp_sizes": dict(self.dp_sizes),
             "current_policy": self.current_policy,
-            "inferred": dict(self.inferred),
+            "inferred_facts": {lvl: n.to_dict() for lvl, n in self.inferred},
             "service_model": {"step": {k: round(v, 6) for k, v in self.step_model.items()},
                               "units": [u.to_dict() for u in self.units]},
             "calibration": {r.metric: r.to_dict() for r in self.calibration},

@@ -73,8 +73,7 @@ def build_plans(
     cur_dp = _weighted(obs.rank_share, obs.equal_ranks)
     cur_gw = _weighted(obs.instance_share, obs.equal_instances)
     avail = obs.availability
-    plans = [Plan(CURRENT, "observed", "replay of the observed placement: "
-                  + "; ".join(f"{lvl}: {d}" for lvl, d in obs.inferred),
+    plans = [Plan(CURRENT, "observed", Note(W.PLAN_CURRENT, {"inferred": obs.inferred}),
                   _observed(obs.instance_share), _observed(obs.rank_share), avail)]
     for p in policies:
         if p in SESSION_POLICIES and not obs.has_sessions:
@@ -82,35 +81,34 @@ def build_plans(
         if n < 2:
             notes.append(Note(W.ONE_INSTANCE, {"policy": p}))
             break
-        plans.append(Plan(p, "instance", f"gateway {p}, DP dispatch as observed",
+        plans.append(Plan(p, "instance", Note(W.PLAN_GATEWAY, {"policy": p}),
                           RoutingSpec(p), cur_dp, avail))
     for p in dp_policies if lay.dp_ranks > 1 else ():
         if p in SESSION_POLICIES and not obs.has_sessions:
             continue
-        plans.append(Plan(f"dp:{p}", "dp", f"DP dispatcher {p}, instances as observed",
+        plans.append(Plan(f"dp:{p}", "dp", Note(W.PLAN_DP, {"policy": p}),
                           _observed(obs.instance_share), RoutingSpec(p), avail))
     cap = instance_capacity(obs, model)
     fair = [c / sum(cap) for c in cap]
     if n >= 2 and (not obs.equal_instances or max(fair) / min(fair) >= th.capability_ratio):
         plans.append(Plan("fix_weights", "instance",
-                          "gateway weights proportional to calibrated capacity ("
-                          + ", ".join(f"{w:.2f}" for w in fair) + ")",
+                          Note(W.PLAN_FIX_WEIGHTS, {"weights": fair}),
                           RoutingSpec("weighted", tuple(fair)), cur_dp, avail))
     if lay.dp_ranks > 1 and not obs.equal_ranks:
-        plans.append(Plan("dp:fix_weights", "dp", "DP dispatcher with equal rank weights",
+        plans.append(Plan("dp:fix_weights", "dp", Note(W.PLAN_DP_EQUAL),
                           _observed(obs.instance_share), RoutingSpec("round_robin"), avail))
     slow = slow_instances(obs, model, th)
     if slow and len(slow) < n:
-        names = ", ".join(lay.instances[i] for i in slow)
+        names = [lay.instances[i] for i in slow]
         pool = tuple((obs.duration_s, math.inf) if i in slow else a for i, a in enumerate(avail))
         share = [0.0 if i in slow else s for i, s in enumerate(obs.instance_share)]
         plans.append(Plan("remove_slow_unit", "instance",
-                          f"take {names} out of the pool, current policy on the rest",
+                          Note(W.PLAN_REMOVE_SLOW, {"units": names}),
                           _weighted(share, obs.equal_instances) if not obs.equal_instances
                           else RoutingSpec("round_robin"), cur_dp, pool))
     if any(lo > 0 or math.isfinite(hi) for lo, hi in avail):
         full = tuple((0.0, math.inf) for _ in avail)
         plans.append(Plan("restore_pool", "instance",
-                          "every instance in the pool all run (fix the health check / join)",
+                          Note(W.PLAN_RESTORE_POOL),
                           cur_gw, cur_dp, full))
     return plans, notes

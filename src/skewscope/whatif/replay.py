@@ -13,6 +13,7 @@ import polars as pl
 
 from skewscope.config import WHATIF
 from skewscope.frame import dp_unit_id
+from skewscope.notes import Note
 from skewscope.sim.engine import simulate
 from skewscope.sim.policies import RoutingSpec
 from skewscope.sim.records import START_S, GroundTruth, SimResult
@@ -29,7 +30,7 @@ class Plan:
 
     name: str
     level: str
-    description: str
+    description: Note  # what it replays (worded by report/whatif_phrases)
     gateway: RoutingSpec
     dispatcher: RoutingSpec
     availability: tuple[tuple[float, float], ...]
@@ -49,7 +50,7 @@ def scenario_for(plan: Plan, obs: Observed, model: ServiceModel) -> Scenario:
     )
     truth = GroundTruth("whatif", "balanced", "instance")
     return Scenario(
-        name=f"whatif-{plan.name}", summary=plan.description, truth=truth,
+        name=f"whatif-{plan.name}", summary=f"what-if replay: {plan.name}", truth=truth,
         duration_s=obs.duration_s, seed=WHATIF.seed, instances=len(lay.instances),
         dp_ranks=lay.dp_ranks, rank=model.base, overrides=overrides, health=health,
         dp_sizes=lay.sizes if lay.mixed else (),
