@@ -8,6 +8,7 @@ workload in the same process, so the ratio is measured on this machine, not quot
     python benchmarks/bench_sim.py --minutes 5  # shorter
     python benchmarks/bench_sim.py --fleet   # an hour of 64 x 8 ranks at 512 req/s (issue 14)
     python benchmarks/bench_sim.py --fleet --jobs 1   # the same in one process
+    python benchmarks/bench_sim.py --fleet --cli     # `skewscope simulate --openmetrics` end to end
 
 The run streams its steps (only their stats are kept) and, the gateway being round robin,
 runs groups of instances in ``--jobs`` processes; ``--keep`` keeps the step table (one process).
@@ -146,6 +147,66 @@ def peak_rss_mb() -> float:
     return float("nan")
 
 
+def scenario_toml(sc: Scenario) -> str:
+    """``bench_scenario`` as a scenario file (what a user would give the command line)."""
+    w = sc.workload
+
+    def dist(d: LengthDist) -> str:
+        return (f'{{ dist = "{d.dist}", median = {d.median:g}, sigma = {d.sigma:g}, '
+                f"min = {d.min}, max = {d.max} }}")
+
+    return f"""name = "{sc.name}"
+duration_s = {sc.duration_s:g}
+seed = {sc.seed}
+[cluster]
+instances = {sc.instances}
+dp_ranks = {sc.dp_ranks}
+[gateway]
+policy = "{sc.gateway.policy}"
+[dispatcher]
+policy = "{sc.dispatcher.policy}"
+[workload]
+rate = {w.rate:g}
+input = {dist(w.input)}
+output = {dist(w.output)}
+[truth]
+verdict = "balanced"
+"""
+
+
+def bench_cli(sc: Scenario, jobs: int) -> None:
+    """``skewscope simulate --openmetrics`` in this process: wall, CPU (this process and the
+    engine's workers), peak RSS (here and the largest worker), the file's size."""
+    import tempfile
+
+    import skewscope.sim.engine as engine
+    from skewscope.cli import main as cli
+
+    stats: dict[str, float] = {}
+    real = engine.simulate
+
+    def spy(*a: object, **k: object) -> object:
+        res = real(*a, **k)  # type: ignore[arg-type]
+        stats.update(res.run_stats)
+        return res
+
+    engine.simulate = spy  # type: ignore[assignment]
+    with tempfile.TemporaryDirectory(dir=".") as d:
+        toml = Path(d) / "bench.toml"
+        toml.write_text(scenario_toml(sc))
+        om = Path(d) / "bench.om"
+        t0, c0 = time.perf_counter(), time.process_time()
+        rc = cli(["simulate", str(toml), "--openmetrics", str(om), "--jobs", str(jobs)])
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        size = om.stat().st_size if om.exists() else 0
+    print(f"cli: skewscope simulate --openmetrics, {sc.duration_s:.0f} simulated s of "
+          f"{sc.summary}, --jobs {jobs}: exit {rc}, {wall:.1f} s wall; CPU s: {cpu:.1f} in this "
+          f"process (engine + writers), {stats.get('cpu_s', 0):.1f} engine over its processes; "
+          f"peak RSS {peak_rss_mb():.0f} MB here, {stats.get('worker_rss_mb', 0):.0f} MB the "
+          f"largest worker; {int(stats.get('steps', 0)):,} steps; history {size / 1e9:.2f} GB; "
+          f"load average {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=60.0, help="simulated minutes (default 60)")
@@ -157,8 +218,13 @@ def main() -> None:
                     help="worker processes for the streamed run (default: the usable CPUs)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the step table too (one process; a table of every step)")
+    ap.add_argument("--cli", action="store_true",
+                    help="run `skewscope simulate SCENARIO --openmetrics FILE` end to end instead")
     args = ap.parse_args()
     shape = (64, 8, 512.0) if args.fleet else (8, 4, 64.0)
+    if args.cli:
+        bench_cli(bench_scenario(args.minutes, *shape), args.jobs)
+        return
 
     sc = bench_scenario(args.minutes, *shape)
     check_limits(sc, keep_steps=args.keep)

@@ -22,7 +22,7 @@ from skewscope.sim import limits
 from skewscope.sim.records import GroundTruth
 from skewscope.sim.scenario import Scenario
 from skewscope.sim.workload import WorkloadSpec
-from skewscope.sim.writers import openmetrics, truth
+from skewscope.sim.writers import truth
 from skewscope.sim.writers.live import serve
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -188,7 +188,7 @@ def test_force_replaces_instance_folders_and_keeps_other_files(tmp_path: Path) -
 def test_failed_openmetrics_leaves_old_file_and_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    real = openmetrics._write_om
+    from skewscope.sim.writers import history
 
     def half_then_fail(out, *a):  # type: ignore[no-untyped-def]
         out.write("# TYPE partial gauge\n")
@@ -196,12 +196,11 @@ def test_failed_openmetrics_leaves_old_file_and_no_temp(
 
     om = tmp_path / "h.om"
     om.write_text("previous history\n")
-    monkeypatch.setattr(openmetrics, "_write_om", half_then_fail)
+    monkeypatch.setattr(history, "write_family", half_then_fail)
     assert main(["simulate", "balanced", "--openmetrics", str(om)]) == 2
     assert "--openmetrics" in _one_line_error(capsys)
     assert om.read_text() == "previous history\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["h.om"]
-    monkeypatch.setattr(openmetrics, "_write_om", real)
+    assert [p.name for p in tmp_path.iterdir()] == ["h.om"]  # no temp file, no spill folder
 
 
 # ---------------------------------------------------------------------------- live mode

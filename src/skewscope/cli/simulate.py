@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +19,8 @@ from skewscope.errors import UsageError
 if TYPE_CHECKING:
     from skewscope.progress import Progress
     from skewscope.sim.records import SimResult
+    from skewscope.sim.scenario import Scenario
+    from skewscope.sim.writers.history import HistorySinks
     from skewscope.sim.writers.live import LiveCluster
 
 
@@ -41,6 +47,9 @@ def register(sub: Any) -> None:
     s.add_argument("--port", default="0",
                    help="live mode: first port, instance k on PORT+k (default 0 = any free)")
     s.add_argument("--seed", help="override the scenario's seed (>= 0)")
+    s.add_argument("--jobs", default="auto",
+                   help="worker processes for a gateway that reads no load (default auto: "
+                        "the usable CPUs for a run of a few million steps, else 1)")
     s.add_argument("--force", action="store_true", help="write into a non-empty --out DIR")
     s.set_defaults(run=run)
 
@@ -71,6 +80,8 @@ def _check_args(args: argparse.Namespace, max_port: int) -> None:
     args.port = _integer(args.port, "--port", 0, max_port, f"a port 0..{max_port}")
     if args.seed is not None:
         args.seed = _integer(args.seed, "--seed", 0, 2**63 - 1, "a non-negative integer")
+    if args.jobs != "auto":
+        args.jobs = _integer(args.jobs, "--jobs", 1, 1024, "auto or a number 1..1024")
     args.metrics_interval = common.parse_duration(args.metrics_interval, "--metrics-interval")
     if args.out:
         out = Path(args.out)
@@ -107,29 +118,74 @@ def run(args: argparse.Namespace) -> int:
         check_scrapes(scenario.duration_s, args.metrics_interval, scenario.instances)
     from skewscope.progress import Progress
     from skewscope.sim.engine import simulate
+    from skewscope.sim.limits import check_limits
 
-    progress = Progress(f"simulating {scenario.name}", scenario.duration_s, "simulated s")
-    try:
-        result = simulate(scenario, seed=args.seed, record_members=bool(args.out),
-                          progress=progress.update)
-    finally:
-        progress.close()
-    if args.out:
-        _write_out(result, Path(args.out), args.generation)
-        print(f"wrote {len(result.instances)} instance folder(s) and truth.json to {args.out}")
-    if args.openmetrics:
-        from skewscope.sim.writers.openmetrics import write_openmetrics
-
+    check_limits(scenario, keep_steps=bool(args.serve or args.out))  # these keep the steps
+    with contextlib.ExitStack() as stack:
+        sinks = _history_sinks(scenario, args, stack) if args.openmetrics else None
+        kept = bool(args.serve or args.out)
+        progress = Progress(f"simulating {scenario.name}", scenario.duration_s, "simulated s")
         try:
-            write_openmetrics(result, Path(args.openmetrics), dialect=args.metrics_dialect,
-                              step_s=args.metrics_interval, devices=args.device_exporter)
-        except OSError as e:
-            raise UsageError(f"--openmetrics {args.openmetrics}: cannot write ({e.strerror})"
-                             ) from None
-        print(f"wrote OpenMetrics history to {args.openmetrics}")
+            result = simulate(scenario, seed=args.seed, record_members=bool(args.out),
+                              progress=progress.update, keep_steps=kept, sinks=sinks,
+                              jobs=1 if kept else _jobs(args.jobs, scenario))
+        finally:
+            progress.close()
+        if args.out:
+            _write_out(result, Path(args.out), args.generation)
+            print(f"wrote {len(result.instances)} instance folder(s) and truth.json to {args.out}")
+        if args.openmetrics:
+            _write_history(result, args)
+            print(f"wrote OpenMetrics history to {args.openmetrics}")
     if args.serve:
         return _serve(result, args)
     return 0
+
+
+def _jobs(jobs: str | int, scenario: Scenario) -> int:
+    """Worker processes: as asked, or (auto) the usable CPUs when the run is big enough to
+    repay starting them (a few time chunks of steps)."""
+    if jobs != "auto":
+        return int(jobs)
+    from skewscope.sim.engine import CHUNK_ROWS
+    from skewscope.sim.limits import max_steps
+
+    return len(os.sched_getaffinity(0)) if max_steps(scenario) > 4 * CHUNK_ROWS else 1
+
+
+def _history_sinks(scenario: Scenario, args: argparse.Namespace,
+                   stack: contextlib.ExitStack) -> HistorySinks:
+    """The OpenMetrics history's sinks, spilling into a temporary folder beside the file."""
+    from skewscope.sim.records import START_S
+    from skewscope.sim.writers.history import HistorySinks
+    from skewscope.sim.writers.openmetrics import scrape_times
+
+    path = Path(args.openmetrics)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        spill = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".spill",
+                                      dir=path.parent))
+    except OSError as e:
+        raise UsageError(f"--openmetrics {path}: cannot write ({e.strerror})") from None
+    stack.callback(shutil.rmtree, spill, True)
+    times = scrape_times(START_S, START_S + scenario.duration_s, args.metrics_interval)
+    return HistorySinks(scenario.model_name, args.metrics_dialect, args.device_exporter, times,
+                        spill)
+
+
+def _write_history(result: SimResult, args: argparse.Namespace) -> None:
+    from skewscope.progress import Progress
+    from skewscope.sim.writers.history import write_history
+
+    parts = result.outputs
+    progress = Progress("writing OpenMetrics history", len(parts[0].specs), "families")
+    try:
+        write_history(Path(args.openmetrics), parts, progress=progress.update)
+    except OSError as e:
+        raise UsageError(f"--openmetrics {args.openmetrics}: cannot write ({e.strerror})"
+                         ) from None
+    finally:
+        progress.close()
 
 
 def _write_out(result: SimResult, out: Path, generation: str) -> None:

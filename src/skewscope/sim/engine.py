@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from skewscope.frame import dp_unit_id
 from skewscope.sim.loop import PROGRESS_EVERY, route, run
 from skewscope.sim.policies import reads_load
 from skewscope.sim.rank import STEP_FIELDS, Rank, RequestState
-from skewscope.sim.records import START_S, RankInfo, SimResult
+from skewscope.sim.records import START_S, RankInfo, SimResult, SinkFactory, StepSink
 from skewscope.sim.tables import (
     in_time_order,
     members_frame,
@@ -50,6 +51,7 @@ def simulate(
     on_steps: Callable[[pl.DataFrame], None] | None = None,
     keep_steps: bool = True,
     jobs: int = 1,
+    sinks: SinkFactory | None = None,
 ) -> SimResult:
     """Run a scenario and return its tables; the same (scenario, seed) gives identical tables.
 
@@ -61,6 +63,12 @@ def simulate(
     ``keep_steps=False``, where only ``SimResult.run_stats`` (steps, KV peak) is kept; then a
     gateway that reads no load lets ``jobs`` processes run groups of instances apart (the
     gateway's choices are made first), with the same result.
+
+    ``sinks(lo, hi, ...)`` makes a ``StepSink`` for instances ``[lo, hi)`` (the writers): it
+    takes each time chunk of their steps with the requests' state as the chunk is cut, in the
+    process that runs them, and its ``close`` summary lands in ``SimResult.outputs`` (one
+    per instance group, in instance order). With ``keep_steps=False`` and a gateway that
+    reads no load, ``jobs`` worker processes make and feed their own sinks.
     """
     seed = scenario.seed if seed is None else seed
     duration = scenario.duration_s if duration_s is None else duration_s
@@ -84,15 +92,19 @@ def simulate(
     keep = keep_steps and on_steps is None
     jobs = min(jobs, n_inst)
     cpu0 = time.process_time()
+    outputs: list[Any] = []
     if jobs > 1 and not keep and on_steps is None and not reads_load(scenario.gateway):
         routed = route(scenario, wl, reqs, rng_route)
         bounds = np.linspace(0, n_inst, jobs + 1).round().astype(int).tolist()
-        parts = [(scenario, wl, (rng_route, rng_disp), duration, routed, lo, hi)
+        parts = [_Part(scenario, wl, (rng_route, rng_disp), duration, routed, lo, hi,
+                       infos, rng_id if record_members and sinks else None, sinks, CHUNK_ROWS)
                  for lo, hi in pairwise(bounds)]
-        pending, stats = _run_apart(parts, reqs)
+        pending, stats, outputs = _run_apart(parts, reqs, progress)
         steps, members = _empty(infos)
     else:
-        out = _StepChunks(infos, rids, record_members and keep, on_steps, keep)
+        sink = sinks(0, n_inst, wl, infos, duration) if sinks is not None else None
+        out = _StepChunks(infos, rids, record_members and (keep or sink is not None),
+                          on_steps, keep, sink, reqs)
         ranks = [Rank(g, sp, reqs, out.rec, out.members, out.pieces, out.pats)
                  for g, sp in enumerate(specs)]
         out.ranks = ranks
@@ -101,6 +113,8 @@ def simulate(
         pending = {q for rk in ranks for q in rk.waiting}
         stats = out.stats
         steps, members = out.tables()
+        if sink is not None:
+            outputs.append(sink.close(reqs))
     stats["cpu_s"] = stats.get("cpu_s", 0.0) + time.process_time() - cpu0
     meta: dict[str, Any] = {
         "scenario": scenario.name,
@@ -127,13 +141,15 @@ def simulate(
         model_name=scenario.model_name,
         meta=meta,
         run_stats=stats,
+        outputs=outputs,
     )
 
 
-def _chunk_s(specs: list[RankSpec]) -> float:
-    """Simulated seconds per time chunk: ``CHUNK_ROWS`` steps at the ranks' fastest pace."""
+def _chunk_s(specs: list[RankSpec], rows: int | None = None) -> float:
+    """Simulated seconds per time chunk: ``rows`` (``CHUNK_ROWS``) steps at the ranks'
+    fastest pace."""
     rate = sum(1000.0 / (sp.fixed_ms * sp.speed) for sp in specs)
-    return max(1.0, CHUNK_ROWS / rate)
+    return max(1.0, (CHUNK_ROWS if rows is None else rows) / rate)
 
 
 def _empty(infos: list[RankInfo]) -> tuple[pl.DataFrame, None]:
@@ -141,49 +157,103 @@ def _empty(infos: list[RankInfo]) -> tuple[pl.DataFrame, None]:
     return steps_frame(np.zeros((0, STEP_FIELDS)), infos, 0), None
 
 
-Part = tuple["Scenario", Workload, tuple[np.random.Generator, list[np.random.Generator]], float,
-             list[int], int, int]
+@dataclass
+class _Part:
+    """One worker's share: instances [lo, hi) on the gateway's choices ``routed``."""
+
+    scenario: Scenario
+    wl: Workload
+    rngs: tuple[np.random.Generator, list[np.random.Generator]]
+    duration: float
+    routed: list[int]
+    lo: int
+    hi: int
+    infos: list[RankInfo]
+    rng_id: np.random.Generator | None  # request ids, when the sink records batch members
+    sinks: SinkFactory | None
+    chunk_rows: int  # ``CHUNK_ROWS`` as the parent reads it
 
 
-def _run_part(part: Part) -> tuple[dict[str, Any], list[int], dict[str, float]]:
+_progress_queue: Any = None  # a worker's channel for its simulated time (``_run_apart``)
+
+
+def _init_worker(queue: Any) -> None:
+    global _progress_queue
+    _progress_queue = queue
+
+
+def _run_part(part: _Part) -> tuple[dict[str, Any], list[int], dict[str, float], Any]:
     """Run instances [lo, hi) on the gateway's choices (a worker process): their requests'
-    state, the requests still waiting, the step stats; the steps themselves are dropped."""
-    scenario, wl, rngs, duration, routed, lo, hi = part
+    state, the requests still waiting, the step stats, the sink's summary; the steps go to the
+    sink or are dropped."""
+    scenario, wl, lo, hi = part.scenario, part.wl, part.lo, part.hi
     cpu0 = time.process_time()
     reqs = RequestState(wl)
     n_dp = scenario.dp_ranks
     specs = [scenario.rank_spec(i, d) for i in range(lo, hi) for d in range(n_dp)]
-    out = _StepChunks([], [], False, None, False)
-    ranks = [Rank(lo * n_dp + k, sp, reqs, out.rec, None, out.pieces, out.pats)
+    sink = part.sinks(lo, hi, wl, part.infos, part.duration) if part.sinks else None
+    rids = request_ids(wl, part.rng_id) if part.rng_id is not None else []
+    out = _StepChunks(part.infos, rids, part.rng_id is not None, None, False, sink, reqs)
+    ranks = [Rank(lo * n_dp + k, sp, reqs, out.rec, out.members, out.pieces, out.pats)
              for k, sp in enumerate(specs)]
-    out.totals = np.array([sp.total_blocks for sp in specs], dtype=np.float64)
     out.first = lo * n_dp
+    out.totals = out.totals[out.first:out.first + len(ranks)]
     out.ranks = ranks
-    run(scenario, wl, reqs, ranks, rngs, duration, None, (_chunk_s(specs), out.flush), routed, lo)
-    mine = np.flatnonzero((np.asarray(routed) >= lo) & (np.asarray(routed) < hi))
+    queue, me = _progress_queue, lo
+    report = (lambda t: queue.put((me, t))) if queue is not None else None
+    run(scenario, wl, reqs, ranks, part.rngs, part.duration, report,
+        (_chunk_s(specs, part.chunk_rows), out.flush), part.routed, lo)
+    routed = np.asarray(part.routed)
+    mine = np.flatnonzero((routed >= lo) & (routed < hi))
     state = {name: np.asarray(getattr(reqs, name))[mine] for name in _REQUEST_FIELDS}
     state["q"] = mine
+    summary = sink.close(reqs) if sink is not None else None
     out.stats["cpu_s"] = time.process_time() - cpu0
     out.stats["worker_rss_mb"] = _peak_rss_mb()
-    return state, [q for rk in ranks for q in rk.waiting], out.stats
+    return state, [q for rk in ranks for q in rk.waiting], out.stats, summary
 
 
 _REQUEST_FIELDS = ("fsched", "ftok", "finish", "preempt", "rank", "rejected")
 
 
-def _run_apart(parts: list[Part], reqs: RequestState) -> tuple[set[int], dict[str, float]]:
-    """Run the instance groups in worker processes and put their requests' state together."""
+def _run_apart(parts: list[_Part], reqs: RequestState,
+               progress: Callable[[float], None] | None
+               ) -> tuple[set[int], dict[str, float], list[Any]]:
+    """Run the instance groups in worker processes and put their requests' state together;
+    ``progress`` gets the simulated time every worker has reached."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    import queue as queues
+    from concurrent.futures import ProcessPoolExecutor, wait
 
     # forkserver: forking a process that runs polars' thread pool can deadlock the child
     ctx = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=len(parts), mp_context=ctx) as ex:
-        results = list(ex.map(_run_part, parts))
+    channel = ctx.Queue() if progress is not None else None
+    reached = {p.lo: 0.0 for p in parts}
+    with ProcessPoolExecutor(max_workers=len(parts), mp_context=ctx,
+                             initializer=_init_worker, initargs=(channel,)) as ex:
+        futures = [ex.submit(_run_part, p) for p in parts]
+        while channel is not None and progress is not None:
+            if not wait(futures, timeout=0)[1]:
+                break
+            try:
+                who, t = channel.get(timeout=0.25)
+            except queues.Empty:
+                continue
+            reached[who] = t
+            progress(min(reached.values()))
+        results = [f.result() for f in futures]
+    while channel is not None and progress is not None:  # what came after the last look
+        try:
+            who, t = channel.get_nowait()
+        except queues.Empty:
+            break
+        reached[who] = max(reached[who], t)
+        progress(min(reached.values()))
     cols = {name: np.asarray(getattr(reqs, name)) for name in _REQUEST_FIELDS}
     pending: set[int] = set()
     stats = {"steps": 0.0, "kv_peak": 0.0, "cpu_s": 0.0}
-    for state, waiting, st in results:
+    outputs = []
+    for state, waiting, st, summary in results:
         for name in _REQUEST_FIELDS:
             cols[name][state["q"]] = state[name]
         pending.update(waiting)
@@ -191,9 +261,11 @@ def _run_apart(parts: list[Part], reqs: RequestState) -> tuple[set[int], dict[st
         stats["kv_peak"] = max(stats["kv_peak"], st["kv_peak"])
         stats["cpu_s"] += st["cpu_s"]
         stats["worker_rss_mb"] = max(stats.get("worker_rss_mb", 0.0), st["worker_rss_mb"])
+        if summary is not None:
+            outputs.append(summary)
     for name in _REQUEST_FIELDS:
         setattr(reqs, name, cols[name].tolist())
-    return pending, stats
+    return pending, stats, outputs
 
 
 def _peak_rss_mb() -> float:
@@ -213,8 +285,10 @@ class _StepChunks:
     for the result, handed to ``on_steps``, or only counted (``stats``: steps, KV peak)."""
 
     def __init__(self, infos: list[RankInfo], rids: list[str], members: bool,
-                 on_steps: Callable[[pl.DataFrame], None] | None, keep: bool) -> None:
+                 on_steps: Callable[[pl.DataFrame], None] | None, keep: bool,
+                 sink: StepSink | None = None, reqs: RequestState | None = None) -> None:
         self.infos, self.rids, self.on_steps, self.keep = infos, rids, on_steps, keep
+        self.sink, self.reqs = sink, reqs
         self.rec: array[float] = array("d")
         self.members: array[int] | None = array("q") if members else None
         self.pieces: array[float] = array("d")
@@ -226,8 +300,8 @@ class _StepChunks:
         self.steps: list[pl.DataFrame] = []
         self.member_frames: list[pl.DataFrame] = []
 
-    def flush(self) -> None:
-        """Every rank has executed exactly the steps starting before the cut: those rows."""
+    def flush(self, cut: float) -> None:
+        """Every rank has executed exactly the steps starting before ``cut``: those rows."""
         rows, mem = in_time_order(self.rec, self.members, self.pieces, self.pats)
         for rk in self.ranks:
             rk.pattern_dropped()
@@ -236,11 +310,14 @@ class _StepChunks:
             kv = rows[:, 8] / self.totals[rows[:, 0].astype(np.int64) - self.first]
             self.stats["kv_peak"] = max(self.stats["kv_peak"], float(kv.max()))
         self.stats["steps"] += rows.shape[0]
+        if mem is not None:
+            mem[:, 0] += n
+        if self.sink is not None and self.reqs is not None:
+            self.sink.chunk(rows, mem, n, cut, self.reqs)
         if not self.keep and self.on_steps is None:
             return
         frame = steps_frame(rows, self.infos, n)
-        if mem is not None:
-            mem[:, 0] += n
+        if mem is not None and self.keep:
             self.member_frames.append(members_frame(mem, self.rids))
         if self.on_steps is not None:
             self.on_steps(frame)

@@ -22,6 +22,9 @@ MAX_REQUESTS = 2_000_000  # expected arrivals: rate x duration (+ burst extra); 
 MAX_RUN_BYTES = 4 * 2**30
 REQUEST_BYTES = 200  # one request's state and table row
 STEP_BYTES = 160  # one kept step row (18 columns)
+# Engine steps of a run that streams its steps (Σ ranks duration / step time): its memory is
+# bounded, its time is not (~1 M steps per CPU s; issue 14's goal hour is ~74 M at most).
+MAX_STREAMED_STEPS = 1_000_000_000
 MAX_TOKENS = 10_000_000  # tokens in one request's prompt or output (the longest contexts: ~10M)
 MAX_BLOCK_SIZE = 1024  # tokens per KV block (a rank keeps one counter per block offset)
 
@@ -78,6 +81,10 @@ def check_limits(sc: Scenario, keep_steps: bool = True) -> None:
         if spec.block_size > MAX_BLOCK_SIZE:
             raise SimulationError(f"{src}: key '{key}.block_size': {spec.block_size} is above "
                                   f"the limit of {MAX_BLOCK_SIZE}")
+    if not keep_steps and (steps := max_steps(sc)) > MAX_STREAMED_STEPS:
+        raise SimulationError(f"{src}: key 'cluster.rank.fixed_ms': ranks x duration_s / step "
+                              f"time allows {steps:,.0f} engine steps, above the limit of "
+                              f"{MAX_STREAMED_STEPS:,} (shorten the run or use fewer ranks)")
     need = run_bytes(sc, keep_steps)
     if need > MAX_RUN_BYTES:
         raise SimulationError(f"{src}: key 'cluster.rank.fixed_ms': ranks x duration_s / step "

@@ -99,7 +99,7 @@ class Availability:
 def run(
     scenario: Scenario, wl: Workload, reqs: RequestState, ranks: list[Rank],
     rngs: tuple[np.random.Generator, list[np.random.Generator]], duration: float,
-    progress: Callable[[float], None] | None, cuts: tuple[float, Callable[[], None]],
+    progress: Callable[[float], None] | None, cuts: tuple[float, Callable[[float], None]],
     routed: list[int] | None = None, first: int = 0,
 ) -> None:
     """Route every arrival in time order and step the ranks up to the end of the run.
@@ -111,7 +111,7 @@ def run(
     the arrival before it queues the request. A step starting at an arrival's instant sees it.
 
     ``cuts`` = (every, flush): every ``every`` simulated seconds all ranks are advanced to the
-    cut and ``flush`` takes the record of the steps that start before it. ``rngs``: the
+    cut and ``flush(cut)`` takes the record of the steps that start before it. ``rngs``: the
     gateway's random stream and one per instance's dispatcher.
 
     ``routed`` (a load-free gateway's choices, ``route``) runs only the instances from
@@ -148,7 +148,7 @@ def run(
         while ta >= cut and cut < duration:
             for rk in ranks:
                 rk.advance(cut)
-            flush()
+            flush(cut)
             heap = [(rk.event_t, r) for r, rk in enumerate(ranks) if rk.event_t < INF]
             heapq.heapify(heap)
             cut += every
@@ -192,7 +192,7 @@ def run(
     for end in [*np.arange(cut, duration, every).tolist(), duration]:
         for rk in ranks:
             rk.advance(end)
-        flush()
+        flush(end)
 
 
 def route(scenario: Scenario, wl: Workload, reqs: RequestState, rng: np.random.Generator

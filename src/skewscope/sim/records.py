@@ -8,10 +8,15 @@ Times are seconds since the Unix epoch (float64); the run starts at ``SimResult.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
     import polars as pl
+    from numpy.typing import NDArray
+
+    from skewscope.sim.rank import RequestState
+    from skewscope.sim.workload import Workload
 
 # Fixed start so outputs are byte-for-byte reproducible: 2025-04-23 00:52:13 UTC.
 START_S = 1_745_369_533.0
@@ -94,7 +99,57 @@ class SimResult:
     # over its worker processes), "worker_rss_mb" (the largest worker's peak memory, when
     # instances ran apart)
     run_stats: dict[str, float] = field(default_factory=dict)
+    # what the run's sinks (``simulate(sinks=...)``) summed up, one per instance group
+    outputs: list[Any] = field(default_factory=list)
 
     @property
     def instances(self) -> list[str]:
         return sorted({r.instance for r in self.ranks})
+
+
+class StepSink(Protocol):
+    """A writer fed as the run goes, for one group of instances (``simulate(sinks=...)``).
+
+    ``chunk`` gets the group's step rows starting before ``cut`` (``rank.STEP_FIELDS``
+    columns, sorted by start then rank, the rank as its global index; step ids from
+    ``first_id``), their batch members (``rank.MEMBER_FIELDS``, when recorded) and the
+    requests' state: every event before ``cut`` is final. ``close`` ends the run and returns
+    a picklable summary (it may be made in a worker process)."""
+
+    def chunk(self, rows: NDArray[np.float64], members: NDArray[np.int64] | None,
+              first_id: int, cut: float, reqs: RequestState) -> None: ...
+
+    def close(self, reqs: RequestState) -> Any: ...
+
+
+class SinkFactory(Protocol):
+    """Makes the sink of instances ``[lo, hi)`` of a run (its workload, every rank, its
+    duration in run seconds); picklable (sent to worker processes)."""
+
+    def __call__(self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo],
+                 duration: float) -> StepSink: ...
+
+
+@dataclass
+class Sinks:
+    """Several sinks fed the same chunks (``--out`` and ``--openmetrics`` together); the
+    summary is theirs, in order."""
+
+    factories: list[SinkFactory]
+
+    def __call__(self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo],
+                 duration: float) -> StepSink:
+        return _AllSinks([f(lo, hi, wl, ranks, duration) for f in self.factories])
+
+
+class _AllSinks:
+    def __init__(self, sinks: list[StepSink]) -> None:
+        self.sinks = sinks
+
+    def chunk(self, rows: NDArray[np.float64], members: NDArray[np.int64] | None,
+              first_id: int, cut: float, reqs: RequestState) -> None:
+        for s in self.sinks:
+            s.chunk(rows, members, first_id, cut, reqs)
+
+    def close(self, reqs: RequestState) -> list[Any]:
+        return [s.close(reqs) for s in self.sinks]

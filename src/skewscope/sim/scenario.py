@@ -429,7 +429,7 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
     top.done()
     sc = Scenario(name, summary, truth, duration, seed, n_inst, n_dp, rank, tuple(overrides),
                   tuple(health), gateway, dispatcher, workload, model, source)
-    check_limits(sc)
+    check_limits(sc, keep_steps=False)  # the least a run holds; keeping its steps: the caller
     if not summary:
         sc = dataclasses.replace(sc, summary=default_summary(sc))
     return sc

@@ -52,46 +52,70 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # ----------------------------------------------------------------------------- event arrays
 class _Events:
-    """A step function: the weighted count of events at or before each queried time."""
+    """A step function: the weighted count of events at or before each queried time.
 
-    def __init__(self, times: F64, weights: F64 | None = None) -> None:
+    Fed in time slices (``feed``): a slice's events come after every earlier slice's, and
+    ``at`` answers for times up to the slice's end; the running total is carried over."""
+
+    def __init__(self) -> None:
+        self.base = 0.0  # total of the slices before the current one
+        self.times: F64 = np.empty(0)
+        self.cum: F64 = np.zeros(1)
+
+    def feed(self, times: F64, weights: F64 | None = None) -> None:
+        self.base += float(self.cum[-1])
         ok = np.isfinite(times)
         order = np.argsort(times[ok], kind="stable")
-        self.times: F64 = times[ok][order]
+        self.times = times[ok][order]
         w = np.ones(len(self.times)) if weights is None else weights[ok][order]
-        self.cum: F64 = np.concatenate([[0.0], np.cumsum(w, dtype=np.float64)])
+        self.cum = np.concatenate([[0.0], np.cumsum(w, dtype=np.float64)])
 
     def at(self, t: F64) -> F64:
-        return self.cum[np.searchsorted(self.times, t, side="right")]
+        out: F64 = self.base + self.cum[np.searchsorted(self.times, t, side="right")]
+        return out
 
 
 class _Observations:
-    """Histogram observations (time, value, weight), evaluated at many times in one pass."""
+    """Histogram observations (time, value, weight), evaluated at many times in one pass.
 
-    def __init__(self, times: F64, values: F64, weights: F64 | None = None) -> None:
+    Fed in time slices like ``_Events``: the queried times of a slice cover all its
+    observations, and the buckets, count and sum at its last time carry over (the sum adds
+    slice after slice in time order, so the result does not depend on the slicing)."""
+
+    def __init__(self) -> None:
+        self.times: F64 = np.empty(0)
+        self.values: F64 = np.empty(0)
+        self.weights: F64 = np.empty(0)
+        # per bucket layout: (cumulative bucket counts incl. +Inf, sum) before this slice,
+        # and at its last queried time (promoted by the next ``feed``)
+        self._base: dict[tuple[float, ...], tuple[F64, float]] = {}
+        self._last: dict[tuple[float, ...], tuple[F64, float]] = {}
+
+    def feed(self, times: F64, values: F64, weights: F64 | None = None) -> None:
+        self._base.update(self._last)
         ok = np.isfinite(times) & np.isfinite(values)
         if weights is not None:
             ok &= weights > 0
         order = np.argsort(times[ok], kind="stable")
-        self.times: F64 = times[ok][order]
-        self.values: F64 = values[ok][order]
-        self.weights: F64 = (np.ones(len(self.times)) if weights is None
-                             else weights[ok][order].astype(np.float64))
-        self._bucket_index: dict[tuple[float, ...], NDArray[np.int64]] = {}
+        self.times = times[ok][order]
+        self.values = values[ok][order]
+        self.weights = (np.ones(len(self.times)) if weights is None
+                        else weights[ok][order].astype(np.float64))
 
     def at(self, bounds: tuple[float, ...], t: F64) -> tuple[F64, F64, F64]:
         """(cumulative ``le`` bucket counts [len(t), len(bounds)], count, sum) at times t."""
-        idx = self._bucket_index.get(bounds)
-        if idx is None:
-            idx = np.searchsorted(np.asarray(bounds), self.values, side="left").astype(np.int64)
-            self._bucket_index[bounds] = idx
+        idx = np.searchsorted(np.asarray(bounds), self.values, side="left").astype(np.int64)
         nb = len(bounds) + 1
         seg = np.searchsorted(t, self.times, side="left")  # first query time >= obs time
         flat = np.bincount(seg * nb + idx, weights=self.weights, minlength=(len(t) + 1) * nb)
+        base, base_sum = self._base.get(bounds, (np.zeros(nb), 0.0))
         grid: F64 = flat.astype(np.float64).reshape(len(t) + 1, nb)[:-1]
-        grid = grid.cumsum(axis=0).cumsum(axis=1)
-        sums: F64 = np.bincount(seg, weights=self.weights * self.values,
-                                minlength=len(t) + 1).astype(np.float64)[:-1].cumsum()
+        grid = np.concatenate([base[None, :], grid]).cumsum(axis=0)[1:].cumsum(axis=1)
+        per = np.bincount(seg, weights=self.weights * self.values,
+                          minlength=len(t) + 1).astype(np.float64)[:-1]
+        sums: F64 = np.concatenate([[base_sum], per]).cumsum()[1:]
+        if len(t):
+            self._last[bounds] = (np.diff(grid[-1], prepend=0.0), float(sums[-1]))
         return grid[:, :-1], grid[:, -1], sums
 
 
@@ -99,9 +123,42 @@ def _col(df: pl.DataFrame, name: str) -> F64:
     return df.get_column(name).cast(pl.Float64).fill_null(np.nan).to_numpy()
 
 
+COUNTERS = ("arrived", "scheduled", "finished", "prompt_tokens", "generation_tokens",
+            "preemptions")
+HISTOGRAMS = ("ttft", "e2e", "queue", "queue_at_schedule", "tpot", "request_prompt_tokens",
+              "request_generation_tokens", "input_tokens", "itl", "iteration_tokens",
+              "batch_size", "waiting_batch_size")
+# step columns a rank model reads (``feed_steps``), in this order
+STEP_COLUMNS = ("start_s", "end_s", "decode_tokens", "preempted", "prefill_tokens",
+                "batch_size", "waiting", "used_blocks")
+
+
+@dataclass
+class RequestEvents:
+    """Requests of one rank in request order: their times (NaN: never) and lengths, and the
+    times of the events to count now (NaN: not now — earlier, later or never)."""
+
+    arrival: F64
+    sched: F64
+    first: F64
+    finish: F64
+    inp: F64
+    out: F64
+    accepted: NDArray[np.bool_]
+    at_arrival: F64
+    at_sched: F64
+    at_first: F64
+    at_finish: F64
+
+
 @dataclass
 class RankModel:
-    """Precomputed event arrays of one DP rank (built once, queried many times)."""
+    """The /metrics state of one DP rank, fed in time slices (or the whole run at once).
+
+    ``feed(requests, steps, upto)`` counts every event up to ``upto`` not counted before;
+    ``value``/``gauge`` then answer for times in (previous ``upto``, ``upto``]. Counters and
+    histograms carry running totals; the steps are kept only as far back as a gauge at those
+    times reads (the last step started, ``DEVICE_AVERAGE_S`` of busy time)."""
 
     info: RankInfo
     counters: dict[str, _Events] = field(default_factory=dict)
@@ -109,46 +166,96 @@ class RankModel:
     step_start: F64 = field(default_factory=lambda: np.empty(0))
     step_end: F64 = field(default_factory=lambda: np.empty(0))
     step_used: F64 = field(default_factory=lambda: np.empty(0))
+    # steps held: STEP_COLUMNS rows, the busy time done before each (``done[k]``, one more
+    # than rows), the end of the step before the first held one, how many held steps' start
+    # and end events are counted, and the last ``upto``
+    _held: F64 = field(default_factory=lambda: np.empty((0, len(STEP_COLUMNS))))
+    _done: F64 = field(default_factory=lambda: np.zeros(1))
+    _prev_end: float = math.nan
+    _n_started: int = 0
+    _n_ended: int = 0
+    upto: float = -math.inf
+
+    def __post_init__(self) -> None:
+        self.counters = {k: _Events() for k in COUNTERS}
+        self.hists = {k: _Observations() for k in HISTOGRAMS}
 
     @classmethod
     def build(cls, result: SimResult, info: RankInfo) -> RankModel:
+        """The whole run at once (live mode, tests): every time is answerable."""
         req = result.requests.filter((pl.col("instance") == info.instance)
                                      & (pl.col("dp_rank") == info.dp_rank))
         st = result.steps.filter((pl.col("instance") == info.instance)
                                  & (pl.col("dp_rank") == info.dp_rank)).sort("start_s")
         arrival, sched = _col(req, "arrival_s"), _col(req, "first_scheduled_s")
         first, finish = _col(req, "first_token_s"), _col(req, "finish_s")
-        inp, out = _col(req, "input_tokens"), _col(req, "output_tokens")
         accepted = (req.get_column("status") != "rejected").to_numpy()
-        start, end = _col(st, "start_s"), _col(st, "end_s")
-        decode = _col(st, "decode_tokens")
+        ev = RequestEvents(arrival, sched, first, finish, _col(req, "input_tokens"),
+                           _col(req, "output_tokens"), accepted,
+                           arrival, sched, first, finish)
         m = cls(info)
-        m.step_start, m.step_end, m.step_used = start, end, _col(st, "used_blocks")
-        c = m.counters
-        c["arrived"] = _Events(np.where(accepted, arrival, np.nan))
-        c["scheduled"] = _Events(sched)
-        c["finished"] = _Events(finish)
-        c["prompt_tokens"] = _Events(first, inp)
-        c["generation_tokens"] = _Events(np.concatenate([first, end]),
-                                         np.concatenate([np.ones(len(first)), decode]))
-        c["preemptions"] = _Events(start, _col(st, "preempted"))
-        h = m.hists
-        h["ttft"] = _Observations(first, first - arrival)
-        h["e2e"] = _Observations(finish, finish - arrival)
-        h["queue"] = _Observations(finish, sched - arrival)
-        h["queue_at_schedule"] = _Observations(sched, sched - arrival)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tpot = np.where(out > 1, (finish - first) / (out - 1), np.nan)
-        h["tpot"] = _Observations(finish, tpot)
-        h["request_prompt_tokens"] = _Observations(finish, inp)
-        h["request_generation_tokens"] = _Observations(finish, out)
-        h["input_tokens"] = _Observations(arrival, inp)
-        gap = np.diff(end, prepend=np.nan)
-        h["itl"] = _Observations(end, gap, decode)
-        h["iteration_tokens"] = _Observations(end, _col(st, "prefill_tokens") + decode)
-        h["batch_size"] = _Observations(end, _col(st, "batch_size"))
-        h["waiting_batch_size"] = _Observations(end, _col(st, "waiting"))
+        m.feed(ev, np.column_stack([_col(st, c) for c in STEP_COLUMNS]), math.inf)
         return m
+
+    def feed(self, req: RequestEvents, steps: F64, upto: float) -> None:
+        """Count the requests' events given now and the new steps' (rows of
+        ``STEP_COLUMNS``, the rank's next steps in time order) up to ``upto``."""
+        self._trim()
+        self.upto = upto
+        if len(steps):
+            done = np.cumsum(np.concatenate([self._done[-1:], steps[:, 1] - steps[:, 0]]))
+            self._done = np.concatenate([self._done, done[1:]])
+            self._held = np.concatenate([self._held, steps]) if len(self._held) else steps
+        h = self._held
+        start, end = h[:, 0], h[:, 1]
+        s0, s1 = self._n_started, int(np.searchsorted(start, upto, side="right"))
+        e0, e1 = self._n_ended, int(np.searchsorted(end, upto, side="right"))
+        self._n_started, self._n_ended = s1, e1
+        self.step_start, self.step_end, self.step_used = start, end, h[:, 7]
+        ended = h[e0:e1]
+        t_end, decode = ended[:, 1], ended[:, 2]
+        prev = np.concatenate([[self._prev_end], end[:-1]])[e0:e1]
+        a, s, f, e = req.arrival, req.sched, req.first, req.finish
+        c = self.counters
+        c["arrived"].feed(np.where(req.accepted, req.at_arrival, np.nan))
+        c["scheduled"].feed(req.at_sched)
+        c["finished"].feed(req.at_finish)
+        c["prompt_tokens"].feed(req.at_first, req.inp)
+        c["generation_tokens"].feed(np.concatenate([req.at_first, t_end]),
+                                    np.concatenate([np.ones(len(f)), decode]))
+        c["preemptions"].feed(start[s0:s1], h[s0:s1, 3])
+        hs = self.hists
+        hs["ttft"].feed(req.at_first, f - a)
+        hs["e2e"].feed(req.at_finish, e - a)
+        hs["queue"].feed(req.at_finish, s - a)
+        hs["queue_at_schedule"].feed(req.at_sched, s - a)
+        out = req.out
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot = np.where(out > 1, (e - f) / (out - 1), np.nan)
+        hs["tpot"].feed(req.at_finish, tpot)
+        hs["request_prompt_tokens"].feed(req.at_finish, req.inp)
+        hs["request_generation_tokens"].feed(req.at_finish, out)
+        hs["input_tokens"].feed(req.at_arrival, req.inp)
+        hs["itl"].feed(t_end, t_end - prev, decode)
+        hs["iteration_tokens"].feed(t_end, ended[:, 4] + decode)
+        hs["batch_size"].feed(t_end, ended[:, 5])
+        hs["waiting_batch_size"].feed(t_end, ended[:, 6])
+
+    def _trim(self) -> None:
+        """Drop held steps no later query reads: counted, ended ``DEVICE_AVERAGE_S`` (and a
+        second) before the last ``upto``, and not the last step started by then."""
+        if not math.isfinite(self.upto) or not len(self._held):
+            return
+        h = self._held
+        k = min(self._n_started, self._n_ended,
+                int(np.searchsorted(h[:, 1], self.upto - DEVICE_AVERAGE_S - 1.0, side="right")),
+                max(int(np.searchsorted(h[:, 0], self.upto, side="right")) - 1, 0))
+        if k <= 0:
+            return
+        self._prev_end = float(h[k - 1, 1])
+        self._held, self._done = h[k:], self._done[k:]
+        self._n_started -= k
+        self._n_ended -= k
 
     def gauge(self, role: str, t: F64) -> F64:
         c = self.counters
@@ -188,7 +295,7 @@ class RankModel:
     def _busy(self, t: F64) -> F64:
         """Time spent in steps up to each of ``t`` (a rank's steps follow one another)."""
         start, end = self.step_start, self.step_end
-        done = np.concatenate([[0.0], np.cumsum(end - start)])
+        done = self._done  # busy time before each held step (and after the last)
         i = np.searchsorted(end, t, side="right")  # steps finished by t
         nxt = np.minimum(i, max(len(start) - 1, 0))
         partial = np.where((i < len(start)) & (start[nxt] < t), t - start[nxt], 0.0) if len(
@@ -229,15 +336,12 @@ class InstanceModel:
     """All metric families of one instance in one dialect (and its devices' exporter, if any:
     one device per DP rank, on the instance's own target so the host join places them)."""
 
-    def __init__(self, result: SimResult, instance: str, dialect: str,
-                 devices: str | None = None) -> None:
+    def __init__(self, instance: str, model_name: str, specs: list[MetricSpec],
+                 ranks: list[RankModel]) -> None:
         self.instance = instance
-        self.model_name = result.model_name
-        max_len = int(result.meta.get("max_model_len", 32768))
-        self.specs = dialect_specs(dialect, max_len) + (device_specs(devices) if devices else [])
-        self.ranks = [RankModel.build(result, r) for r in
-                      sorted((r for r in result.ranks if r.instance == instance),
-                             key=lambda r: r.dp_rank)]
+        self.model_name = model_name
+        self.specs = specs
+        self.ranks = sorted(ranks, key=lambda r: r.info.dp_rank)
 
     def _labels(self, spec: MetricSpec, rank: RankModel | None) -> dict[str, str]:
         labels = dict(spec.labels)
@@ -314,6 +418,12 @@ class InstanceModel:
         return fams
 
 
+def model_specs(dialect: str, devices: str | None, meta: Mapping[str, object]) -> list[MetricSpec]:
+    """The families an instance exposes: its dialect's, and its device exporter's if any."""
+    max_len = int(str(meta.get("max_model_len", 32768)))
+    return dialect_specs(dialect, max_len) + (device_specs(devices) if devices else [])
+
+
 def _sorted(labels: Mapping[str, str]) -> Labels:
     return tuple(sorted(labels.items()))
 
@@ -330,8 +440,11 @@ class ClusterModel:
         self.dialect = dialect
         self.start_s, self.end_s = result.start_s, result.end_s
         self.model_name = result.model_name
-        self.instances = {i: InstanceModel(result, i, dialect, devices)
-                          for i in result.instances}
+        specs = model_specs(dialect, devices, result.meta)
+        self.instances = {
+            i: InstanceModel(i, result.model_name, specs,
+                             [RankModel.build(result, r) for r in result.ranks if r.instance == i])
+            for i in result.instances}
 
     def text(self, instance: str, t: float) -> str:
         """Prometheus text format 0.0.4 of ``instance`` at simulated time ``t``."""

@@ -20,13 +20,15 @@ from skewscope.errors import SimulationError
 from skewscope.sim.writers.exposition import (
     ClusterModel,
     Family,
+    MetricSpec,
+    Series,
     format_labels,
     format_value,
     type_name,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
     from numpy.typing import NDArray
 
@@ -48,7 +50,7 @@ def scrape_times(start_s: float, end_s: float, step_s: float) -> NDArray[np.floa
     return start_s + step_s * np.arange(n, dtype=np.float64)
 
 
-def _scrape_labels(instances: list[str], job: str,
+def scrape_labels(instances: list[str], job: str,
                    instance_labels: Mapping[str, str] | None) -> dict[str, dict[str, str]]:
     names = instance_labels or {}
     return {i: {"instance": names.get(i, default_instance_label(i)), "job": job}
@@ -81,21 +83,29 @@ def _history(result: SimResult, dialect: str, step_s: float, devices: str | None
     return times, {i: m.families(times) for i, m in model.instances.items()}
 
 
+def write_family(out: TextIO, spec: MetricSpec,
+                 per_instance: Iterable[tuple[str, list[list[Series]]]], stamps: list[str],
+                 extra: Mapping[str, Mapping[str, str]]) -> None:
+    """One family of the history: its header, then per instance and label group one
+    MetricPoint per scrape (all samples of a group at time j, then j+1)."""
+    name = type_name(spec, openmetrics=True)
+    out.write(f"# TYPE {name} {spec.kind}\n# HELP {name} {spec.help}\n")
+    for inst, metrics in per_instance:
+        for group in metrics:
+            heads = [f"{s.name}{_with(s.labels, extra[inst])} " for s in group]
+            cols = [[format_value(v) for v in s.values.tolist()] for s in group]
+            for j, stamp in enumerate(stamps):
+                out.write("".join(f"{h}{c[j]} {stamp}\n" for h, c in zip(heads, cols,
+                                                                         strict=True)))
+
+
 def _write_om(out: TextIO, times: NDArray[np.float64], fams: dict[str, list[Family]],
               extra: dict[str, dict[str, str]]) -> None:
     stamps = [f"{t:.3f}" for t in times]
     instances = list(fams)
     for k, first in enumerate(fams[instances[0]]):
-        name = type_name(first.spec, openmetrics=True)
-        out.write(f"# TYPE {name} {first.spec.kind}\n# HELP {name} {first.spec.help}\n")
-        for inst in instances:
-            for group in fams[inst][k].metrics:
-                # one MetricPoint per scrape: all samples of a group at time j, then j+1
-                heads = [f"{s.name}{_with(s.labels, extra[inst])} " for s in group]
-                cols = [[format_value(v) for v in s.values.tolist()] for s in group]
-                for j, stamp in enumerate(stamps):
-                    out.write("".join(f"{h}{c[j]} {stamp}\n" for h, c in zip(heads, cols,
-                                                                             strict=True)))
+        write_family(out, first.spec, ((i, fams[i][k].metrics) for i in instances), stamps,
+                     extra)
     out.write("# EOF\n")
 
 
@@ -111,7 +121,7 @@ def write_openmetrics(
     ``npu-exporter``). Load it with ``promtool tsdb create-blocks-from openmetrics``.
     """
     times, fams = _history(result, dialect, step_s, devices)
-    extra = _scrape_labels(list(fams), job, instance_labels)
+    extra = scrape_labels(list(fams), job, instance_labels)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(path) as out:  # an interrupted write leaves no truncated history
@@ -127,7 +137,7 @@ def iter_import_lines(
     """The same samples as ``name{labels} value ts_ms`` lines (no newline) for
     VictoriaMetrics ``/api/v1/import/prometheus``."""
     times, fams = _history(result, dialect, step_s, devices)
-    extra = _scrape_labels(list(fams), job, instance_labels)
+    extra = scrape_labels(list(fams), job, instance_labels)
     stamps = [str(round(t * 1000)) for t in times]
     for inst, families in fams.items():
         for fam in families:

@@ -1,0 +1,234 @@
+"""The OpenMetrics history written as the run goes: no step table, bounded memory.
+
+A ``HistorySinks`` (a ``simulate(sinks=...)`` factory) gives each instance group, in the
+process that runs it, a ``HistorySink``: at each time chunk it counts the group's request and
+step events into the ranks' running state (``exposition.RankModel``: counters, histogram
+buckets, the last steps a gauge reads) and evaluates every family at the scrape times before
+the chunk's cut. The values go to one spill file per family (the OpenMetrics file wants each
+family's samples together, the run produces them scrape by scrape); ``write_history`` then
+writes the file family by family, reading one family's values at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from skewscope.atomic import atomic_open
+from skewscope.sim.records import START_S
+from skewscope.sim.writers.exposition import (
+    STEP_COLUMNS,
+    InstanceModel,
+    MetricSpec,
+    RankModel,
+    RequestEvents,
+    Series,
+    model_specs,
+)
+from skewscope.sim.writers.openmetrics import DEFAULT_JOB, scrape_labels, write_family
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from numpy.typing import NDArray
+
+    from skewscope.sim.rank import RequestState
+    from skewscope.sim.records import RankInfo
+    from skewscope.sim.workload import Workload
+
+    F64 = NDArray[np.float64]
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class HistorySinks:
+    """Factory of the groups' sinks (picklable: workers make their own)."""
+
+    model_name: str
+    dialect: str
+    devices: str | None
+    times: F64  # scrape times (epoch s)
+    spill: Path  # a folder for the spill files
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo],
+                 duration: float) -> HistorySink:
+        return HistorySink(self, lo, hi, wl, ranks, duration)
+
+
+@dataclass
+class HistoryPart:
+    """What one group's sink leaves for ``write_history``: its instances' series (name and
+    labels, per family, per label group), the spill file of each family, the scrape count of
+    each chunk."""
+
+    instances: list[str]
+    specs: list[MetricSpec]
+    series: list[list[list[list[tuple[str, Labels]]]]]  # [instance][family][group][series]
+    files: list[Path]
+    times: F64
+    chunks: list[int] = field(default_factory=list)
+
+
+_EVENTS = ("arrival", "sched", "first", "finish")
+
+
+class HistorySink:
+    """One instance group's running /metrics state; see the module docstring."""
+
+    def __init__(self, f: HistorySinks, lo: int, hi: int, wl: Workload,
+                 ranks: list[RankInfo], duration: float) -> None:
+        self.f, self.times, self.end = f, f.times, duration
+        self.arrival = wl.arrival_s
+        self.inp = wl.input_tokens.astype(np.float64)
+        self.out = wl.output_tokens.astype(np.float64)
+        n_dp = sum(r.instance == ranks[0].instance for r in ranks)
+        self.g0, self.g1 = lo * n_dp, hi * n_dp
+        infos = ranks[self.g0:self.g1]
+        self.models = [RankModel(r) for r in infos]
+        specs = model_specs(f.dialect, f.devices, f.meta)
+        names = list(dict.fromkeys(r.instance for r in infos))
+        self.instances = [InstanceModel(i, f.model_name, specs,
+                                        [m for m in self.models if m.info.instance == i])
+                          for i in names]
+        files = [f.spill / f"{lo:05d}-{k:03d}.f64" for k in range(len(specs))]
+        self.part = HistoryPart(names, specs, [], files, f.times)
+        self.next_t = 0  # index of the next scrape time
+        self.next_q = 0  # first request not yet looked at
+        self.open = np.zeros(0, dtype=np.int64)  # requests with events still to count
+        self.done = np.zeros((len(_EVENTS), 0), dtype=bool)
+        self.held: list[F64] = []  # step rows of chunks with no scrape time yet
+
+    def chunk(self, rows: F64, members: NDArray[np.int64] | None, first_id: int, cut: float,
+              reqs: RequestState) -> None:
+        final = cut >= self.end
+        times = self.times
+        stop = len(times) if final else int(np.searchsorted(times, cut + START_S, "left"))
+        self.held.append(rows)
+        if stop <= self.next_t:
+            return
+        t = times[self.next_t:stop]
+        self.next_t = stop
+        steps = np.concatenate(self.held) if len(self.held) > 1 else self.held[0]
+        self.held = []
+        q_end = len(self.arrival) if final else int(np.searchsorted(self.arrival, cut, "left"))
+        self._admit(reqs, q_end)
+        self._feed(reqs, steps, float(t[-1]))
+        for inst in self.instances:
+            fams = inst.families(t)
+            if len(self.part.series) < len(self.instances):
+                self.part.series.append([[[(s.name, s.labels) for s in g] for g in fam.metrics]
+                                         for fam in fams])
+            for fam, path in zip(fams, self.part.files, strict=True):
+                with path.open("ab") as out:
+                    _values(fam.metrics, len(t)).tofile(out)
+        self.part.chunks.append(len(t))
+
+    def _admit(self, reqs: RequestState, q_end: int) -> None:
+        """Open the requests routed to this group since the last chunk."""
+        q = np.arange(self.next_q, q_end, dtype=np.int64)
+        self.next_q = q_end
+        rank = np.asarray(reqs.rank[q[0]:q_end] if len(q) else [], dtype=np.int64)
+        q = q[(rank >= self.g0) & (rank < self.g1)]
+        self.open = np.concatenate([self.open, q])
+        self.done = np.concatenate([self.done, np.zeros((len(_EVENTS), len(q)), bool)], axis=1)
+
+    def _feed(self, reqs: RequestState, steps: F64, upto: float) -> None:
+        """Count every event up to ``upto`` not counted yet, rank by rank."""
+        q = self.open
+        arrival = self.arrival[q] + START_S
+        times = [arrival] + [_times(lst, q) for lst in (reqs.fsched, reqs.ftok, reqs.finish)]
+        now = [~d & (x <= upto) for d, x in zip(self.done, times, strict=True)]  # NaN: False
+        rejected = np.asarray(_take(reqs.rejected, q), dtype=bool)
+        rank = np.asarray(_take(reqs.rank, q), dtype=np.int64) - self.g0
+        inp, out = self.inp[q], self.out[q]
+        by_rank = np.argsort(rank, kind="stable")
+        bounds = np.searchsorted(rank[by_rank], np.arange(len(self.models) + 1))
+        s_rank = steps[:, 0].astype(np.int64) - self.g0
+        s_order = np.argsort(s_rank, kind="stable")
+        s_bounds = np.searchsorted(s_rank[s_order], np.arange(len(self.models) + 1))
+        cols = _step_columns(steps[s_order])
+        for r, m in enumerate(self.models):
+            k = by_rank[bounds[r]:bounds[r + 1]]
+            at = [np.where(n[k], x[k], np.nan) for n, x in zip(now, times, strict=True)]
+            a, sc, fi, fn = (x[k] for x in times)
+            ev = RequestEvents(a, sc, fi, fn, inp[k], out[k], ~rejected[k], *at)
+            m.feed(ev, cols[s_bounds[r]:s_bounds[r + 1]], upto)
+        for d, n in zip(self.done, now, strict=True):
+            d |= n
+        keep = ~(self.done[3] | (rejected & self.done[0]))
+        self.open, self.done = self.open[keep], self.done[:, keep]
+
+    def close(self, reqs: RequestState) -> HistoryPart:
+        return self.part
+
+
+def _take(lst: list[Any], idx: NDArray[np.int64]) -> list[Any]:
+    return [lst[i] for i in idx.tolist()]
+
+
+def _times(lst: list[float], idx: NDArray[np.int64]) -> F64:
+    """Event times of the requests (run s -> epoch s; never: NaN), as ``requests_frame``."""
+    a = np.asarray(_take(lst, idx), dtype=np.float64)
+    out: F64 = np.where(a < 0, np.nan, a + START_S)
+    return out
+
+
+def _step_columns(rows: F64) -> F64:
+    """Engine step rows (``rank.STEP_FIELDS``) -> ``exposition.STEP_COLUMNS``, as the step
+    table holds them (``tables.steps_frame``)."""
+    ints = rows[:, 3:].astype(np.int64)
+    cols = {"start_s": rows[:, 1] + START_S, "end_s": rows[:, 2] + START_S,
+            "decode_tokens": ints[:, 1], "preempted": ints[:, 8], "prefill_tokens": ints[:, 2],
+            "batch_size": ints[:, 0] + ints[:, 1], "waiting": ints[:, 4],
+            "used_blocks": ints[:, 5]}
+    return np.column_stack([np.asarray(cols[c], dtype=np.float64) for c in STEP_COLUMNS])
+
+
+def _values(metrics: list[list[Series]], n: int) -> F64:
+    """A family's values at n scrape times, one row per series (groups in order)."""
+    rows = [s.values for g in metrics for s in g]
+    return np.stack(rows).astype(np.float64) if rows else np.zeros((0, n))
+
+
+def part_series(part: HistoryPart, k: int, n_times: int) -> list[tuple[str, list[list[Series]]]]:
+    """Family ``k`` of every instance of the part, at every scrape time, from its spill."""
+    flat = np.fromfile(part.files[k], dtype=np.float64)
+    sizes = [sum(len(g) for g in part.series[i][k]) for i in range(len(part.instances))]
+    blocks: list[list[F64]] = [[] for _ in part.instances]
+    at = 0
+    for n in part.chunks:
+        for i, size in enumerate(sizes):
+            blocks[i].append(flat[at:at + size * n].reshape(size, n))
+            at += size * n
+    out = []
+    for i, inst in enumerate(part.instances):
+        vals = np.concatenate(blocks[i], axis=1) if blocks[i] else np.zeros((sizes[i], 0))
+        it = iter(vals)
+        groups = [[Series(name, labels, next(it)) for name, labels in g]
+                  for g in part.series[i][k]]
+        assert vals.shape[1] == n_times
+        out.append((inst, groups))
+    return out
+
+
+def write_history(path: Path, parts: list[HistoryPart], *, job: str = DEFAULT_JOB,
+                  instance_labels: Mapping[str, str] | None = None,
+                  progress: Callable[[float], None] | None = None) -> Path:
+    """The OpenMetrics file of the parts (in instance order), one family at a time, written
+    whole or not at all (as ``openmetrics.write_openmetrics`` writes a kept run's)."""
+    times = parts[0].times
+    extra = scrape_labels([i for p in parts for i in p.instances], job, instance_labels)
+    stamps = [f"{t:.3f}" for t in times]
+    with atomic_open(path) as out:
+        for k, spec in enumerate(parts[0].specs):
+            per_instance = [x for p in parts for x in part_series(p, k, len(times))]
+            write_family(out, spec, per_instance, stamps, extra)
+            if progress is not None:
+                progress(k + 1)
+        out.write("# EOF\n")
+    return path
