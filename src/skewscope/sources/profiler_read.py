@@ -113,9 +113,14 @@ def _table(prep: ps.Prepared, res: ps.Resolved, df: pl.DataFrame, notes: list[st
 
 
 def read_simple(path: Path, schema: ps.FileSchema, notes: list[str]) -> Table:
-    """Read a whole small-row file (request, kvcache, forward, request_status)."""
+    """Read a whole small-row file (request, kvcache, forward, request_status): numbers read
+    by the parser, again as text when a cell does not parse (as in ``read_batch``)."""
     prep, res = _open(path, schema, notes)
-    return _table(prep, res, _collect(path, ps.scan(prep, res)), notes)
+    try:
+        df = _collect(path, ps.scan(prep, res, typed=True))
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
+        df = _collect(path, ps.scan(prep, res))
+    return _table(prep, res, df, notes)
 
 
 @dataclass(frozen=True)
