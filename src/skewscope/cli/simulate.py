@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +19,9 @@ from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
     from skewscope.progress import Progress
-    from skewscope.sim.records import SimResult
+    from skewscope.sim.records import SimResult, SinkFactory
     from skewscope.sim.scenario import Scenario
-    from skewscope.sim.writers.history import HistorySinks
+    from skewscope.sim.writers.history import HistoryPart, HistorySinks
     from skewscope.sim.writers.live import LiveCluster
 
 
@@ -120,26 +121,60 @@ def run(args: argparse.Namespace) -> int:
     from skewscope.sim.engine import simulate
     from skewscope.sim.limits import check_limits
 
-    check_limits(scenario, keep_steps=bool(args.serve or args.out))  # these keep the steps
+    kept = bool(args.serve)  # live mode answers any time: it keeps the step table
+    check_limits(scenario, keep_steps=kept)
     with contextlib.ExitStack() as stack:
-        sinks = _history_sinks(scenario, args, stack) if args.openmetrics else None
-        kept = bool(args.serve or args.out)
+        factories: list[SinkFactory] = []
+        folder = stack.enter_context(_atomic_out(Path(args.out))) if args.out else None
+        if folder is not None and not kept:
+            from skewscope.sim.writers.profiler_sink import ProfilerSinks
+
+            factories.append(ProfilerSinks(folder, args.generation))
+        if args.openmetrics:
+            factories.append(_history_sinks(scenario, args, stack))
+        from skewscope.sim.records import Sinks
+
         progress = Progress(f"simulating {scenario.name}", scenario.duration_s, "simulated s")
         try:
             result = simulate(scenario, seed=args.seed, record_members=bool(args.out),
-                              progress=progress.update, keep_steps=kept, sinks=sinks,
+                              progress=progress.update, keep_steps=kept,
+                              sinks=Sinks(factories) if factories else None,
                               jobs=1 if kept else _jobs(args.jobs, scenario))
+        except OSError as e:
+            raise _cannot_write(e, args) from None
         finally:
             progress.close()
-        if args.out:
-            _write_out(result, Path(args.out), args.generation)
-            print(f"wrote {len(result.instances)} instance folder(s) and truth.json to {args.out}")
+        if folder is not None:
+            _write_out(result, folder, args.generation, kept)
         if args.openmetrics:
-            _write_history(result, args)
-            print(f"wrote OpenMetrics history to {args.openmetrics}")
+            _write_history(result, args, [o[-1] for o in result.outputs])
+    if args.out:
+        print(f"wrote {len(result.instances)} instance folder(s) and truth.json to {args.out}")
+    if args.openmetrics:
+        print(f"wrote OpenMetrics history to {args.openmetrics}")
     if args.serve:
         return _serve(result, args)
     return 0
+
+
+@contextlib.contextmanager
+def _atomic_out(out: Path) -> Iterator[Path]:
+    """--out written whole or not at all: a temporary folder beside it, renamed at the end."""
+    from skewscope.atomic import atomic_folder
+
+    try:
+        with atomic_folder(out) as tmp:
+            yield tmp
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write ({e.strerror or e})") from None
+
+
+def _cannot_write(e: OSError, args: argparse.Namespace) -> UsageError:
+    """A write failing during the run, named by its output."""
+    history = args.openmetrics and Path(str(e.filename or "")).name.startswith(
+        f".{Path(args.openmetrics).name}.")
+    what = f"--openmetrics {args.openmetrics}" if history or not args.out else f"--out {args.out}"
+    return UsageError(f"{what}: cannot write ({e.strerror or e})")
 
 
 def _jobs(jobs: str | int, scenario: Scenario) -> int:
@@ -173,11 +208,11 @@ def _history_sinks(scenario: Scenario, args: argparse.Namespace,
                         spill)
 
 
-def _write_history(result: SimResult, args: argparse.Namespace) -> None:
+def _write_history(result: SimResult, args: argparse.Namespace, parts: list[HistoryPart]
+                   ) -> None:
     from skewscope.progress import Progress
     from skewscope.sim.writers.history import write_history
 
-    parts = result.outputs
     progress = Progress("writing OpenMetrics history", len(parts[0].specs), "families")
     try:
         write_history(Path(args.openmetrics), parts, progress=progress.update)
@@ -188,18 +223,18 @@ def _write_history(result: SimResult, args: argparse.Namespace) -> None:
         progress.close()
 
 
-def _write_out(result: SimResult, out: Path, generation: str) -> None:
-    """Profiler folders and truth.json written whole or not at all (a temp folder, renamed)."""
-    from skewscope.atomic import atomic_folder
+def _write_out(result: SimResult, folder: Path, generation: str, kept: bool) -> None:
+    """What the profiler sinks could not write as the run went (request.csv needs the
+    requests' final state) and truth.json; a kept run's folders whole."""
     from skewscope.sim.writers.profiler import write_profiler
+    from skewscope.sim.writers.profiler_sink import write_requests
     from skewscope.sim.writers.truth import write_truth
 
-    try:
-        with atomic_folder(out) as tmp:
-            write_profiler(result, tmp, generation=generation)
-            write_truth(result, tmp)
-    except OSError as e:
-        raise UsageError(f"--out {out}: cannot write ({e.strerror or e})") from None
+    if kept:
+        write_profiler(result, folder, generation=generation)
+    else:
+        write_requests(result, folder, generation)
+    write_truth(result, folder)
 
 
 def _serve(result: SimResult, args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ stepped up to them), ``tables`` (the record -> the ``SimResult`` tables).
 
 from __future__ import annotations
 
+import copy
 import time
 from array import array
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ def simulate(
     rng_disp = [np.random.default_rng(s) for s in root.spawn(1)[0].spawn(scenario.instances)]
     wl = generate(scenario.workload, duration, rng_wl) if workload is None else workload
     reqs = RequestState(wl)
+    rng_id_start = copy.deepcopy(rng_id)  # workers draw the same ids again
     rids = request_ids(wl, rng_id)
     n_inst, n_dp = scenario.instances, scenario.dp_ranks
     specs = [scenario.rank_spec(i, d) for i in range(n_inst) for d in range(n_dp)]
@@ -97,7 +99,8 @@ def simulate(
         routed = route(scenario, wl, reqs, rng_route)
         bounds = np.linspace(0, n_inst, jobs + 1).round().astype(int).tolist()
         parts = [_Part(scenario, wl, (rng_route, rng_disp), duration, routed, lo, hi,
-                       infos, rng_id if record_members and sinks else None, sinks, CHUNK_ROWS)
+                       infos, rng_id_start if record_members and sinks else None, sinks,
+                       CHUNK_ROWS)
                  for lo, hi in pairwise(bounds)]
         pending, stats, outputs = _run_apart(parts, reqs, progress)
         steps, members = _empty(infos)
@@ -313,7 +316,8 @@ class _StepChunks:
         if mem is not None:
             mem[:, 0] += n
         if self.sink is not None and self.reqs is not None:
-            self.sink.chunk(rows, mem, n, cut, self.reqs)
+            members = members_frame(mem, self.rids) if mem is not None else None
+            self.sink.chunk(rows, members, n, cut, self.reqs)
         if not self.keep and self.on_steps is None:
             return
         frame = steps_frame(rows, self.infos, n)

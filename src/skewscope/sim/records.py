@@ -112,11 +112,11 @@ class StepSink(Protocol):
 
     ``chunk`` gets the group's step rows starting before ``cut`` (``rank.STEP_FIELDS``
     columns, sorted by start then rank, the rank as its global index; step ids from
-    ``first_id``), their batch members (``rank.MEMBER_FIELDS``, when recorded) and the
+    ``first_id``), their batch members (``SimResult.members`` rows, when recorded) and the
     requests' state: every event before ``cut`` is final. ``close`` ends the run and returns
     a picklable summary (it may be made in a worker process)."""
 
-    def chunk(self, rows: NDArray[np.float64], members: NDArray[np.int64] | None,
+    def chunk(self, rows: NDArray[np.float64], members: pl.DataFrame | None,
               first_id: int, cut: float, reqs: RequestState) -> None: ...
 
     def close(self, reqs: RequestState) -> Any: ...
@@ -146,7 +146,7 @@ class _AllSinks:
     def __init__(self, sinks: list[StepSink]) -> None:
         self.sinks = sinks
 
-    def chunk(self, rows: NDArray[np.float64], members: NDArray[np.int64] | None,
+    def chunk(self, rows: NDArray[np.float64], members: pl.DataFrame | None,
               first_id: int, cut: float, reqs: RequestState) -> None:
         for s in self.sinks:
             s.chunk(rows, members, first_id, cut, reqs)

@@ -33,6 +33,7 @@ from skewscope.sim.writers.openmetrics import DEFAULT_JOB, scrape_labels, write_
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    import polars as pl
     from numpy.typing import NDArray
 
     from skewscope.sim.rank import RequestState
@@ -103,7 +104,7 @@ class HistorySink:
         self.done = np.zeros((len(_EVENTS), 0), dtype=bool)
         self.held: list[F64] = []  # step rows of chunks with no scrape time yet
 
-    def chunk(self, rows: F64, members: NDArray[np.int64] | None, first_id: int, cut: float,
+    def chunk(self, rows: F64, members: pl.DataFrame | None, first_id: int, cut: float,
               reqs: RequestState) -> None:
         final = cut >= self.end
         times = self.times

@@ -13,14 +13,23 @@ from __future__ import annotations
 import re
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import polars as pl
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from skewscope.sim.records import SimResult
+    from skewscope.sim.records import RankInfo, SimResult
+
+
+class StepTables(Protocol):
+    """What the step-derived files read: a ``SimResult``, or one time chunk of it."""
+
+    start_s: float
+    ranks: list[RankInfo]
+    steps: pl.DataFrame
+    members: pl.DataFrame | None
 
 GENERATIONS: tuple[str, ...] = ("current", "dec2025", "cann2025", "mindie")
 
@@ -158,7 +167,7 @@ def res_list_frame(
 
 
 # ----------------------------------------------------------------------------- tables
-def _rank_table(result: SimResult, instance: str) -> pl.DataFrame:
+def _rank_table(result: StepTables, instance: str) -> pl.DataFrame:
     ranks = [r for r in result.ranks if r.instance == instance]
     dp = len(ranks) > 1
     return pl.DataFrame(
@@ -198,14 +207,14 @@ def _batch_type() -> pl.Expr:
             .when(p).then(pl.lit("Prefill")).otherwise(pl.lit("Decode")))
 
 
-def _instance_steps(result: SimResult, instance: str) -> pl.DataFrame:
+def _instance_steps(result: StepTables, instance: str) -> pl.DataFrame:
     return (result.steps.filter(pl.col("instance") == instance)
             .join(_rank_table(result, instance), on="dp_rank", how="left")
             .sort("start_s", "step_id"))
 
 
 def batch_table(
-    result: SimResult, instance: str, generation: str, *, rid_suffix: bool = False,
+    result: StepTables, instance: str, generation: str, *, rid_suffix: bool = False,
 ) -> pl.DataFrame:
     """batch.csv rows: a scheduling row and an execution row per step, in time order."""
     steps = _instance_steps(result, instance)
@@ -260,7 +269,7 @@ def batch_table(
     return out.sort("_t", "_k", maintain_order=True).drop("_t", "_k")
 
 
-def kvcache_table(result: SimResult, instance: str, generation: str) -> pl.DataFrame:
+def kvcache_table(result: StepTables, instance: str, generation: str) -> pl.DataFrame:
     """kvcache.csv: pool snapshots of the instance after each scheduling step (no DP column)."""
     steps = _instance_steps(result, instance)
     usage = (pl.col("used_blocks") / pl.col("total_blocks")).round(6)
@@ -281,7 +290,7 @@ def kvcache_table(result: SimResult, instance: str, generation: str) -> pl.DataF
         pl.col("free_blocks").alias("device_kvcache_left"), usage.alias("kvcache_usage_rate"))
 
 
-def forward_table(result: SimResult, instance: str, generation: str = "current") -> pl.DataFrame:
+def forward_table(result: StepTables, instance: str, generation: str = "current") -> pl.DataFrame:
     """forward.csv: one forward pass per step and device, times really in ms.
 
     As ms_service_profiler/exporters/exporter_forward.py writes it: ``forward_iter`` counts each
@@ -312,7 +321,7 @@ def forward_table(result: SimResult, instance: str, generation: str = "current")
     return out.sort("_t", maintain_order=True).drop("_t")
 
 
-def request_status_table(result: SimResult, instance: str) -> pl.DataFrame:
+def request_status_table(result: StepTables, instance: str) -> pl.DataFrame:
     """request_status.csv: queue gauges per step, one of waiting/running set per row."""
     steps = _instance_steps(result, instance)
     base = [pl.col("hostname").alias("hostuid"), pl.col("pid"),
