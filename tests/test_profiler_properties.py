@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from skewscope.sources.profiler_frame import WI, Grid
 from skewscope.sources.profiler_read import entry_count, extract_rids, prefill_count
 from skewscope.sources.profiler_schema import datetime_to_us
+from skewscope.sources.profiler_validate import _bad_share
 
 EPOCH = datetime(1970, 1, 1)
 
@@ -89,3 +90,13 @@ def test_window_index_agrees_across_frame_sizes_at_an_edge() -> None:
     two = pl.DataFrame({"start_s": [t, t]}).select(grid.index())[WI].to_list()
     assert one == [359999999] and two == [359999999, 359999999]
     assert grid.first == grid.last == 359999999
+
+
+@given(st.binary(max_size=300) | st.text(max_size=200).map(str.encode))
+@example(b"a\tb\r\nc\x00\x1f\x7f \xff\xfe")
+def test_bad_share_counts_undecodable_and_control_characters(head: bytes) -> None:
+    """The binary sniff's share of bad characters, as the character-by-character definition:
+    U+FFFD (undecodable or written) and control characters other than tab, CR and LF."""
+    text = head.decode("utf-8", errors="replace")
+    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\r\n"))
+    assert _bad_share(head) == (bad / len(text) if text else 0.0)
