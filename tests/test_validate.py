@@ -41,8 +41,8 @@ def test_a_series_at_once_reads_as_point_by_point(points: list[object]) -> None:
     if fast is None:
         return  # the caller falls back to point by point, which names the bad point
     slow = _one_by_one(points)
-    assert slow is not None and len(slow) == len(fast)
-    for (t1, v1), (t2, v2) in zip(fast, slow, strict=True):
+    assert slow is not None and len(slow) == len(fast[0]) == len(fast[1])
+    for t1, v1, (t2, v2) in zip(*fast, slow, strict=True):
         assert t1 == t2 and (v1 == v2 or (math.isnan(v1) and math.isnan(v2)))
 
 

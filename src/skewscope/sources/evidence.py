@@ -9,7 +9,7 @@ that only reported NaN/Inf, and drops a DP level with nothing to compare inside 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
 from skewscope.frame import (
@@ -48,8 +48,8 @@ def unit_id(instance: str, dp_rank: int | None) -> str:
     return instance if dp_rank is None else dp_unit_id(instance, dp_rank)
 
 
-def _row_order(item: tuple[Key, object]) -> tuple[float, str, int]:
-    t, inst, dp = item[0]
+def _key_order(key: Key) -> tuple[float, str, int]:
+    t, inst, dp = key
     return (t, inst, -1 if dp is None else dp)
 
 
@@ -68,36 +68,32 @@ def assemble(
     """
     import polars as pl
 
-    rows: dict[tuple[float, str, int | None], dict[str, float | None]] = {}
-    for signal, table in values.items():
-        for key, value in table.items():
-            rows.setdefault(key, {})[signal] = clean(value)
+    schema = empty_schema()
+    tables = {s: t for s, t in values.items() if s in schema}
+    keys = sorted(set().union(*tables.values()), key=_key_order)
     missing = tuple(s for s in SIGNAL_COLUMNS if not values.get(s))
-    records = [
-        {
-            "window_start_s": t,
-            "unit": unit_id(inst, dp),
-            "instance": inst,
-            "dp_rank": dp,
-            **sig,
-        }
-        for (t, inst, dp), sig in sorted(rows.items(), key=_row_order)
-    ]
     all_notes = list(notes)
-    windows = sorted({k[0] for k in rows})
-    per_unit: dict[str, set[float]] = defaultdict(set)
-    for t, inst, dp in rows:
-        per_unit[unit_id(inst, dp)].add(t)
-    for unit, ts in sorted(per_unit.items()):
-        if len(ts) < len(windows):
+    units = {(inst, dp): unit_id(inst, dp) for _, inst, dp in keys}
+    per_unit = Counter(units[(inst, dp)] for _, inst, dp in keys)  # keys are unique
+    windows = len({k[0] for k in keys})
+    for unit, n in sorted(per_unit.items()):
+        if n < windows:
             all_notes.append(
-                f"{level.value} unit {unit} has data in {len(ts)} of {len(windows)} windows "
+                f"{level.value} unit {unit} has data in {n} of {windows} windows "
                 "(joined late, left early or its series stopped); rows only where present"
             )
-    if records:
-        df = conform(pl.DataFrame(records, schema=empty_schema(), strict=False))  # type: ignore[arg-type]
-    else:
-        df = conform(pl.DataFrame(schema=empty_schema()))  # type: ignore[arg-type]
+    # one column at a time (a row per key, None where a signal has no value for it): Python
+    # touches each value once, polars builds the frame; NaN/±Inf become null there (clean)
+    columns: dict[str, list[object]] = {
+        "window_start_s": [k[0] for k in keys],
+        "unit": [units[(inst, dp)] for _, inst, dp in keys],
+        "instance": [k[1] for k in keys],
+        "dp_rank": [k[2] for k in keys],
+    }
+    columns.update({s: list(map(t.get, keys)) for s, t in tables.items()})
+    df = pl.DataFrame(columns, schema={c: schema[c] for c in columns})  # type: ignore[misc]
+    finite = [pl.when(pl.col(s).is_finite()).then(pl.col(s)).alias(s) for s in tables]
+    df = conform(df.with_columns(finite) if finite else df)
     return UnitFrame(
         df=df,
         level=level,
@@ -124,6 +120,8 @@ def nonfinite_notes(values: Values, level: Level) -> list[str]:
     for spec in SIGNAL_SPECS:
         if ROLES[spec.role].kind is Kind.HISTOGRAM or spec.signal not in values:
             continue
+        if all(map(math.isfinite, values[spec.signal].values())):
+            continue  # the usual case, checked in one C loop
         seen: dict[tuple[str, int | None], bool] = {}
         for (_, inst, dp), v in values[spec.signal].items():
             seen[(inst, dp)] = seen.get((inst, dp), False) or math.isfinite(v)
@@ -184,10 +182,9 @@ def build_evidence(
     dp_frame = None
     if dp_values is not None:
         ranks: dict[str, set[int]] = defaultdict(set)
-        for table in dp_values.values():
-            for _, inst, dp in table:
-                if dp is not None:
-                    ranks[inst].add(dp)
+        for _, inst, dp in set().union(*dp_values.values()):
+            if dp is not None:
+                ranks[inst].add(dp)
         if ranks and max(len(r) for r in ranks.values()) >= 2:
             all_notes += nonfinite_notes(dp_values, Level.DP)
             dp_values = fix_percent(dp_values, Level.DP)

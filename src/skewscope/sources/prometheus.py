@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 import reprlib
+import threading
 from collections import defaultdict
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import repeat
 from typing import Any
 
 from skewscope.errors import SourceError, UsageError
@@ -97,8 +99,16 @@ def matrix_to_values(
     """
     acc: dict[Key, list[float]] = defaultdict(list)
     # the usual case, one well-formed series per unit, is kept whole and keyed at the end
-    whole: dict[tuple[str, int | None], list[tuple[float, float]]] = {}
+    whole: dict[tuple[str, int | None], tuple[tuple[float, ...], list[float]]] = {}
     spilled: set[tuple[str, int | None]] = set()
+    starts: dict[tuple[float, ...], tuple[float, ...]] = {}  # series share one time grid
+
+    def window_starts(times: tuple[float, ...]) -> tuple[float, ...]:
+        got = starts.get(times)
+        if got is None:
+            got = starts[times] = tuple(round(t - window_s, 6) for t in times)
+        return got
+
     for i, series in enumerate(result):
         labels = series.get("metric") if isinstance(series, dict) else None
         points = series.get("values") if isinstance(series, dict) else None
@@ -120,14 +130,15 @@ def matrix_to_values(
         inst, dp = unit
         fast = parse_points(points)
         if fast is not None and (inst, dp) not in whole and (inst, dp) not in spilled:
-            whole[(inst, dp)] = fast
+            whole[(inst, dp)] = (window_starts(fast[0]), fast[1])
             continue
         spilled.add((inst, dp))
-        for t, v in whole.pop((inst, dp), ()):  # a second series: the first one's points first
-            acc[(round(t - window_s, 6), inst, dp)].append(v)
+        kept_t, kept_v = whole.pop((inst, dp), ((), []))
+        for t, v in zip(kept_t, kept_v, strict=True):  # a second series: the first one's first
+            acc[(t, inst, dp)].append(v)
         if fast is not None:
-            for t, v in fast:
-                acc[(round(t - window_s, 6), inst, dp)].append(v)
+            for t, v in zip(window_starts(fast[0]), fast[1], strict=True):
+                acc[(t, inst, dp)].append(v)
             continue
         for j, point in enumerate(points):
             ts = value = None
@@ -141,34 +152,82 @@ def matrix_to_values(
                 )
             acc[(round(ts - window_s, 6), inst, dp)].append(value)
     out = {k: combine(vs, across) for k, vs in acc.items()}
-    for (inst, dp), fast in whole.items():
-        out.update({(round(t - window_s, 6), inst, dp): v for t, v in fast})
+    for (inst, dp), (grid, vs) in whole.items():
+        out.update(zip(zip(grid, repeat(inst), repeat(dp), strict=False), vs, strict=True))
     return out
 
 
-def _mark_bucket_bounds(
+Job = tuple[Level, str, Alias, str]  # (level, signal, alias, PromQL)
+
+
+def _load_tables(
     client: PromClient,
-    jobs: list[tuple[Level, str, Alias, str]],
-    per_level: Mapping[Level, Values],
+    jobs: list[Job],
+    levels: list[Level],
+    *,
     selector: str,
-    start: float,
-    end: float,
+    span: tuple[float, float, float],
+    max_workers: int,
+) -> tuple[dict[Level, Values], list[str], list[str]]:
+    """(value tables per level, series without a usable unit, notes) of every job's range query.
+
+    Each worker decodes its own answer into a value table as soon as it arrives, so the
+    client's decoding overlaps the server's work on the other queries (a bare fetch is server
+    bound). Where histogram_quantile answered, ``<signal>_bound`` tables (frame.py) mark the
+    values equal to a bucket bound: one ``count by (le)`` query per histogram over the whole
+    range, sent as soon as its first quantile table is read. The check is an extra: when the
+    backend refuses it, the percentiles stay unmarked and a note says so.
+    """
+    first_t, last_t, w = span
+    whole = max(last_t - first_t, 1.0)
+    bounds: dict[str, Future[list[Any]]] = {}
+    lock = threading.Lock()
+    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+
+        def run(job: Job) -> tuple[dict[Key, float], list[str]]:
+            level, signal, alias, query = job
+            bad: list[str] = []
+            table = matrix_to_values(
+                client.query_range(query, first_t, last_t, w),
+                window_s=w,
+                alias=alias,
+                level=level,
+                across=SPEC_BY_SIGNAL[signal].across,
+                bad=bad,
+                where=client.where,
+            )
+            if table and SPEC_BY_SIGNAL[signal].over_time == "quantile":
+                with lock:
+                    if alias.name not in bounds:
+                        q = bucket_bounds_query(alias, whole, selector)
+                        bounds[alias.name] = pool.submit(client.query_range, q, last_t, last_t,
+                                                         whole)
+            return table, bad
+
+        results = [f.result() for f in [pool.submit(run, job) for job in jobs]]
+        per_level: dict[Level, Values] = {lvl: {} for lvl in levels}
+        bad: list[str] = []
+        for (level, signal, _, _), (table, job_bad) in zip(jobs, results, strict=True):
+            bad += job_bad
+            if table:
+                per_level[level][signal] = table
+        notes = _mark_bucket_bounds(jobs, per_level, bounds)
+    return per_level, bad, notes
+
+
+def _mark_bucket_bounds(
+    jobs: list[Job], per_level: Mapping[Level, Values], bounds: Mapping[str, Future[list[Any]]]
 ) -> list[str]:
-    """Add ``<signal>_bound`` tables (frame.py) where histogram_quantile answered a bucket
-    bound: one ``count by (le)`` query per histogram over the whole range. The check is an
-    extra: when the backend refuses it, the percentiles stay unmarked and a note says so."""
+    """Add the ``<signal>_bound`` tables from the bucket bounds each histogram's query found."""
     les: dict[str, set[float]] = {}
     for level, signal, alias, _ in jobs:
-        spec = next(s for s in SIGNAL_SPECS if s.signal == signal)
+        spec = SPEC_BY_SIGNAL[signal]
         table = per_level[level].get(signal)
         if spec.over_time != "quantile" or not table:
             continue
         if alias.name not in les:
-            span = max(end - start, 1.0)
             try:
-                result = client.query_range(
-                    bucket_bounds_query(alias, span, selector), end, end, span
-                )
+                result = bounds[alias.name].result()
             except SourceError as exc:
                 return [f"histogram bucket bounds not checked ({exc}): percentiles unmarked"]
             found = set()
@@ -308,7 +367,7 @@ def load_prometheus(
         levels = [Level.INSTANCE]
         if resolved[Level.DP]:
             levels.append(Level.DP)
-        jobs: list[tuple[Level, str, Alias, str]] = []
+        jobs: list[Job] = []
         for level in levels:
             for spec in SIGNAL_SPECS:
                 alias = resolved[level].get(spec.signal)
@@ -317,25 +376,11 @@ def load_prometheus(
                 q = build_query(spec, alias, level=level, window_s=w, selector=sel)
                 if q is not None:
                     jobs.append((level, spec.signal, alias, q))
-        with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
-            results = list(
-                pool.map(lambda job: client.query_range(job[3], first_t, last_t, w), jobs)
-            )
-        bad: list[str] = []
-        per_level: dict[Level, Values] = {lvl: {} for lvl in levels}
-        for (level, signal, alias, _), result in zip(jobs, results, strict=True):
-            table = matrix_to_values(
-                result,
-                window_s=w,
-                alias=alias,
-                level=level,
-                across=SPEC_BY_SIGNAL[signal].across,
-                bad=bad,
-                where=client.where,
-            )
-            if table:
-                per_level[level][signal] = table
-        notes.extend(_mark_bucket_bounds(client, jobs, per_level, sel, first_t, last_t))
+        per_level, bad, bound_notes = _load_tables(
+            client, jobs, levels, selector=sel, span=(first_t, last_t, w),
+            max_workers=max_workers,
+        )
+        notes += bound_notes
         if bad:
             notes.append(
                 f"skipped {len(bad)} series without a usable instance or DP label "

@@ -16,6 +16,7 @@ _NUMBER = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|
                      re.IGNORECASE)
 # A whole series' values at once (one regex call instead of one per point).
 _NUMBERS = re.compile(rf"(?:{_NUMBER.pattern})(?:\n(?:{_NUMBER.pattern}))*", re.IGNORECASE)
+_TIME_TYPES, _TEXT = frozenset({int, float}), frozenset({str})  # exact: bool is no time
 _RANK = re.compile(r"[0-9]{1,6}")  # a DP rank: a small non-negative ASCII integer
 
 
@@ -30,19 +31,20 @@ def parse_number(text: object) -> float | None:
     return None
 
 
-def parse_points(points: object) -> list[tuple[float, float]] | None:
-    """A range series' ``[[time, "value"], ...]`` read at once: finite JSON-number times and
-    string values ``parse_number`` accepts; None when any point is not of that shape (the
-    caller then reads point by point and names the bad one)."""
+def parse_points(points: object) -> tuple[tuple[float, ...], list[float]] | None:
+    """A range series' ``[[time, "value"], ...]`` read at once as (times, values): finite
+    JSON-number times (as given, int or float) and string values ``parse_number`` accepts; None
+    when any point is not of that shape (the caller then reads point by point and names the
+    bad one). Type checks and conversions run as C loops (``map``), not per point in Python."""
     if not isinstance(points, list) or not points:
         return None
     try:
         times, values = zip(*points, strict=True)
-        if not (all(type(t) in (int, float) for t in times) and all(map(math.isfinite, times))
-                and all(type(v) is str for v in values)
+        if not (set(map(type, times)) <= _TIME_TYPES and all(map(math.isfinite, times))
+                and set(map(type, values)) == _TEXT
                 and _NUMBERS.fullmatch("\n".join(values))):
             return None
-        return [(float(t), float(v)) for t, v in zip(times, values, strict=True)]
+        return times, list(map(float, values))
     except (TypeError, ValueError):  # not pairs, or a value with a newline inside
         return None
 
