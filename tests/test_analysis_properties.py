@@ -101,6 +101,31 @@ def test_smoothing_keeps_a_constant_series(c: float, n: int, width: int) -> None
     assert np.allclose(smooth(values, width), c)
 
 
+def _smooth_per_window(values: np.ndarray, width: int) -> np.ndarray:
+    """The definition, one window at a time: the mean of the finite values of the centred
+    stretch of ``width`` windows; NaN where the value itself is missing."""
+    half, (n, u) = width // 2, values.shape
+    out = np.full(values.shape, np.nan)
+    for t in range(n):
+        for j in range(u):
+            around = values[max(0, t - half):t + width - half, j]
+            finite = around[np.isfinite(around)]
+            if np.isfinite(values[t, j]) and finite.size:
+                out[t, j] = finite.mean()
+    return out
+
+
+@given(st.lists(st.lists(st.one_of(st.floats(-1e6, 1e6), st.just(math.nan), st.just(math.inf)),
+                         min_size=3, max_size=3), min_size=1, max_size=20),
+       st.integers(2, 12))  # width 1 is no smoothing: the values as they are
+def test_smoothing_is_the_mean_of_the_finite_neighbours(rows: list[list[float]],
+                                                        width: int) -> None:
+    # widths under 8 add shifted slices, 8 and more sum a sliding view: both the definition
+    values = np.array(rows, dtype=np.float64)
+    np.testing.assert_allclose(smooth(values, width), _smooth_per_window(values, width),
+                               rtol=1e-12, atol=1e-9)
+
+
 @given(st.lists(st.booleans(), max_size=40))
 def test_longest_run_matches_a_plain_count(flags: list[bool]) -> None:
     text = "".join("1" if f else "0" for f in flags)
