@@ -72,7 +72,8 @@ def peer_reference(
             continue
         block = values[:, cols].astype(np.float64)
         lone = np.flatnonzero(members & ~chosen)  # not a reference: all of them are its peers
-        ref[:, lone] = _median_without(block, leave_one_out=False)[:, None]
+        if lone.size:
+            ref[:, lone] = _median_without(block, leave_one_out=False)[:, None]
         ref[:, cols] = _median_without(block, leave_one_out=True)
     return ref
 

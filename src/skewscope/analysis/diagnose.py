@@ -102,10 +102,13 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     parts = _by_instance(evidence.dp)
     whole = build_matrix(evidence.dp.df, group_by_instance=True, window_s=evidence.dp.window_s)
 
+    columns: dict[str, list[int]] = {}  # each instance's ranks in the fleet's matrix
+    for j, inst in enumerate(whole.instances):
+        columns.setdefault(inst, []).append(j)
+
     def drill(i: str, detail: bool) -> Report:
-        units = [j for j, inst in enumerate(whole.instances) if inst == i]
         windows = parts[i].df["window_start_s"].unique().to_numpy()
-        m = sub_matrix(whole, units, windows)
+        m = sub_matrix(whole, columns.get(i, []), windows)
         return diagnose_frame(parts[i], th, unplaced=unplaced, detail=detail, matrix=m)
 
     drills = [(i, drill(i, i in top.hot_units)) for i in multi]

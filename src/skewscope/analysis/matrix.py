@@ -98,10 +98,10 @@ def sub_matrix(m: SignalMatrix, units: list[int], windows: Array) -> SignalMatri
     what ``build_matrix`` gives for the rows of those units alone, without a pivot each
     (the ``auto`` drill-down builds one matrix for every DP rank and slices it per instance)."""
     rows = np.flatnonzero(np.isin(m.windows, windows))
-    cols = np.asarray(units, dtype=np.int64)
+    at = np.ix_(rows, np.asarray(units, dtype=np.int64))  # once: ~30 grids are cut alike
 
     def part(grid: Array) -> Array:
-        return grid[np.ix_(rows, cols)]
+        return grid[at]
 
     bounds = {k: b for k, g in m.bounds.items() if np.isfinite(b := part(g)).any()}
     return SignalMatrix(
@@ -152,8 +152,8 @@ def load_ratio(num: float, den: float) -> float:
 
 
 def nanmean(x: Array) -> float:
-    finite = x[np.isfinite(x)]
-    return float(finite.mean()) if finite.size else float("nan")
+    finite = x[np.isfinite(x)]  # sum / size is what ndarray.mean computes, without its overhead
+    return float(finite.sum()) / finite.size if finite.size else float("nan")
 
 
 def nansum(x: Array) -> float:
