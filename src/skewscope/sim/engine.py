@@ -21,6 +21,7 @@ from skewscope.sim.policies import reads_load
 from skewscope.sim.rank import STEP_FIELDS, Rank, RequestState
 from skewscope.sim.records import START_S, RankInfo, SimResult, SinkFactory, StepSink
 from skewscope.sim.tables import (
+    RequestColumns,
     in_time_order,
     members_frame,
     request_ids,
@@ -77,7 +78,6 @@ def simulate(
     rng_wl, rng_route, rng_id = (np.random.default_rng(s) for s in root.spawn(3))
     rng_disp = [np.random.default_rng(s) for s in root.spawn(1)[0].spawn(scenario.instances)]
     wl = generate(scenario.workload, duration, rng_wl) if workload is None else workload
-    reqs = RequestState(wl)
     rng_id_start = copy.deepcopy(rng_id)  # workers draw the same ids again
     rids = request_ids(wl, rng_id)
     n_inst, n_dp = scenario.instances, scenario.dp_ranks
@@ -96,15 +96,16 @@ def simulate(
     cpu0 = time.process_time()
     outputs: list[Any] = []
     if jobs > 1 and not keep and on_steps is None and not reads_load(scenario.gateway):
-        routed = route(scenario, wl, reqs, rng_route)
+        routed = route(scenario, wl, rng_route)
         bounds = np.linspace(0, n_inst, jobs + 1).round().astype(int).tolist()
         parts = [_Part(scenario, wl, (rng_route, rng_disp), duration, routed, lo, hi,
                        infos, rng_id_start if record_members and sinks else None, sinks,
                        CHUNK_ROWS)
                  for lo, hi in pairwise(bounds)]
-        pending, stats, outputs = _run_apart(parts, reqs, progress)
+        cols, pending, stats, outputs = _run_apart(parts, routed, progress)
         steps, members = _empty(infos)
     else:
+        reqs = RequestState(wl)
         sink = sinks(0, n_inst, wl, infos, duration) if sinks is not None else None
         out = _StepChunks(infos, rids, record_members and (keep or sink is not None),
                           on_steps, keep, sink, reqs)
@@ -114,6 +115,7 @@ def simulate(
         run(scenario, wl, reqs, ranks, (rng_route, rng_disp), duration, progress,
             (_chunk_s(specs), out.flush))
         pending = {q for rk in ranks for q in rk.waiting}
+        cols = RequestColumns.of(reqs)
         stats = out.stats
         steps, members = out.tables()
         if sink is not None:
@@ -137,7 +139,7 @@ def simulate(
         start_s=START_S,
         end_s=START_S + duration,
         ranks=infos,
-        requests=requests_frame(wl, reqs, infos, pending, rids),
+        requests=requests_frame(wl, cols, infos, pending, rids),
         steps=steps,
         members=members,
         truth=scenario.truth,
@@ -208,7 +210,7 @@ def _run_part(part: _Part) -> tuple[dict[str, Any], list[int], dict[str, float],
         (_chunk_s(specs, part.chunk_rows), out.flush), part.routed, lo)
     routed = np.asarray(part.routed)
     mine = np.flatnonzero((routed >= lo) & (routed < hi))
-    state = {name: np.asarray(getattr(reqs, name))[mine] for name in _REQUEST_FIELDS}
+    state = {name: np.asarray(getattr(reqs, name))[mine] for name in RequestColumns.FIELDS}
     state["q"] = mine
     summary = sink.close(reqs) if sink is not None else None
     out.stats["cpu_s"] = time.process_time() - cpu0
@@ -216,14 +218,12 @@ def _run_part(part: _Part) -> tuple[dict[str, Any], list[int], dict[str, float],
     return state, [q for rk in ranks for q in rk.waiting], out.stats, summary
 
 
-_REQUEST_FIELDS = ("fsched", "ftok", "finish", "preempt", "rank", "rejected")
-
-
-def _run_apart(parts: list[_Part], reqs: RequestState,
+def _run_apart(parts: list[_Part], routed: list[int],
                progress: Callable[[float], None] | None
-               ) -> tuple[set[int], dict[str, float], list[Any]]:
-    """Run the instance groups in worker processes and put their requests' state together;
-    ``progress`` gets the simulated time every worker has reached."""
+               ) -> tuple[RequestColumns, set[int], dict[str, float], list[Any]]:
+    """Run the instance groups in worker processes and put their requests' state together
+    (as arrays: the parent holds no per-request Python objects); ``progress`` gets the
+    simulated time every worker has reached."""
     import multiprocessing
     import queue as queues
     from concurrent.futures import ProcessPoolExecutor, wait
@@ -252,13 +252,14 @@ def _run_apart(parts: list[_Part], reqs: RequestState,
             break
         reached[who] = max(reached[who], t)
         progress(min(reached.values()))
-    cols = {name: np.asarray(getattr(reqs, name)) for name in _REQUEST_FIELDS}
+    cols = RequestColumns.empty(len(routed))
+    cols.rejected |= np.asarray(routed) < 0  # no healthy instance: refused by the gateway
     pending: set[int] = set()
     stats = {"steps": 0.0, "kv_peak": 0.0, "cpu_s": 0.0}
     outputs = []
     for state, waiting, st, summary in results:
-        for name in _REQUEST_FIELDS:
-            cols[name][state["q"]] = state[name]
+        for name in RequestColumns.FIELDS:
+            getattr(cols, name)[state["q"]] = state[name]
         pending.update(waiting)
         stats["steps"] += st["steps"]
         stats["kv_peak"] = max(stats["kv_peak"], st["kv_peak"])
@@ -266,9 +267,7 @@ def _run_apart(parts: list[_Part], reqs: RequestState,
         stats["worker_rss_mb"] = max(stats.get("worker_rss_mb", 0.0), st["worker_rss_mb"])
         if summary is not None:
             outputs.append(summary)
-    for name in _REQUEST_FIELDS:
-        setattr(reqs, name, cols[name].tolist())
-    return pending, stats, outputs
+    return cols, pending, stats, outputs
 
 
 def _peak_rss_mb() -> float:

@@ -195,8 +195,7 @@ def run(
         flush(end)
 
 
-def route(scenario: Scenario, wl: Workload, reqs: RequestState, rng: np.random.Generator
-          ) -> list[int]:
+def route(scenario: Scenario, wl: Workload, rng: np.random.Generator) -> list[int]:
     """A load-free gateway's choice per arrival (-1: refused, no healthy instance), made before
     any rank runs: the instances can then run apart (``run(routed=...)``)."""
     assert not reads_load(scenario.gateway)
@@ -211,6 +210,5 @@ def route(scenario: Scenario, wl: Workload, reqs: RequestState, rng: np.random.G
         if up:
             out.append(gateway.choose(tag[q], session[q], up, no_load, hint[q]))
         else:
-            reqs.rejected[q] = True
             out.append(-1)
     return out

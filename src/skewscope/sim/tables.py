@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -104,29 +105,59 @@ def request_ids(wl: Workload, rng: np.random.Generator) -> list[str]:
     return [f"chatcmpl-{v:016x}" for v in vals]
 
 
+@dataclass
+class RequestColumns:
+    """The requests' final state as arrays (the engine's ``RequestState`` holds lists)."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("fsched", "ftok", "finish", "preempt", "rank",
+                                         "rejected")
+    fsched: NDArray[np.float64]
+    ftok: NDArray[np.float64]
+    finish: NDArray[np.float64]
+    preempt: NDArray[np.int64]
+    rank: NDArray[np.int64]
+    rejected: NDArray[np.bool_]
+
+    @classmethod
+    def of(cls, reqs: RequestState) -> RequestColumns:
+        return cls(np.asarray(reqs.fsched, dtype=np.float64),
+                   np.asarray(reqs.ftok, dtype=np.float64),
+                   np.asarray(reqs.finish, dtype=np.float64),
+                   np.asarray(reqs.preempt, dtype=np.int64),
+                   np.asarray(reqs.rank, dtype=np.int64),
+                   np.asarray(reqs.rejected, dtype=bool))
+
+    @classmethod
+    def empty(cls, n: int) -> RequestColumns:
+        """Nothing happened yet (-1: never), no rank, none rejected."""
+        return cls(np.full(n, -1.0), np.full(n, -1.0), np.full(n, -1.0),
+                   np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+                   np.zeros(n, dtype=bool))
+
+
 def requests_frame(
-    wl: Workload, reqs: RequestState, infos: list[RankInfo], pending: set[int], rids: list[str]
+    wl: Workload, reqs: RequestColumns, infos: list[RankInfo], pending: set[int],
+    rids: list[str],
 ) -> pl.DataFrame:
     import polars as pl
 
-    def opt(vals: list[float]) -> pl.Series:
-        a = np.asarray(vals, dtype=np.float64)
+    def opt(a: NDArray[np.float64]) -> pl.Series:
         return pl.Series(np.where(a < 0, np.nan, a + START_S)).fill_nan(None)
 
-    status = [
-        "rejected" if reqs.rejected[q]
-        else "finished" if reqs.finish[q] >= 0
-        else "waiting" if q in pending
-        else "running"
-        for q in range(len(wl))
-    ]
-    inst = [infos[r].instance if r >= 0 else None for r in reqs.rank]
-    dp = [infos[r].dp_rank if r >= 0 else None for r in reqs.rank]
+    waiting = np.zeros(len(wl), dtype=bool)
+    waiting[list(pending)] = True
+    status = np.where(reqs.rejected, "rejected", np.where(
+        reqs.finish >= 0, "finished", np.where(waiting, "waiting", "running")))
+    placed = reqs.rank >= 0
+    at = np.where(placed, reqs.rank, 0)
+    names = np.array([r.instance for r in infos] or [""], dtype=object)[at]
+    names[~placed] = None
+    dps = np.array([r.dp_rank for r in infos] or [0], dtype=np.int64)[at]
     return pl.DataFrame(
         {
             "rid": rids,
-            "instance": pl.Series(inst, dtype=pl.Utf8),
-            "dp_rank": pl.Series(dp, dtype=pl.Int64),
+            "instance": pl.Series(names, dtype=pl.Utf8),
+            "dp_rank": pl.Series(dps, dtype=pl.Int64).scatter(np.flatnonzero(~placed), None),
             "arrival_s": wl.arrival_s + START_S,
             "input_tokens": wl.input_tokens,
             "output_tokens": wl.output_tokens,
@@ -134,7 +165,7 @@ def requests_frame(
             "first_token_s": opt(reqs.ftok),
             "finish_s": opt(reqs.finish),
             "preemptions": pl.Series(reqs.preempt, dtype=pl.Int64),
-            "status": status,
+            "status": pl.Series(status, dtype=pl.Utf8),
         }
     )
 
