@@ -9,6 +9,7 @@ workload in the same process, so the ratio is measured on this machine, not quot
     python benchmarks/bench_sim.py --fleet   # an hour of 64 x 8 ranks at 512 req/s (issue 14)
     python benchmarks/bench_sim.py --fleet --jobs 1   # the same in one process
     python benchmarks/bench_sim.py --fleet --cli     # `skewscope simulate --openmetrics` end to end
+    python benchmarks/bench_sim.py --fleet --cli-out --minutes 2   # `--out` (profiler CSVs)
 
 The run streams its steps (only their stats are kept) and, the gateway being round robin,
 runs groups of instances in ``--jobs`` processes; ``--keep`` keeps the step table (one process).
@@ -174,9 +175,10 @@ verdict = "balanced"
 """
 
 
-def bench_cli(sc: Scenario, jobs: int) -> None:
-    """``skewscope simulate --openmetrics`` in this process: wall, CPU (this process and the
-    engine's workers), peak RSS (here and the largest worker), the file's size."""
+def bench_cli(sc: Scenario, jobs: int, folders: bool = False) -> None:
+    """``skewscope simulate --openmetrics`` (``folders``: ``--out``) in this process: wall,
+    CPU (this process and the engine's workers), peak RSS (here and the largest worker), the
+    output's size."""
     import tempfile
 
     import skewscope.sim.engine as engine
@@ -194,16 +196,17 @@ def bench_cli(sc: Scenario, jobs: int) -> None:
     with tempfile.TemporaryDirectory(dir=".") as d:
         toml = Path(d) / "bench.toml"
         toml.write_text(scenario_toml(sc))
-        om = Path(d) / "bench.om"
+        om = Path(d) / ("bench" if folders else "bench.om")
+        flag = "--out" if folders else "--openmetrics"
         t0, c0 = time.perf_counter(), time.process_time()
-        rc = cli(["simulate", str(toml), "--openmetrics", str(om), "--jobs", str(jobs)])
+        rc = cli(["simulate", str(toml), flag, str(om), "--jobs", str(jobs)])
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        size = om.stat().st_size if om.exists() else 0
-    print(f"cli: skewscope simulate --openmetrics, {sc.duration_s:.0f} simulated s of "
+        size = sum(p.stat().st_size for p in [om, *om.rglob("*")] if p.is_file())
+    print(f"cli: skewscope simulate {flag}, {sc.duration_s:.0f} simulated s of "
           f"{sc.summary}, --jobs {jobs}: exit {rc}, {wall:.1f} s wall; CPU s: {cpu:.1f} in this "
           f"process (engine + writers), {stats.get('cpu_s', 0):.1f} engine over its processes; "
           f"peak RSS {peak_rss_mb():.0f} MB here, {stats.get('worker_rss_mb', 0):.0f} MB the "
-          f"largest worker; {int(stats.get('steps', 0)):,} steps; history {size / 1e9:.2f} GB; "
+          f"largest worker; {int(stats.get('steps', 0)):,} steps; output {size / 1e9:.2f} GB; "
           f"load average {os.getloadavg()[0]:.1f}")
 
 
@@ -220,10 +223,12 @@ def main() -> None:
                     help="keep the step table too (one process; a table of every step)")
     ap.add_argument("--cli", action="store_true",
                     help="run `skewscope simulate SCENARIO --openmetrics FILE` end to end instead")
+    ap.add_argument("--cli-out", action="store_true",
+                    help="run `skewscope simulate SCENARIO --out DIR` end to end instead")
     args = ap.parse_args()
     shape = (64, 8, 512.0) if args.fleet else (8, 4, 64.0)
-    if args.cli:
-        bench_cli(bench_scenario(args.minutes, *shape), args.jobs)
+    if args.cli or args.cli_out:
+        bench_cli(bench_scenario(args.minutes, *shape), args.jobs, args.cli_out)
         return
 
     sc = bench_scenario(args.minutes, *shape)
