@@ -11,6 +11,7 @@ writes the file family by family, reading one family's values at a time.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,7 @@ from skewscope.sim.writers.exposition import (
 from skewscope.sim.writers.openmetrics import DEFAULT_JOB, scrape_labels, write_family
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
     import polars as pl
     from numpy.typing import NDArray
@@ -55,6 +56,8 @@ class HistorySinks:
     times: F64  # scrape times (epoch s)
     spill: Path  # a folder for the spill files
     meta: dict[str, Any] = field(default_factory=dict)
+    job: str = DEFAULT_JOB
+    instance_labels: dict[str, str] | None = None  # instance -> ``instance`` label
 
     def __call__(self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo],
                  duration: float) -> HistorySink:
@@ -73,6 +76,7 @@ class HistoryPart:
     files: list[Path]
     times: F64
     chunks: list[int] = field(default_factory=list)
+    texts: list[Path] = field(default_factory=list)  # each family's samples, as text
 
 
 _EVENTS = ("arrival", "sched", "first", "finish")
@@ -165,7 +169,19 @@ class HistorySink:
         self.open, self.done = self.open[keep], self.done[:, keep]
 
     def close(self, reqs: RequestState) -> HistoryPart:
-        return self.part
+        """Each family's samples of this group as OpenMetrics text (formatted here, so the
+        groups' worker processes share the work); the parent only concatenates."""
+        part, f = self.part, self.f
+        extra = scrape_labels(part.instances, f.job, f.instance_labels)
+        stamps = [f"{t:.3f}" for t in self.times]
+        for k, (spec, values) in enumerate(zip(part.specs, part.files, strict=True)):
+            text = values.with_suffix(".om")
+            with text.open("w", encoding="utf-8") as out:
+                write_family(out, spec, part_series(part, k, len(self.times)), stamps, extra,
+                             header=False)
+            values.unlink()
+            part.texts.append(text)
+        return part
 
 
 def _take(lst: list[Any], idx: NDArray[np.int64]) -> list[Any]:
@@ -217,18 +233,17 @@ def part_series(part: HistoryPart, k: int, n_times: int) -> list[tuple[str, list
     return out
 
 
-def write_history(path: Path, parts: list[HistoryPart], *, job: str = DEFAULT_JOB,
-                  instance_labels: Mapping[str, str] | None = None,
+def write_history(path: Path, parts: list[HistoryPart], *,
                   progress: Callable[[float], None] | None = None) -> Path:
-    """The OpenMetrics file of the parts (in instance order), one family at a time, written
-    whole or not at all (as ``openmetrics.write_openmetrics`` writes a kept run's)."""
-    times = parts[0].times
-    extra = scrape_labels([i for p in parts for i in p.instances], job, instance_labels)
-    stamps = [f"{t:.3f}" for t in times]
+    """The OpenMetrics file of the parts (in instance order), family by family from their
+    texts, written whole or not at all (as ``openmetrics.write_openmetrics`` writes a kept
+    run's)."""
     with atomic_open(path) as out:
         for k, spec in enumerate(parts[0].specs):
-            per_instance = [x for p in parts for x in part_series(p, k, len(times))]
-            write_family(out, spec, per_instance, stamps, extra)
+            write_family(out, spec, [], [], {})  # the header
+            for p in parts:
+                with p.texts[k].open(encoding="utf-8") as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
             if progress is not None:
                 progress(k + 1)
         out.write("# EOF\n")

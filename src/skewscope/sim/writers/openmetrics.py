@@ -85,11 +85,12 @@ def _history(result: SimResult, dialect: str, step_s: float, devices: str | None
 
 def write_family(out: TextIO, spec: MetricSpec,
                  per_instance: Iterable[tuple[str, list[list[Series]]]], stamps: list[str],
-                 extra: Mapping[str, Mapping[str, str]]) -> None:
+                 extra: Mapping[str, Mapping[str, str]], *, header: bool = True) -> None:
     """One family of the history: its header, then per instance and label group one
     MetricPoint per scrape (all samples of a group at time j, then j+1)."""
-    name = type_name(spec, openmetrics=True)
-    out.write(f"# TYPE {name} {spec.kind}\n# HELP {name} {spec.help}\n")
+    if header:
+        name = type_name(spec, openmetrics=True)
+        out.write(f"# TYPE {name} {spec.kind}\n# HELP {name} {spec.help}\n")
     for inst, metrics in per_instance:
         for group in metrics:
             heads = [f"{s.name}{_with(s.labels, extra[inst])} " for s in group]
