@@ -5,8 +5,9 @@ process that runs it, a ``HistorySink``: at each time chunk it counts the group'
 step events into the ranks' running state (``exposition.RankModel``: counters, histogram
 buckets, the last steps a gauge reads) and evaluates every family at the scrape times before
 the chunk's cut. The values go to one spill file per family (the OpenMetrics file wants each
-family's samples together, the run produces them scrape by scrape); ``write_history`` then
-writes the file family by family, reading one family's values at a time.
+family's samples together, the run produces them scrape by scrape); when the run ends each sink
+formats its families as text, one at a time, and ``write_history`` concatenates the groups'
+texts family by family.
 """
 
 from __future__ import annotations
