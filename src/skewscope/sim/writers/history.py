@@ -157,7 +157,7 @@ class HistorySink:
         s_rank = steps[:, 0].astype(np.int64) - self.g0
         s_order = np.argsort(s_rank, kind="stable")
         s_bounds = np.searchsorted(s_rank[s_order], np.arange(len(self.models) + 1))
-        cols = _step_columns(steps[s_order])
+        cols = _step_columns(steps)[s_order]
         for r, m in enumerate(self.models):
             k = by_rank[bounds[r]:bounds[r + 1]]
             at = [np.where(n[k], x[k], np.nan) for n, x in zip(now, times, strict=True)]
@@ -198,13 +198,20 @@ def _times(lst: list[float], idx: NDArray[np.int64]) -> F64:
 
 def _step_columns(rows: F64) -> F64:
     """Engine step rows (``rank.STEP_FIELDS``) -> ``exposition.STEP_COLUMNS``, as the step
-    table holds them (``tables.steps_frame``)."""
-    ints = rows[:, 3:].astype(np.int64)
-    cols = {"start_s": rows[:, 1] + START_S, "end_s": rows[:, 2] + START_S,
-            "decode_tokens": ints[:, 1], "preempted": ints[:, 8], "prefill_tokens": ints[:, 2],
-            "batch_size": ints[:, 0] + ints[:, 1], "waiting": ints[:, 4],
-            "used_blocks": ints[:, 5]}
-    return np.column_stack([np.asarray(cols[c], dtype=np.float64) for c in STEP_COLUMNS])
+    table holds them (``tables.steps_frame``; the counts are whole numbers, exact as floats)."""
+    out = np.empty((len(rows), len(STEP_COLUMNS)))
+    for k, c in enumerate(STEP_COLUMNS):
+        if c == "batch_size":
+            np.add(rows[:, 3], rows[:, 4], out=out[:, k])
+        else:
+            out[:, k] = rows[:, _STEP_FIELD[c]]
+    out[:, :2] += START_S
+    return out
+
+
+# the engine's step-row field of each step column (``tables.steps_frame``)
+_STEP_FIELD = {"start_s": 1, "end_s": 2, "decode_tokens": 4, "preempted": 11,
+               "prefill_tokens": 5, "waiting": 7, "used_blocks": 8}
 
 
 def _values(metrics: list[list[Series]], n: int) -> F64:
