@@ -8,8 +8,10 @@ it with the engines' own /metrics must name stickiness and the keys.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -106,8 +108,21 @@ def _one_key_per_other_upstream(send: Callable[[str], None], cluster: LiveCluste
     raise AssertionError("no light key for some engine")
 
 
-def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
-    """End to end through the CLI: --scrape the engines while nginx routes, --access-log."""
+@dataclass
+class Sticky:
+    """Engines behind nginx hashing sessions, with heavy keys pinned on ``hot`` and one light
+    key for every other engine."""
+
+    cluster: LiveCluster
+    url: str
+    log: Path
+    heavy: list[str]
+    hot: str
+    light: list[str]
+
+
+@contextlib.contextmanager
+def sticky_nginx(tmp_path: Path) -> Iterator[Sticky]:
     with sim_engines("idle") as cluster:
         ups = [u.removeprefix("http://") for u in base_urls(cluster)]
         with nginx(ups, tmp_path, HASH) as (url, log), httpx.Client(timeout=10) as c:
@@ -116,8 +131,16 @@ def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
 
             heavy, hot = _heavy_keys(send, cluster)
             light = _one_key_per_other_upstream(send, cluster, hot)
-            doc = scrape_diagnose(cluster, lambda stop: _traffic(url, heavy, 400, stop, light),
-                                  ["--access-log", str(log)], tmp_path / "report.json")
+            yield Sticky(cluster, url, log, heavy, hot, light)
+
+
+def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
+    """End to end through the CLI: --scrape the engines while nginx routes, --access-log."""
+    with sticky_nginx(tmp_path) as st:
+        heavy, hot = st.heavy, st.hot
+        doc = scrape_diagnose(st.cluster,
+                              lambda stop: _traffic(st.url, heavy, 400, stop, st.light),
+                              ["--access-log", str(st.log)], tmp_path / "report.json")
     assert doc["verdict"] == "imbalanced", doc["notes"]
     assert doc["hot_units"] == [hot]
     finding = doc["findings"][0]
@@ -144,39 +167,33 @@ def test_watch_follows_the_nginx_log_while_it_is_written(tmp_path: Path) -> None
     from skewscope.cli.watch import build_source
     from skewscope.monitor.watch import Watcher
 
-    with sim_engines("idle") as cluster:
-        ups = [u.removeprefix("http://") for u in base_urls(cluster)]
-        with nginx(ups, tmp_path, HASH) as (url, log), httpx.Client(timeout=10) as c:
-            def send(key: str) -> None:
-                c.post(f"{url}/v1/completions", json=BODY, headers={"X-Session-Id": key})
-
-            heavy, hot = _heavy_keys(send, cluster)
-            light = _one_key_per_other_upstream(send, cluster, hot)
-            args = build_parser().parse_args(
-                ["watch", "--scrape", *cluster.urls.values(), "--interval", "250ms",
-                 "--window", "1s", "--last", "10s", "--access-log", str(log)])
-            source = build_source(args, 10.0, 1.0)
-            stop = threading.Event()
-            load = threading.Thread(target=_traffic, args=(url, heavy, 400, stop, light))
-            load.start()
-            try:
-                w = Watcher(source, last_s=10.0, every_s=1.0)
-                wait_until(lambda: w.run_once() and (r := w.status.report) is not None
-                           and r.gateway is not None and len(r.gateway.units) == len(ups)
-                           and r.hot_units == (hot,),
-                           "a watch run naming the hot upstream", timeout_s=30)
-                first = w.status.report
-                assert first is not None and first.gateway is not None
-                last = first.gateway.window_starts[-1]
-                # a later run: the lines appended since, over its own (later) windows
-                wait_until(lambda: w.run_once() and (r := w.status.report) is not None
-                           and r.gateway is not None and r.gateway.window_starts[-1] > last,
-                           "a run over later windows", timeout_s=10)
-                second = w.status.report
-            finally:
-                stop.set()
-                load.join(timeout=30)
-                source.close()
+    with sticky_nginx(tmp_path) as st:
+        heavy, hot = st.heavy, st.hot
+        args = build_parser().parse_args(
+            ["watch", "--scrape", *st.cluster.urls.values(), "--interval", "250ms",
+             "--window", "1s", "--last", "10s", "--access-log", str(st.log)])
+        source = build_source(args, 10.0, 1.0)
+        stop = threading.Event()
+        load = threading.Thread(target=_traffic, args=(st.url, heavy, 400, stop, st.light))
+        load.start()
+        try:
+            w = Watcher(source, last_s=10.0, every_s=1.0)
+            wait_until(lambda: w.run_once() and (r := w.status.report) is not None
+                       and r.gateway is not None and len(r.gateway.units) == len(st.cluster.urls)
+                       and r.hot_units == (hot,),
+                       "a watch run naming the hot upstream", timeout_s=30)
+            first = w.status.report
+            assert first is not None and first.gateway is not None
+            last = first.gateway.window_starts[-1]
+            # a later run: the lines appended since, over its own (later) windows
+            wait_until(lambda: w.run_once() and (r := w.status.report) is not None
+                       and r.gateway is not None and r.gateway.window_starts[-1] > last,
+                       "a run over later windows", timeout_s=10)
+            second = w.status.report
+        finally:
+            stop.set()
+            load.join(timeout=30)
+            source.close()
     assert first is not None and second is not None
     for rep in (first, second):
         assert rep.gateway is not None and rep.gateway.source == "nginx"
