@@ -1,6 +1,6 @@
 """Findings of one judged unit: the hot, KV-shortage, starved and stalled findings, their
-severity, root causes and the facts that explain them (split from diagnose.py, which runs the
-steps and the levels; report/phrases.py says the facts in words)."""
+severity, root causes and the facts that explain them (split from judge.py, which runs the
+steps over one frame; report/phrases.py says the facts in words)."""
 
 from __future__ import annotations
 

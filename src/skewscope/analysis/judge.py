@@ -1,0 +1,383 @@
+"""The method's steps over one UnitFrame: detect the hot and starved units, classify them,
+weigh the impact and the resources, and write the findings and per-unit rows of a Report.
+
+``analysis.diagnose`` decides which frames (levels, DP drill-downs) are judged; this module
+judges one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from skewscope.analysis.classify import Classification, classify
+from skewscope.analysis.detect import UnitHeat, detect
+from skewscope.analysis.findings import (
+    HotResult,
+    chance_note,
+    counts_finished,
+    hot_finding,
+    kv_finding,
+    stall_findings,
+    starved_finding,
+)
+from skewscope.analysis.impact import gap_trend, impact
+from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix
+from skewscope.analysis.price import price_note, skew_price
+from skewscope.analysis.resource import (
+    cost_ratio,
+    device_state,
+    kv_shortage,
+)
+from skewscope.analysis.saturation import saturation, unplaced_link
+from skewscope.analysis.significance import weight_p_value
+from skewscope.analysis.spread import fleet_summary
+from skewscope.analysis.stall import Stall, find_stalls
+from skewscope.analysis.summary import (
+    reference_bounds,
+    reference_summary,
+    unit_bounds,
+    unit_summary,
+)
+from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
+from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
+from skewscope.frame import Level, UnitFrame
+from skewscope.report.facts import Note, NoteCode
+from skewscope.report.model import Finding, Report, UnitReport
+
+
+def diagnose_frame(
+    frame: UnitFrame,
+    th: Thresholds = DEFAULT_THRESHOLDS,
+    extra_notes: tuple[Note, ...] = (),
+    unplaced: dict[str, float] | None = None,
+    detail: bool = True,
+    matrix: SignalMatrix | None = None,
+) -> Report:
+    """Steps 1-4 on one frame; DP frames compare ranks only with ranks of the same instance.
+
+    ``unplaced``: per instance, requests per window not placed on a DP rank (DP frames).
+    ``detail=False`` gives the same verdict and findings without what only a shown report
+    needs (unit summaries, series, episodes, fleet summary): for drills that may be dropped.
+    ``matrix``: the frame's matrix when already built (a drill's slice of the fleet's)."""
+    notes = _unique((*extra_notes, *map(Note.text, frame.notes)))  # same note from two layers
+    base = {
+        "level": str(frame.level),
+        "source": frame.source,
+        "window_s": frame.window_s,
+        "missing": frame.missing,
+        "placed_share": frame.placed_share,
+        "aliases": dict(frame.aliases),
+        "thresholds": th.as_dict(),
+        "thresholds_overridden": th.overridden(),
+    }
+    if frame.df.height == 0:
+        return _insufficient(base, notes, Note(NoteCode.EMPTY_RANGE))
+    if matrix is None:
+        matrix = build_matrix(frame.df, group_by_instance=frame.level == Level.DP,
+                              window_s=frame.window_s)
+    m = matrix
+    span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
+    base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
+    reason = _gate(m, th, request_source="requests" in frame.aliases)
+    if reason is None and not m.has("requests") and "requests" not in frame.aliases:
+        notes = (*notes, QUEUE_ONLY_NOTE)
+    stalls = find_stalls(m, th) if len(m.windows) >= th.min_windows else []
+    stalled = {s.index for s in stalls}
+    if reason is not None:
+        if stalls:
+            return _stalled_only(m, base, notes, reason, stalls)
+        units = tuple(_unit_report(m, j, None, "normal", np.ones(len(m.windows), bool))
+                      for j in range(len(m.units)))
+        return _insufficient(base, notes, reason, units)
+
+    heats = detect(m, frame.window_s, th)
+    judged = int(np.any(np.stack([h.active for h in heats]), axis=0).sum())
+    if judged < th.min_windows:
+        reason = Note(NoteCode.FEW_JUDGED_WINDOWS, {
+            "judged": judged, "windows": len(m.windows),
+            "min_requests_per_window": th.min_requests_per_window})
+        if stalls:
+            return _stalled_only(m, base, notes, reason, stalls)
+        units = tuple(_unit_report(m, h.index, h, "normal", h.active) for h in heats)
+        return _insufficient(base, notes, reason, units)
+    hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
+    against = _cold_minorities(m, heats, th) if not hot_idx else {}
+    if against:
+        # Most of a group runs hot, so the leave-one-out median is hot too: judge the group
+        # against its under-loaded minority instead.
+        heats = detect(m, frame.window_s, th, against=against)
+        hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
+        cold_units = sorted(m.units[j] for cols in against.values() for j in cols)
+        notes = (*notes, Note(NoteCode.COLD_MINORITY, {"units": cold_units}))
+    starved_idx = [h.index for h in heats if h.persistent_starved and h.index not in stalled]
+    results = [
+        r
+        for r in (
+            _judge_hot(m, heats, j, [*hot_idx, *stalled], starved_idx, th,
+                       counts_finished(frame), (unplaced or {}).get(m.groups[j], math.nan))
+            for j in hot_idx
+        )
+        if r
+    ]
+    chance = [r for r in results if r.cls.kind is None]
+    results = [r for r in results if r.cls.kind is not None]
+    notes = (*notes, *(chance_note(r) for r in chance))
+    hot_units = tuple(r.heat.unit for r in results)
+    findings = [
+        *stall_findings(m, stalls),
+        *(_when(m, hot_finding(r, frame.level, th), r.heat.hot, r.heat.active) for r in results),
+        *(_when(m, kv_finding(r), r.heat.hot, r.heat.active) for r in results if r.kv.found),
+    ]
+    hot_units = (*(s.unit for s in stalls), *hot_units)
+    if starved_idx:
+        starved_when = np.any(np.stack([heats[j].starved for j in starved_idx]), axis=0)
+        judged = np.any(np.stack([heats[j].active for j in starved_idx]), axis=0)
+        findings.append(
+            _when(m, starved_finding(m, heats, starved_idx, frame.level), starved_when, judged)
+        )
+    transient = tuple(_transient_note(m, h, frame.window_s, th) for h in heats if h.transient_hot
+                      and h.index not in hot_idx and h.index not in stalled)
+    lucky = {r.heat.unit for r in chance}
+    unexplained = [heats[j].unit for j in hot_idx
+                   if heats[j].unit not in hot_units and heats[j].unit not in lucky]
+    if unexplained:
+        notes = (*notes, Note(NoteCode.UNEXPLAINED_PRESSURE, {"units": unexplained}))
+    report = _unit_report if detail else _unit_identity
+    units = tuple(
+        report(
+            m,
+            h.index,
+            h,
+            _role(h, hot_units, stalled, starved_idx),
+            h.active,
+        )
+        for h in heats
+    )
+    dp_detail = frame.level == Level.DP and detail  # a brief drill's notes are dropped
+    prices = tuple(skew_price(m, frame.step_loads)) if dp_detail else ()
+    hot_instances = {m.groups[j] for j in hot_idx}
+    notes = (*notes, *(price_note(p) for p in prices if p.instance in hot_instances))
+    return Report(
+        verdict="imbalanced" if findings else "balanced",
+        skew_price=prices,
+        hot_units=hot_units,
+        starved_units=tuple(m.units[j] for j in starved_idx),
+        units=units,
+        findings=tuple(findings),
+        transient=transient,
+        episodes=episodes(m, heats, set(hot_idx), th) if detail else (),
+        series=series(m, heats) if detail else None,
+        notes=notes,
+        fleet=fleet_summary(units, th) if detail else None,
+        **base,  # type: ignore[arg-type]
+    )
+
+
+def _role(h: UnitHeat, hot_units: tuple[str, ...], stalled: set[int], starved: list[int]) -> str:
+    if h.index in stalled:
+        return "stalled"
+    if h.unit in hot_units:
+        return "hot"
+    return "starved" if h.index in starved else "normal"
+
+
+def _stalled_only(
+    m: SignalMatrix,
+    base: dict[str, object],
+    notes: tuple[Note, ...],
+    reason: Note,
+    stalls: list[Stall],
+) -> Report:
+    """Too little finished traffic to judge skew, but a unit is hung: that is the finding."""
+    stalled = {s.index for s in stalls}
+    every = np.ones(len(m.windows), dtype=bool)
+    units = tuple(
+        _unit_report(m, j, None, "stalled" if j in stalled else "normal", every)
+        for j in range(len(m.units))
+    )
+    return Report(
+        verdict="imbalanced",
+        hot_units=tuple(s.unit for s in stalls),
+        starved_units=(),
+        units=units,
+        findings=tuple(stall_findings(m, stalls)),
+        notes=(*notes, Note(NoteCode.SKEW_NOT_JUDGED, {"reason": reason})),
+        **base,  # type: ignore[arg-type]
+    )
+
+
+def _when(m: SignalMatrix, f: Finding, flags: Flags, judged: Flags) -> Finding:
+    """The finding's timeline and its peers' per-window band for each series signal."""
+    peers = [m.units.index(u) for u in f.reference_units]
+    return replace(f, timeline=timeline(m, flags, judged), peer_bands=peer_bands(m, peers))
+
+
+def _cold_minorities(
+    m: SignalMatrix, heats: list[UnitHeat], th: Thresholds
+) -> dict[str, list[int]]:
+    """Per group, the persistently under-loaded units when they are a strict minority."""
+    out: dict[str, list[int]] = {}
+    for g in set(m.groups):
+        members = [h for h in heats if m.groups[h.index] == g]
+        cold = [h.index for h in members if h.persistent_cold]
+        if cold and len(cold) < th.cold_minority_share * len(members):
+            out[g] = cold
+    return out
+
+
+def _insufficient(
+    base: dict[str, object],
+    notes: tuple[Note, ...],
+    reason: Note,
+    units: tuple[UnitReport, ...] = (),
+) -> Report:
+    return Report(
+        verdict="insufficient_data",
+        hot_units=(),
+        starved_units=(),
+        units=units,
+        findings=(),
+        notes=(reason, *notes),
+        **{"windows": 0, "start_s": math.nan, "end_s": math.nan, **base},  # type: ignore[arg-type]
+    )
+
+
+QUEUE_ONLY_NOTE = Note(NoteCode.QUEUE_ONLY)
+
+
+def _gate(m: SignalMatrix, th: Thresholds, *, request_source: bool = True) -> Note | None:
+    """Minimum-volume and minimum-shape gates; the reason when the data cannot be judged.
+
+    ``request_source``: the frame names a request counter (its alias). Without one (a router's
+    per-endpoint queue, llm-d) both levels are judged by their queues, as DP ranks always are;
+    with one whose windows came back empty the instance level stays unjudged."""
+    sizes = {g: m.groups.count(g) for g in set(m.groups)}
+    if max(sizes.values()) < th.min_units:
+        return Note(NoteCode.ONE_UNIT, {"unit": m.units[0], "min_units": th.min_units})
+    if len(m.windows) < th.min_windows:
+        return Note(NoteCode.FEW_WINDOWS,
+                    {"windows": len(m.windows), "min_windows": th.min_windows})
+    if m.has("requests"):
+        total = float(np.nansum(m.get("requests")))
+        if total < th.min_requests_total:
+            return Note(NoteCode.NEAR_IDLE,
+                        {"requests": total, "min_requests": th.min_requests_total})
+    elif request_source and not any(m.groups):  # instance level: request counters are what
+        # the method stands on; the counter exists but its windows came back empty
+        return Note(NoteCode.NO_REQUEST_COUNTS)
+    return None
+
+
+def _unique(notes: tuple[Note, ...]) -> tuple[Note, ...]:
+    """In order, each note once (a source note can reach a frame from two layers)."""
+    out: list[Note] = []
+    for n in notes:
+        if n not in out:
+            out.append(n)
+    return tuple(out)
+
+
+def _reference(heats: list[UnitHeat], m: SignalMatrix, j: int, exclude: set[int]) -> list[int]:
+    peers = [h.index for h in heats if h.index != j and m.groups[h.index] == m.groups[j]]
+    calm = [p for p in peers if p not in exclude]
+    return calm or peers
+
+
+def _judge_hot(
+    m: SignalMatrix,
+    heats: list[UnitHeat],
+    j: int,
+    hot_idx: list[int],
+    starved_idx: list[int],
+    th: Thresholds,
+    counts_finished: bool = False,
+    unplaced: float = math.nan,
+) -> HotResult | None:
+    heat = heats[j]
+    ref_cols = _reference(heats, m, j, set(hot_idx) | set(starved_idx))
+    if not ref_cols:
+        return None
+    mask = heat.active
+    hot = unit_summary(m, j, mask)
+    ref = reference_summary([unit_summary(m, k, mask) for k in ref_cols])
+    cls = classify(hot, ref, th)
+    if cls.kind is None:
+        return None
+    p_value = math.nan
+    if "weight" in (cls.kind, cls.secondary_kind):
+        signal = "prompt_tokens" if cls.weight_side == "input" else "generation_tokens"
+        p_value = weight_p_value(m, j, ref_cols, mask, signal, th)
+        if p_value >= th.weight_p_value:
+            cls = _without_weight(cls)
+    hot_bounds = unit_bounds(m, j, mask)
+    ref_bounds = reference_bounds([unit_bounds(m, k, mask) for k in ref_cols])
+    imp = impact(m, j, hot, ref, mask, th, frozenset({*hot_bounds, *ref_bounds}),
+                 tuple(ref_cols))
+    trend = gap_trend(m, j, ref_cols, mask, th)
+    sat = saturation(m, j, mask, th)
+    linked = unplaced if sat.saturated and unplaced_link(m, j, mask, unplaced, th) else math.nan
+    lower = "" if not sat.saturated else "finished" if counts_finished else (
+        "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
+    return HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
+                      sat, lower, linked, m.window_s, p_value, hot_bounds, ref_bounds,
+                      device_state(hot, ref, th, (
+                          cost_ratio(m, j, ref_cols, mask, "device_util", th),
+                          cost_ratio(m, j, ref_cols, mask, "busy_ms", th))),
+                      kv_shortage(m, j, mask, hot, imp, sat, th))
+
+
+def _without_weight(cls: Classification) -> Classification:
+    """Heavier requests consistent with chance: keep the count part, else no kind (noted)."""
+    if cls.kind == "weight" and cls.secondary_kind == "count":
+        return replace(cls, kind="count", secondary_kind=None, weight_side=None)
+    if cls.kind == "weight":
+        return replace(cls, kind=None, secondary_kind=None, weight_side=None)
+    return replace(cls, secondary_kind=None, weight_side=None)
+
+
+def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Thresholds) -> Note:
+    """A unit hot for a while but never persistently: often (not yet a hot spot) or jitter."""
+    idx = np.flatnonzero(h.hot)
+    first, last = float(m.windows[idx[0]]), float(m.windows[idx[-1]] + window_s)
+    return Note(NoteCode.TRANSIENT, {
+        "unit": h.unit, "windows": int(idx.size), "hot_share": h.hot_share,
+        "hot_run": h.hot_run, "span_s": last - first, "often": h.hot_share >= th.persist_share,
+        "min_consecutive": th.min_consecutive})
+
+
+def _unit_report(
+    m: SignalMatrix, j: int, heat: UnitHeat | None, role: str, mask: Flags
+) -> UnitReport:
+    return UnitReport(
+        unit=m.units[j],
+        instance=m.instances[j],
+        dp_rank=m.dp_ranks[j],
+        role=role,
+        hot_share=heat.hot_share if heat else math.nan,
+        longest_hot_run=heat.hot_run if heat else 0,
+        metrics=unit_summary(m, j, mask),
+        load_ratios=_load_ratios(heat) if heat else {},
+        heat_by_window=tuple(np.where(heat.active, heat.score, np.nan).tolist()) if heat else (),
+        bounds=unit_bounds(m, j, mask),
+    )
+
+
+def _unit_identity(
+    m: SignalMatrix, j: int, heat: UnitHeat | None, role: str, mask: Flags
+) -> UnitReport:
+    """A unit's identity and role only (``detail=False``: a drill that may be dropped)."""
+    return UnitReport(unit=m.units[j], instance=m.instances[j], dp_rank=m.dp_ranks[j],
+                      role=role, hot_share=heat.hot_share if heat else math.nan,
+                      longest_hot_run=heat.hot_run if heat else 0, metrics={})
+
+
+def _load_ratios(heat: UnitHeat) -> dict[str, float]:
+    """Unit / peers per heat signal: the median of the scored ratio over the judged windows."""
+    out: dict[str, float] = {}
+    for sig, ratio in heat.ratios.items():
+        vals = ratio[heat.active & np.isfinite(ratio)]
+        out[sig] = float(np.median(vals)) if vals.size else math.nan
+    return out
