@@ -101,3 +101,46 @@ def test_an_unreadable_log_is_one_clean_error_at_the_start(tmp_path: Path) -> No
     follower = AccessLogFollower([str(tmp_path / "missing.log")], keep_s=60.0)
     with pytest.raises(InputError, match=r"missing\.log: cannot read the access log"):
         follower.check()
+
+
+def _big_log(path: Path, lines: int, t0: float, bad_at: int) -> list[float]:
+    """A time-ordered key=value log, one request every 10 ms over two upstreams, with one bad
+    line at line ``bad_at``; returns every line's time."""
+    times = [t0 + i * 0.01 for i in range(lines)]
+    with path.open("w") as f:
+        for i, t in enumerate(times, 1):
+            if i == bad_at:
+                f.write("not a key value line\n")
+            else:
+                f.write(f"msec={t:.3f} upstream_addr=127.0.0.1:{8000 + i % 2} "
+                        f"request_length={100 + i % 7} http_x_session_id=s{i % 13}\n")
+    return times
+
+
+def test_a_large_log_is_entered_near_the_span_with_the_same_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large log's first read bisects to the lines logged shortly before the span: the
+    gateway view, the counts and a bad line's number are those of reading it all."""
+    import skewscope.sources.access_log_follow as alf
+
+    log = tmp_path / "big.log"
+    times = _big_log(log, 60_000, 1_800_000_000.0, bad_at=59_000)
+    now = times[-1] + 0.005
+    grid = (now - 30.0, 1.0, 30)  # the last 30 s: 3,000 of the 60,000 lines
+    whole = AccessLogFollower([str(log)], keep_s=40.0, clock=lambda: now)
+    monkeypatch.setattr(alf, "SEARCH_ABOVE_BYTES", 1 << 40)  # never bisect
+    reference = whole.evidence(grid)
+    monkeypatch.setattr(alf, "SEARCH_ABOVE_BYTES", 1 << 20)
+    monkeypatch.setattr(alf, "SEARCH_SLACK_BYTES", 4 << 10)
+    monkeypatch.setattr(alf, "SEARCH_MARGIN_S", 5.0)
+    fast = AccessLogFollower([str(log)], keep_s=40.0, clock=lambda: now)
+    got = fast.evidence(grid)
+    assert log.stat().st_size > (1 << 20)
+    assert _view(got) == _view(reference)
+    assert sum(u.requests for u in got.units) == sum(grid[0] <= t < now for t in times) - 1
+    # started within the slack of the first line logged 45 s before now (keep 40 + margin 5)
+    first = next(i for i, t in enumerate(times) if t >= now - 45.0)
+    per_line = log.stat().st_size / len(times)
+    skipped = fast.files[0].skipped_bytes
+    assert (first - 1) * per_line - (8 << 10) <= skipped <= first * per_line + 1
+    assert fast.first_bad == whole.first_bad and ":59000:" in fast.first_bad

@@ -14,12 +14,20 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from skewscope.errors import InputError
 from skewscope.frame import GatewayEvidence
 from skewscope.sources.access_log import LineReader, Logged, first_key_name, tally
 
 READ_BYTES = 8 << 20  # one read of a followed file: bounds memory on a large first read
+# A log larger than this is not parsed from its start on the first read: the first line logged
+# within the span (less SEARCH_MARGIN_S) is found by bisection on the lines' times. Envoy logs a
+# request's start time when it ends, so lines are out of order by up to a request's duration:
+# the margin covers requests of up to 10 minutes.
+SEARCH_ABOVE_BYTES = 16 << 20
+SEARCH_SLACK_BYTES = 64 << 10  # bisection stops within this of the first line to read
+SEARCH_MARGIN_S = 600.0
 
 
 @dataclass
@@ -32,10 +40,28 @@ class _Followed:
     offset: int = 0
     line_no: int = 0
     partial: bytes = b""
+    skipped_bytes: int = 0  # of the first read: the lines logged before the span, not parsed
 
     def restart(self, inode: int) -> None:
         self.reader, self.inode = LineReader(self.path), inode
-        self.offset, self.line_no, self.partial = 0, 0, b""
+        self.offset, self.line_no, self.partial, self.skipped_bytes = 0, 0, b"", 0
+
+
+def _line_time(fh: BinaryIO, pos: int, path: str) -> tuple[int, float | None]:
+    """The start of the first whole line at or after ``pos`` and its logged time (None when it
+    has none, or is cut short by the end of the file)."""
+    fh.seek(pos)
+    if pos > 0:
+        fh.readline()  # the rest of the line ``pos`` falls in
+    start = fh.tell()
+    line = fh.readline()
+    if not line.endswith(b"\n"):
+        return start, None
+    try:
+        got = LineReader(path).read(0, line.decode("utf-8", errors="replace"))
+    except ValueError:
+        return start, None
+    return start, got.t_s if got is not None else None
 
 
 @dataclass
@@ -80,6 +106,8 @@ class AccessLogFollower:
             if st.st_ino != f.inode or st.st_size < f.offset:
                 f.restart(st.st_ino)  # first read, rotated, or truncated: from the start
             with open(f.path, "rb") as fh:
+                if f.offset == 0 and st.st_size > SEARCH_ABOVE_BYTES:
+                    self._skip_old(fh, f, st.st_size)
                 fh.seek(f.offset)
                 while chunk := fh.read(READ_BYTES):
                     f.offset += len(chunk)
@@ -87,6 +115,28 @@ class AccessLogFollower:
                     self._take(f, lines)
         except OSError as e:
             self.missing[f.path] = e.strerror or "unreadable"
+
+    def _skip_old(self, fh: BinaryIO, f: _Followed, size: int) -> None:
+        """Start a large file's first read at a line logged shortly before the span, not at
+        its start (a multi-GB log would take minutes to parse); the skipped lines are counted
+        so later lines keep their numbers."""
+        horizon = self.clock() - self.keep_s - SEARCH_MARGIN_S
+        lo, hi = 0, size  # lines starting before lo were logged before the horizon
+        while hi - lo > SEARCH_SLACK_BYTES:
+            mid = (lo + hi) // 2
+            start, t_s = _line_time(fh, mid, f.path)
+            if t_s is None:
+                break  # a line without a readable time: read from lo, as far as known
+            if t_s < horizon:
+                lo = start
+            else:
+                hi = mid
+        fh.seek(0)
+        left = lo
+        while left > 0 and (chunk := fh.read(min(READ_BYTES, left))):
+            f.line_no += chunk.count(b"\n")
+            left -= len(chunk)
+        f.offset = f.skipped_bytes = lo
 
     def _take(self, f: _Followed, lines: list[bytes]) -> None:
         for raw in lines:
