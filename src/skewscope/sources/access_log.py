@@ -120,7 +120,7 @@ class LineReader:
     shape: str | None = None
     key_field: str | None = None
 
-    def read(self, n: int, line: str) -> Logged | None:
+    def read(self, line: str) -> Logged | None:
         """The line's request, None for a blank line; ValueError names the problem (the caller
         adds ``path:line``)."""
         if not line.strip():
@@ -169,7 +169,7 @@ def _lines(paths: Sequence[str]) -> Iterator[tuple[LineReader, Logged]]:
         reader = LineReader(path)
         for n, line in enumerate(text.splitlines(), 1):
             try:
-                got = reader.read(n, line)
+                got = reader.read(line)
             except ValueError as e:
                 raise InputError(f"{path}:{n}: {e}") from None
             if got is not None:

@@ -58,7 +58,7 @@ def _line_time(fh: BinaryIO, pos: int, path: str) -> tuple[int, float | None]:
     if not line.endswith(b"\n"):
         return start, None
     try:
-        got = LineReader(path).read(0, line.decode("utf-8", errors="replace"))
+        got = LineReader(path).read(line.decode("utf-8", errors="replace"))
     except ValueError:
         return start, None
     return start, got.t_s if got is not None else None
@@ -143,7 +143,7 @@ class AccessLogFollower:
             f.line_no += 1
             text = raw.decode("utf-8", errors="replace")
             try:
-                got = f.reader.read(f.line_no, text)
+                got = f.reader.read(text)
             except ValueError as e:
                 self.skipped += 1
                 self.first_bad = self.first_bad or f"{f.path}:{f.line_no}: {e}"
