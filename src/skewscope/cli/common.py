@@ -205,9 +205,12 @@ def with_gateway(
     shares each run) — see ``read_gateway``."""
     from dataclasses import replace
 
+    # credentials are read once, not at every run (secrets come from files or the environment)
+    auth = auth_from_args(args) if getattr(args, "prometheus", None) else None
+
     def both(start: float, end: float) -> Evidence:
         engines = load(start, end)
-        gw = read_gateway(args, engines, (start, end), follower)
+        gw = read_gateway(args, engines, (start, end), follower, auth)
         return replace(engines, gateway=gw) if gw is not None else engines
 
     return both
@@ -245,11 +248,12 @@ def load_gateway_evidence(
 
 def read_gateway(
     args: argparse.Namespace, engines: Evidence, span: tuple[float, float] | None,
-    follower: AccessLogFollower | None = None,
+    follower: AccessLogFollower | None = None, auth: HttpAuth | None = None,
 ) -> GatewayEvidence | None:
     """The --access-log files (``follower`` when watch follows them) over the engines' windows,
-    else a router's metrics in the --prometheus the engines came from over ``span``; then
-    --gateway-url's live worker list merged in."""
+    else a router's metrics in the --prometheus the engines came from over ``span`` (``auth``:
+    its credentials, read from the options when not given); then --gateway-url's live worker
+    list merged in."""
     gateway: GatewayEvidence | None = None
     windows = _engine_windows(engines)
     if follower is not None:
@@ -262,7 +266,7 @@ def read_gateway(
         from skewscope.sources.gateway_router import load_router_prometheus
 
         gateway = load_router_prometheus(args.prometheus, start=span[0], end=span[1],
-                                         windows=windows, auth=auth_from_args(args),
+                                         windows=windows, auth=auth or auth_from_args(args),
                                          timeout_s=parse_duration(args.timeout, "--timeout"),
                                          limits=limits_from_args(args))
     if getattr(args, "gateway_url", None):

@@ -50,12 +50,14 @@ def document(r: WhatIfReport) -> dict[str, Any]:
     ``description_facts``)."""
     d = r.to_dict()
     facts = d.pop("note_facts")
-    worded = {lvl: phrases.note(n) for lvl, n in r.inferred}
-    d = {k2: v2 for k, v in d.items()
-         for k2, v2 in ((("inferred", worded),) if k == "inferred_facts" else ()) + ((k, v),)}
-    for row, p in zip(d["policies"], r.policies, strict=True):
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if key == "inferred_facts":  # the words first, beside their facts
+            out["inferred"] = {lvl: phrases.note(n) for lvl, n in r.inferred}
+        out[key] = value
+    for row, p in zip(out["policies"], r.policies, strict=True):
         row["description"] = describe(p)
-    return {**d, "notes": note_lines(r), "note_facts": facts}
+    return {**out, "notes": note_lines(r), "note_facts": facts}
 
 
 def headline(r: WhatIfReport) -> str:
