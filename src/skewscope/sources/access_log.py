@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,13 +186,16 @@ class _Tally:
 
 
 def tally(logged: Iterable[Logged], windows: tuple[float, float, int] | None, *,
-          key_name: str | None, shown: str, notes: Sequence[str] = ()) -> GatewayEvidence:
+          key_name: Callable[[], str | None], shown: str,
+          notes: Sequence[str] = ()) -> GatewayEvidence:
     """Requests by upstream (inside the engines' ``windows`` when given: first window start,
     window length, count; epoch seconds), with their per-window series and biggest keys.
 
     Only requests logged inside the engines' range count, so the gateway and the engines are
     compared over the same time, and each upstream gets its requests per window (the series
-    the report's routing-share timeline reads). ``shown`` names the log(s) in an error."""
+    the report's routing-share timeline reads). ``shown`` names the log(s) in an error;
+    ``key_name`` is asked once ``logged`` is consumed (a file's key field is known from its
+    first lines, so a stream of lines is tallied without being held)."""
     start = end = None
     if windows is not None:
         first, window_s, n_windows = windows
@@ -248,7 +251,7 @@ def tally(logged: Iterable[Logged], windows: tuple[float, float, int] | None, *,
     return GatewayEvidence(
         source=GatewaySource.ENVOY if envoy else GatewaySource.NGINX,
         units=units,
-        key_name=key_name,
+        key_name=key_name(),
         notes=tuple(notes),
         window_starts=tuple(grid[0] + i * grid[1] for i in range(grid[2])) if grid else (),
     )
@@ -264,11 +267,13 @@ def read_access_logs(paths: Sequence[str],
     """Tally every file's lines by upstream (``tally``); one clean InputError names the first
     bad line."""
     readers: dict[str, LineReader] = {}
-    logged = []
-    for reader, r in _lines(paths):
-        readers.setdefault(reader.path, reader)
-        logged.append(r)
-    return tally(logged, windows, key_name=first_key_name(readers.values()),
+
+    def logged() -> Iterator[Logged]:
+        for reader, r in _lines(paths):
+            readers.setdefault(reader.path, reader)
+            yield r
+
+    return tally(logged(), windows, key_name=lambda: first_key_name(readers.values()),
                  shown=", ".join(paths))
 
 

@@ -172,7 +172,8 @@ class AccessLogFollower:
         written), so a quiet gateway never fails the engines' diagnosis."""
         self.poll()
         try:
-            return tally(self.kept, windows, key_name=first_key_name(f.reader for f in self.files),
+            return tally(self.kept, windows,
+                         key_name=lambda: first_key_name(f.reader for f in self.files),
                          shown=", ".join(self.paths), notes=self.notes())
         except InputError:
             return None
