@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import ast
 from datetime import datetime
+from pathlib import Path
 
 import polars as pl
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from skewscope.sources import profiler_schema as ps
 from skewscope.sources.profiler_frame import WI, Grid
-from skewscope.sources.profiler_read import entry_count, extract_rids, prefill_count
+from skewscope.sources.profiler_ranks import place_requests
+from skewscope.sources.profiler_read import (
+    entry_count,
+    extract_rids,
+    fill_missing,
+    first_rows,
+    prefill_count,
+    prefill_first_rows,
+)
 from skewscope.sources.profiler_schema import datetime_to_us
 from skewscope.sources.profiler_validate import _bad_share
 
@@ -100,3 +110,82 @@ def test_bad_share_counts_undecodable_and_control_characters(head: bytes) -> Non
     text = head.decode("utf-8", errors="replace")
     bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\r\n"))
     assert _bad_share(head) == (bad / len(text) if text else 0.0)
+
+
+@st.composite
+def scheduled_fleets(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """batch.csv's name/res_list rows over 3 ranks, the rank of each row, and request rids.
+
+    Each rid lives on one rank and is scheduled on a subset of its rank's steps with a rising
+    iter: from 0 (its prefill; a restart after preemption begins at 0 again), or from k > 0
+    when its prefill came before the profile. Entries are written rid-first (vLLM, MindIE) or
+    iter-first (another key order, never read as a prefill). res_list rids may carry the vLLM
+    suffix; requests hold some of them and rids that were never scheduled.
+    """
+    n = draw(st.integers(1, 24))
+    rank_of = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    names = draw(st.lists(st.sampled_from(["batchFrameworkProcessing", "modelExec"]),
+                          min_size=n, max_size=n))
+    cells: list[list[dict[str, object]]] = [[] for _ in range(n)]
+    rids = draw(st.lists(RID, min_size=1, max_size=8, unique=True))
+    requests = []
+    for rid in rids:
+        rank = draw(st.integers(0, 2))
+        own = [i for i in range(n) if rank_of[i] == rank]
+        rows = sorted(draw(st.lists(st.sampled_from(own), unique=True)) if own else [])
+        text = rid + "-0a1b2c3d" if draw(st.booleans()) else rid  # the vLLM suffix
+        it = 0 if draw(st.booleans()) else draw(st.integers(1, 9))
+        iter_first = draw(st.booleans())
+        for row in rows:
+            if names[row] == "modelExec":  # not a scheduling step: read by neither pass
+                cells[row].append({"rid": text, "iter": 0})
+                continue
+            if draw(st.integers(0, 9)) == 0:  # preempted: scheduled again from its prefill
+                it = 0
+            entry: dict[str, object] = {"rid": text, "iter": it, "type": int(it > 0)}
+            cells[row].append({"iter": it, "rid": text} if iter_first else entry)
+            it += 1
+        if draw(st.booleans()):
+            requests.append(rid)
+    requests += draw(st.lists(RID, max_size=3))  # most likely never scheduled
+    batch = pl.DataFrame({"name": names, "res_list": [repr(c) for c in cells]})
+    ranks = pl.DataFrame({ps.ROW: range(n), "dp_rank": rank_of},
+                         schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64})
+    return batch, ranks, requests
+
+
+@given(scheduled_fleets(), st.integers(0, 6))
+@example(  # a request whose only entries were written iter-first: the search finds it
+    (pl.DataFrame({"name": ["batchFrameworkProcessing"] * 2,
+                   "res_list": ["[{'iter': 3, 'rid': 'a'}]", "[{'rid': 'b', 'iter': 0}]"]}),
+     pl.DataFrame({ps.ROW: [0, 1], "dp_rank": [1, 0]},
+                  schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64}),
+     ["a", "b"]),
+    0,
+)
+@example(  # a double-quoted rid holding text that reads like another rid's prefill
+    (pl.DataFrame({"name": ["batchFrameworkProcessing"] * 2,
+                   "res_list": [repr([{"rid": "x', 'rid': 'y', 'iter': 0, 'z", "iter": 4}]),
+                                "[{'rid': 'y', 'iter': 0}]"]}),
+     pl.DataFrame({ps.ROW: [0, 1], "dp_rank": [1, 0]},
+                  schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64}),
+     ["y"]),
+    0,
+)
+@settings(max_examples=300, deadline=None)
+def test_prefill_placement_equals_reading_every_entry(
+    fleet: tuple[pl.DataFrame, pl.DataFrame, list[str]], prefix_rows: int
+) -> None:
+    """The fast rid pass (prefills, the first rows, then a search for what it missed) places
+    every request where reading every res_list entry places it."""
+    batch, ranks, requests = fleet
+    lf = batch.lazy().with_row_index(ps.ROW)
+    req = pl.DataFrame({"rid": requests}, schema={"rid": pl.Utf8})
+    fast = prefill_first_rows(lf, prefix_rows).collect()
+    fast = fill_missing(Path("batch.csv"), lf, fast, req["rid"])
+    full = first_rows(lf).collect()
+
+    def placed(first: pl.DataFrame) -> list[int | None]:
+        return place_requests(req, first.join(ranks, on=ps.ROW))["dp_rank"].to_list()
+
+    assert placed(fast) == placed(full)

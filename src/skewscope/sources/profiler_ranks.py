@@ -14,9 +14,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from skewscope.sources import profiler_schema as ps
-from skewscope.sources.profiler_read import ensure
-
-RID_SUFFIX = r"-[0-9a-f]{8}$"  # vLLM >= 0.14 scheduler rids; the profiler strips it
+from skewscope.sources.profiler_read import RID_SUFFIX, ensure, strip_rid_suffix
 
 
 @dataclass(frozen=True)
@@ -30,10 +28,6 @@ class RankMap:
     @property
     def has_dp(self) -> bool:
         return len(self.ranks) >= 2
-
-
-def strip_rid_suffix(rid: pl.Expr) -> pl.Expr:
-    return rid.str.replace(RID_SUFFIX, "")
 
 
 

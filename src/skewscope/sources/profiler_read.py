@@ -30,6 +30,14 @@ EXEC_NAMES: tuple[str, ...] = ("modelExec", "modelRunnerExec", "Execute", "specD
 # A res_list entry's rid as Python's repr writes it: quoted (a quote or backslash inside is
 # escaped) or bare (a number); matched whole, so text inside a rid is never read as a key.
 RID_PATTERN = r"""'rid': (?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,}\s]+)"""
+# A prefill entry: its rid followed by iter 0 (vLLM writes rid, iter, type; MindIE rid, iter).
+PREFILL_TAIL = ", 'iter': 0"
+PREFILL_PATTERN = RID_PATTERN + PREFILL_TAIL + "[,}]"
+# batch.csv rows whose every res_list entry is read by ``prefill_first_rows``: the first steps,
+# where requests already running when the profile started appear without their prefill.
+FULL_PREFIX_ROWS = 4096
+RID_SUFFIX = r"-[0-9a-f]{8}$"  # vLLM >= 0.14 scheduler rids; the profiler strips it
+PLAIN_RID = r"^[ -&(-\[\]-~]+$"  # printable ASCII but ' and backslash: repr writes it as is
 TOKENS: tuple[str, ...] = ("prompt_tokens", "generation_tokens")
 
 
@@ -132,24 +140,113 @@ class BatchRead:
 
 
 def first_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """rid -> first (lowest) row of a scheduling step whose res_list holds it.
+    """rid -> first (lowest) row of a scheduling step whose res_list holds it: every entry read.
 
     Streams: each row's rid matches are exploded and reduced by a group-by on the raw match text
     (one row per distinct match is all that is kept, never a per-row list), and the few distinct
     matches are unquoted afterwards (quoting variants of one rid meet in the second group-by).
     """
-    matches = pl.col("res_list").str.extract_all(RID_PATTERN).alias("_match")
+    matches = pl.col("res_list").str.extract_all(RID_PATTERN)
+    return _reduce_matches(lf, matches)
+
+
+def prefill_first_rows(lf: pl.LazyFrame, prefix_rows: int = FULL_PREFIX_ROWS) -> pl.LazyFrame:
+    """``first_rows`` reading only the entries a rid first appears in, when the file is as the
+    profiler writes it: its prefill (``'iter': 0`` right after the rid, vLLM and MindIE).
+
+    About 1 entry in 15-50 is a prefill, and most of the rid pass's cost is in handing each
+    match over, so this is the fast path. Read in full, every entry: the first
+    ``prefix_rows`` rows (requests already running when the profile started never show
+    their prefill; they are in the first steps of their process) and any row holding a ``"``
+    (a rid written in double quotes can hold text that reads like a prefill entry; without one,
+    ``'rid': '`` cannot occur inside a quoted rid). A rid whose first appearance is elsewhere
+    and not a prefill (a key order other than rid, iter; a rid that never shows a prefill after
+    the first rows) is missed or placed later: ``read_batch`` checks that every request of
+    request.csv finds its rid, and reads the rows that could hold one it does not
+    (``fill_missing``).
+    """
+    text = pl.col("res_list")
+    whole = (pl.col(ps.ROW) < prefix_rows) | text.str.contains('"', literal=True)
+    every = pl.when(whole).then(text).str.extract_all(RID_PATTERN)
+    matches = pl.when(whole).then(every).otherwise(text.str.extract_all(PREFILL_PATTERN))
+    return _reduce_matches(lf, matches)
+
+
+def _reduce_matches(lf: pl.LazyFrame, matches: pl.Expr) -> pl.LazyFrame:
+    """rid -> lowest row over the scheduling rows' ``matches`` (``RID_PATTERN`` or
+    ``PREFILL_PATTERN`` matches, the latter read back to their rid)."""
+    match = pl.col("_match")
+    prefill = match.str.ends_with(PREFILL_TAIL + ",") | match.str.ends_with(PREFILL_TAIL + "}")
+    rid_match = pl.when(prefill).then(match.str.head(-len(PREFILL_TAIL) - 1)).otherwise(match)
     return (
         lf.filter(pl.col("name").is_in(list(SCHED_NAMES)))
-        .select(ps.ROW, matches)
+        .select(ps.ROW, matches.alias("_match"))
         .explode("_match")
         .drop_nulls("_match")
         .group_by("_match")
         .agg(pl.col(ps.ROW).min())
-        .select(rid_value(pl.col("_match")).alias("rid"), ps.ROW)
+        .select(rid_value(rid_match).alias("rid"), ps.ROW)
         .group_by("rid")
         .agg(pl.col(ps.ROW).min())
     )
+
+
+def missing_keys(request_rids: pl.Series, first: pl.DataFrame) -> pl.Series:
+    """The suffix-stripped rids of the requests whose rid matches no rid of ``first``, exactly
+    or with the vLLM suffix stripped on either side (as ``profiler_ranks.place_requests``
+    matches them)."""
+    rid = pl.col("rid")
+    keys = pl.concat([first.select(rid), first.select(strip_rid_suffix(rid))])["rid"].unique()
+    found = rid.is_in(keys.implode()) | strip_rid_suffix(rid).is_in(keys.implode())
+    rids = request_rids.drop_nulls().rename("rid").to_frame()
+    return rids.filter(~found).select(strip_rid_suffix(rid))["rid"].unique()
+
+
+def fill_missing(
+    path: Path, lf: pl.LazyFrame, first: pl.DataFrame, request_rids: pl.Series
+) -> pl.DataFrame:
+    """``first`` (``prefill_first_rows``) completed for the requests it does not place: every
+    entry of the rows whose res_list holds one of their rids as plain text (a second read of
+    the file: ~0.35 CPU s for 222 MB).
+
+    The rows are found by one literal search (Aho-Corasick) for the missing rids; a rid that
+    ``repr`` could write otherwise (a quote, backslash or non-ASCII character) reads every row.
+    Any res_list rid that one of these requests could match (exactly or through the suffix,
+    both hold the stripped rid) is in those rows, so their placement is what reading every
+    entry gives. Requests never scheduled while profiled (the usual reason) cost this search.
+    """
+    keys = missing_keys(request_rids, first)
+    if keys.is_empty():
+        return first
+    rows = lf
+    if keys.str.contains(PLAIN_RID).all():
+        rows = lf.filter(pl.col("res_list").str.contains_any(keys.to_list()))
+    rid = pl.col("rid")
+    wanted = rid.is_in(keys.implode()) | strip_rid_suffix(rid).is_in(keys.implode())
+    found = _collect(path, first_rows(rows).filter(wanted))
+    return pl.concat([first, found]).group_by("rid").agg(pl.col(ps.ROW).min())
+
+
+def strip_rid_suffix(rid: pl.Expr) -> pl.Expr:
+    """The rid without the vLLM ``-xxxxxxxx`` suffix."""
+    return rid.str.replace(RID_SUFFIX, "")
+
+
+def _rid_pass(
+    path: Path, prep: ps.Prepared, res: ps.Resolved, requests: pl.DataFrame
+) -> pl.DataFrame:
+    """rid -> first scheduling row, as reading every entry gives it, for placing ``requests``.
+
+    When every request has its first token recorded (all were scheduled while profiled), the
+    prefills are read (``prefill_first_rows``) and the rows holding a request they missed
+    searched (``fill_missing``): about 0.4 of the full pass's cost on vLLM-sized res_lists.
+    A request without a first token was most likely never scheduled, so no res_list holds it
+    and the search would read the file again: then every entry is read at once (``first_rows``).
+    """
+    if (requests["ttft_ms"].fill_null(0.0) <= 0.0).any():
+        return _collect(path, first_rows(ps.scan(prep, res)))
+    first = _collect(path, prefill_first_rows(ps.scan(prep, res)))
+    return fill_missing(path, ps.scan(prep, res), first, requests["rid"])
 
 
 def _unread_columns(res: ps.Resolved) -> list[str]:
@@ -160,12 +257,15 @@ def _unread_columns(res: ps.Resolved) -> list[str]:
     return unread
 
 
-def read_batch(path: Path, notes: list[str]) -> BatchRead:
+def read_batch(path: Path, notes: list[str], requests: pl.DataFrame | None = None) -> BatchRead:
     """batch.csv in two streamed passes, neither keeping a res_list string or a rid list:
 
     1. the rid -> first scheduling row reduction (``first_rows``), whose output is small;
     2. every row's canonical columns (res_list only reduced to prefill/decode counts, and only
        when ``decode_batch_size`` is missing: they stand in for it, see ``_step_rows``).
+
+    The rid pass serves the placement of ``requests`` (request.csv, read first; none: no pass),
+    see ``_rid_pass``.
 
     The res_list pass goes first: the memory its chunks used is then reused for the rows kept
     by the second (the other order peaks about 50 MB higher on an 800 MB batch.csv). A single
@@ -173,8 +273,8 @@ def read_batch(path: Path, notes: list[str]) -> BatchRead:
     memory), and one scan shared by both outputs buffers the chunks of the faster one.
     """
     prep, res = _open(path, ps.BATCH, notes)
-    if "res_list" in res.raw:
-        rids = _collect(path, first_rows(ps.scan(prep, res)))
+    if "res_list" in res.raw and requests is not None:
+        rids = _rid_pass(path, prep, res, requests)
     else:
         rids = pl.DataFrame(schema={"rid": pl.Utf8, ps.ROW: pl.UInt32})
     unread = [c for c in _unread_columns(res) if c in res.raw]
@@ -261,8 +361,10 @@ def _read_files(inst: InstanceFiles, notes: list[str]) -> dict[str, Table | Batc
     for file, path in inst.files.items():
         try:
             with pv.guard(path):  # any parser failure: one line naming file and line
-                if file == "batch.csv":
-                    out[file] = read_batch(path, notes)
+                if file == "batch.csv":  # after request.csv (PROFILER_FILES' order)
+                    requests = out.get("request.csv")
+                    req = requests.df if isinstance(requests, Table) else None
+                    out[file] = read_batch(path, notes, req)
                 else:
                     out[file] = read_simple(path, ps.SCHEMAS[file], notes)
         except _Empty:
