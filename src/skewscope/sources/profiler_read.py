@@ -196,9 +196,12 @@ def missing_keys(request_rids: pl.Series, first: pl.DataFrame) -> pl.Series:
     or with the vLLM suffix stripped on either side (as ``profiler_ranks.place_requests``
     matches them)."""
     rid = pl.col("rid")
+    rids = request_rids.drop_nulls().rename("rid").to_frame()
+    rids = rids.filter(~rid.is_in(first["rid"].implode()))  # the usual case: all found here
+    if rids.is_empty():
+        return rids["rid"]
     keys = pl.concat([first.select(rid), first.select(strip_rid_suffix(rid))])["rid"].unique()
     found = rid.is_in(keys.implode()) | strip_rid_suffix(rid).is_in(keys.implode())
-    rids = request_rids.drop_nulls().rename("rid").to_frame()
     return rids.filter(~found).select(strip_rid_suffix(rid))["rid"].unique()
 
 

@@ -196,16 +196,18 @@ def drop_impossible(
     0-based data row index column (file line = row + 2)."""
     notes: list[str] = []
     fixes = []
-    for canon, (lo, hi) in VALID_RANGE.items():
-        if canon not in df.columns or df[canon].dtype != pl.Float64:
-            continue
-        col = pl.col(canon)
-        bad = col.is_not_null() & (col.is_nan() | ~col.is_between(lo, hi))
-        hits = df.select(bad.sum().alias("n"), pl.col(row).filter(bad).first().alias("r"),
-                         col.filter(bad).first().alias("v"))
-        n = int(hits["n"][0])
+    checked = {c: r for c, r in VALID_RANGE.items()
+               if c in df.columns and df[c].dtype == pl.Float64}
+    bads = {c: pl.col(c).is_not_null() & (pl.col(c).is_nan() | ~pl.col(c).is_between(lo, hi))
+            for c, (lo, hi) in checked.items()}
+    # every column's count in one query; the first offending row only where there is one
+    counts = df.select(bad.sum().alias(c) for c, bad in bads.items()).row(0) if bads else ()
+    for (canon, (lo, hi)), n in zip(checked.items(), counts, strict=True):
         if n == 0:
             continue
+        bad, col = bads[canon], pl.col(canon)
+        hits = df.select(pl.col(row).filter(bad).first().alias("r"),
+                         col.filter(bad).first().alias("v"))
         line, value = int(hits["r"][0]) + 2, hits["v"][0]
         notes.append(
             f"{file}: {n} row(s) with {raw.get(canon, canon)} outside {lo:g}..{hi:g} "
