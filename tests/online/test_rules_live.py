@@ -32,12 +32,17 @@ from skewscope.sim.writers.live import LiveCluster, serve
 from skewscope.sim.writers.truth import truth_dict
 from skewscope.sources.dialects import DIALECTS
 
-SPEED = 4.0
+# 3x wall time: a run's rule window is 1.7 s of wall time, four scrapes. At 4x one CI run in
+# many saw a unit's alert never fire (scrapes of 14 live clusters and the rules on 2 cores).
+SPEED = 3.0
 DIALECT = "vllm"
 RANK = DIALECTS[DIALECT].rank_label
 
 
 Seen = dict[tuple[str, ...], Counter[str]]
+# Per job, the alerts each poll saw when they changed: (seconds since the first poll,
+# [(alert, instance, rank, level, kind, state)]), to tell in a failure what did happen.
+Timeline = dict[str, list[tuple[float, list[tuple[str, ...]]]]]
 
 
 @dataclass
@@ -52,9 +57,11 @@ def _address(url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def fired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Served], Seen]]:
+def fired(tmp_path_factory: pytest.TempPathFactory,
+          ) -> Iterator[tuple[dict[str, Served], Seen, Timeline]]:
     """Serve every scenario, run Prometheus on the rules, and count, per firing alert (job,
-    alert, instance, rank, level), the polls that saw it with each ``kind``."""
+    alert, instance, rank, level), the polls that saw it with each ``kind``; keep each job's
+    alert timeline for the failure messages."""
     prom = need("prometheus", "prometheus")
     tmp = tmp_path_factory.mktemp("rules-live")
     results = {n: simulate(load_scenario(n)) for n in sorted(builtin_scenarios())}
@@ -74,6 +81,7 @@ def fired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, 
     cmd = [prom, f"--config.file={tmp / 'prometheus.yml'}", "--web.enable-lifecycle",
            f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}"]
     seen: Seen = {}
+    timeline: Timeline = {}
     with running(cmd, tmp / "prometheus.log") as proc:
         # Prometheus first, then the clusters (their clock starts when they serve), then the
         # scrape jobs by a config reload: no simulated time is lost to Prometheus' start-up.
@@ -90,19 +98,26 @@ def fired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, 
             ]
             (tmp / "prometheus.yml").write_text(json.dumps(config))
             assert httpx.post(f"{url}/-/reload", timeout=30).status_code == 200
+            t0 = time.monotonic()
             while not all(s.cluster.stopped for s in served.values()):
                 time.sleep(0.5)
                 alerts = httpx.get(f"{url}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+                now: dict[str, list[tuple[str, ...]]] = {name: [] for name in served}
                 for a in alerts:
+                    lab = a["labels"]
+                    key = (lab["job"], lab["alertname"], lab["instance"],
+                           lab.get(RANK or "", ""), lab["level"])
+                    now[lab["job"]].append((*key[1:], lab.get("kind", ""), a["state"]))
                     if a["state"] == "firing":
-                        lab = a["labels"]
-                        key = (lab["job"], lab["alertname"], lab["instance"],
-                               lab.get(RANK or "", ""), lab["level"])
                         seen.setdefault(key, Counter())[lab.get("kind", "")] += 1
+                for name, states in now.items():
+                    past = timeline.setdefault(name, [])
+                    if not past or past[-1][1] != sorted(states):
+                        past.append((round(time.monotonic() - t0, 1), sorted(states)))
         finally:
             for s in served.values():
                 s.cluster.stop()
-    yield served, seen
+    yield served, seen, timeline
 
 
 def _expected(s: Served) -> dict[tuple[str, ...], str]:
@@ -117,33 +132,42 @@ def _expected(s: Served) -> dict[tuple[str, ...], str]:
     return out
 
 
-def test_skew_scenarios_alert_on_their_unit(fired: tuple[dict[str, Served], Seen]) -> None:
+def _story(name: str, timeline: Timeline, served: dict[str, Served]) -> str:
+    """The job's alert changes and its clusters' addresses, for a failure message."""
+    return f"timeline {timeline.get(name)}; units {served[name].address}"
+
+
+def test_skew_scenarios_alert_on_their_unit(
+        fired: tuple[dict[str, Served], Seen, Timeline]) -> None:
     """The truth's units alert, at the truth's level; the kind the alert carried most of the
     time is the truth's (a label flip restarts ``for``, so it is rare, not impossible). Any
     other unit that alerts is a hot peer of a starved unit (its traffic went there), which the
     documented Alertmanager inhibit rule silences: nothing else may alert."""
-    served, seen = fired
+    served, seen, timeline = fired
     skewed = {n: s for n, s in served.items() if s.truth["verdict"] == "imbalanced"}
     assert skewed, "no skew scenario among the built-ins"
     for name, s in skewed.items():
         got = {k[1:]: kinds for k, kinds in seen.items()
                if k[0] == name and k[1] in (HOT_ALERT, STARVED_ALERT)}
         want = _expected(s)
-        assert set(want) <= set(got), f"{name}: fired {sorted(got)}, truth {sorted(want)}"
+        story = _story(name, timeline, served)
+        assert set(want) <= set(got), (
+            f"{name}: fired {sorted(got)}, truth {sorted(want)}; {story}")
         for key, kind in want.items():
-            assert got[key].most_common(1)[0][0] == kind, f"{name}: kinds {got[key]}"
+            assert got[key].most_common(1)[0][0] == kind, f"{name}: kinds {got[key]}; {story}"
         extra = set(got) - set(want)
         starved_here = any(k[0] == STARVED_ALERT for k in got)
         assert not extra or (starved_here and all(k[0] == HOT_ALERT for k in extra)), (
-            f"{name}: unexplained alerts {sorted(extra)}")
+            f"{name}: unexplained alerts {sorted(extra)}; {story}")
 
 
-def test_quiet_scenarios_never_alert(fired: tuple[dict[str, Served], Seen]) -> None:
-    served, seen = fired
+def test_quiet_scenarios_never_alert(fired: tuple[dict[str, Served], Seen, Timeline]) -> None:
+    served, seen, timeline = fired
     quiet = [n for n, s in served.items() if s.truth["verdict"] != "imbalanced"]
     assert {"balanced", "idle", "transient-burst"} <= set(quiet)
     for name in quiet:
-        assert not [k for k in seen if k[0] == name], f"{name} alerted: {sorted(seen)}"
+        assert not [k for k in seen if k[0] == name], (
+            f"{name} alerted: {sorted(seen)}; {_story(name, timeline, served)}")
 
 
 def test_rules_file_is_what_prometheus_loaded(tmp_path: Path) -> None:
