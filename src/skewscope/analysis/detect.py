@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix
 from skewscope.catalogue import HEAT_SIGNALS, LOAD_SIGNALS
@@ -60,6 +61,8 @@ def peer_reference(
     """
     ref = np.full(values.shape, np.nan)
     group_arr = np.array(groups)
+    if not against:
+        return _peer_reference_by_size(values, group_arr, ref)
     for g in dict.fromkeys(groups):
         members = group_arr == g
         chosen = members.copy()
@@ -75,6 +78,23 @@ def peer_reference(
         if lone.size:
             ref[:, lone] = _median_without(block, leave_one_out=False)[:, None]
         ref[:, cols] = _median_without(block, leave_one_out=True)
+    return ref
+
+
+def _peer_reference_by_size(values: Array, group_arr: npt.NDArray[np.str_], ref: Array) -> Array:
+    """``peer_reference`` without ``against``: the groups of one size k are stacked into one
+    (W * groups, k) block, so 256 DP groups of 4 ranks are one ``_median_without`` call instead
+    of 256; every row is computed as it would be alone (the same values, bit for bit)."""
+    names, inverse = np.unique(group_arr, return_inverse=True)
+    members = [np.flatnonzero(inverse == g) for g in range(names.size)]
+    by_size: dict[int, list[npt.NDArray[np.intp]]] = {}
+    for cols in members:
+        by_size.setdefault(cols.size, []).append(cols)
+    w = values.shape[0]
+    for k, groups in by_size.items():
+        at = np.stack(groups)  # (G, k) column indices
+        block = values[:, at].astype(np.float64).reshape(w * at.shape[0], k)
+        ref[:, at] = _median_without(block, leave_one_out=True).reshape(w, at.shape[0], k)
     return ref
 
 
@@ -146,9 +166,23 @@ def longest_run(flags: Flags) -> int:
     return best
 
 
-def floors(m: SignalMatrix, window_s: float, th: Thresholds) -> dict[str, float]:
-    """Absolute floors under the peer reference, per heat signal."""
-    tokens_per_request = _service_tokens_per_request(m)
+def floors(
+    m: SignalMatrix, window_s: float, th: Thresholds, *, per_group: bool = False
+) -> dict[str, float | Array]:
+    """Absolute floors under the peer reference, per heat signal.
+
+    ``per_group``: the tokens-per-request scale of each unit's own group (a (U,) array), as
+    judging that group's matrix alone gives it (``quiet_groups``)."""
+    req, tok = m.get("requests"), m.get("total_tokens")
+    tokens_per_request: float | Array
+    if per_group:
+        tokens_per_request = np.empty(len(m.units))
+        group_arr = np.array(m.groups)
+        for g in dict.fromkeys(m.groups):
+            cols = np.flatnonzero(group_arr == g)
+            tokens_per_request[cols] = _service_tokens_per_request(req[:, cols], tok[:, cols])
+    else:
+        tokens_per_request = _service_tokens_per_request(req, tok)
     return {
         "requests": th.min_requests_per_window,
         "total_tokens": th.min_requests_per_window * tokens_per_request,
@@ -159,9 +193,7 @@ def floors(m: SignalMatrix, window_s: float, th: Thresholds) -> dict[str, float]
     }
 
 
-def _service_tokens_per_request(m: SignalMatrix) -> float:
-    req = m.get("requests")
-    tok = m.get("total_tokens")
+def _service_tokens_per_request(req: Array, tok: Array) -> float:
     ok = np.isfinite(req) & np.isfinite(tok)
     total_req = float(req[ok].sum())
     return float(tok[ok].sum()) / total_req if total_req > 0 else 1.0
@@ -192,9 +224,14 @@ def detect(
     window_s: float,
     th: Thresholds,
     against: dict[str, list[int]] | None = None,
+    *,
+    floor_per_group: bool = False,
 ) -> list[UnitHeat]:
-    """Score every unit in every window and apply the persistence rule."""
-    floor = floors(m, window_s, th)
+    """Score every unit in every window and apply the persistence rule.
+
+    ``floor_per_group``: floors scaled per group (``floors``), so every group is scored as
+    when its own matrix is judged alone."""
+    floor = floors(m, window_s, th, per_group=floor_per_group)
     active_group = group_activity(m, th)
     ratios: dict[str, Array] = {}
     for sig in HEAT_SIGNALS:
@@ -263,6 +300,18 @@ def detect(
             )
         )
     return out
+
+
+def quiet_groups(m: SignalMatrix, window_s: float, th: Thresholds) -> set[str]:
+    """The groups in which no unit is persistently hot, starved or cold, each group scored as
+    when its own matrix is judged alone (every step above is per group or per unit): judging
+    such a group finds no hot or starved unit (nor a cold minority to judge against), so it
+    can be skipped when only its findings matter (the ``auto`` drill-downs). Stalls are not
+    detect's: the caller checks them. A group whose own matrix would have fewer windows than
+    ``m`` is not scored alike (smoothing): the caller leaves those out."""
+    busy = {m.groups[h.index] for h in detect(m, window_s, th, floor_per_group=True)
+            if h.persistent_hot or h.persistent_starved or h.persistent_cold}
+    return set(m.groups) - busy
 
 
 def _starve_ratio(m: SignalMatrix, th: Thresholds) -> Array:

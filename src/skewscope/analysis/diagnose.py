@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from skewscope.analysis.detect import quiet_groups
 from skewscope.analysis.fleet import fleet_dp_patterns
 from skewscope.analysis.gateway import join_gateway, missing_gateway_note
 from skewscope.analysis.judge import QUEUE_ONLY_NOTE, diagnose_frame
-from skewscope.analysis.matrix import build_matrix, sub_matrix
+from skewscope.analysis.matrix import SignalMatrix, build_matrix, sub_matrix
+from skewscope.analysis.stall import find_stalls
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence, Level, UnitFrame
@@ -69,6 +71,7 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     # Most drills find nothing and are dropped: they are judged without the per-unit detail
     # (summaries, series, episodes) and only the kept ones are judged again in full; the
     # findings are the same either way (at 256 instances this is most of the analysis' time).
+    # Those that certainly find nothing are not judged at all (``_nothing_inside``).
     unplaced = _unplaced(evidence)
     parts = _by_instance(evidence.dp)
     whole = build_matrix(evidence.dp.df, group_by_instance=True, window_s=evidence.dp.window_s)
@@ -82,7 +85,8 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
         m = sub_matrix(whole, columns.get(i, []), windows)
         return diagnose_frame(parts[i], th, unplaced=unplaced, detail=detail, matrix=m)
 
-    drills = [(i, drill(i, i in top.hot_units)) for i in multi]
+    skip = _nothing_inside(whole, evidence.dp, th) - set(top.hot_units)
+    drills = [(i, drill(i, i in top.hot_units)) for i in multi if i not in skip]
     drills = [(i, d if i in top.hot_units or d.verdict != "imbalanced" else drill(i, True))
               for i, d in drills]
     kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == "imbalanced")
@@ -93,6 +97,19 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
         th,
     )
     return replace(top, drilldown=kept, findings=(*top.findings, *patterns))
+
+
+def _nothing_inside(whole: SignalMatrix, dp: UnitFrame, th: Thresholds) -> set[str]:
+    """Instances whose drill-down would find nothing, from one scoring of every rank against
+    its own siblings (``detect.quiet_groups``, the fleet's matrix at once instead of a judge
+    per instance) and no stalled rank; only instances with data in every window of the fleet,
+    whose slice of the matrix is what their drill judges."""
+    import polars as pl
+
+    counts = dp.df.group_by("instance").agg(pl.col("window_start_s").n_unique().alias("n"))
+    whole_grid = set(counts.filter(pl.col("n") == len(whole.windows))["instance"].to_list())
+    stalled = {whole.groups[s.index] for s in find_stalls(whole, th)}
+    return (quiet_groups(whole, dp.window_s, th) & whole_grid) - stalled
 
 
 def _dp_size_note(evidence: Evidence) -> tuple[Note, ...]:
