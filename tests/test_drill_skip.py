@@ -1,6 +1,6 @@
 """The ``auto`` drill-downs skip instances whose drill would find nothing: the groups
-``detect.quiet_groups`` scores at once are those a judge of each instance alone finds no hot,
-starved or cold unit in, and the report is the one with every instance drilled into."""
+``detect.quiet_groups`` scores at once are among those a judge of each instance alone finds no
+hot, starved or cold unit in, and the report is the one with every instance drilled into."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _fleet(seed: int, instances: int = 12) -> tuple[UnitFrame, UnitFrame]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_quiet_groups_are_the_instances_a_judge_alone_finds_quiet(seed: int) -> None:
+def test_quiet_groups_are_instances_a_judge_alone_finds_quiet(seed: int) -> None:
     _, dp = _fleet(seed)
     whole = build_matrix(dp.df, group_by_instance=True, window_s=dp.window_s)
     quiet = quiet_groups(whole, dp.window_s, TH)
@@ -56,8 +56,11 @@ def test_quiet_groups_are_the_instances_a_judge_alone_finds_quiet(seed: int) -> 
         cols = [j for j, g in enumerate(whole.groups) if g == inst]
         alone = detect(sub_matrix(whole, cols, whole.windows), dp.window_s, TH)
         busy = any(h.persistent_hot or h.persistent_starved or h.persistent_cold for h in alone)
-        assert (inst not in quiet) == busy, inst
+        if busy:
+            assert inst not in quiet, inst
     assert quiet and set(full) - quiet, "both kinds of instance are in the fleet"
+    # a rank hot in most windows keeps its instance, even without the run the rule needs
+    assert "i01" not in quiet and "i02" not in quiet
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -219,18 +219,27 @@ def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
     return active
 
 
-def detect(
+@dataclass(frozen=True)
+class _Scored:
+    """Every unit's scores and per-window flags, (W, U) each: what the persistence rule reads."""
+
+    ratios: dict[str, Array]  # heat signal -> smoothed value / floored peer median
+    score: Array  # max heat ratio, NaN where unknown
+    driver: Array  # index into ``ratios`` of the highest ratio
+    present: Flags
+    act: Flags  # present, and its peer group carried load
+    hot: Flags
+    starved: Flags
+    cold: Flags
+
+
+def _score(
     m: SignalMatrix,
     window_s: float,
     th: Thresholds,
-    against: dict[str, list[int]] | None = None,
-    *,
-    floor_per_group: bool = False,
-) -> list[UnitHeat]:
-    """Score every unit in every window and apply the persistence rule.
-
-    ``floor_per_group``: floors scaled per group (``floors``), so every group is scored as
-    when its own matrix is judged alone."""
+    against: dict[str, list[int]] | None,
+    floor_per_group: bool,
+) -> _Scored:
     floor = floors(m, window_s, th, per_group=floor_per_group)
     active_group = group_activity(m, th)
     ratios: dict[str, Array] = {}
@@ -252,18 +261,36 @@ def detect(
     present = np.zeros(m.get("requests").shape, dtype=bool)
     for v in m.values.values():
         present |= np.isfinite(v)
-    out = []
     names = list(ratios)
     stack = np.stack([ratios[s] for s in names]) if names else np.full((1, *present.shape), np.nan)
     with np.errstate(all="ignore"):
         score = np.nanmax(np.where(np.isfinite(stack), stack, -np.inf), axis=0)
     score[~np.isfinite(score)] = np.nan
-    driver_idx = np.argmax(np.where(np.isfinite(stack), stack, -np.inf), axis=0)
+    driver = np.argmax(np.where(np.isfinite(stack), stack, -np.inf), axis=0)
+    act = present & active_group
+    hot = act & (np.nan_to_num(score) >= th.hot_ratio)
+    starved = act & np.isfinite(req_ratio) & (req_ratio < th.starved_ratio)
+    cold = act & ~starved & (load_score <= 1.0 / th.hot_ratio)
+    return _Scored(ratios, score, driver, present, act, hot, starved, cold)
+
+
+def detect(
+    m: SignalMatrix,
+    window_s: float,
+    th: Thresholds,
+    against: dict[str, list[int]] | None = None,
+    *,
+    floor_per_group: bool = False,
+) -> list[UnitHeat]:
+    """Score every unit in every window and apply the persistence rule.
+
+    ``floor_per_group``: floors scaled per group (``floors``), so every group is scored as
+    when its own matrix is judged alone."""
+    s = _score(m, window_s, th, against, floor_per_group)
+    names = list(s.ratios)
+    out = []
     for j, unit in enumerate(m.units):
-        act = present[:, j] & active_group[:, j]
-        hot = act & (np.nan_to_num(score[:, j]) >= th.hot_ratio)
-        starved = act & np.isfinite(req_ratio[:, j]) & (req_ratio[:, j] < th.starved_ratio)
-        cold = act & ~starved & (load_score[:, j] <= 1.0 / th.hot_ratio)
+        act, hot, starved, cold = s.act[:, j], s.hot[:, j], s.starved[:, j], s.cold[:, j]
         n_act = int(act.sum())
         hot_share = float(hot.sum()) / n_act if n_act else 0.0
         starved_share = float(starved.sum()) / n_act if n_act else 0.0
@@ -276,15 +303,15 @@ def detect(
         persistent_cold = (
             cold_share >= th.persist_share and longest_run(cold[act]) >= th.min_consecutive
         )
-        drivers = driver_idx[hot, j] if names else np.array([], dtype=np.int64)
+        drivers = s.driver[hot, j] if names else np.array([], dtype=np.int64)
         driver = names[int(np.bincount(drivers).argmax())] if drivers.size else ""
         out.append(
             UnitHeat(
                 unit=unit,
                 index=j,
-                present=present[:, j],
+                present=s.present[:, j],
                 active=act,
-                score=score[:, j],
+                score=s.score[:, j],
                 hot=hot,
                 starved=starved,
                 hot_share=hot_share,
@@ -296,22 +323,28 @@ def detect(
                 persistent_starved=persistent_starved,
                 persistent_cold=persistent_cold and not persistent_starved,
                 driver=driver,
-                ratios={s: r[:, j] for s, r in ratios.items()},
+                ratios={sig: r[:, j] for sig, r in s.ratios.items()},
             )
         )
     return out
 
 
 def quiet_groups(m: SignalMatrix, window_s: float, th: Thresholds) -> set[str]:
-    """The groups in which no unit is persistently hot, starved or cold, each group scored as
+    """Groups in which no unit can be persistently hot, starved or cold, each group scored as
     when its own matrix is judged alone (every step above is per group or per unit): judging
     such a group finds no hot or starved unit (nor a cold minority to judge against), so it
-    can be skipped when only its findings matter (the ``auto`` drill-downs). Stalls are not
-    detect's: the caller checks them. A group whose own matrix would have fewer windows than
-    ``m`` is not scored alike (smoothing): the caller leaves those out."""
-    busy = {m.groups[h.index] for h in detect(m, window_s, th, floor_per_group=True)
-            if h.persistent_hot or h.persistent_starved or h.persistent_cold}
-    return set(m.groups) - busy
+    can be skipped when only its findings matter (the ``auto`` drill-downs). The persistence
+    rule needs a share of the active windows, checked here for every unit at once; a unit
+    that reaches it without the run still marks its group (judged, found quiet). Stalls are
+    not detect's: the caller checks them. A group whose own matrix would have fewer windows
+    than ``m`` is not scored alike (smoothing): the caller leaves those out."""
+    s = _score(m, window_s, th, None, True)
+    n_act = s.act.sum(axis=0)
+    with np.errstate(all="ignore"):
+        near = [np.where(n_act > 0, flags.sum(axis=0) / n_act, 0.0) >= th.persist_share
+                for flags in (s.hot, s.starved, s.cold)]
+    busy = np.logical_or.reduce(near)
+    return set(m.groups) - {m.groups[j] for j in np.flatnonzero(busy)}
 
 
 def _starve_ratio(m: SignalMatrix, th: Thresholds) -> Array:
