@@ -1,6 +1,7 @@
 """The ``auto`` drill-downs skip instances whose drill would find nothing: the groups
 ``detect.quiet_groups`` scores at once are among those a judge of each instance alone finds no
-hot, starved or cold unit in, and the report is the one with every instance drilled into."""
+hot, starved or cold unit in, and the report is the one with every instance drilled into; a
+matrix computes each unit summary once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from frame_builder import Spec, make_frame
 from skewscope.analysis import diagnose as diagnose_mod
 from skewscope.analysis.detect import detect, floors, quiet_groups
 from skewscope.analysis.matrix import build_matrix, sub_matrix
+from skewscope.analysis.summary import unit_summary
 from skewscope.config import DEFAULT_THRESHOLDS as TH
 from skewscope.frame import Evidence, Level, UnitFrame
 
@@ -100,3 +102,18 @@ def test_per_group_floors_are_each_instance_alone() -> None:
     # the instances' request sizes differ, so the fleet's tokens floor is none of theirs alone
     assert len(set(np.asarray(got["total_tokens"]).tolist())) > 1
     assert np.ndim(fleet["total_tokens"]) == 0
+
+
+def test_unit_summaries_are_computed_once_per_matrix_and_copied() -> None:
+    _, dp = _fleet(1)
+    m = build_matrix(dp.df, group_by_instance=True, window_s=dp.window_s)
+    every = np.ones(len(m.windows), dtype=bool)
+    first = unit_summary(m, 0, every)
+    first["requests_per_s"] = -1.0  # a caller's change stays its own
+    again = unit_summary(m, 0, every)
+    assert again["requests_per_s"] > 0 and len(m.summaries) == 1
+    fewer = every.copy()
+    fewer[:3] = False
+    assert unit_summary(m, 0, fewer) != again and len(m.summaries) == 2
+    # a matrix made from this one by dataclasses.replace starts without its summaries
+    assert replace(m, values={k: v * 2 for k, v in m.values.items()}).summaries == {}

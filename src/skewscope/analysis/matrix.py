@@ -37,6 +37,12 @@ class SignalMatrix:
     values: dict[str, Array]  # signal -> (W, U); NaN = missing
     window_s: float = float("nan")  # window length: turns per-window totals into rates
     bounds: dict[str, Array] = field(default_factory=dict)  # percentile -> frame.BOUND_*, NaN
+    # summary.unit_summary's results by (unit, window mask): a fleet's reference summaries
+    # repeat for every hot unit and the unit rows ask for them again (values never change;
+    # not an init field, so dataclasses.replace starts a new one)
+    summaries: dict[tuple[int, str, bytes], dict[str, float]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def get(self, signal: str) -> Array:
         return self.values[signal]

@@ -19,8 +19,16 @@ from skewscope.analysis.matrix import (
 
 
 def unit_summary(m: SignalMatrix, j: int, mask: Flags) -> dict[str, float]:
-    """Summarise unit ``j`` over the windows selected by ``mask`` (NaN = not measured)."""
+    """Summarise unit ``j`` over the windows selected by ``mask`` (NaN = not measured); each
+    (unit, windows) is computed once per matrix (``SignalMatrix.summaries``), a copy returned."""
+    key = (j, mask.dtype.str, mask.tobytes())
+    done = m.summaries.get(key)
+    if done is None:
+        done = m.summaries[key] = _summarise(m, j, mask)
+    return dict(done)
 
+
+def _summarise(m: SignalMatrix, j: int, mask: Flags) -> dict[str, float]:
     def col(sig: str) -> Array:
         out: Array = m.get(sig)[mask, j]
         return out
