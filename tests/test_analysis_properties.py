@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from skewscope.analysis.classify import decompose
 from skewscope.analysis.detect import longest_run, peer_reference, smooth
 from skewscope.analysis.impact import trend_slope
+from skewscope.analysis.matrix import median
 from skewscope.config import DEFAULT_THRESHOLDS
 
 pos = st.floats(min_value=0.1, max_value=1e5, allow_nan=False)
@@ -140,3 +141,16 @@ def test_trend_slope_recovers_a_line(slope: float, intercept: float, n: int) -> 
     y = intercept + slope * np.arange(n, dtype=np.float64)
     fitted = trend_slope(y, DEFAULT_THRESHOLDS.trend_min_points)
     assert math.isclose(fitted, slope, rel_tol=1e-6, abs_tol=1e-6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                          st.sampled_from([0.0, -0.0, 1.0, 2.0])), min_size=1, max_size=12))
+def test_median_is_numpys(values: list[float]) -> None:
+    """The analysis' median of finite values is np.median's, bit for bit (sign of zero too)."""
+    x = np.array(values)
+    with np.errstate(over="ignore"):
+        want = float(np.median(x))
+    got = median(x)
+    assert got == want or (math.isnan(got) and math.isnan(want))
+    assert math.copysign(1.0, got) == math.copysign(1.0, want)

@@ -24,7 +24,7 @@ from skewscope.analysis.findings import (
     starved_finding,
 )
 from skewscope.analysis.impact import gap_trend, impact
-from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix
+from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, median
 from skewscope.analysis.price import price_note, skew_price
 from skewscope.analysis.resource import (
     cost_ratio,
@@ -379,5 +379,5 @@ def _load_ratios(heat: UnitHeat) -> dict[str, float]:
     out: dict[str, float] = {}
     for sig, ratio in heat.ratios.items():
         vals = ratio[heat.active & np.isfinite(ratio)]
-        out[sig] = float(np.median(vals)) if vals.size else math.nan
+        out[sig] = median(vals) if vals.size else math.nan
     return out

@@ -12,6 +12,7 @@ from skewscope.analysis.matrix import (
     Flags,
     SignalMatrix,
     combine_bounds,
+    median,
     nanmean,
     nansum,
     safe_ratio,
@@ -81,7 +82,7 @@ def reference_summary(summaries: list[dict[str, float]]) -> dict[str, float]:
     for key in summaries[0]:
         vals = np.array([s[key] for s in summaries], dtype=np.float64)
         finite = vals[np.isfinite(vals)]
-        out[key] = float(np.median(finite)) if finite.size else float("nan")
+        out[key] = median(finite) if finite.size else float("nan")
     return out
 
 
