@@ -73,7 +73,6 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     # findings are the same either way (at 256 instances this is most of the analysis' time).
     # Those that certainly find nothing are not judged at all (``_nothing_inside``).
     unplaced = _unplaced(evidence)
-    parts = _by_instance(evidence.dp)
     whole = build_matrix(evidence.dp.df, group_by_instance=True, window_s=evidence.dp.window_s)
 
     columns: dict[str, list[int]] = {}  # each instance's ranks in the fleet's matrix
@@ -86,7 +85,8 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
         return diagnose_frame(parts[i], th, unplaced=unplaced, detail=detail, matrix=m)
 
     skip = _nothing_inside(whole, evidence.dp, th) - set(top.hot_units)
-    drills = [(i, drill(i, i in top.hot_units)) for i in multi if i not in skip]
+    parts = _by_instance(evidence.dp, [i for i in multi if i not in skip])
+    drills = [(i, drill(i, i in top.hot_units)) for i in parts]
     drills = [(i, d if i in top.hot_units or d.verdict != "imbalanced" else drill(i, True))
               for i, d in drills]
     kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == "imbalanced")
@@ -153,7 +153,12 @@ def _multi_rank(frame: UnitFrame) -> list[str]:
     return sorted(counts.filter(pl.col("n") >= 2)["instance"].to_list())
 
 
-def _by_instance(frame: UnitFrame) -> dict[str, UnitFrame]:
-    """The DP frame split per instance in one pass (not one filter of the whole frame each)."""
-    parts = frame.df.partition_by("instance", as_dict=True, maintain_order=True)
-    return {str(key[0]): replace(frame, df=df, notes=()) for key, df in parts.items()}
+def _by_instance(frame: UnitFrame, instances: list[str]) -> dict[str, UnitFrame]:
+    """The DP frame of each of ``instances`` (in their order), split in one pass (not one
+    filter of the whole frame each)."""
+    import polars as pl
+
+    rows = frame.df.filter(pl.col("instance").is_in(instances))
+    parts = rows.partition_by("instance", as_dict=True, maintain_order=True)
+    split = {str(key[0]): replace(frame, df=df, notes=()) for key, df in parts.items()}
+    return {i: split[i] for i in instances}
