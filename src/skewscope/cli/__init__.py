@@ -21,20 +21,24 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser, or ``only`` that command's: a run of one command parses its
+    options only, and the others' modules (the simulator's for whatif) need not be imported."""
     p = argparse.ArgumentParser(
         prog="skewscope",
         description="Find and explain load skew across LLM inference instances and DP ranks.",
     )
     p.add_argument("--version", action="version", version=f"skewscope {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
+    # the metavar names every command also when only one is built (usage lines stay the same)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"skewscope.cli.{name}").register(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, --version, or argparse's own usage error

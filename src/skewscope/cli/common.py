@@ -8,6 +8,7 @@ import math
 import re
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -133,6 +134,24 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
                    help="output format (default: terminal, or from the -o extension)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
+
+
+def warm_imports(*modules: str) -> threading.Thread:
+    """Import ``modules`` on a thread while the caller waits on servers (an online source's
+    queries): the interpreter's import work overlaps the servers' instead of following it.
+    The caller joins it before its own imports (which raise any failure)."""
+    import importlib
+
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # the caller's own import raises it, named
+                return
+
+    thread = threading.Thread(target=load, name="skewscope-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def auth_from_args(args: argparse.Namespace) -> HttpAuth:

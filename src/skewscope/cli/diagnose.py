@@ -148,12 +148,20 @@ def offline_range(args: argparse.Namespace) -> tuple[float | None, float | None,
 
 
 def run(args: argparse.Namespace) -> int:
-    from skewscope.analysis.diagnose import diagnose
-
-    common.pick_renderer(args)
+    renderer = common.pick_renderer(args)
     common.check_output(args)
     th = common.thresholds_from_args(args)
-    evidence = load_evidence(args)
+    warm = None
+    if args.prometheus or args.scrape:
+        # polars, numpy and the analysis load while the servers answer the queries
+        warm = common.warm_imports("polars", "skewscope.analysis.diagnose", renderer.module)
+    try:
+        evidence = load_evidence(args)
+    finally:
+        if warm is not None:
+            warm.join()  # never left importing while the process ends
+    from skewscope.analysis.diagnose import diagnose
+
     report = diagnose(evidence, level=args.level, th=th)
     common.emit_report(report, args)
     if args.fail_on == FailOn.IMBALANCED and report.verdict == Verdict.IMBALANCED:

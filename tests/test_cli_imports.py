@@ -1,0 +1,45 @@
+"""A run of one command builds that command's parser only, with the same usage and help, and
+imports nothing of the others (whatif's parser imports the simulator); an online diagnose
+loads its analysis on a thread while the queries are answered."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+from skewscope.cli import COMMANDS, build_parser, common
+
+
+def _run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    return done.stdout
+
+
+def test_one_command_imports_only_its_own_parser() -> None:
+    out = _run("import sys\nfrom skewscope.cli import main\n"
+               "main(['diagnose', '--help'])\n"
+               "print(sorted(m for m in sys.modules if m.startswith('skewscope.')))")
+    assert "skewscope.cli.diagnose" in out
+    assert "skewscope.cli.whatif" not in out and "skewscope.sim" not in out
+
+
+def test_one_command_parser_has_the_same_usage_and_help() -> None:
+    for name in COMMANDS:
+        whole, one = build_parser(), build_parser(name)
+        assert one.format_usage() == whole.format_usage()  # what an unknown option prints
+        sub_whole = whole._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+        sub_one = one._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+        assert sub_one.format_help() == sub_whole.format_help()
+
+
+def test_warm_imports_loads_on_a_thread_and_leaves_failures_to_the_caller() -> None:
+    thread = common.warm_imports("skewscope.no_such_module", "json")
+    assert isinstance(thread, threading.Thread)
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    out = _run("import sys\nfrom skewscope.cli import common\n"
+               "common.warm_imports('skewscope.report.markdown').join()\n"
+               "print('skewscope.report.markdown' in sys.modules)")
+    assert out.strip() == "True"
