@@ -204,7 +204,8 @@ def bench_cli(sc: Scenario, jobs: int, folders: bool = False) -> None:
         size = sum(p.stat().st_size for p in [om, *om.rglob("*")] if p.is_file())
     print(f"cli: skewscope simulate {flag}, {sc.duration_s:.0f} simulated s of "
           f"{sc.summary}, --jobs {jobs}: exit {rc}, {wall:.1f} s wall; CPU s: {cpu:.1f} in this "
-          f"process (engine + writers), {stats.get('cpu_s', 0):.1f} engine over its processes; "
+          f"process (engine + writers), {stats.get('cpu_s', 0):.1f} engine over its processes "
+          f"(of which {stats.get('sink_cpu_s', 0):.1f} in the writers' sinks); "
           f"peak RSS {peak_rss_mb():.0f} MB here, {stats.get('worker_rss_mb', 0):.0f} MB the "
           f"largest worker; {int(stats.get('steps', 0)):,} steps; output {size / 1e9:.2f} GB; "
           f"load average {os.getloadavg()[0]:.1f}")

@@ -191,7 +191,7 @@ def test_failed_openmetrics_leaves_old_file_and_no_temp(
     from skewscope.sim.writers import history
 
     def half_then_fail(out, *a, **k):  # type: ignore[no-untyped-def]
-        out.write("# TYPE partial gauge\n")
+        out.write(b"# TYPE partial gauge\n")
         raise OSError(28, "No space left on device")
 
     om = tmp_path / "h.om"

@@ -6,6 +6,7 @@ arrays; the vLLM family/label shape is compared with real vLLM 0.32 captures (te
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import socket
@@ -22,9 +23,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sim_fixtures import make_result
 from skewscope.sim.records import SimResult
-from skewscope.sim.writers.exposition import DIALECTS, ClusterModel, dialect_specs
+from skewscope.sim.writers.exposition import (
+    DIALECTS,
+    ClusterModel,
+    MetricSpec,
+    Series,
+    dialect_specs,
+)
 from skewscope.sim.writers.live import serve
-from skewscope.sim.writers.openmetrics import iter_import_lines, write_openmetrics
+from skewscope.sim.writers.openmetrics import iter_import_lines, write_family, write_openmetrics
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
 # The families the diagnosis reads (vLLM names; counters as the parser names them).
@@ -312,10 +319,34 @@ def test_import_lines_match_openmetrics_samples(result: SimResult, tmp_path: Pat
     line = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*\{[^}]*\} \S+ \d{13}$')
     assert all(line.match(x) for x in lines)
     om = write_openmetrics(result, tmp_path / "h.om", "vllm", step_s=5.0).read_text()
-    om_samples = {(x.rsplit(" ", 2)[0], round(float(x.rsplit(" ", 1)[1]) * 1000))
-                  for x in om.splitlines() if not x.startswith("#")}
-    imp = {(x.rsplit(" ", 2)[0], int(x.rsplit(" ", 1)[1])) for x in lines}
-    assert imp == om_samples
+    om_samples = {(x.rsplit(" ", 2)[0], round(float(x.rsplit(" ", 1)[1]) * 1000)):
+                  x.rsplit(" ", 2)[1] for x in om.splitlines() if not x.startswith("#")}
+    imp = {(x.rsplit(" ", 2)[0], int(x.rsplit(" ", 1)[1])): x.rsplit(" ", 2)[1] for x in lines}
+    assert imp.keys() == om_samples.keys()
+    # the file's values (polars' CSV writer) read back as the same floats as format_value's
+    assert [float(v) for v in imp.values()] == [float(om_samples[k]) for k in imp]
+    assert all(v in ("NaN", "+Inf", "-Inf") or v[0].isdigit() or v[0] == "-"
+               for v in om_samples.values())
+
+
+def test_openmetrics_values_read_back_as_the_same_floats(tmp_path: Path) -> None:
+    """Integral counts, long fractions, tiny and huge values, NaN and both infinities: each
+    written value parses to the float it was (Go's ParseFloat reads what float() reads)."""
+    values = np.array([0.0, 1.0, 3.0, 2.0**53, 1e22, 0.1 + 0.2, 1e-5, 1.5e-7, 123.456,
+                       np.nan, np.inf, -np.inf, -0.5])
+    stamps = [f"{1745395200 + 5 * j:.3f}" for j in range(len(values))]
+    out = io.BytesIO()
+    series = [[Series("m", (("a", "b"),), values)]]
+    write_family(out, MetricSpec("m", "gauge", "running", "help"), [("i", series)], stamps,
+                 {"i": {"instance": "x", "job": "j"}}, header=False)
+    # one series, a scrape per value: one line each, in time order
+    lines = out.getvalue().decode().splitlines()
+    assert [line.split(" ")[2] for line in lines] == stamps
+    assert all(line.startswith('m{a="b",instance="x",job="j"} ') for line in lines)
+    got = [line.split(" ")[1] for line in lines]
+    assert len(got) == len(values)
+    assert "+Inf" in got and "-Inf" in got and "NaN" in got
+    np.testing.assert_array_equal(np.array([float(v) for v in got]), values)
 
 
 # ----------------------------------------------------------------------------- live

@@ -9,19 +9,34 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 
 @contextlib.contextmanager
 def atomic_open(path: str | Path) -> Iterator[TextIO]:
     """A text handle on a temporary file beside ``path``, renamed into place when the block
     ends without an exception (and removed when it raises or is interrupted)."""
+    with _atomic(path) as fd, os.fdopen(fd, "w", encoding="utf-8") as f:
+        yield f
+
+
+@contextlib.contextmanager
+def atomic_open_binary(path: str | Path) -> Iterator[BinaryIO]:
+    """``atomic_open`` for bytes (large files written by blocks, or copied in by the kernel)."""
+    with _atomic(path) as fd, os.fdopen(fd, "wb") as f:
+        yield f
+
+
+@contextlib.contextmanager
+def _atomic(path: str | Path) -> Iterator[int]:
+    """A descriptor of a temporary file beside ``path``, renamed into place when the block
+    ends without an exception (and removed when it raises or is interrupted). The caller
+    closes the descriptor inside the block."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yield f
+        yield fd
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

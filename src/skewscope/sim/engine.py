@@ -119,7 +119,7 @@ def simulate(
         stats = out.stats
         steps, members = out.tables()
         if sink is not None:
-            outputs.append(sink.close(reqs))
+            outputs.append(out.close_sink())
     stats["cpu_s"] = stats.get("cpu_s", 0.0) + time.process_time() - cpu0
     meta: dict[str, Any] = {
         "scenario": scenario.name,
@@ -212,7 +212,7 @@ def _run_part(part: _Part) -> tuple[dict[str, Any], list[int], dict[str, float],
     mine = np.flatnonzero((routed >= lo) & (routed < hi))
     state = {name: np.asarray(getattr(reqs, name))[mine] for name in RequestColumns.FIELDS}
     state["q"] = mine
-    summary = sink.close(reqs) if sink is not None else None
+    summary = out.close_sink() if sink is not None else None
     out.stats["cpu_s"] = time.process_time() - cpu0
     out.stats["worker_rss_mb"] = _peak_rss_mb()
     return state, [q for rk in ranks for q in rk.waiting], out.stats, summary
@@ -264,6 +264,7 @@ def _run_apart(parts: list[_Part], routed: list[int],
         stats["steps"] += st["steps"]
         stats["kv_peak"] = max(stats["kv_peak"], st["kv_peak"])
         stats["cpu_s"] += st["cpu_s"]
+        stats["sink_cpu_s"] = stats.get("sink_cpu_s", 0.0) + st.get("sink_cpu_s", 0.0)
         stats["worker_rss_mb"] = max(stats.get("worker_rss_mb", 0.0), st["worker_rss_mb"])
         if summary is not None:
             outputs.append(summary)
@@ -315,8 +316,10 @@ class _StepChunks:
         if mem is not None:
             mem[:, 0] += n
         if self.sink is not None and self.reqs is not None:
+            cpu0 = time.process_time()
             members = members_frame(mem, self.rids) if mem is not None else None
             self.sink.chunk(rows, members, n, cut, self.reqs)
+            self._sink_cpu(cpu0)
         if not self.keep and self.on_steps is None:
             return
         frame = steps_frame(rows, self.infos, n)
@@ -326,6 +329,20 @@ class _StepChunks:
             self.on_steps(frame)
         else:
             self.steps.append(frame)
+
+    def close_sink(self) -> Any:
+        """The sink's summary (its ``close``), its CPU counted."""
+        assert self.sink is not None and self.reqs is not None
+        cpu0 = time.process_time()
+        summary = self.sink.close(self.reqs)
+        self._sink_cpu(cpu0)
+        return summary
+
+    def _sink_cpu(self, since: float) -> None:
+        """CPU seconds of this process's sinks (``run_stats["sink_cpu_s"]``: the writers'
+        share of ``cpu_s``)."""
+        self.stats["sink_cpu_s"] = self.stats.get("sink_cpu_s", 0.0) + (
+            time.process_time() - since)
 
     def tables(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         import polars as pl

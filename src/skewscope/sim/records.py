@@ -96,8 +96,9 @@ class SimResult:
     meta: dict[str, Any] = field(default_factory=dict)
     # also when the step table was streamed or dropped: "steps", "kv_peak" (highest used /
     # total KV blocks of any rank after scheduling), "cpu_s" (CPU seconds of the engine, summed
-    # over its worker processes), "worker_rss_mb" (the largest worker's peak memory, when
-    # instances ran apart)
+    # over its worker processes, writers' sinks included), "sink_cpu_s" (the sinks' share, when
+    # there are sinks), "worker_rss_mb" (the largest worker's peak memory, when instances ran
+    # apart)
     run_stats: dict[str, float] = field(default_factory=dict)
     # what the run's sinks (``simulate(sinks=...)``) summed up, one per instance group
     outputs: list[Any] = field(default_factory=list)

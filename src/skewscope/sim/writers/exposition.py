@@ -342,6 +342,7 @@ class InstanceModel:
         self.model_name = model_name
         self.specs = specs
         self.ranks = sorted(ranks, key=lambda r: r.info.dp_rank)
+        self._layout: list[list[list[list[tuple[str, Labels]]]]] | None = None
 
     def _labels(self, spec: MetricSpec, rank: RankModel | None) -> dict[str, str]:
         labels = dict(spec.labels)
@@ -369,52 +370,69 @@ class InstanceModel:
             return np.asarray(used / total) * spec.scale
         return np.asarray(sum(r.value(spec, t) for r in ranks)) * spec.scale
 
-    def _hist(self, spec: MetricSpec, ranks: list[RankModel], t: F64,
-              labels: dict[str, str]) -> list[Series]:
-        parts = [r.hists[spec.role].at(spec.buckets, t) for r in ranks]
-        buckets = sum(p[0] for p in parts)
-        count = sum(p[1] for p in parts)
-        total = sum(p[2] for p in parts)
-        out = [Series(spec.name + "_bucket", _sorted({**labels, "le": format_value(b)}),
-                      np.asarray(buckets)[:, i]) for i, b in enumerate(spec.buckets)]
-        out.append(Series(spec.name + "_bucket", _sorted({**labels, "le": "+Inf"}),
-                          np.asarray(count)))
-        out.append(Series(spec.name + "_count", _sorted(labels), np.asarray(count)))
-        out.append(Series(spec.name + "_sum", _sorted(labels), np.asarray(total)))
+    def _groups(self, spec: MetricSpec) -> list[tuple[list[RankModel], RankModel | None]]:
+        """The ranks behind each label group of ``spec``: one per rank, or all of them."""
+        return [([r], r) for r in self.ranks] if spec.per_rank else [(self.ranks, None)]
+
+    def layout(self) -> list[list[list[tuple[str, Labels]]]]:
+        """Every family's series names and labels, per label group (``families`` order);
+        they never change, so they are worked out once."""
+        if self._layout is None:
+            self._layout = [[self._group_layout(spec, rank) for _ranks, rank in self._groups(spec)]
+                            for spec in self.specs]
+        return [[g for gs in fam for g in gs] for fam in self._layout]
+
+    def _group_layout(self, spec: MetricSpec, rank: RankModel | None
+                      ) -> list[list[tuple[str, Labels]]]:
+        """The label groups one rank group of ``spec`` exposes (several for split/parts)."""
+        labels = self._labels(spec, rank)
+        if spec.kind == "histogram":
+            les = [format_value(b) for b in spec.buckets] + ["+Inf"]
+            return [[(spec.name + "_bucket", _sorted({**labels, "le": le})) for le in les]
+                    + [(spec.name + "_count", _sorted(labels)),
+                       (spec.name + "_sum", _sorted(labels))]]
+        sample = spec.name + ("_total" if spec.kind == "counter" else "")
+        if spec.parts is not None:
+            key, roles = spec.parts
+            return [[(sample, _sorted({**labels, key: v}))] for v, _role in roles]
+        if spec.split is None:
+            return [[(sample, _sorted(labels))]]
+        key, options, _carrier = spec.split
+        return [[(sample, _sorted({**labels, key: o}))] for o in options]
+
+    def values(self, t: F64) -> list[F64]:
+        """Every family's values at the sorted times ``t``: one row per series of ``layout``
+        (groups in order), one column per time."""
+        t = np.asarray(t, dtype=np.float64)
+        zero = np.zeros(len(t))
+        out: list[F64] = []
+        for spec in self.specs:
+            rows: list[F64] = []
+            for ranks, _rank in self._groups(spec):
+                if spec.kind == "histogram":
+                    parts = [r.hists[spec.role].at(spec.buckets, t) for r in ranks]
+                    buckets = sum(p[0] for p in parts)
+                    count = np.asarray(sum(p[1] for p in parts))
+                    rows.extend(np.asarray(buckets).T)
+                    rows += [count, count, np.asarray(sum(p[2] for p in parts))]
+                elif spec.parts is not None:
+                    rows.extend(np.asarray(sum(r.counters[role].at(t) for r in ranks))
+                                if role else zero for _v, role in spec.parts[1])
+                elif spec.split is None:
+                    rows.append(self._scalar(spec, ranks, t))
+                else:
+                    values = self._scalar(spec, ranks, t)
+                    rows.extend(values if o == spec.split[2] else zero for o in spec.split[1])
+            out.append(np.stack(rows).astype(np.float64) if rows else np.zeros((0, len(t))))
         return out
 
     def families(self, t: F64) -> list[Family]:
         """Every family of this instance at the sorted times ``t``."""
-        t = np.asarray(t, dtype=np.float64)
         fams: list[Family] = []
-        for spec in self.specs:
-            groups: list[tuple[list[RankModel], RankModel | None]] = (
-                [([r], r) for r in self.ranks] if spec.per_rank else [(self.ranks, None)])
-            metrics: list[list[Series]] = []
-            for ranks, rank in groups:
-                labels = self._labels(spec, rank)
-                if spec.kind == "histogram":
-                    metrics.append(self._hist(spec, ranks, t, labels))
-                    continue
-                sample = spec.name + ("_total" if spec.kind == "counter" else "")
-                if spec.parts is not None:
-                    key, roles = spec.parts
-                    metrics.extend(
-                        [Series(sample, _sorted({**labels, key: v}),
-                                np.asarray(sum(r.counters[role].at(t) for r in ranks))
-                                if role else np.zeros(len(t)))]
-                        for v, role in roles)
-                    continue
-                values = self._scalar(spec, ranks, t)
-                if spec.split is None:
-                    metrics.append([Series(sample, _sorted(labels), values)])
-                    continue
-                key, options, carrier = spec.split
-                metrics.extend(
-                    [Series(sample, _sorted({**labels, key: o}),
-                            values if o == carrier else np.zeros(len(t)))]
-                    for o in options)
-            fams.append(Family(spec, metrics))
+        for spec, groups, values in zip(self.specs, self.layout(), self.values(t), strict=True):
+            rows = iter(values)
+            fams.append(Family(spec, [[Series(name, labels, next(rows)) for name, labels in g]
+                                      for g in groups]))
         return fams
 
 

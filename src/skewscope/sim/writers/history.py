@@ -12,14 +12,16 @@ texts family by family.
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from skewscope.atomic import atomic_open
+from skewscope.atomic import atomic_open_binary
 from skewscope.sim.records import START_S
 from skewscope.sim.writers.exposition import (
     STEP_COLUMNS,
@@ -124,14 +126,13 @@ class HistorySink:
         q_end = len(self.arrival) if final else int(np.searchsorted(self.arrival, cut, "left"))
         self._admit(reqs, q_end)
         self._feed(reqs, steps, float(t[-1]))
-        for inst in self.instances:
-            fams = inst.families(t)
-            if len(self.part.series) < len(self.instances):
-                self.part.series.append([[[(s.name, s.labels) for s in g] for g in fam.metrics]
-                                         for fam in fams])
-            for fam, path in zip(fams, self.part.files, strict=True):
-                with path.open("ab") as out:
-                    _values(fam.metrics, len(t)).tofile(out)
+        if not self.part.series:
+            self.part.series = [inst.layout() for inst in self.instances]
+        values = [inst.values(t) for inst in self.instances]
+        for k, path in enumerate(self.part.files):
+            with path.open("ab") as out:
+                for v in values:
+                    v[k].tofile(out)
         self.part.chunks.append(len(t))
 
     def _admit(self, reqs: RequestState, q_end: int) -> None:
@@ -177,7 +178,7 @@ class HistorySink:
         stamps = [f"{t:.3f}" for t in self.times]
         for k, (spec, values) in enumerate(zip(part.specs, part.files, strict=True)):
             text = values.with_suffix(".om")
-            with text.open("w", encoding="utf-8") as out:
+            with text.open("wb") as out:
                 write_family(out, spec, part_series(part, k, len(self.times)), stamps, extra,
                              header=False)
             values.unlink()
@@ -214,12 +215,6 @@ _STEP_FIELD = {"start_s": 1, "end_s": 2, "decode_tokens": 4, "preempted": 11,
                "prefill_tokens": 5, "waiting": 7, "used_blocks": 8}
 
 
-def _values(metrics: list[list[Series]], n: int) -> F64:
-    """A family's values at n scrape times, one row per series (groups in order)."""
-    rows = [s.values for g in metrics for s in g]
-    return np.stack(rows).astype(np.float64) if rows else np.zeros((0, n))
-
-
 def part_series(part: HistoryPart, k: int, n_times: int) -> list[tuple[str, list[list[Series]]]]:
     """Family ``k`` of every instance of the part, at every scrape time, from its spill."""
     flat = np.fromfile(part.files[k], dtype=np.float64)
@@ -245,14 +240,33 @@ def write_history(path: Path, parts: list[HistoryPart], *,
                   progress: Callable[[float], None] | None = None) -> Path:
     """The OpenMetrics file of the parts (in instance order), family by family from their
     texts, written whole or not at all (as ``openmetrics.write_openmetrics`` writes a kept
-    run's)."""
-    with atomic_open(path) as out:
+    run's). The texts are copied by the kernel (no pass through this process) and removed
+    once copied, so the page cache holds the history about once, not twice."""
+    with atomic_open_binary(path) as out:
         for k, spec in enumerate(parts[0].specs):
             write_family(out, spec, [], [], {})  # the header
+            out.flush()
             for p in parts:
-                with p.texts[k].open(encoding="utf-8") as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
+                with p.texts[k].open("rb") as src:
+                    _copy(src, out)
+                p.texts[k].unlink()
             if progress is not None:
                 progress(k + 1)
-        out.write("# EOF\n")
+        out.write(b"# EOF\n")
     return path
+
+
+def _copy(src: BinaryIO, dst: BinaryIO) -> None:
+    """All of ``src`` appended to ``dst`` (flushed) in the kernel where it can."""
+    n = os.fstat(src.fileno()).st_size
+    try:
+        while n > 0:
+            done = os.copy_file_range(src.fileno(), dst.fileno(), n)
+            if done == 0:
+                break
+            n -= done
+    except OSError as e:  # a file system or kernel without it: an ordinary copy
+        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    if n > 0:
+        shutil.copyfileobj(src, dst, 1 << 20)

@@ -11,11 +11,12 @@ The scrape-time labels ``instance`` and ``job`` are added here, as a scraper wou
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
+import polars as pl
 
-from skewscope.atomic import atomic_open
+from skewscope.atomic import atomic_open_binary
 from skewscope.errors import SimulationError
 from skewscope.sim.writers.exposition import (
     ClusterModel,
@@ -83,31 +84,69 @@ def _history(result: SimResult, dialect: str, step_s: float, devices: str | None
     return times, {i: m.families(times) for i, m in model.instances.items()}
 
 
-def write_family(out: TextIO, spec: MetricSpec,
+def write_family(out: BinaryIO, spec: MetricSpec,
                  per_instance: Iterable[tuple[str, list[list[Series]]]], stamps: list[str],
                  extra: Mapping[str, Mapping[str, str]], *, header: bool = True) -> None:
     """One family of the history: its header, then per instance and label group one
-    MetricPoint per scrape (all samples of a group at time j, then j+1)."""
+    MetricPoint per scrape (all samples of a group at time j, then j+1).
+
+    The lines are written by polars' CSV writer (``head value stamp``, space-separated, never
+    quoted) a block of instances at a time, not formatted one value at a time in Python: the
+    values are the shortest text that reads back as the same float (``repr`` but for the
+    exponent's form, ``1e-05`` is ``0.00001``), ``NaN`` and ``+Inf``/``-Inf`` as Go writes
+    them."""
     if header:
         name = type_name(spec, openmetrics=True)
-        out.write(f"# TYPE {name} {spec.kind}\n# HELP {name} {spec.help}\n")
+        out.write(f"# TYPE {name} {spec.kind}\n# HELP {name} {spec.help}\n".encode())
+    heads: list[str] = []
+    rows: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]] = []
+    size = 0
     for inst, metrics in per_instance:
         for group in metrics:
-            heads = [f"{s.name}{_with(s.labels, extra[inst])} " for s in group]
-            cols = [[format_value(v) for v in s.values.tolist()] for s in group]
-            for j, stamp in enumerate(stamps):
-                out.write("".join(f"{h}{c[j]} {stamp}\n" for h, c in zip(heads, cols,
-                                                                         strict=True)))
+            m, n = len(group), len(stamps)
+            head = np.arange(len(heads), len(heads) + m, dtype=np.int64)
+            heads.extend(f"{s.name}{_with(s.labels, extra[inst])}" for s in group)
+            values = np.stack([s.values for s in group]).astype(np.float64)
+            rows.append((np.tile(head, n), values.T.ravel(), np.repeat(np.arange(n), m)))
+            size += m * n
+        if size >= _BLOCK_ROWS:
+            _write_rows(out, heads, rows, stamps)
+            heads, rows, size = [], [], 0
+    if rows:
+        _write_rows(out, heads, rows, stamps)
 
 
-def _write_om(out: TextIO, times: NDArray[np.float64], fams: dict[str, list[Family]],
+# lines handed to the CSV writer at once (bounds the memory of a family's block: ~40 B a line)
+_BLOCK_ROWS = 2_000_000
+
+
+def _write_rows(out: BinaryIO, heads: list[str],
+                rows: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]],
+                stamps: list[str]) -> None:
+    """``heads[h] value stamps[t]`` lines of the rows (head index, value, stamp index)."""
+    values = np.concatenate([r[1] for r in rows])
+    column: pl.Series = pl.Series("v", values)
+    if np.isinf(values).any():  # polars writes inf; OpenMetrics (and Go) +Inf
+        column = (pl.DataFrame({"v": values}).select(
+            pl.when(pl.col("v") == np.inf).then(pl.lit("+Inf"))
+            .when(pl.col("v") == -np.inf).then(pl.lit("-Inf"))
+            .otherwise(pl.col("v").cast(pl.String))).to_series())
+    frame = pl.DataFrame([
+        pl.Series("h", heads).gather(np.concatenate([r[0] for r in rows])),
+        column,
+        pl.Series("s", stamps).gather(np.concatenate([r[2] for r in rows])),
+    ])
+    frame.write_csv(out, separator=" ", quote_style="never", include_header=False)
+
+
+def _write_om(out: BinaryIO, times: NDArray[np.float64], fams: dict[str, list[Family]],
               extra: dict[str, dict[str, str]]) -> None:
     stamps = [f"{t:.3f}" for t in times]
     instances = list(fams)
     for k, first in enumerate(fams[instances[0]]):
         write_family(out, first.spec, ((i, fams[i][k].metrics) for i in instances), stamps,
                      extra)
-    out.write("# EOF\n")
+    out.write(b"# EOF\n")
 
 
 def write_openmetrics(
@@ -125,7 +164,7 @@ def write_openmetrics(
     extra = scrape_labels(list(fams), job, instance_labels)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_open(path) as out:  # an interrupted write leaves no truncated history
+    with atomic_open_binary(path) as out:  # an interrupted write leaves no truncated history
         _write_om(out, times, fams, extra)
     return path
 
