@@ -149,6 +149,70 @@ class RequestEvents:
     at_sched: F64
     at_first: F64
     at_finish: F64
+    rank: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        if len(self.rank) != len(self.arrival):  # one rank's requests
+            self.rank = np.zeros(len(self.arrival), dtype=np.int64)
+
+
+@dataclass
+class StepEvents:
+    """A rank's (or a group's, ``rank`` telling them apart) steps to count now: those that
+    ended (rows of ``STEP_COLUMNS``, with the end of the step before each) and those that
+    started (start, preempted)."""
+
+    end_rank: NDArray[np.int64]
+    ended: F64
+    prev_end: F64
+    start_rank: NDArray[np.int64]
+    start: F64
+    preempted: F64
+
+
+if TYPE_CHECKING:
+    Feed = tuple[NDArray[np.int64], F64, F64 | None]  # rank, event times, weights
+    ObsFeed = tuple[NDArray[np.int64], F64, F64, F64 | None]  # rank, times, values, weights
+
+
+def counter_feeds(req: RequestEvents, sev: StepEvents) -> dict[str, Feed]:
+    """What each counter counts now: the events' times and weights (the one place that says
+    which event moves which counter, for a rank or a group of ranks at once)."""
+    t_end, decode = sev.ended[:, 1], sev.ended[:, 2]
+    r = req.rank
+    return {
+        "arrived": (r, np.where(req.accepted, req.at_arrival, np.nan), None),
+        "scheduled": (r, req.at_sched, None),
+        "finished": (r, req.at_finish, None),
+        "prompt_tokens": (r, req.at_first, req.inp),
+        "generation_tokens": (np.concatenate([r, sev.end_rank]),
+                              np.concatenate([req.at_first, t_end]),
+                              np.concatenate([np.ones(len(r)), decode])),
+        "preemptions": (sev.start_rank, sev.start, sev.preempted),
+    }
+
+
+def hist_feeds(req: RequestEvents, sev: StepEvents) -> dict[str, ObsFeed]:
+    """What each histogram observes now: times, values, weights (see ``counter_feeds``)."""
+    a, s, f, e, out, r = req.arrival, req.sched, req.first, req.finish, req.out, req.rank
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(out > 1, (e - f) / (out - 1), np.nan)
+    ended, sr = sev.ended, sev.end_rank
+    t_end, decode = ended[:, 1], ended[:, 2]
+    return {
+        "ttft": (r, req.at_first, f - a, None),
+        "e2e": (r, req.at_finish, e - a, None),
+        "queue": (r, req.at_finish, s - a, None),
+        "queue_at_schedule": (r, req.at_sched, s - a, None),
+        "tpot": (r, req.at_finish, tpot, None),
+        "request_prompt_tokens": (r, req.at_finish, req.inp, None),
+        "request_generation_tokens": (r, req.at_finish, out, None),
+        "input_tokens": (r, req.at_arrival, req.inp, None),
+        "itl": (sr, t_end, t_end - sev.prev_end, decode),
+        "iteration_tokens": (sr, t_end, ended[:, 4] + decode, None),
+        "batch_size": (sr, t_end, ended[:, 5], None),
+        "waiting_batch_size": (sr, t_end, ended[:, 6], None),
+    }
 
 
 @dataclass
@@ -200,6 +264,15 @@ class RankModel:
     def feed(self, req: RequestEvents, steps: F64, upto: float) -> None:
         """Count the requests' events given now and the new steps' (rows of
         ``STEP_COLUMNS``, the rank's next steps in time order) up to ``upto``."""
+        sev = self.feed_steps(steps, upto)
+        for role, (_r, t, w) in counter_feeds(req, sev).items():
+            self.counters[role].feed(t, w)
+        for role, (_r, t, v, w) in hist_feeds(req, sev).items():
+            self.hists[role].feed(t, v, w)
+
+    def feed_steps(self, steps: F64, upto: float, rank: int = 0) -> StepEvents:
+        """Hold the new steps (what the gauges read) and give the step events up to ``upto``
+        not counted yet (``rank``: their rank id, for a group's counting)."""
         self._trim()
         self.upto = upto
         if len(steps):
@@ -213,33 +286,9 @@ class RankModel:
         self._n_started, self._n_ended = s1, e1
         self.step_start, self.step_end, self.step_used = start, end, h[:, 7]
         ended = h[e0:e1]
-        t_end, decode = ended[:, 1], ended[:, 2]
         prev = np.concatenate([[self._prev_end], end[:-1]])[e0:e1]
-        a, s, f, e = req.arrival, req.sched, req.first, req.finish
-        c = self.counters
-        c["arrived"].feed(np.where(req.accepted, req.at_arrival, np.nan))
-        c["scheduled"].feed(req.at_sched)
-        c["finished"].feed(req.at_finish)
-        c["prompt_tokens"].feed(req.at_first, req.inp)
-        c["generation_tokens"].feed(np.concatenate([req.at_first, t_end]),
-                                    np.concatenate([np.ones(len(f)), decode]))
-        c["preemptions"].feed(start[s0:s1], h[s0:s1, 3])
-        hs = self.hists
-        hs["ttft"].feed(req.at_first, f - a)
-        hs["e2e"].feed(req.at_finish, e - a)
-        hs["queue"].feed(req.at_finish, s - a)
-        hs["queue_at_schedule"].feed(req.at_sched, s - a)
-        out = req.out
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tpot = np.where(out > 1, (e - f) / (out - 1), np.nan)
-        hs["tpot"].feed(req.at_finish, tpot)
-        hs["request_prompt_tokens"].feed(req.at_finish, req.inp)
-        hs["request_generation_tokens"].feed(req.at_finish, out)
-        hs["input_tokens"].feed(req.at_arrival, req.inp)
-        hs["itl"].feed(t_end, t_end - prev, decode)
-        hs["iteration_tokens"].feed(t_end, ended[:, 4] + decode)
-        hs["batch_size"].feed(t_end, ended[:, 5])
-        hs["waiting_batch_size"].feed(t_end, ended[:, 6])
+        return StepEvents(np.full(e1 - e0, rank), ended, prev,
+                          np.full(s1 - s0, rank), start[s0:s1], h[s0:s1, 3])
 
     def _trim(self) -> None:
         """Drop held steps no later query reads: counted, ended ``DEVICE_AVERAGE_S`` (and a

@@ -33,6 +33,7 @@ from skewscope.sim.writers.exposition import (
     model_specs,
 )
 from skewscope.sim.writers.openmetrics import DEFAULT_JOB, scrape_labels, write_family
+from skewscope.sim.writers.rank_group import RankGroup
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -98,6 +99,7 @@ class HistorySink:
         self.g0, self.g1 = lo * n_dp, hi * n_dp
         infos = ranks[self.g0:self.g1]
         self.models = [RankModel(r) for r in infos]
+        self.group = RankGroup(self.models)
         specs = model_specs(f.dialect, f.devices, f.meta)
         names = list(dict.fromkeys(r.instance for r in infos))
         self.instances = [InstanceModel(i, f.model_name, specs,
@@ -145,26 +147,23 @@ class HistorySink:
         self.done = np.concatenate([self.done, np.zeros((len(_EVENTS), len(q)), bool)], axis=1)
 
     def _feed(self, reqs: RequestState, steps: F64, upto: float) -> None:
-        """Count every event up to ``upto`` not counted yet, rank by rank."""
+        """Count every event up to ``upto`` not counted yet, all ranks at once."""
         q = self.open
         arrival = self.arrival[q] + START_S
         times = [arrival] + [_times(lst, q) for lst in (reqs.fsched, reqs.ftok, reqs.finish)]
         now = [~d & (x <= upto) for d, x in zip(self.done, times, strict=True)]  # NaN: False
         rejected = np.asarray(_take(reqs.rejected, q), dtype=bool)
         rank = np.asarray(_take(reqs.rank, q), dtype=np.int64) - self.g0
-        inp, out = self.inp[q], self.out[q]
-        by_rank = np.argsort(rank, kind="stable")
-        bounds = np.searchsorted(rank[by_rank], np.arange(len(self.models) + 1))
+        a, sc, fi, fn = times
+        at = [np.where(n, x, np.nan) for n, x in zip(now, times, strict=True)]
+        ev = RequestEvents(a, sc, fi, fn, self.inp[q], self.out[q], ~rejected,
+                           at[0], at[1], at[2], at[3], rank)
         s_rank = steps[:, 0].astype(np.int64) - self.g0
         s_order = np.argsort(s_rank, kind="stable")
         s_bounds = np.searchsorted(s_rank[s_order], np.arange(len(self.models) + 1))
         cols = _step_columns(steps)[s_order]
-        for r, m in enumerate(self.models):
-            k = by_rank[bounds[r]:bounds[r + 1]]
-            at = [np.where(n[k], x[k], np.nan) for n, x in zip(now, times, strict=True)]
-            a, sc, fi, fn = (x[k] for x in times)
-            ev = RequestEvents(a, sc, fi, fn, inp[k], out[k], ~rejected[k], *at)
-            m.feed(ev, cols[s_bounds[r]:s_bounds[r + 1]], upto)
+        self.group.feed(ev, [cols[s_bounds[r]:s_bounds[r + 1]]
+                             for r in range(len(self.models))], upto)
         for d, n in zip(self.done, now, strict=True):
             d |= n
         keep = ~(self.done[3] | (rejected & self.done[0]))
