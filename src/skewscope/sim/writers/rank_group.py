@@ -84,15 +84,20 @@ class _GroupObservations:
         self._last: dict[tuple[float, ...], tuple[F64, F64]] = {}
         self._cache: dict[tuple[float, ...], tuple[F64, tuple[F64, F64, F64]]] = {}
 
-    def feed(self, rank: I64, times: F64, values: F64, weights: F64 | None) -> None:
+    def feed(self, rank: I64, times: F64, values: F64, weights: F64 | None,
+             ordered: bool = False) -> None:
+        """``ordered``: likely by rank, then time already (the steps: a rank's end one
+        another); checked, not trusted."""
         self._base.update(self._last)
         self._cache = {}
         ok = np.isfinite(times) & np.isfinite(values)
         if weights is not None:
             ok &= weights > 0
-        rank, times, values = rank[ok], times[ok], values[ok]
-        w = None if weights is None else weights[ok]
-        if not _in_order(rank, times):  # steps come in order: each rank's end one another
+        w = weights
+        if not ok.all():
+            rank, times, values = rank[ok], times[ok], values[ok]
+            w = None if w is None else w[ok]
+        if not (ordered and _in_order(rank, times)):
             order = np.lexsort((times, rank))  # by rank, then time; stable
             rank, times, values = rank[order], times[order], values[order]
             w = None if w is None else w[order]
@@ -128,7 +133,7 @@ def _same(a: F64, b: F64) -> bool:
 
 
 def _in_order(rank: I64, times: F64) -> bool:
-    """Already sorted by rank, then time (what a stable sort would leave as it is)?"""
+    """Sorted by rank, then time (what a stable sort would leave as it is)?"""
     dr, dt = np.diff(rank), np.diff(times)
     return bool(np.all((dr > 0) | ((dr == 0) & (dt >= 0))))
 
@@ -179,4 +184,4 @@ class RankGroup:
         for role, (r, t, w) in counter_feeds(req, sev).items():
             self.counters[role].feed(r, t, w)
         for role, (r, t, v, w) in hist_feeds(req, sev).items():
-            self.hists[role].feed(r, t, v, w)
+            self.hists[role].feed(r, t, v, w, ordered=r is sev.end_rank)
