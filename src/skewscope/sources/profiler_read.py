@@ -242,13 +242,16 @@ def _rid_pass(
 
     When every request has its first token recorded (all were scheduled while profiled), the
     prefills are read (``prefill_first_rows``) and the rows holding a request they missed
-    searched (``fill_missing``): about 0.4 of the full pass's cost on vLLM-sized res_lists.
+    searched (``fill_missing``): a third less CPU than reading every entry on vLLM-sized
+    res_lists (0.38 vs 0.57 s for a 222 MB batch.csv).
     A request without a first token was most likely never scheduled, so no res_list holds it
     and the search would read the file again: then every entry is read at once (``first_rows``).
     """
     if (requests["ttft_ms"].fill_null(0.0) <= 0.0).any():
         return _collect(path, first_rows(ps.scan(prep, res)))
     first = _collect(path, prefill_first_rows(ps.scan(prep, res)))
+    if first.is_empty():  # no prefill at all: whether any rid is there is told by every entry
+        return _collect(path, first_rows(ps.scan(prep, res)))
     return fill_missing(path, ps.scan(prep, res), first, requests["rid"])
 
 
