@@ -9,6 +9,7 @@ workload in the same process, so the ratio is measured on this machine, not quot
     python benchmarks/bench_sim.py --fleet   # an hour of 64 x 8 ranks at 512 req/s (issue 14)
     python benchmarks/bench_sim.py --fleet --jobs 1   # the same in one process
     python benchmarks/bench_sim.py --fleet --cli     # `skewscope simulate --openmetrics` end to end
+    python benchmarks/bench_sim.py --fleet --cli --metrics-interval 15s   # the same, 15 s scrapes
     python benchmarks/bench_sim.py --fleet --cli-out --minutes 2   # `--out` (profiler CSVs)
 
 The run streams its steps (only their stats are kept) and, the gateway being round robin,
@@ -175,7 +176,8 @@ verdict = "balanced"
 """
 
 
-def bench_cli(sc: Scenario, jobs: int, folders: bool = False) -> None:
+def bench_cli(sc: Scenario, jobs: int, folders: bool = False,
+              interval: str | None = None) -> None:
     """``skewscope simulate --openmetrics`` (``folders``: ``--out``) in this process: wall,
     CPU (this process and the engine's workers), peak RSS (here and the largest worker), the
     output's size."""
@@ -199,10 +201,11 @@ def bench_cli(sc: Scenario, jobs: int, folders: bool = False) -> None:
         om = Path(d) / ("bench" if folders else "bench.om")
         flag = "--out" if folders else "--openmetrics"
         t0, c0 = time.perf_counter(), time.process_time()
-        rc = cli(["simulate", str(toml), flag, str(om), "--jobs", str(jobs)])
+        every = ["--metrics-interval", interval] if interval else []
+        rc = cli(["simulate", str(toml), flag, str(om), "--jobs", str(jobs), *every])
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         size = sum(p.stat().st_size for p in [om, *om.rglob("*")] if p.is_file())
-    print(f"cli: skewscope simulate {flag}, {sc.duration_s:.0f} simulated s of "
+    print(f"cli: skewscope simulate {' '.join([flag, *every])}, {sc.duration_s:.0f} simulated s of "
           f"{sc.summary}, --jobs {jobs}: exit {rc}, {wall:.1f} s wall; CPU s: {cpu:.1f} in this "
           f"process (engine + writers), {stats.get('cpu_s', 0):.1f} engine over its processes "
           f"(of which {stats.get('sink_cpu_s', 0):.1f} in the writers' sinks); "
@@ -226,10 +229,13 @@ def main() -> None:
                     help="run `skewscope simulate SCENARIO --openmetrics FILE` end to end instead")
     ap.add_argument("--cli-out", action="store_true",
                     help="run `skewscope simulate SCENARIO --out DIR` end to end instead")
+    ap.add_argument("--metrics-interval", metavar="DURATION",
+                    help="with --cli: the history's interval (default: the command's, 5s)")
     args = ap.parse_args()
     shape = (64, 8, 512.0) if args.fleet else (8, 4, 64.0)
     if args.cli or args.cli_out:
-        bench_cli(bench_scenario(args.minutes, *shape), args.jobs, args.cli_out)
+        bench_cli(bench_scenario(args.minutes, *shape), args.jobs, args.cli_out,
+                  args.metrics_interval)
         return
 
     sc = bench_scenario(args.minutes, *shape)
