@@ -11,8 +11,10 @@ import pytest
 import skewscope.sim.engine as engine
 from skewscope.cli import main
 from skewscope.sim.engine import simulate
+from skewscope.sim.records import START_S
 from skewscope.sim.scenario import load_scenario
-from skewscope.sim.writers.openmetrics import write_openmetrics
+from skewscope.sim.writers.history import HistorySinks, write_history
+from skewscope.sim.writers.openmetrics import scrape_times, write_openmetrics
 
 MID = """name = "mid"
 duration_s = 60.0
@@ -76,6 +78,30 @@ def test_streamed_history_equals_the_kept_tables(
     assert len(chunks) == int(opts.get("--jobs", "1")) and min(chunks) > 5
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # spill removed
     assert "wrote OpenMetrics history" in capsys.readouterr().out
+
+
+def test_a_text_that_misses_its_place_is_an_error_not_a_shifted_file(tmp_path: Path) -> None:
+    """The groups' texts are written side by side at offsets worked out from their sizes: a
+    size that is off by one byte must fail the write (no file left), and the right sizes give
+    the kept tables' file byte for byte."""
+    toml = tmp_path / "mid.toml"
+    toml.write_text(MID.format(gateway="round_robin"))
+    sc = load_scenario(str(toml))
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    sinks = HistorySinks(sc.model_name, "vllm", None,
+                         scrape_times(START_S, START_S + sc.duration_s, 5.0), spill)
+    parts = simulate(sc, record_members=False, keep_steps=False, jobs=2, sinks=sinks).outputs
+    assert len(parts) == 2
+    parts[1].sizes[3] += 1
+    with pytest.raises(RuntimeError, match=r"bytes, \d+ were placed"):
+        write_history(tmp_path / "bad.om", parts, jobs=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mid.toml", "spill"]
+    parts[1].sizes[3] -= 1
+    out = write_history(tmp_path / "good.om", parts, jobs=2)
+    ref = write_openmetrics(simulate(sc, record_members=False), tmp_path / "ref.om", "vllm", 5.0)
+    assert out.read_bytes() == ref.read_bytes()
+    assert not list(spill.iterdir())  # spills removed once written
 
 
 def test_workers_report_simulated_time_to_the_parent(tmp_path: Path) -> None:

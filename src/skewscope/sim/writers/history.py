@@ -5,19 +5,23 @@ process that runs it, a ``HistorySink``: at each time chunk it counts the group'
 step events into the ranks' running state (``exposition.RankModel``: counters, histogram
 buckets, the last steps a gauge reads) and evaluates every family at the scrape times before
 the chunk's cut. The values go to one spill file per family (the OpenMetrics file wants each
-family's samples together, the run produces them scrape by scrape); when the run ends each sink
-formats its families as text, one at a time, and ``write_history`` concatenates the groups'
-texts family by family.
+family's samples together, the run produces them scrape by scrape). When the run ends each sink
+works out the size of each family's text of its group (``openmetrics.lines_size``), so
+``write_history`` knows where every group's lines of every family go before any is written:
+the groups' texts are formatted side by side, straight into the file at their offsets — the
+history is written once, not formatted into temporary texts and copied (on a disk that takes
+~400 MB/s, 10 GB written twice was a third of the fleet hour).
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import os
-import shutil
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
 
@@ -32,7 +36,14 @@ from skewscope.sim.writers.exposition import (
     Series,
     model_specs,
 )
-from skewscope.sim.writers.openmetrics import DEFAULT_JOB, scrape_labels, write_family
+from skewscope.sim.writers.openmetrics import (
+    DEFAULT_JOB,
+    family_header,
+    lines_size,
+    scrape_labels,
+    stamp_texts,
+    write_family,
+)
 from skewscope.sim.writers.rank_group import RankGroup
 
 if TYPE_CHECKING:
@@ -72,7 +83,7 @@ class HistorySinks:
 class HistoryPart:
     """What one group's sink leaves for ``write_history``: its instances' series (name and
     labels, per family, per label group), the spill file of each family, the scrape count of
-    each chunk."""
+    each chunk, the scrape labels and each family's text size."""
 
     instances: list[str]
     specs: list[MetricSpec]
@@ -80,7 +91,8 @@ class HistoryPart:
     files: list[Path]
     times: F64
     chunks: list[int] = field(default_factory=list)
-    texts: list[Path] = field(default_factory=list)  # each family's samples, as text
+    extra: dict[str, dict[str, str]] = field(default_factory=dict)  # instance -> scrape labels
+    sizes: list[int] = field(default_factory=list)  # bytes of each family's lines
 
 
 _EVENTS = ("arrival", "sched", "first", "finish")
@@ -170,18 +182,13 @@ class HistorySink:
         self.open, self.done = self.open[keep], self.done[:, keep]
 
     def close(self, reqs: RequestState) -> HistoryPart:
-        """Each family's samples of this group as OpenMetrics text (formatted here, so the
-        groups' worker processes share the work); the parent only concatenates."""
+        """The group's part, with the size of each family's text (worked out here, so the
+        groups' worker processes share the work)."""
         part, f = self.part, self.f
-        extra = scrape_labels(part.instances, f.job, f.instance_labels)
-        stamps = [f"{t:.3f}" for t in self.times]
-        for k, (spec, values) in enumerate(zip(part.specs, part.files, strict=True)):
-            text = values.with_suffix(".om")
-            with text.open("wb") as out:
-                write_family(out, spec, part_series(part, k, len(self.times)), stamps, extra,
-                             header=False)
-            values.unlink()
-            part.texts.append(text)
+        part.extra = scrape_labels(part.instances, f.job, f.instance_labels)
+        stamps = stamp_texts(self.times)
+        part.sizes = [lines_size(part_series(part, k, len(self.times)), stamps, part.extra)
+                      for k in range(len(part.specs))]
         return part
 
 
@@ -235,37 +242,91 @@ def part_series(part: HistoryPart, k: int, n_times: int) -> list[tuple[str, list
     return out
 
 
-def write_history(path: Path, parts: list[HistoryPart], *,
+def write_history(path: Path, parts: list[HistoryPart], *, jobs: int | None = None,
                   progress: Callable[[float], None] | None = None) -> Path:
-    """The OpenMetrics file of the parts (in instance order), family by family from their
-    texts, written whole or not at all (as ``openmetrics.write_openmetrics`` writes a kept
-    run's). The texts are copied by the kernel (no pass through this process) and removed
-    once copied, so the page cache holds the history about once, not twice."""
+    """The OpenMetrics file of the parts (in instance order), written whole or not at all (as
+    ``openmetrics.write_openmetrics`` writes a kept run's): every family's header, then each
+    part's lines of it. The parts' sizes place every (family, part) text before any is
+    written, so ``jobs`` threads (polars formats and the kernel writes outside the GIL) write
+    them side by side; a text that does not come out at its size is an error, not a
+    shifted file. ``progress`` gets the families written, in fractions."""
+    specs = parts[0].specs
+    stamps = stamp_texts(parts[0].times)
+    headers = [family_header(spec) for spec in specs]
+    at, heads, places = 0, [], []
+    for k, header in enumerate(headers):
+        heads.append(at)
+        at += len(header)
+        for p in parts:
+            places.append((p, k, at))
+            at += p.sizes[k]
     with atomic_open_binary(path) as out:
-        for k, spec in enumerate(parts[0].specs):
-            write_family(out, spec, [], [], {})  # the header
-            out.flush()
-            for p in parts:
-                with p.texts[k].open("rb") as src:
-                    _copy(src, out)
-                p.texts[k].unlink()
-            if progress is not None:
-                progress(k + 1)
-        out.write(b"# EOF\n")
+        fd = out.fileno()
+        _reserve(fd, at + len(_EOF))
+        for where, header in zip(heads, headers, strict=True):
+            _pwrite(fd, header, where)
+        _pwrite(fd, _EOF, at)
+        workers = max(1, min(jobs or len(os.sched_getaffinity(0)), len(places)))
+        ex = ThreadPoolExecutor(workers)
+        try:
+            todo = [ex.submit(_write_lines, fd, p, k, where, stamps) for p, k, where in places]
+            for done, fut in enumerate(as_completed(todo), 1):
+                fut.result()
+                if progress is not None:
+                    progress(done / len(parts))
+        finally:  # on a failure, the texts not begun are not written
+            ex.shutdown(wait=True, cancel_futures=True)
+    for p in parts:
+        for spill in p.files:
+            spill.unlink(missing_ok=True)
     return path
 
 
-def _copy(src: BinaryIO, dst: BinaryIO) -> None:
-    """All of ``src`` appended to ``dst`` (flushed) in the kernel where it can."""
-    n = os.fstat(src.fileno()).st_size
+_EOF = b"# EOF\n"
+
+
+def _reserve(fd: int, size: int) -> None:
+    """The file's blocks allocated up front where the file system can: a full disk is
+    found before gigabytes are formatted, not at the end."""
+    os.ftruncate(fd, size)
     try:
-        while n > 0:
-            done = os.copy_file_range(src.fileno(), dst.fileno(), n)
-            if done == 0:
-                break
-            n -= done
-    except OSError as e:  # a file system or kernel without it: an ordinary copy
-        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
             raise
-    if n > 0:
-        shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def _write_lines(fd: int, part: HistoryPart, k: int, where: int, stamps: list[str]) -> None:
+    """Family ``k`` of ``part`` at byte ``where`` of the file (its place, worked out from the
+    parts' sizes)."""
+    out = _At(fd, where)
+    series = part_series(part, k, len(part.times))
+    write_family(cast(BinaryIO, out), part.specs[k], series, stamps, part.extra, header=False)
+    if out.at != where + part.sizes[k]:
+        raise RuntimeError(f"history text of {part.specs[k].name} is {out.at - where} bytes, "
+                           f"{part.sizes[k]} were placed")
+
+
+class _At(io.RawIOBase):
+    """A writer at a byte position of a file (``pwrite``: threads share the descriptor)."""
+
+    def __init__(self, fd: int, at: int) -> None:
+        super().__init__()
+        self.fd, self.at = fd, at
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        n = _pwrite(self.fd, b, self.at)
+        self.at += n
+        return n
+
+
+def _pwrite(fd: int, data: Any, at: int) -> int:
+    """All of ``data`` at byte ``at`` (a short write goes on where it stopped)."""
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], at + done)
+    return done

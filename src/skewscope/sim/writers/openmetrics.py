@@ -58,8 +58,50 @@ def scrape_labels(instances: list[str], job: str,
             for i in instances}
 
 
-def _with(labels: tuple[tuple[str, str], ...], extra: Mapping[str, str]) -> str:
-    return format_labels(sorted({**dict(labels), **extra}.items()))
+def series_head(s: Series, extra: Mapping[str, str]) -> str:
+    """A sample line's name and labels (the scrape labels ``extra`` added)."""
+    return f"{s.name}{format_labels(sorted({**dict(s.labels), **extra}.items()))}"
+
+
+def stamp_texts(times: NDArray[np.float64]) -> list[str]:
+    """Sample timestamps as the history writes them (seconds, three decimals)."""
+    return [f"{t:.3f}" for t in times]
+
+
+def family_header(spec: MetricSpec) -> bytes:
+    """A family's ``# TYPE`` and ``# HELP`` lines."""
+    name = type_name(spec, openmetrics=True)
+    return f"# TYPE {name} {spec.kind}\n# HELP {name} {spec.help}\n".encode()
+
+
+def value_text(values: NDArray[np.float64]) -> pl.Series:
+    """Sample values as the history writes them: the shortest text that reads back as the
+    same float (``repr`` but for the exponent's form, ``1e-05`` is ``0.00001``), ``NaN``, and
+    ``+Inf``/``-Inf`` as Go writes them (polars alone writes ``inf``)."""
+    column = pl.Series("v", values, dtype=pl.Float64)
+    if not np.isinf(values).any():
+        return column.cast(pl.String)
+    return (pl.DataFrame([column]).select(
+        pl.when(pl.col("v") == np.inf).then(pl.lit("+Inf"))
+        .when(pl.col("v") == -np.inf).then(pl.lit("-Inf"))
+        .otherwise(pl.col("v").cast(pl.String))).to_series())
+
+
+def lines_size(per_instance: Iterable[tuple[str, list[list[Series]]]], stamps: list[str],
+               extra: Mapping[str, Mapping[str, str]]) -> int:
+    """The bytes ``write_family(..., header=False)`` writes for these series: known before
+    any line is written, so groups formatted apart can write into one file side by side."""
+    n, stamp_bytes = len(stamps), sum(len(s.encode()) for s in stamps)
+    total = 0
+    values: list[NDArray[np.float64]] = []
+    for inst, metrics in per_instance:
+        for group in metrics:
+            heads = sum(len(series_head(s, extra[inst]).encode()) for s in group)
+            total += n * heads + len(group) * (stamp_bytes + 3 * n)  # 2 spaces, a newline
+            values.extend(s.values for s in group)
+    if values:
+        total += int(value_text(np.concatenate(values)).str.len_bytes().sum())
+    return total
 
 
 # Scrapes (sample times x instances) in one history. One scrape is ~180 lines, ~30 KB, so this
@@ -91,13 +133,10 @@ def write_family(out: BinaryIO, spec: MetricSpec,
     MetricPoint per scrape (all samples of a group at time j, then j+1).
 
     The lines are written by polars' CSV writer (``head value stamp``, space-separated, never
-    quoted) a block of instances at a time, not formatted one value at a time in Python: the
-    values are the shortest text that reads back as the same float (``repr`` but for the
-    exponent's form, ``1e-05`` is ``0.00001``), ``NaN`` and ``+Inf``/``-Inf`` as Go writes
-    them."""
+    quoted) a block of instances at a time, not formatted one value at a time in Python; the
+    values as ``value_text`` gives them."""
     if header:
-        name = type_name(spec, openmetrics=True)
-        out.write(f"# TYPE {name} {spec.kind}\n# HELP {name} {spec.help}\n".encode())
+        out.write(family_header(spec))
     heads: list[str] = []
     rows: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]] = []
     size = 0
@@ -105,7 +144,7 @@ def write_family(out: BinaryIO, spec: MetricSpec,
         for group in metrics:
             m, n = len(group), len(stamps)
             head = np.arange(len(heads), len(heads) + m, dtype=np.int64)
-            heads.extend(f"{s.name}{_with(s.labels, extra[inst])}" for s in group)
+            heads.extend(series_head(s, extra[inst]) for s in group)
             values = np.stack([s.values for s in group]).astype(np.float64)
             rows.append((np.tile(head, n), values.T.ravel(), np.repeat(np.arange(n), m)))
             size += m * n
@@ -116,24 +155,18 @@ def write_family(out: BinaryIO, spec: MetricSpec,
         _write_rows(out, heads, rows, stamps)
 
 
-# lines handed to the CSV writer at once (bounds the memory of a family's block: ~40 B a line)
-_BLOCK_ROWS = 2_000_000
+# lines handed to the CSV writer at once (bounds the memory of a family's block: a block's
+# head column is ~150 B a line)
+_BLOCK_ROWS = 500_000
 
 
 def _write_rows(out: BinaryIO, heads: list[str],
                 rows: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]],
                 stamps: list[str]) -> None:
     """``heads[h] value stamps[t]`` lines of the rows (head index, value, stamp index)."""
-    values = np.concatenate([r[1] for r in rows])
-    column: pl.Series = pl.Series("v", values)
-    if np.isinf(values).any():  # polars writes inf; OpenMetrics (and Go) +Inf
-        column = (pl.DataFrame({"v": values}).select(
-            pl.when(pl.col("v") == np.inf).then(pl.lit("+Inf"))
-            .when(pl.col("v") == -np.inf).then(pl.lit("-Inf"))
-            .otherwise(pl.col("v").cast(pl.String))).to_series())
     frame = pl.DataFrame([
         pl.Series("h", heads).gather(np.concatenate([r[0] for r in rows])),
-        column,
+        value_text(np.concatenate([r[1] for r in rows])),
         pl.Series("s", stamps).gather(np.concatenate([r[2] for r in rows])),
     ])
     frame.write_csv(out, separator=" ", quote_style="never", include_header=False)
@@ -141,7 +174,7 @@ def _write_rows(out: BinaryIO, heads: list[str],
 
 def _write_om(out: BinaryIO, times: NDArray[np.float64], fams: dict[str, list[Family]],
               extra: dict[str, dict[str, str]]) -> None:
-    stamps = [f"{t:.3f}" for t in times]
+    stamps = stamp_texts(times)
     instances = list(fams)
     for k, first in enumerate(fams[instances[0]]):
         write_family(out, first.spec, ((i, fams[i][k].metrics) for i in instances), stamps,
@@ -183,6 +216,6 @@ def iter_import_lines(
         for fam in families:
             for group in fam.metrics:
                 for s in group:
-                    head = f"{s.name}{_with(s.labels, extra[inst])} "
+                    head = f"{series_head(s, extra[inst])} "
                     for v, stamp in zip(s.values.tolist(), stamps, strict=True):
                         yield f"{head}{format_value(v)} {stamp}"
