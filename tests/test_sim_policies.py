@@ -8,6 +8,8 @@ from collections import Counter
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from skewscope.sim.engine import simulate
 from skewscope.sim.policies import OBSERVED, SAME_AS, Router, RoutingSpec
@@ -141,3 +143,25 @@ def test_dp_balancers_even_out_a_dp_hot_rank(policy: str) -> None:
         return float((rq["first_token_s"] - rq["arrival_s"]).quantile(0.99) or 0)
 
     assert ttft_p99(fixed) < 0.2 * ttft_p99(base)
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 9),
+       ops=st.lists(st.tuples(st.sampled_from(["pick", "bump", "pool"]), st.integers(0, 2**16)),
+                    max_size=120))
+def test_fewest_lookup_picks_what_a_scan_of_the_pool_picks(
+        n: int, ops: list[tuple[str, int]]) -> None:
+    """The round-robin pick found from where the last one left off is the first unit with the
+    fewest assigned, as ``min`` over the pool gives it, whatever else counts in between
+    (pinned requests, rebased joiners) and however the pool changes."""
+    r = Router(RoutingSpec("round_robin"), n, np.random.default_rng(0), ())
+    pool = tuple(range(n))
+    for op, x in ops:
+        if op == "pool":  # a new pool object (a unit failing or joining)
+            pool = tuple(u for u in range(n) if (x >> u) & 1) or (x % n,)
+        elif op == "bump":  # counted by another path (a pin, a rebase)
+            r.assigned[x % n] += 1 + x % 3
+        else:
+            want = min(pool, key=r.assigned.__getitem__)
+            assert r._by_count(pool) == want
+            r.assigned[want] += 1

@@ -126,6 +126,8 @@ class Router:
         self.rot = 0  # rotating tie-break start for load-aware policies
         self.ring: tuple[list[int], list[int]] = ([], [])  # consistent hash: points, units
         self.ring_for: tuple[int, ...] | None = None  # the pool the ring was built for
+        # ``_fewest``'s place: the pool, its fewest assigned, the position to look from
+        self.fewest_at: tuple[tuple[int, ...], int, int] | None = None
 
     def choose(
         self, tag: int, session: int, avail: tuple[int, ...], load: LoadView, hint: int = -1
@@ -216,13 +218,31 @@ class Router:
         w = self.weights
         a = self.assigned
         if self.even:
-            return min(avail, key=a.__getitem__)  # equal weights: the fewest assigned
+            return self._fewest(avail)
         best, best_v = avail[0], (a[avail[0]] + 1) / w[avail[0]]
         for u in avail[1:]:
             v = (a[u] + 1) / w[u]
             if v < best_v:
                 best, best_v = u, v
         return best
+
+    def _fewest(self, avail: tuple[int, ...]) -> int:
+        """``min(avail, key=assigned)`` (the first unit with the fewest assigned), looked up
+        from where the last pick in the same pool left off: in a steady rotation one step, not
+        a scan of the pool per request (64 instances x 1.8 M requests). Counts only grow, so
+        the units before that place stay above the level whatever else was counted."""
+        a = self.assigned
+        place = self.fewest_at
+        if place is not None and place[0] is avail:
+            _pool, level, start = place
+            for i in range(start, len(avail)):
+                if a[avail[i]] == level:
+                    self.fewest_at = (avail, level, i + 1)
+                    return avail[i]
+        level = min(a[u] for u in avail)
+        i = next(i for i, u in enumerate(avail) if a[u] == level)
+        self.fewest_at = (avail, level, i + 1)
+        return avail[i]
 
     def _rebase(self, avail: tuple[int, ...]) -> None:
         """A unit entering the pool starts at its peers' virtual time, so a late joiner (or a
