@@ -54,26 +54,6 @@ def segment_rows(pieces: array[float], pats: array[int]) -> NDArray[np.float64]:
     out[:, 8] = each(5) + q * each(10) + here
     out[:, 9] = here - before
     return out
-    which = np.repeat(np.arange(p.shape[0]), lens)
-    first = np.cumsum(lens) - lens
-    j = np.arange(n, dtype=np.int64) - first[which] + p[which, 6].astype(np.int64)
-    period = p[which, 9].astype(np.int64)  # min(segment length, block size): j % it is exact
-    q, r = np.divmod(j, period)
-    cum = np.frombuffer(pats, dtype=np.int64)
-    at = p[which, 8].astype(np.int64) + r
-    here = cum[at]
-    before = np.where(r > 0, cum[np.maximum(at - 1, 0)], 0)
-    t_a, dt = p[which, 1], p[which, 2]
-    jf = j.astype(np.float64)
-    out[:, 0] = p[which, 0]
-    out[:, 1] = t_a + jf * dt
-    out[:, 2] = t_a + (jf + 1.0) * dt
-    out[:, 4] = p[which, 3]
-    out[:, 6] = p[which, 3]
-    out[:, 7] = p[which, 4]
-    out[:, 8] = p[which, 5] + q * p[which, 10] + here
-    out[:, 9] = here - before
-    return out
 
 
 def in_time_order(
