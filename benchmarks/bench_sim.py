@@ -195,6 +195,17 @@ def bench_cli(sc: Scenario, jobs: int, folders: bool = False,
         return res
 
     engine.simulate = spy  # type: ignore[assignment]
+    import skewscope.sim.writers.history as history
+
+    real_write = history.write_history
+
+    def timed_write(*a: object, **k: object) -> object:
+        t, c = time.perf_counter(), time.process_time()
+        out = real_write(*a, **k)  # type: ignore[arg-type]
+        stats["write_s"], stats["write_cpu_s"] = time.perf_counter() - t, time.process_time() - c
+        return out
+
+    history.write_history = timed_write  # type: ignore[assignment]
     with tempfile.TemporaryDirectory(dir=".") as d:
         toml = Path(d) / "bench.toml"
         toml.write_text(scenario_toml(sc))
@@ -209,6 +220,8 @@ def bench_cli(sc: Scenario, jobs: int, folders: bool = False,
           f"{sc.summary}, --jobs {jobs}: exit {rc}, {wall:.1f} s wall; CPU s: {cpu:.1f} in this "
           f"process (engine + writers), {stats.get('cpu_s', 0):.1f} engine over its processes "
           f"(of which {stats.get('sink_cpu_s', 0):.1f} in the writers' sinks); "
+          f"the history file written in {stats.get('write_s', 0):.1f} s wall, "
+          f"{stats.get('write_cpu_s', 0):.1f} CPU s of this process after the run; "
           f"peak RSS {peak_rss_mb():.0f} MB here, {stats.get('worker_rss_mb', 0):.0f} MB the "
           f"largest worker; {int(stats.get('steps', 0)):,} steps; output {size / 1e9:.2f} GB; "
           f"load average {os.getloadavg()[0]:.1f}")
