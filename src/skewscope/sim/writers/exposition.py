@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from skewscope.sim.writers.families import family_values
 from skewscope.sim.writers.metric_specs import (
     DEVICE_AVERAGE_S,
     DEVICE_BLOCK_MB,
@@ -40,7 +41,7 @@ from skewscope.sim.writers.metric_specs import MetricSpec as MetricSpec
 from skewscope.sim.writers.metric_specs import dialect_specs as dialect_specs
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from numpy.typing import NDArray
 
@@ -158,13 +159,17 @@ class RequestEvents:
 
 @dataclass
 class StepEvents:
-    """A rank's (or a group's, ``rank`` telling them apart) steps to count now: those that
-    ended (rows of ``STEP_COLUMNS``, with the end of the step before each) and those that
-    started (start, preempted)."""
+    """A rank's (or a group's, the ranks telling them apart) steps to count now: those that
+    ended (their end, the end of the step before each, decode and prefill tokens, batch size,
+    waiting requests) and those that started (start, preempted requests)."""
 
     end_rank: NDArray[np.int64]
-    ended: F64
+    end: F64
     prev_end: F64
+    decode: F64
+    prefill: F64
+    batch: F64
+    waiting: F64
     start_rank: NDArray[np.int64]
     start: F64
     preempted: F64
@@ -178,7 +183,7 @@ if TYPE_CHECKING:
 def counter_feeds(req: RequestEvents, sev: StepEvents) -> dict[str, Feed]:
     """What each counter counts now: the events' times and weights (the one place that says
     which event moves which counter, for a rank or a group of ranks at once)."""
-    t_end, decode = sev.ended[:, 1], sev.ended[:, 2]
+    t_end, decode = sev.end, sev.decode
     r = req.rank
     return {
         "arrived": (r, np.where(req.accepted, req.at_arrival, np.nan), None),
@@ -197,8 +202,7 @@ def hist_feeds(req: RequestEvents, sev: StepEvents) -> dict[str, ObsFeed]:
     a, s, f, e, out, r = req.arrival, req.sched, req.first, req.finish, req.out, req.rank
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(out > 1, (e - f) / (out - 1), np.nan)
-    ended, sr = sev.ended, sev.end_rank
-    t_end, decode = ended[:, 1], ended[:, 2]
+    sr, t_end, decode = sev.end_rank, sev.end, sev.decode
     return {
         "ttft": (r, req.at_first, f - a, None),
         "e2e": (r, req.at_finish, e - a, None),
@@ -209,9 +213,9 @@ def hist_feeds(req: RequestEvents, sev: StepEvents) -> dict[str, ObsFeed]:
         "request_generation_tokens": (r, req.at_finish, out, None),
         "input_tokens": (r, req.at_arrival, req.inp, None),
         "itl": (sr, t_end, t_end - sev.prev_end, decode),
-        "iteration_tokens": (sr, t_end, ended[:, 4] + decode, None),
-        "batch_size": (sr, t_end, ended[:, 5], None),
-        "waiting_batch_size": (sr, t_end, ended[:, 6], None),
+        "iteration_tokens": (sr, t_end, sev.prefill + decode, None),
+        "batch_size": (sr, t_end, sev.batch, None),
+        "waiting_batch_size": (sr, t_end, sev.waiting, None),
     }
 
 
@@ -287,8 +291,9 @@ class RankModel:
         self.step_start, self.step_end, self.step_used = start, end, h[:, 7]
         ended = h[e0:e1]
         prev = np.concatenate([[self._prev_end], end[:-1]])[e0:e1]
-        return StepEvents(np.full(e1 - e0, rank), ended, prev,
-                          np.full(s1 - s0, rank), start[s0:s1], h[s0:s1, 3])
+        return StepEvents(np.full(e1 - e0, rank), ended[:, 1], prev, ended[:, 2], ended[:, 4],
+                          ended[:, 5], ended[:, 6], np.full(s1 - s0, rank), start[s0:s1],
+                          h[s0:s1, 3])
 
     def _trim(self) -> None:
         """Drop held steps no later query reads: counted, ended ``DEVICE_AVERAGE_S`` (and a
@@ -307,39 +312,17 @@ class RankModel:
         self._n_ended -= k
 
     def gauge(self, role: str, t: F64) -> F64:
-        c = self.counters
-        running = c["scheduled"].at(t) - c["finished"].at(t)
-        if role == "running":
-            return running
-        if role == "waiting":
-            return c["arrived"].at(t) - c["scheduled"].at(t)
-        total = np.full(len(t), float(self.info.total_blocks))
-        if role == "total_blocks":
-            return total
-        if role == "kv_capacity_tokens":
-            return total * self.info.block_size
+        i = self.info
+        return gauge_values(role, t, lambda k: self.counters[k].at(t), self._used, self._busy,
+                            np.full(len(t), float(i.total_blocks)), i.block_size, i.max_running)
+
+    def _used(self, t: F64, running: F64) -> F64:
+        """KV blocks used at ``t``: the last step started's (0 while nothing runs)."""
         used: F64 = np.zeros(len(t))
         if len(self.step_start):
             i = np.searchsorted(self.step_start, t, side="right") - 1
             used = np.where((i >= 0) & (running > 0), self.step_used[np.maximum(i, 0)], 0.0)
-        if role == "used_blocks":
-            return used
-        if role == "free_blocks":
-            return total - used
-        if role == "kv_usage":
-            usage: F64 = used / total
-            return usage
-        if role == "cache_config":
-            return np.ones(len(t))
-        if role == "device_util":
-            util: F64 = (self._busy(t) - self._busy(t - DEVICE_AVERAGE_S)) / DEVICE_AVERAGE_S
-            return util
-        if role == "device_mem":
-            mem: F64 = DEVICE_MODEL_MB + used * DEVICE_BLOCK_MB
-            return mem
-        if role == "max_running":
-            return np.full(len(t), float(self.info.max_running))
-        raise KeyError(role)
+        return used
 
     def _busy(self, t: F64) -> F64:
         """Time spent in steps up to each of ``t`` (a rank's steps follow one another)."""
@@ -356,6 +339,64 @@ class RankModel:
         if spec.kind == "counter" or (spec.kind == "gauge" and spec.role in self.counters):
             return self.counters[spec.role].at(t)
         return self.gauge(spec.role, t)
+
+
+def gauge_values(role: str, t: F64, count: Callable[[str], F64],
+                 used: Callable[[F64, F64], F64], busy: Callable[[F64], F64], total: F64,
+                 block_size: int | F64, max_running: int | F64) -> F64:
+    """A gauge of one rank (``total`` of shape [time]) or of many ([rank, time], the per-rank
+    numbers as [rank, 1] columns): ``count(role)`` a counter at ``t``, ``used(t, running)``
+    the KV blocks in use, ``busy(times)`` the time spent in steps up to each of ``times``."""
+    running = count("scheduled") - count("finished")
+    if role == "running":
+        return running
+    if role == "waiting":
+        return count("arrived") - count("scheduled")
+    if role == "total_blocks":
+        return total
+    if role == "kv_capacity_tokens":
+        return total * block_size
+    if role == "cache_config":
+        return np.ones(total.shape)
+    if role == "max_running":
+        return np.zeros(total.shape) + max_running
+    if role == "device_util":
+        util: F64 = (busy(t) - busy(t - DEVICE_AVERAGE_S)) / DEVICE_AVERAGE_S
+        return util
+    u = used(t, running)
+    if role == "used_blocks":
+        return u
+    if role == "free_blocks":
+        return total - u
+    if role == "kv_usage":
+        usage: F64 = u / total
+        return usage
+    if role == "device_mem":
+        mem: F64 = DEVICE_MODEL_MB + u * DEVICE_BLOCK_MB
+        return mem
+    raise KeyError(role)
+
+
+class RankStack:
+    """Ranks counted one by one (``RankModel``), read as the [rank, time] grids
+    ``families.family_values`` takes."""
+
+    def __init__(self, ranks: list[RankModel]) -> None:
+        self.ranks, self.n = ranks, len(ranks)
+
+    def is_counter(self, role: str) -> bool:
+        return role in COUNTERS
+
+    def counter(self, role: str, t: F64) -> F64:
+        return np.stack([r.counters[role].at(t) for r in self.ranks])
+
+    def hist(self, role: str, bounds: tuple[float, ...], t: F64) -> tuple[F64, F64, F64]:
+        parts = [r.hists[role].at(bounds, t) for r in self.ranks]
+        b, c, s = (np.stack([p[k] for p in parts]) for k in range(3))
+        return b, c, s
+
+    def gauge(self, role: str, t: F64) -> F64:
+        return np.stack([r.gauge(role, t) for r in self.ranks])
 
 
 # ----------------------------------------------------------------------------- families
@@ -412,13 +453,6 @@ class InstanceModel:
                           num_gpu_blocks=str(nb), kv_cache_size_tokens=str(bs * nb))
         return labels
 
-    def _scalar(self, spec: MetricSpec, ranks: list[RankModel], t: F64) -> F64:
-        if spec.role == "kv_usage" and len(ranks) > 1:  # pooled, not averaged
-            used = sum(r.gauge("used_blocks", t) for r in ranks)
-            total = sum(r.gauge("total_blocks", t) for r in ranks)
-            return np.asarray(used / total) * spec.scale
-        return np.asarray(sum(r.value(spec, t) for r in ranks)) * spec.scale
-
     def _groups(self, spec: MetricSpec) -> list[tuple[list[RankModel], RankModel | None]]:
         """The ranks behind each label group of ``spec``: one per rank, or all of them."""
         return [([r], r) for r in self.ranks] if spec.per_rank else [(self.ranks, None)]
@@ -453,27 +487,8 @@ class InstanceModel:
         """Every family's values at the sorted times ``t``: one row per series of ``layout``
         (groups in order), one column per time."""
         t = np.asarray(t, dtype=np.float64)
-        zero = np.zeros(len(t))
-        out: list[F64] = []
-        for spec in self.specs:
-            rows: list[F64] = []
-            for ranks, _rank in self._groups(spec):
-                if spec.kind == "histogram":
-                    parts = [r.hists[spec.role].at(spec.buckets, t) for r in ranks]
-                    buckets = sum(p[0] for p in parts)
-                    count = np.asarray(sum(p[1] for p in parts))
-                    rows.extend(np.asarray(buckets).T)
-                    rows += [count, count, np.asarray(sum(p[2] for p in parts))]
-                elif spec.parts is not None:
-                    rows.extend(np.asarray(sum(r.counters[role].at(t) for r in ranks))
-                                if role else zero for _v, role in spec.parts[1])
-                elif spec.split is None:
-                    rows.append(self._scalar(spec, ranks, t))
-                else:
-                    values = self._scalar(spec, ranks, t)
-                    rows.extend(values if o == spec.split[2] else zero for o in spec.split[1])
-            out.append(np.stack(rows).astype(np.float64) if rows else np.zeros((0, len(t))))
-        return out
+        fams = family_values(self.specs, RankStack(self.ranks), len(self.ranks), t)
+        return [v[0] for v in fams]
 
     def families(self, t: F64) -> list[Family]:
         """Every family of this instance at the sorted times ``t``."""

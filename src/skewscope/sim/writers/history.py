@@ -28,7 +28,6 @@ import numpy as np
 from skewscope.atomic import atomic_open_binary
 from skewscope.sim.records import START_S
 from skewscope.sim.writers.exposition import (
-    STEP_COLUMNS,
     InstanceModel,
     MetricSpec,
     RankModel,
@@ -36,6 +35,7 @@ from skewscope.sim.writers.exposition import (
     Series,
     model_specs,
 )
+from skewscope.sim.writers.families import family_values
 from skewscope.sim.writers.openmetrics import (
     DEFAULT_JOB,
     family_header,
@@ -110,13 +110,17 @@ class HistorySink:
         n_dp = sum(r.instance == ranks[0].instance for r in ranks)
         self.g0, self.g1 = lo * n_dp, hi * n_dp
         infos = ranks[self.g0:self.g1]
-        self.models = [RankModel(r) for r in infos]
-        self.group = RankGroup(self.models)
+        self.n_dp = n_dp
+        self.group = RankGroup(infos)
         specs = model_specs(f.dialect, f.devices, f.meta)
         names = list(dict.fromkeys(r.instance for r in infos))
+        # the group's ranks instance by instance, DP ranks in order (``families.family_values``)
+        assert [(r.instance, r.dp_rank) for r in infos] == [
+            (i, d) for i in names for d in range(n_dp)], "ranks out of instance order"
         self.instances = [InstanceModel(i, f.model_name, specs,
-                                        [m for m in self.models if m.info.instance == i])
+                                        [RankModel(r) for r in infos if r.instance == i])
                           for i in names]
+        self.specs = specs
         files = [f.spill / f"{lo:05d}-{k:03d}.f64" for k in range(len(specs))]
         self.part = HistoryPart(names, specs, [], files, f.times)
         self.next_t = 0  # index of the next scrape time
@@ -142,11 +146,10 @@ class HistorySink:
         self._feed(reqs, steps, float(t[-1]))
         if not self.part.series:
             self.part.series = [inst.layout() for inst in self.instances]
-        values = [inst.values(t) for inst in self.instances]
+        values = family_values(self.specs, self.group, self.n_dp, t)  # [instance, series, time]
         for k, path in enumerate(self.part.files):
             with path.open("ab") as out:
-                for v in values:
-                    v[k].tofile(out)
+                values[k].tofile(out)
         self.part.chunks.append(len(t))
 
     def _admit(self, reqs: RequestState, q_end: int) -> None:
@@ -170,12 +173,7 @@ class HistorySink:
         at = [np.where(n, x, np.nan) for n, x in zip(now, times, strict=True)]
         ev = RequestEvents(a, sc, fi, fn, self.inp[q], self.out[q], ~rejected,
                            at[0], at[1], at[2], at[3], rank)
-        s_rank = steps[:, 0].astype(np.int64) - self.g0
-        s_order = np.argsort(s_rank, kind="stable")
-        s_bounds = np.searchsorted(s_rank[s_order], np.arange(len(self.models) + 1))
-        cols = _step_columns(steps)[s_order]
-        self.group.feed(ev, [cols[s_bounds[r]:s_bounds[r + 1]]
-                             for r in range(len(self.models))], upto)
+        self.group.feed(ev, steps[:, 0].astype(np.int64) - self.g0, steps, upto)
         for d, n in zip(self.done, now, strict=True):
             d |= n
         keep = ~(self.done[3] | (rejected & self.done[0]))
@@ -201,24 +199,6 @@ def _times(lst: list[float], idx: NDArray[np.int64]) -> F64:
     a = np.asarray(_take(lst, idx), dtype=np.float64)
     out: F64 = np.where(a < 0, np.nan, a + START_S)
     return out
-
-
-def _step_columns(rows: F64) -> F64:
-    """Engine step rows (``rank.STEP_FIELDS``) -> ``exposition.STEP_COLUMNS``, as the step
-    table holds them (``tables.steps_frame``; the counts are whole numbers, exact as floats)."""
-    out = np.empty((len(rows), len(STEP_COLUMNS)))
-    for k, c in enumerate(STEP_COLUMNS):
-        if c == "batch_size":
-            np.add(rows[:, 3], rows[:, 4], out=out[:, k])
-        else:
-            out[:, k] = rows[:, _STEP_FIELD[c]]
-    out[:, :2] += START_S
-    return out
-
-
-# the engine's step-row field of each step column (``tables.steps_frame``)
-_STEP_FIELD = {"start_s": 1, "end_s": 2, "decode_tokens": 4, "preempted": 11,
-               "prefill_tokens": 5, "waiting": 7, "used_blocks": 8}
 
 
 def part_series(part: HistoryPart, k: int, n_times: int) -> list[tuple[str, list[list[Series]]]]:
