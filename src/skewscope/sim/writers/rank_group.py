@@ -87,9 +87,12 @@ class _GroupObservations:
         self._cache: dict[tuple[float, ...], tuple[F64, tuple[F64, F64, F64]]] = {}
 
     def feed(self, rank: I64, times: F64, values: F64, weights: F64 | None,
-             ordered: bool = False) -> None:
-        """``ordered``: likely by rank, then time already (the steps: a rank's end one
-        another); checked, not trusted."""
+             by_rank: bool = False) -> None:
+        """``by_rank``: each rank's observations are in time order already (the steps: a
+        rank's steps end one after another; ``_GroupSteps`` gives them in the engine's
+        order). A (rank, scrape interval) bin adds its observations in the order given, so
+        only each rank's own order matters; the requests are sorted by time (stable: ties in
+        request order, as ``RankModel`` adds them)."""
         self._base.update(self._last)
         self._cache = {}
         ok = np.isfinite(times) & np.isfinite(values)
@@ -99,8 +102,8 @@ class _GroupObservations:
         if not ok.all():
             rank, times, values = rank[ok], times[ok], values[ok]
             w = None if w is None else w[ok]
-        if not (ordered and _in_order(rank, times)):
-            order = np.lexsort((times, rank))  # by rank, then time; stable
+        if not by_rank:
+            order = np.argsort(times, kind="stable")
             rank, times, values = rank[order], times[order], values[order]
             w = None if w is None else w[order]
         self.rank, self.times, self.values = rank, times, values
@@ -134,133 +137,124 @@ def _same(a: F64, b: F64) -> bool:
     return a is b or (a.shape == b.shape and bool(np.array_equal(a, b)))
 
 
-def _in_order(rank: I64, times: F64) -> bool:
-    """Sorted by rank, then time (what a stable sort would leave as it is)?"""
-    dr, dt = np.diff(rank), np.diff(times)
-    return bool(np.all((dr > 0) | ((dr == 0) & (dt >= 0))))
-
-
-# the engine's step-row fields (``rank.STEP_FIELDS``) a group holds, in this order
-_START, _END, _PF_BS, _DEC_BS, _PF_TOK, _WAITING, _USED, _PREEMPTED = range(8)
-_FIELDS = (1, 2, 3, 4, 5, 7, 8, 11)
-
-
 class _GroupSteps:
-    """The steps of ``n`` ranks that the gauges still read, as ``RankModel`` holds them for
-    one rank (same trimming, same busy-time sums), for all of them in one array: the held
-    rows sorted by rank, then time (a rank's steps follow one another)."""
+    """The steps of ``n`` ranks that the gauges and step events still read, in the engine's
+    order (by start, then rank; a rank's steps follow one another, so each rank's are in time
+    order too): what ``RankModel`` holds for one rank, with the same event times, the same
+    busy-time sums (added rank by rank in time order) and the same previous step ends."""
+
+    _FIELDS = ("start", "end", "used", "preempted", "decode", "prefill", "batch", "waiting",
+               "prev", "done")
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.rank: I64 = np.zeros(0, dtype=np.int64)
-        self.rows: F64 = np.zeros((0, len(_FIELDS)))  # [row, field]
-        self.off: I64 = np.zeros(n + 1, dtype=np.int64)  # each rank's first row
-        self.done: F64 = np.zeros(0)  # busy time before each held row
-        self.done_last: F64 = np.zeros(n)  # ... and after each rank's last
-        self.prev_end: F64 = np.full(n, np.nan)  # end of the step before a rank's first held
-        self.n_started: I64 = np.zeros(n, dtype=np.int64)  # held rows whose start is counted
-        self.n_ended: I64 = np.zeros(n, dtype=np.int64)
-        self.upto = -np.inf
+        self.col: dict[str, F64] = {k: np.zeros(0) for k in self._FIELDS}  # "done": busy
+        # time before the step, "prev": the end of the rank's step before it
+        self.done_last: F64 = np.zeros(n)  # busy time after each rank's last step
+        self.last_end: F64 = np.full(n, np.nan)
+        self.upto = -np.inf  # events up to here are counted
+        self.order: I64 = np.zeros(0, dtype=np.int64)  # held rows by rank, then time
+        self.off: I64 = np.zeros(n + 1, dtype=np.int64)  # each rank's first in ``order``
         self._cache: dict[str, tuple[F64, F64]] = {}
 
     def feed(self, rank: I64, rows: F64, upto: float) -> StepEvents:
-        """Hold the new ``rows`` (engine step rows of ranks ``rank``, in time order) and give
-        the step events up to ``upto`` not counted yet, by rank then time."""
+        """Hold the new ``rows`` (engine step rows, ``rank.STEP_FIELDS``, of ranks ``rank``,
+        in the engine's order) and give the step events in (last ``upto``, ``upto``]."""
         self._trim()
-        self.upto, self._cache = upto, {}
         if len(rows):
-            every = np.concatenate([self.rank, rank])
-            order = np.argsort(every.astype(np.int16), kind="stable")  # radix: ranks < 2**15
-            held = len(self.rank)
-            self.rank = every[order]
-            fresh = np.take(rows, _FIELDS, axis=1)
-            fresh[:, :2] += START_S  # run s -> epoch s, as the step table holds them
-            self.rows = np.concatenate([self.rows, fresh]).take(order, axis=0)  # whole rows
-            self.off[1:] = np.cumsum(np.bincount(self.rank, minlength=self.n))
-            self._add_done(order >= held)
-        c, r, off = self.rows, self.rank, self.off
-        start, end = c[:, _START], c[:, _END]
-        pos = np.arange(len(r)) - off[r]
-        started = (pos >= self.n_started[r]) & (start <= upto)
-        ended = (pos >= self.n_ended[r]) & (end <= upto)
-        self.n_started = np.bincount(r[start <= upto], minlength=self.n)
-        self.n_ended = np.bincount(r[end <= upto], minlength=self.n)
-        prev = np.empty(len(r))
-        prev[1:] = end[:-1]
-        has = off[1:] > off[:-1]
-        prev[off[:-1][has]] = self.prev_end[has]
-        e = c[ended]
-        return StepEvents(r[ended], e[:, _END], prev[ended], e[:, _DEC_BS], e[:, _PF_TOK],
-                          e[:, _PF_BS] + e[:, _DEC_BS], e[:, _WAITING], r[started],
-                          start[started], c[started, _PREEMPTED])
+            self._append(rank, rows)
+        c, r, before = self.col, self.rank, self.upto
+        start, end = c["start"], c["end"]
+        p0, p1 = np.searchsorted(start, [before, upto], side="right").tolist()
+        ended = (end > before) & (end <= upto)
+        self.upto, self._cache = upto, {}
+        self.order = np.argsort(r.astype(np.int16), kind="stable")  # radix: ranks < 2**15
+        self.off[1:] = np.cumsum(np.bincount(r, minlength=self.n))
+        return StepEvents(r[ended], end[ended], c["prev"][ended], c["decode"][ended],
+                          c["prefill"][ended], c["batch"][ended], c["waiting"][ended],
+                          r[p0:p1], start[p0:p1], c["preempted"][p0:p1])
 
-    def _add_done(self, new: NDArray[np.bool_]) -> None:
-        """The busy time before each new row: its rank's step times summed one after another
-        from the rank's first step (``RankModel``'s ``np.cumsum``, rank by rank)."""
-        dur = self.rows[:, _END] - self.rows[:, _START]
-        done = np.empty(len(dur))
-        done[~new] = self.done
-        fed = np.bincount(self.rank[new], minlength=self.n)
-        first = self.off[:-1] + np.bincount(self.rank[~new], minlength=self.n)  # a rank's new rows
-        for r in np.flatnonzero(fed).tolist():
-            a, b = int(first[r]), int(self.off[r + 1])
-            seg = dur[a:b].copy()
-            seg[0] += self.done_last[r]
-            cum = np.cumsum(seg)
-            done[a] = self.done_last[r]
-            done[a + 1:b] = cum[:-1]
-            self.done_last[r] = cum[-1]
-        self.done = done
+    def _append(self, rank: I64, rows: F64) -> None:
+        start, end = rows[:, 1] + START_S, rows[:, 2] + START_S  # epoch s, as the table's
+        new = {"start": start, "end": end, "used": rows[:, 8], "preempted": rows[:, 11],
+               "decode": rows[:, 4], "prefill": rows[:, 5], "batch": rows[:, 3] + rows[:, 4],
+               "waiting": rows[:, 7]}
+        # rank by rank (time order within): the previous step's end, the busy time before
+        order = np.argsort(rank.astype(np.int16), kind="stable")
+        fed = np.bincount(rank, minlength=self.n)
+        off = np.concatenate([[0], np.cumsum(fed)])
+        end_r, dur_r = end[order], (end - start)[order]
+        prev_r, done_r = np.empty(len(rows)), np.empty(len(rows))
+        prev_r[1:] = end_r[:-1]
+        for k in np.flatnonzero(fed).tolist():
+            a, b = int(off[k]), int(off[k + 1])
+            prev_r[a] = self.last_end[k]
+            self.last_end[k] = end_r[b - 1]
+            seg = dur_r[a:b].copy()
+            seg[0] += self.done_last[k]
+            cum = np.cumsum(seg)  # as RankModel's cumsum from its last busy time
+            done_r[a] = self.done_last[k]
+            done_r[a + 1:b] = cum[:-1]
+            self.done_last[k] = cum[-1]
+        new["prev"], new["done"] = np.empty(len(rows)), np.empty(len(rows))
+        new["prev"][order], new["done"][order] = prev_r, done_r
+        self.rank = np.concatenate([self.rank, rank])
+        self.col = {k: np.concatenate([self.col[k], new[k]]) for k in self._FIELDS}
 
     def _trim(self) -> None:
-        """Drop what no later query reads (``RankModel._trim`` for every rank)."""
+        """Drop the steps no later query reads (``RankModel._trim``): counted, ended
+        ``DEVICE_AVERAGE_S`` (and a second) before the last ``upto``, and not the last step
+        its rank started by then."""
         if not np.isfinite(self.upto) or not len(self.rank):
             return
-        c, r, n = self.rows, self.rank, self.n
-        k = np.minimum(np.minimum(self.n_started, self.n_ended), np.minimum(
-            np.bincount(r[c[:, _END] <= self.upto - DEVICE_AVERAGE_S - 1.0], minlength=n),
-            np.maximum(np.bincount(r[c[:, _START] <= self.upto], minlength=n) - 1, 0)))
-        if not k.any():
+        drop = self.col["end"] <= self.upto - DEVICE_AVERAGE_S - 1.0
+        if not drop.any():
             return
-        cut = k > 0
-        self.prev_end[cut] = c[self.off[:-1][cut] + k[cut] - 1, _END]
-        keep = np.arange(len(r)) - self.off[r] >= k[r]
-        self.rank, self.rows, self.done = r[keep], c[keep], self.done[keep]
-        self.off[1:] -= np.cumsum(k)
-        self.n_started -= k
-        self.n_ended -= k
+        last = self._last_started(np.array([self.upto]))[:, 0]
+        drop[last[last >= 0]] = False
+        keep = ~drop
+        self.rank = self.rank[keep]
+        self.col = {k: v[keep] for k, v in self.col.items()}
 
-    def _count(self, field: int, t: F64) -> I64:
-        """[rank, time]: held rows of each rank whose ``field`` is at or before each of t."""
-        out = np.empty((self.n, len(t)), dtype=np.int64)
-        col, off = np.ascontiguousarray(self.rows[:, field]), self.off.tolist()
-        for r in range(self.n):
-            out[r] = np.searchsorted(col[off[r]:off[r + 1]], t, side="right")
-        return out
+    def _count(self, times: F64, t: F64) -> I64:
+        """[rank, time]: held steps of each rank whose ``times`` are at or before each of t."""
+        m = len(t)
+        seg = np.searchsorted(t, times, side="left")  # counted from t[seg] on
+        bins = np.bincount(self.rank * (m + 1) + seg, minlength=self.n * (m + 1))
+        return np.cumsum(bins.reshape(self.n, m + 1)[:, :m], axis=1)
+
+    def _row(self, i: I64) -> I64:
+        """The held row of each rank's ``i``-th step (clipped into range)."""
+        at = np.clip(self.off[:-1, None] + i, 0, max(len(self.order) - 1, 0))
+        return self.order[at] if len(self.order) else np.zeros(at.shape, dtype=np.int64)
+
+    def _last_started(self, t: F64) -> I64:
+        """[rank, time]: the held row of the last step each rank started by each of t (-1:
+        none)."""
+        i = self._count(self.col["start"], t) - 1
+        return np.where(i >= 0, self._row(i), -1)
 
     def used(self, t: F64, running: F64) -> F64:
         """[rank, time] KV blocks in use: the last step started's (0 while nothing runs)."""
         hit = self._cache.get("used")
         if hit is not None and _same(hit[0], t):
             return hit[1]
-        i = self._count(_START, t) - 1
-        at = np.minimum(self.off[:-1, None] + np.maximum(i, 0), max(len(self.rank) - 1, 0))
-        col = self.rows[:, _USED] if len(self.rank) else np.zeros(1)
-        out: F64 = np.where((i >= 0) & (running > 0), col[at], 0.0)
+        last = self._last_started(t)
+        used = self.col["used"] if len(self.rank) else np.zeros(1)
+        out: F64 = np.where((last >= 0) & (running > 0), used[np.maximum(last, 0)], 0.0)
         self._cache["used"] = (t, out)
         return out
 
     def busy(self, t: F64) -> F64:
         """[rank, time] time spent in steps up to each of t (``RankModel._busy``)."""
-        i = self._count(_END, t)  # steps finished by t
+        i = self._count(self.col["end"], t)  # steps finished by t
         held = (self.off[1:] - self.off[:-1])[:, None]
-        last = max(len(self.rank) - 1, 0)
-        at = np.minimum(self.off[:-1, None] + i, last)
-        nxt = np.minimum(self.off[:-1, None] + np.minimum(i, np.maximum(held - 1, 0)), last)
-        start = self.rows[:, _START] if len(self.rank) else np.zeros(1)
-        done = self.done if len(self.rank) else np.zeros(1)
-        before = np.where(i < held, done[at], self.done_last[:, None])
-        partial = np.where((i < held) & (start[nxt] < t), t - start[nxt], 0.0)
+        nxt = self._row(np.minimum(i, np.maximum(held - 1, 0)))  # the step after those
+        c = self.col if len(self.rank) else {k: np.zeros(1) for k in self._FIELDS}
+        before = np.where(i < held, c["done"][nxt], self.done_last[:, None])
+        start = c["start"][nxt]
+        partial = np.where((i < held) & (start < t), t - start, 0.0)
         out: F64 = before + partial
         return out
 
@@ -285,7 +279,7 @@ class RankGroup:
         for role, (r, t, w) in counter_feeds(req, sev).items():
             self.counters[role].feed(r, t, w)
         for role, (r, t, v, w) in hist_feeds(req, sev).items():
-            self.hists[role].feed(r, t, v, w, ordered=r is sev.end_rank)
+            self.hists[role].feed(r, t, v, w, by_rank=r is sev.end_rank)
 
     def is_counter(self, role: str) -> bool:
         return role in self.counters
