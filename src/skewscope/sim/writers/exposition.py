@@ -343,7 +343,8 @@ class RankModel:
 
 def gauge_values(role: str, t: F64, count: Callable[[str], F64],
                  used: Callable[[F64, F64], F64], busy: Callable[[F64], F64], total: F64,
-                 block_size: int | F64, max_running: int | F64) -> F64:
+                 block_size: int | NDArray[np.int64], max_running: int | NDArray[np.int64]
+                 ) -> F64:
     """A gauge of one rank (``total`` of shape [time]) or of many ([rank, time], the per-rank
     numbers as [rank, 1] columns): ``count(role)`` a counter at ``t``, ``used(t, running)``
     the KV blocks in use, ``busy(times)`` the time spent in steps up to each of ``times``."""

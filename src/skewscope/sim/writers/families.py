@@ -44,6 +44,12 @@ def family_values(specs: list[MetricSpec], src: RankSource, n_dp: int, t: F64) -
     return [_family(spec, src, n_dp, t) for spec in specs]
 
 
+def roles_read(specs: list[MetricSpec]) -> set[str]:
+    """The counter and histogram roles the families read (and gauge roles, harmlessly)."""
+    return {spec.role for spec in specs} | {
+        role for spec in specs if spec.parts is not None for _v, role in spec.parts[1] if role}
+
+
 def _family(spec: MetricSpec, src: RankSource, n_dp: int, t: F64) -> F64:
     units = src.n if spec.per_rank else src.n // n_dp  # a row group per rank or per instance
     if spec.kind == "histogram":

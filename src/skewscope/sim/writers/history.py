@@ -35,7 +35,7 @@ from skewscope.sim.writers.exposition import (
     Series,
     model_specs,
 )
-from skewscope.sim.writers.families import family_values
+from skewscope.sim.writers.families import family_values, roles_read
 from skewscope.sim.writers.openmetrics import (
     DEFAULT_JOB,
     family_header,
@@ -111,8 +111,8 @@ class HistorySink:
         self.g0, self.g1 = lo * n_dp, hi * n_dp
         infos = ranks[self.g0:self.g1]
         self.n_dp = n_dp
-        self.group = RankGroup(infos)
         specs = model_specs(f.dialect, f.devices, f.meta)
+        self.group = RankGroup(infos, roles_read(specs))
         names = list(dict.fromkeys(r.instance for r in infos))
         # the group's ranks instance by instance, DP ranks in order (``families.family_values``)
         assert [(r.instance, r.dp_rank) for r in infos] == [

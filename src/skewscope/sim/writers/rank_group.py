@@ -28,6 +28,8 @@ from skewscope.sim.writers.exposition import (
 from skewscope.sim.writers.metric_specs import DEVICE_AVERAGE_S
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from numpy.typing import NDArray
 
     from skewscope.sim.records import RankInfo
@@ -45,15 +47,17 @@ class _GroupEvents:
         self.total: F64 = np.zeros(n)  # the current slice's total
         self.rank: I64 = np.zeros(0, dtype=np.int64)
         self.times: F64 = np.zeros(0)
-        self.weights: F64 = np.zeros(0)
+        self.weights: F64 | None = None  # None: one each
         self._cache: tuple[F64, F64] | None = None
 
     def feed(self, rank: I64, times: F64, weights: F64 | None) -> None:
         self.base = self.base + self.total
         ok = np.isfinite(times)
-        self.rank, self.times = rank[ok], times[ok]
-        self.weights = (np.ones(len(self.times)) if weights is None
-                        else weights[ok].astype(np.float64))
+        if not ok.all():
+            rank, times = rank[ok], times[ok]
+            weights = None if weights is None else weights[ok]
+        self.rank, self.times = rank, times
+        self.weights = None if weights is None else np.asarray(weights, dtype=np.float64)
         self.total = np.bincount(self.rank, weights=self.weights,
                                  minlength=self.n).astype(np.float64)
         self._cache = None
@@ -79,7 +83,7 @@ class _GroupObservations:
         self.rank: I64 = np.zeros(0, dtype=np.int64)
         self.times: F64 = np.zeros(0)
         self.values: F64 = np.zeros(0)
-        self.weights: F64 = np.zeros(0)
+        self.weights: F64 | None = None  # None: one each
         # per bucket layout: ([rank, bucket] counts incl. +Inf, [rank] sum) before this slice,
         # and at its last queried time (promoted by the next ``feed``)
         self._base: dict[tuple[float, ...], tuple[F64, F64]] = {}
@@ -107,7 +111,7 @@ class _GroupObservations:
             rank, times, values = rank[order], times[order], values[order]
             w = None if w is None else w[order]
         self.rank, self.times, self.values = rank, times, values
-        self.weights = np.ones(len(times)) if w is None else w.astype(np.float64)
+        self.weights = None if w is None else np.asarray(w, dtype=np.float64)
 
     def at(self, bounds: tuple[float, ...], t: F64) -> tuple[F64, F64, F64]:
         """([rank, time, bucket] cumulative ``le`` counts, [rank, time] count and sum)."""
@@ -122,7 +126,8 @@ class _GroupObservations:
         grid: F64 = flat.astype(np.float64).reshape(n, m + 1, nb)[:, :-1]
         grid = np.concatenate([base[:, None, :], grid], axis=1).cumsum(axis=1)[:, 1:]
         grid = grid.cumsum(axis=2)
-        per = np.bincount(cell, weights=self.weights * self.values,
+        wv = self.values if self.weights is None else self.weights * self.values
+        per = np.bincount(cell, weights=wv,
                           minlength=n * (m + 1)).astype(np.float64).reshape(n, m + 1)[:, :-1]
         sums: F64 = np.concatenate([base_sum[:, None], per], axis=1).cumsum(axis=1)[:, 1:]
         if m:
@@ -263,10 +268,14 @@ class RankGroup:
     """The ranks ``infos`` of a sink (instance-major, DP ranks in order), counted at once;
     a ``families.RankSource``."""
 
-    def __init__(self, infos: list[RankInfo]) -> None:
+    def __init__(self, infos: list[RankInfo], roles: Collection[str] = COUNTERS + HISTOGRAMS
+                 ) -> None:
+        """``roles``: the counters and histograms read (the others are not counted); the
+        gauges' request counters always are."""
         self.n = n = len(infos)
-        self.counters = {k: _GroupEvents(n) for k in COUNTERS}
-        self.hists = {k: _GroupObservations(n) for k in HISTOGRAMS}
+        read = {*roles, "arrived", "scheduled", "finished"}
+        self.counters = {k: _GroupEvents(n) for k in COUNTERS if k in read}
+        self.hists = {k: _GroupObservations(n) for k in HISTOGRAMS if k in read}
         self.steps = _GroupSteps(n)
         self.total: F64 = np.array([float(i.total_blocks) for i in infos])[:, None]
         self.block_size: I64 = np.array([i.block_size for i in infos])[:, None]
@@ -277,12 +286,14 @@ class RankGroup:
         the index in the group), ``rows`` the new engine step rows of ranks ``rank``."""
         sev = self.steps.feed(rank, rows, upto)
         for role, (r, t, w) in counter_feeds(req, sev).items():
-            self.counters[role].feed(r, t, w)
+            if role in self.counters:
+                self.counters[role].feed(r, t, w)
         for role, (r, t, v, w) in hist_feeds(req, sev).items():
-            self.hists[role].feed(r, t, v, w, by_rank=r is sev.end_rank)
+            if role in self.hists:
+                self.hists[role].feed(r, t, v, w, by_rank=r is sev.end_rank)
 
     def is_counter(self, role: str) -> bool:
-        return role in self.counters
+        return role in COUNTERS
 
     def counter(self, role: str, t: F64) -> F64:
         return self.counters[role].at(t)
