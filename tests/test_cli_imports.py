@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from skewscope.cli import COMMANDS, build_parser, common
 
 
@@ -43,3 +45,43 @@ def test_warm_imports_loads_on_a_thread_and_leaves_failures_to_the_caller() -> N
                "common.warm_imports('skewscope.report.markdown').join()\n"
                "print('skewscope.report.markdown' in sys.modules)")
     assert out.strip() == "True"
+
+
+def test_collector_paused_restores_the_collector_state() -> None:
+    import gc
+
+    assert gc.isenabled()
+    with common.collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    try:
+        with common.collector_paused():
+            raise KeyError("x")
+    except KeyError:
+        pass
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with common.collector_paused():
+            pass
+        assert not gc.isenabled()  # it was off: left off
+    finally:
+        gc.enable()
+
+
+def test_online_diagnose_runs_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from skewscope.cli import main
+    from skewscope.errors import SourceError
+
+    seen: list[bool] = []
+
+    def load(args: object, window: object) -> None:
+        seen.append(gc.isenabled())
+        raise SourceError("stop here")
+
+    monkeypatch.setattr(common, "load_prometheus_evidence", load)
+    code = main(["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "1h"])
+    assert code == 4 and seen == [False]
+    assert gc.isenabled()

@@ -151,19 +151,21 @@ def run(args: argparse.Namespace) -> int:
     renderer = common.pick_renderer(args)
     common.check_output(args)
     th = common.thresholds_from_args(args)
-    warm = None
-    if args.prometheus or args.scrape:
-        # polars, numpy and the analysis load while the servers answer the queries
-        warm = common.warm_imports("polars", "skewscope.analysis.diagnose", renderer.module)
-    try:
-        evidence = load_evidence(args)
-    finally:
-        if warm is not None:
-            warm.join()  # never left importing while the process ends
-    from skewscope.analysis.diagnose import diagnose
+    online = bool(args.prometheus or args.scrape)
+    with common.collector_paused() if online else contextlib.nullcontext():
+        warm = None
+        if online:
+            # polars, numpy and the analysis load while the servers answer the queries
+            warm = common.warm_imports("polars", "skewscope.analysis.diagnose", renderer.module)
+        try:
+            evidence = load_evidence(args)
+        finally:
+            if warm is not None:
+                warm.join()  # never left importing while the process ends
+        from skewscope.analysis.diagnose import diagnose
 
-    report = diagnose(evidence, level=args.level, th=th)
-    common.emit_report(report, args)
+        report = diagnose(evidence, level=args.level, th=th)
+        common.emit_report(report, args)
     if args.fail_on == FailOn.IMBALANCED and report.verdict == Verdict.IMBALANCED:
         return GATE_EXIT_CODE
     return 0
