@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 from fleet_history import T0, Fleet, import_chunks, instance_label, openmetrics_chunks
@@ -146,14 +147,18 @@ def child_diagnose(url: str, selector: str, out: str, queries: str) -> None:
     from skewscope.sources import prometheus as prom
 
     seen: list[list[object]] = []
-    real = prom.PromClient.query_range
 
-    def recording(self: prom.PromClient, query: str, start: float, end: float,
-                  step: float) -> list[object]:
-        seen.append([query, start, end, step])
-        return real(self, query, start, end, step)
+    def recording(real: Any) -> Any:
+        def record(self: prom.PromClient, query: str, start: float, end: float,
+                   step: float) -> Any:
+            seen.append([query, start, end, step])
+            return real(self, query, start, end, step)
+        return record
 
-    prom.PromClient.query_range = recording  # type: ignore[method-assign]
+    # every range query diagnose sends, through either reader of the answers
+    for name in ("query_range", "query_range_series"):
+        if hasattr(prom.PromClient, name):  # (an older checkout has the first only)
+            setattr(prom.PromClient, name, recording(getattr(prom.PromClient, name)))
     t0, c0 = time.perf_counter(), time.process_time()
     code = main(["diagnose", "--prometheus", url, "--start", str(T0), "--end", str(T0 + 3600),
                  "--selector", selector, "--format", "markdown", "-o", out, "--force"])

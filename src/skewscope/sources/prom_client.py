@@ -15,6 +15,7 @@ from skewscope.errors import SourceError
 from skewscope.settings import DEFAULT_LIMITS
 from skewscope.sources.auth import HttpAuth, quoted, redact_url
 from skewscope.sources.fetch import Fetched, bounded_get, make_client
+from skewscope.sources.range_body import RangeSeries, decode_range
 from skewscope.sources.validate import parse_timestamp
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -66,6 +67,8 @@ class PromClient:
     max_bytes: int = DEFAULT_LIMITS.max_query_bytes
     warnings: list[str] = field(default_factory=list)
     _client: httpx.Client | None = field(default=None, repr=False)
+    # label sets of the range answers read so far (the same units answer every query)
+    _labels: dict[bytes, dict[str, str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._client = make_client(self.auth, self.timeout_s, base_url=self.url.rstrip("/"))
@@ -132,6 +135,21 @@ class PromClient:
         data = self.get(
             "/api/v1/query_range", {"query": query, "start": start, "end": end, "step": step}
         )
+        return decode_matrix(data, self.where)
+
+    def query_range_series(
+        self, query: str, start: float, end: float, step: float
+    ) -> list[RangeSeries] | list[Any]:
+        """``query_range``, read without a Python object per point when the answer has the
+        usual layout (``range_body``); otherwise its JSON ``result`` as ``query_range`` gives."""
+        params = {"query": query, "start": start, "end": end, "step": step}
+        fetched = self._send("/api/v1/query_range", params)
+        if fetched.status == 200:
+            series = decode_range(fetched.body, self._labels)
+            if series is not None:
+                return series
+        data, warnings = decode_envelope(fetched, self.where)
+        self.warnings.extend(warnings)
         return decode_matrix(data, self.where)
 
 

@@ -53,6 +53,7 @@ from skewscope.sources.promql import (
     normalise_selector,
     series_selector,
 )
+from skewscope.sources.range_body import RangeSeries
 from skewscope.sources.validate import (
     parse_bound,
     parse_number,
@@ -89,7 +90,8 @@ def matrix_to_values(
     bad: list[str],
     where: str = "",
 ) -> dict[Key, float]:
-    """Series of a range matrix -> {(window_start_s, instance, dp_rank): value}.
+    """Series of a range matrix (JSON, or ``range_body.RangeSeries``) ->
+    {(window_start_s, instance, dp_rank): value}.
 
     The unit comes from ``instance`` (or the alias' unit label) and, at DP level, the DP label
     (or the ``-rank-<n>`` suffix). Series naming no usable unit are skipped; their label sets
@@ -110,8 +112,14 @@ def matrix_to_values(
         return got
 
     for i, series in enumerate(result):
-        labels = series.get("metric") if isinstance(series, dict) else None
-        points = series.get("values") if isinstance(series, dict) else None
+        decoded = series if isinstance(series, RangeSeries) else None
+        labels: Any
+        points: Any
+        if decoded is not None:  # read from the answer's bytes, its points already checked
+            labels, points = decoded.labels, []
+        else:
+            labels = series.get("metric") if isinstance(series, dict) else None
+            points = series.get("values") if isinstance(series, dict) else None
         if not isinstance(labels, dict) or not isinstance(points, list):
             raise SourceError(f"{where} returned series {i} without metric labels and values")
         unit_label = alias.unit_label or "instance"
@@ -128,7 +136,7 @@ def matrix_to_values(
                 bad.append(f"{label}={quoted(repr(raw), 40)} on {inst}")
             continue
         inst, dp = unit
-        fast = parse_points(points)
+        fast = (decoded.times, decoded.values) if decoded is not None else parse_points(points)
         if fast is not None and (inst, dp) not in whole and (inst, dp) not in spilled:
             whole[(inst, dp)] = (window_starts(fast[0]), fast[1])
             continue
@@ -188,7 +196,7 @@ def _load_tables(
             level, signal, alias, query = job
             bad: list[str] = []
             table = matrix_to_values(
-                client.query_range(query, first_t, last_t, w),
+                client.query_range_series(query, first_t, last_t, w),
                 window_s=w,
                 alias=alias,
                 level=level,

@@ -12,8 +12,8 @@ import math
 import re
 
 # Go's strconv.ParseFloat forms Prometheus writes: decimal / exponent, Inf, NaN (any case).
-_NUMBER = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf(?:inity)?|nan)",
-                     re.IGNORECASE)
+NUMBER_PATTERN = r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf(?:inity)?|nan)"
+_NUMBER = re.compile(NUMBER_PATTERN, re.IGNORECASE)  # case-insensitive (range_body.py too)
 # A whole series' values at once (one regex call instead of one per point).
 _NUMBERS = re.compile(rf"(?:{_NUMBER.pattern})(?:\n(?:{_NUMBER.pattern}))*", re.IGNORECASE)
 _TIME_TYPES, _TEXT = frozenset({int, float}), frozenset({str})  # exact: bool is no time
