@@ -9,8 +9,9 @@ that only reported NaN/Inf, and drops a DP level with nothing to compare inside 
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from skewscope.frame import (
     SIGNAL_COLUMNS,
@@ -53,6 +54,31 @@ def _key_order(key: Key) -> tuple[float, str, int]:
     return (t, inst, -1 if dp is None else dp)
 
 
+def _rows(
+    tables: Mapping[str, Mapping[Key, float]],
+) -> tuple[list[Key], Callable[[], dict[str, list[object]]]]:
+    """(the keys of every table, in row order; each table's column in that order, None where
+    it has no value for a key).
+
+    Usually the tables hold the same keys in the same order (one range answer per signal, its
+    series in the server's order) and the rest a few of them (bucket-bound marks): the row
+    order is then found once and those columns are read by position, instead of hashing every
+    (time, instance, rank) key of every table.
+    """
+    first = next(iter(tables.values()), {})
+    order_of = list(first)
+    same = {s for s, t in tables.items() if len(t) == len(first) and list(t) == order_of}
+    if len(first) > 1 and all(t.keys() <= first.keys() for s, t in tables.items()
+                              if s not in same):
+        order = sorted(range(len(order_of)), key=lambda i: _key_order(order_of[i]))
+        keys = [order_of[i] for i in order]
+        pick = operator.itemgetter(*order)
+        return keys, lambda: {s: list(pick(list(t.values()))) if s in same
+                              else list(map(t.get, keys)) for s, t in tables.items()}
+    keys = sorted(set().union(*tables.values()), key=_key_order)
+    return keys, lambda: {s: list(map(t.get, keys)) for s, t in tables.items()}
+
+
 def assemble(
     level: Level,
     values: Values,
@@ -70,7 +96,7 @@ def assemble(
 
     schema = empty_schema()
     tables = {s: t for s, t in values.items() if s in schema}
-    keys = sorted(set().union(*tables.values()), key=_key_order)
+    keys, columns_of = _rows(tables)
     missing = tuple(s for s in SIGNAL_COLUMNS if not values.get(s))
     all_notes = list(notes)
     units = {(inst, dp): unit_id(inst, dp) for _, inst, dp in keys}
@@ -90,7 +116,7 @@ def assemble(
         "instance": [k[1] for k in keys],
         "dp_rank": [k[2] for k in keys],
     }
-    columns.update({s: list(map(t.get, keys)) for s, t in tables.items()})
+    columns.update(columns_of())
     df = pl.DataFrame(columns, schema={c: schema[c] for c in columns})  # type: ignore[misc]
     finite = [pl.when(pl.col(s).is_finite()).then(pl.col(s)).alias(s) for s in tables]
     df = conform(df.with_columns(finite) if finite else df)
