@@ -161,3 +161,23 @@ def test_malformed_tls_files_are_one_usage_line(tmp_path: Path) -> None:
             HttpAuth.from_options(ambient_envs=False, **kwargs)  # type: ignore[arg-type]
         assert type(err.value).__name__ == "UsageError"
         assert "not a readable PEM" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_plain_http_client_loads_no_cas_and_trusts_no_certificate() -> None:
+    import ssl
+
+    from skewscope.sources.fetch import make_client
+
+    def context(base_url: str) -> ssl.SSLContext:
+        client = make_client(None, 5.0, base_url=base_url)
+        ctx = client._transport._pool._ssl_context  # type: ignore[attr-defined]
+        client.close()
+        assert isinstance(ctx, ssl.SSLContext)
+        return ctx
+
+    plain, tls = context("http://127.0.0.1:9"), context("https://127.0.0.1:9")
+    # fails closed: any TLS connection from the plain-HTTP client is refused
+    assert plain.verify_mode == ssl.CERT_REQUIRED and plain.check_hostname
+    assert plain.cert_store_stats()["x509_ca"] == 0
+    system = ssl.create_default_context().cert_store_stats()
+    assert tls.verify_mode == ssl.CERT_REQUIRED and tls.cert_store_stats() == system

@@ -137,7 +137,8 @@ class HttpAuth:
             token, username, password, ca_file, insecure_skip_verify, client_cert, client_key,
             token_ambient=token is not None and ambient,
         )
-        auth.verify()  # unreadable or malformed PEM files fail now, as one line
+        if ca_file is not None or client_cert is not None:
+            auth.verify()  # unreadable or malformed PEM files fail now, as one line
         return auth
 
     def without_ambient(self) -> HttpAuth:
@@ -160,12 +161,18 @@ class HttpAuth:
             return (self.username, self.password.reveal())
         return None
 
-    def verify(self) -> ssl.SSLContext | bool:
-        """httpx ``verify``: an SSL context carrying the CA file and client certificate."""
+    def verify(self, tls: bool = True) -> ssl.SSLContext | bool:
+        """httpx ``verify``: an SSL context carrying the CA file and client certificate.
+
+        ``tls=False`` is for a client that only speaks plain HTTP (its base URL is http://):
+        without files, the system CAs are not loaded for it (~25 ms on the critical path of an
+        online run) and a context that trusts no certificate stands in, so no TLS connection
+        could pass unverified.
+        """
         if self.insecure_skip_verify and self.client_cert is None:
             return False
         if self.ca_file is None and self.client_cert is None:
-            return _system_context()
+            return _system_context() if tls else _trusting_nothing()
         try:
             ctx = ssl.create_default_context(cafile=self.ca_file)
         except (OSError, ssl.SSLError) as exc:
@@ -185,9 +192,9 @@ class HttpAuth:
                 ) from None
         return ctx
 
-    def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``httpx.Client`` (headers, basic auth, TLS)."""
-        return {"headers": self.headers(), "auth": self.basic(), "verify": self.verify()}
+    def client_kwargs(self, tls: bool = True) -> dict[str, Any]:
+        """Keyword arguments for ``httpx.Client`` (headers, basic auth, TLS: ``verify``)."""
+        return {"headers": self.headers(), "auth": self.basic(), "verify": self.verify(tls)}
 
     def __repr__(self) -> str:
         parts = []
@@ -290,6 +297,12 @@ def redact_url(url: str) -> str:
     if parts.username or parts.password:
         host = "***@" + host
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+@functools.cache
+def _trusting_nothing() -> ssl.SSLContext:
+    """A verifying client context without a CA: every certificate fails (plain HTTP only)."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 @functools.cache
