@@ -67,7 +67,7 @@ def in_time_order(
     del full
     del rec[:], pieces[:], pats[:]  # the rows replace the records while frames are built
     order = np.lexsort((a[:, 0], a[:, 1]))
-    rows = a[order]
+    rows = a.take(order, axis=0)  # whole rows at once: ~2.5x a fancy index's time
     del a
     if members is None:
         return rows, None
