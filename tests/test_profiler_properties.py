@@ -14,10 +14,13 @@ from skewscope.sources import profiler_schema as ps
 from skewscope.sources.profiler_frame import WI, Grid
 from skewscope.sources.profiler_ranks import place_requests
 from skewscope.sources.profiler_read import (
+    SCHED_NAMES,
+    carried_matches,
     entry_count,
     extract_rids,
     fill_missing,
     first_rows,
+    first_rows_of,
     prefill_count,
     prefill_first_rows,
 )
@@ -189,3 +192,36 @@ def test_prefill_placement_equals_reading_every_entry(
         return place_requests(req, first.join(ranks, on=ps.ROW))["dp_rank"].to_list()
 
     assert placed(fast) == placed(full)
+
+
+@given(scheduled_fleets(), st.integers(0, 6))
+@example(  # a double-quoted rid past the first rows holding text that reads like a prefill
+    (pl.DataFrame({"name": ["batchFrameworkProcessing"] * 2,
+                   "res_list": ["[{'rid': 'y', 'iter': 0}]",
+                                repr([{"rid": "x', 'rid': 'y', 'iter': 0, 'z", "iter": 4}])]}),
+     pl.DataFrame({ps.ROW: [0, 1], "dp_rank": [1, 0]},
+                  schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64}),
+     ["y"]),
+    1,
+)
+@settings(max_examples=300, deadline=None)
+def test_carried_matches_reduce_to_the_prefill_pass(
+    fleet: tuple[pl.DataFrame, pl.DataFrame, list[str]], prefix_rows: int
+) -> None:
+    """The prefill matches batch.csv's row pass carries give the prefill pass's rid -> first
+    row exactly, or None (that pass then runs) when a scheduling row past the first rows holds
+    a ``"``: those it reads whole, the carried columns do not."""
+    batch, _, _ = fleet
+    lf = batch.lazy().with_row_index(ps.ROW)
+    carried = lf.select(ps.ROW, *carried_matches(prefix_rows)).collect()
+    got = first_rows_of(carried)
+    quoted = any(
+        row >= prefix_rows and name in SCHED_NAMES and '"' in cell
+        for row, (name, cell) in enumerate(zip(batch["name"], batch["res_list"], strict=True))
+    )
+    if quoted:
+        assert got is None
+        return
+    assert got is not None
+    want = prefill_first_rows(lf, prefix_rows).collect()
+    assert got.sort("rid").equals(want.sort("rid"))

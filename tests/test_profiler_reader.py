@@ -435,3 +435,31 @@ def test_instance_running_is_the_sum_of_its_ranks(tmp_path: Path) -> None:
     assert joined.height == ev.instance.df.height
     diff = (joined["running"] - joined["running_dp"]).abs().max()
     assert diff is not None and diff < 1e-9  # type: ignore[operator]
+
+
+def test_double_quoted_rid_past_the_first_rows_is_read_whole(tmp_path: Path) -> None:
+    """A rid holding a ``'`` is written in double quotes and can hold text that reads like
+    another rid's prefill. Past the first rows, the prefill matches batch.csv's row pass
+    carries do not read that row whole, so the rids come from the prefill pass, which does:
+    ``y`` is placed where its own prefill is (rank 0), not in the quoted rid (rank 1)."""
+    from skewscope.sources.profiler_instance import load_instance
+    from skewscope.sources.profiler_layout import discover_all
+    from skewscope.sources.profiler_read import FULL_PREFIX_ROWS
+
+    trick = "x', 'rid': 'y', 'iter': 0, 'z"
+    steps = []
+    for i in range(2100):  # 4,200 rows with the execution rows
+        rank = i % 2
+        prefill = ["y"] if i == 2090 else [f"r{i}"] if i < 40 else []
+        steps.append(Step(T0 + i * 0.01, prof_id=f"ms_service_host-{100 + rank}", dp_rank=rank,
+                          prefill=prefill, decode=[trick] if i == 2085 else []))
+    assert FULL_PREFIX_ROWS <= 2 * 2085  # the quoted row is past the rows read whole anyway
+    folder = tmp_path / "i"
+    write_batch(folder / "batch.csv", steps)
+    write_requests(folder / "request.csv",
+                   [Req("y", T0 + 20.9)] + [Req(f"r{i}", T0 + i * 0.01) for i in range(40)])
+    inst = load_instance(discover_all([str(folder)])[0])
+    assert inst.requests is not None
+    ranks = dict(zip(inst.requests["rid"], inst.requests["dp_rank"], strict=True))
+    assert ranks["y"] == 0
+    assert [ranks[f"r{i}"] for i in range(4)] == [0, 1, 0, 1]

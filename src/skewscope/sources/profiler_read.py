@@ -150,6 +150,13 @@ def first_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     return _reduce_matches(lf, matches)
 
 
+def _prefill_matches(whole: pl.Expr) -> pl.Expr:
+    """A res_list's rid matches: every entry where ``whole``, else its prefill entries only."""
+    text = pl.col("res_list")
+    every = pl.when(whole).then(text).str.extract_all(RID_PATTERN)
+    return pl.when(whole).then(every).otherwise(text.str.extract_all(PREFILL_PATTERN))
+
+
 def prefill_first_rows(lf: pl.LazyFrame, prefix_rows: int = FULL_PREFIX_ROWS) -> pl.LazyFrame:
     """``first_rows`` reading only the entries a rid first appears in, when the file is as the
     profiler writes it: its prefill (``'iter': 0`` right after the rid, vLLM and MindIE).
@@ -167,23 +174,57 @@ def prefill_first_rows(lf: pl.LazyFrame, prefix_rows: int = FULL_PREFIX_ROWS) ->
     """
     text = pl.col("res_list")
     whole = (pl.col(ps.ROW) < prefix_rows) | text.str.contains('"', literal=True)
-    every = pl.when(whole).then(text).str.extract_all(RID_PATTERN)
-    matches = pl.when(whole).then(every).otherwise(text.str.extract_all(PREFILL_PATTERN))
-    return _reduce_matches(lf, matches)
+    return _reduce_matches(lf, _prefill_matches(whole))
 
 
-def _reduce_matches(lf: pl.LazyFrame, matches: pl.Expr) -> pl.LazyFrame:
+# Columns the row pass of ``read_batch`` carries for the rid pass (``carried_matches``).
+MATCH = "_match"  # a scheduling row's rid matches (null for other rows)
+QUOTED = "_quoted"  # a scheduling row past the first rows whose res_list holds a ``"``
+
+
+def carried_matches(prefix_rows: int = FULL_PREFIX_ROWS) -> list[pl.Expr]:
+    """``prefill_first_rows``' matches as row-pass columns, so batch.csv is read once: each
+    scheduling row's prefill matches (every match in the first ``prefix_rows`` rows), and
+    whether it is a row holding a ``"`` past them, which ``prefill_first_rows`` reads whole.
+
+    Rows holding a ``"`` get their prefill matches only: a file full of them would carry
+    every rid of every row to the end of the pass (about the file's size in memory), so
+    ``first_rows_of`` leaves such a file's rids to a pass of their own.
+    """
+    prefix = pl.col(ps.ROW) < prefix_rows
+    sched = pl.col("name").is_in(list(SCHED_NAMES))
+    quoted = ~prefix & pl.col("res_list").str.contains('"', literal=True)
+    return [
+        pl.when(sched).then(_prefill_matches(prefix)).alias(MATCH),
+        (sched & quoted).fill_null(False).alias(QUOTED),
+    ]
+
+
+def first_rows_of(carried: pl.DataFrame) -> pl.DataFrame | None:
+    """``prefill_first_rows`` from the row pass's ``carried_matches`` columns (``ps.ROW``,
+    ``MATCH``, ``QUOTED``); None when a row holding a ``"`` was not read whole (the caller
+    then runs ``prefill_first_rows``)."""
+    if carried[QUOTED].any():
+        return None
+    return _reduce_matches(carried.lazy(), pl.col(MATCH), scheduling=False).collect()
+
+
+def _reduce_matches(
+    lf: pl.LazyFrame, matches: pl.Expr, scheduling: bool = True
+) -> pl.LazyFrame:
     """rid -> lowest row over the scheduling rows' ``matches`` (``RID_PATTERN`` or
-    ``PREFILL_PATTERN`` matches, the latter read back to their rid)."""
-    match = pl.col("_match")
+    ``PREFILL_PATTERN`` matches, the latter read back to their rid); ``scheduling=False``:
+    ``lf`` holds no other rows' matches (``carried_matches``)."""
+    match = pl.col("_m")
     prefill = match.str.ends_with(PREFILL_TAIL + ",") | match.str.ends_with(PREFILL_TAIL + "}")
     rid_match = pl.when(prefill).then(match.str.head(-len(PREFILL_TAIL) - 1)).otherwise(match)
+    if scheduling:
+        lf = lf.filter(pl.col("name").is_in(list(SCHED_NAMES)))
     return (
-        lf.filter(pl.col("name").is_in(list(SCHED_NAMES)))
-        .select(ps.ROW, matches.alias("_match"))
-        .explode("_match")
-        .drop_nulls("_match")
-        .group_by("_match")
+        lf.select(ps.ROW, matches.alias("_m"))
+        .explode("_m")
+        .drop_nulls("_m")
+        .group_by("_m")
         .agg(pl.col(ps.ROW).min())
         .select(rid_value(rid_match).alias("rid"), ps.ROW)
         .group_by("rid")
@@ -235,21 +276,35 @@ def strip_rid_suffix(rid: pl.Expr) -> pl.Expr:
     return rid.str.replace(RID_SUFFIX, "")
 
 
+def carries_matches(requests: pl.DataFrame) -> bool:
+    """Whether the rid pass takes the prefills (``prefill_first_rows``), carried by the row
+    pass: only when every request has its first token recorded (all were scheduled while
+    profiled). A request without one was most likely never scheduled, so no res_list holds it
+    and the search for it (``fill_missing``) would read the file again: then every entry is
+    read at once instead (``first_rows``)."""
+    return not (requests["ttft_ms"].fill_null(0.0) <= 0.0).any()
+
+
 def _rid_pass(
-    path: Path, prep: ps.Prepared, res: ps.Resolved, requests: pl.DataFrame
+    path: Path,
+    prep: ps.Prepared,
+    res: ps.Resolved,
+    requests: pl.DataFrame,
+    carried: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """rid -> first scheduling row, as reading every entry gives it, for placing ``requests``.
 
-    When every request has its first token recorded (all were scheduled while profiled), the
-    prefills are read (``prefill_first_rows``) and the rows holding a request they missed
-    searched (``fill_missing``): a third less CPU than reading every entry on vLLM-sized
-    res_lists (0.38 vs 0.57 s for a 222 MB batch.csv).
-    A request without a first token was most likely never scheduled, so no res_list holds it
-    and the search would read the file again: then every entry is read at once (``first_rows``).
+    When ``carries_matches``, the prefills are read (``prefill_first_rows``, from the row
+    pass's ``carried`` matches when given) and the rows holding a request they missed searched
+    (``fill_missing``): a third less CPU than reading every entry on vLLM-sized res_lists
+    (0.38 vs 0.57 s for a 222 MB batch.csv in a pass of its own). Otherwise every entry is read
+    (``first_rows``).
     """
-    if (requests["ttft_ms"].fill_null(0.0) <= 0.0).any():
+    if not carries_matches(requests):
         return _collect(path, first_rows(ps.scan(prep, res)))
-    first = _collect(path, prefill_first_rows(ps.scan(prep, res)))
+    first = first_rows_of(carried) if carried is not None else None
+    if first is None:
+        first = _collect(path, prefill_first_rows(ps.scan(prep, res)))
     if first.is_empty():  # no prefill at all: whether any rid is there is told by every entry
         return _collect(path, first_rows(ps.scan(prep, res)))
     return fill_missing(path, ps.scan(prep, res), first, requests["rid"])
@@ -264,51 +319,58 @@ def _unread_columns(res: ps.Resolved) -> list[str]:
 
 
 def read_batch(path: Path, notes: list[str], requests: pl.DataFrame | None = None) -> BatchRead:
-    """batch.csv in two streamed passes, neither keeping a res_list string or a rid list:
+    """batch.csv streamed once, keeping no res_list string or per-row rid list: every row's
+    canonical columns (res_list only reduced to prefill/decode counts, and only when
+    ``decode_batch_size`` is missing: they stand in for it, see ``_step_rows``), and the
+    rid -> first scheduling row reduction for placing ``requests`` (request.csv, read first;
+    none: no reduction), see ``_rid_pass``.
 
-    1. the rid -> first scheduling row reduction (``first_rows``), whose output is small;
-    2. every row's canonical columns (res_list only reduced to prefill/decode counts, and only
-       when ``decode_batch_size`` is missing: they stand in for it, see ``_step_rows``).
-
-    The rid pass serves the placement of ``requests`` (request.csv, read first; none: no pass),
-    see ``_rid_pass``.
-
-    The res_list pass goes first: the memory its chunks used is then reused for the rows kept
-    by the second (the other order peaks about 50 MB higher on an 800 MB batch.csv). A single
-    pass would carry every row's rid list to the end of the query (about the file's size in
-    memory), and one scan shared by both outputs buffers the chunks of the faster one.
+    The reduction's matches ride in the row pass when they are few (``carries_matches``:
+    the prefills, ``carried_matches``), and are reduced after it. Otherwise (every entry read,
+    or a typed read that failed) the reduction is a streamed pass of its own before the rows
+    (``first_rows``), whose output is small: every row's rid list carried to the end of one
+    query would hold about the file's size, and one scan shared by two queries buffers the
+    chunks of the faster one.
     """
     prep, res = _open(path, ps.BATCH, notes)
-    if "res_list" in res.raw and requests is not None:
-        rids = _rid_pass(path, prep, res, requests)
-    else:
-        rids = pl.DataFrame(schema={"rid": pl.Utf8, ps.ROW: pl.UInt32})
+    placed = requests if "res_list" in res.raw else None  # the requests to place, if any
+    carry = placed is not None and carries_matches(placed)
+    rids = pl.DataFrame(schema={"rid": pl.Utf8, ps.ROW: pl.UInt32})
+    if placed is not None and not carry:
+        rids = _rid_pass(path, prep, res, placed)
     unread = [c for c in _unread_columns(res) if c in res.raw]
     try:  # the parser reads the numbers; a cell it cannot read: again as text, located
-        typed = _rows(ps.scan(prep, res, typed=True), res)
+        typed = _rows(ps.scan(prep, res, typed=True), res, carry)
         # unread columns kept as a null bit each, so the parser still reads (checks) them
         rows = _collect(path, typed.with_columns(pl.col(c).is_null() for c in unread))
         rows = rows.drop(unread)
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
+        if placed is not None and carry:  # the rids in a pass of their own, then the rows
+            rids, carry = _rid_pass(path, prep, res, placed), False
         untyped = _rows(ps.scan(prep, res), res)
         rows = _collect(path, untyped.drop(unread))  # the ``_bad`` marker checked them
+    if placed is not None and carry:
+        carried, rows = rows.select(ps.ROW, MATCH, QUOTED), rows.drop(MATCH, QUOTED)
+        rids = _rid_pass(path, prep, res, placed, carried)
+        del carried
     return BatchRead(_table(prep, res, rows, notes), rids)
 
 
-def _rows(lf: pl.LazyFrame, res: ps.Resolved) -> pl.LazyFrame:
+def _rows(lf: pl.LazyFrame, res: ps.Resolved, carry: bool = False) -> pl.LazyFrame:
     """The row pass of ``read_batch``: every column but res_list, lean (the unread columns are
-    left to the caller)."""
+    left to the caller), with ``carried_matches`` when ``carry``."""
     if "res_list" in res.raw:
         if "decode_batch_size" not in res.raw:
             lf = lf.with_columns(
                 prefill_count(pl.col("res_list")).alias("res_prefill"),
                 entry_count(pl.col("res_list")).alias("res_n"),
             )
+        if carry:
+            lf = lf.with_columns(carried_matches())
         lf = lf.drop("res_list")
     # repeated short texts as categoricals: 4 bytes a row instead of a 16-byte view (+ the text)
     texts = [c for c in ("name", "prof_id") if c in res.raw] + [ps.BAD]
     return lf.with_columns(pl.col(c).cast(pl.Categorical) for c in texts)
-
 
 
 @dataclass(frozen=True)
