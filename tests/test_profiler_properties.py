@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import csv
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -225,3 +227,34 @@ def test_carried_matches_reduce_to_the_prefill_pass(
     assert got is not None
     want = prefill_first_rows(lf, prefix_rows).collect()
     assert got.sort("rid").equals(want.sort("rid"))
+
+
+CELL = st.text(alphabet=st.characters(whitelist_categories=("Ll", "Nd", "Zs"),
+                                      whitelist_characters="\",\n\r'é€"), max_size=12)
+
+
+@given(st.lists(st.tuples(CELL, CELL), max_size=12), st.floats(0.0, 1.0), st.integers(1, 6),
+       st.none() | st.integers(0, 12))
+@settings(max_examples=300, deadline=None)
+def test_head_from_the_first_bytes_equals_reading_the_file(
+    rows: list[tuple[str, str]], cut: float, head_rows: int, n_rows: int | None
+) -> None:
+    """The time-column sample parsed from a file's first bytes is the sample polars reads
+    from the file, wherever the bytes cut it (inside a quoted cell, a line, a character)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "batch.csv"
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            fh.write("name,start_time\n")
+            csv.writer(fh, lineterminator="\n").writerows(rows)
+        prep = ps.Prepared(path, ["name", "start_time"], n_rows)
+        n = head_rows if n_rows is None else min(head_rows, n_rows)
+        want = pl.read_csv(path, n_rows=n, infer_schema=False, columns=["start_time", "name"],
+                           encoding="utf8-lossy", glob=False)
+        saved = ps.HEAD_BYTES, ps.HEAD_ROWS
+        ps.HEAD_BYTES = max(1, int(cut * path.stat().st_size))  # anywhere in the file
+        ps.HEAD_ROWS = head_rows
+        try:
+            got = ps._head(prep, ["start_time", "name"])
+        finally:
+            ps.HEAD_BYTES, ps.HEAD_ROWS = saved
+        assert got.equals(want)

@@ -10,12 +10,13 @@ none of those is reported with its file, line and column instead of failing deep
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import polars as pl
 
@@ -256,11 +257,27 @@ def _describe(col: Col) -> str:
     return " or ".join(col.aliases)
 
 
+HEAD_ROWS = 50  # rows sampled to tell a time column's kind (and the time zone)
+HEAD_BYTES = 256 << 10  # the file's first bytes parsed for them, when they hold the rows
+
+
 def _head(prep: Prepared, names: list[str]) -> pl.DataFrame:
-    n = 50 if prep.n_rows is None else min(50, prep.n_rows)
-    return pl.read_csv(
-        prep.path, n_rows=n, infer_schema=False, columns=names, encoding="utf8-lossy", glob=False
-    )
+    """The first ``HEAD_ROWS`` rows of ``names``, as text, parsed from the file's first
+    ``HEAD_BYTES`` when they hold one row more (the rows before it are then whole, parsed as
+    in the file): polars reads a whole 4 MiB chunk for a file's first rows (~4 ms for
+    batch.csv, 0.5 ms from the bytes)."""
+    n = HEAD_ROWS if prep.n_rows is None else min(HEAD_ROWS, prep.n_rows)
+    options: dict[str, Any] = {"infer_schema": False, "columns": names, "encoding": "utf8-lossy"}
+    with prep.path.open("rb") as fh:
+        first = fh.read(HEAD_BYTES + 1)
+    whole = len(first) <= HEAD_BYTES
+    try:
+        rows = pl.read_csv(io.BytesIO(first), n_rows=n if whole else n + 1, **options)
+        if whole or rows.height > n:
+            return rows.head(n)
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
+        pass  # cut inside a row that does not parse: read from the file
+    return pl.read_csv(prep.path, n_rows=n, glob=False, **options)
 
 
 def _classify_time(col: Col, present: list[str], head: pl.DataFrame) -> TimeSource:
