@@ -1,12 +1,13 @@
 """A run of one command builds that command's parser only, with the same usage and help, and
-imports nothing of the others (whatif's parser imports the simulator); an online diagnose
-loads its analysis on a thread while the queries are answered."""
+imports nothing of the others (whatif's parser imports the simulator); a diagnose loads its
+analysis on a thread while the queries are answered or the profiler folders read."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,23 @@ def test_online_diagnose_runs_with_the_collector_paused(monkeypatch: pytest.Monk
     code = main(["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "1h"])
     assert code == 4 and seen == [False]
     assert gc.isenabled()
+
+
+def test_offline_diagnose_imports_its_analysis_on_the_import_thread(tmp_path: Path) -> None:
+    """The analysis (numpy and all) is imported by the import thread, started before the
+    profiler folders are read, not by the main thread after them."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "cluster-skew"
+    out = _run(
+        "import sys, threading\n"
+        "seen = {}\n"
+        "class Spy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'skewscope.analysis.diagnose':\n"
+        "            seen[name] = threading.current_thread().name\n"
+        "sys.meta_path.insert(0, Spy())\n"
+        "from skewscope.cli import main\n"
+        f"code = main(['diagnose', {str(example)!r}, '--format', 'json',\n"
+        f"             '-o', {str(tmp_path / 'r.json')!r}])\n"
+        "print(code, seen)"
+    )
+    assert out.split(" ", 1) == ["0", "{'skewscope.analysis.diagnose': 'skewscope-imports'}\n"]

@@ -153,15 +153,13 @@ def run(args: argparse.Namespace) -> int:
     th = common.thresholds_from_args(args)
     online = bool(args.prometheus or args.scrape)
     with common.collector_paused() if online else contextlib.nullcontext():
-        warm = None
-        if online:
-            # polars, numpy and the analysis load while the servers answer the queries
-            warm = common.warm_imports("polars", "skewscope.analysis.diagnose", renderer.module)
+        # polars, numpy and the analysis load on a thread while the servers answer the queries
+        # or the profiler CSVs are read (in polars' threads, the GIL released)
+        warm = common.warm_imports("polars", "skewscope.analysis.diagnose", renderer.module)
         try:
             evidence = load_evidence(args)
         finally:
-            if warm is not None:
-                warm.join()  # never left importing while the process ends
+            warm.join()  # never left importing while the process ends
         from skewscope.analysis.diagnose import diagnose
 
         report = diagnose(evidence, level=args.level, th=th)
