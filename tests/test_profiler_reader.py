@@ -463,3 +463,29 @@ def test_double_quoted_rid_past_the_first_rows_is_read_whole(tmp_path: Path) -> 
     ranks = dict(zip(inst.requests["rid"], inst.requests["dp_rank"], strict=True))
     assert ranks["y"] == 0
     assert [ranks[f"r{i}"] for i in range(4)] == [0, 1, 0, 1]
+
+
+def test_request_without_a_prefill_past_the_first_rows_is_searched(tmp_path: Path) -> None:
+    """A served request whose rid shows no prefill entry past the first rows (only decode
+    entries) is not placed by the prefills the row pass carries: the rows holding its rid are
+    searched once the row table is released, and it is placed where it first appears."""
+    from skewscope.sources.profiler_instance import load_instance
+    from skewscope.sources.profiler_layout import discover_all
+    from skewscope.sources.profiler_read import FULL_PREFIX_ROWS
+
+    steps = []
+    for i in range(2100):  # 4,200 rows with the execution rows
+        rank = i % 2
+        steps.append(Step(T0 + i * 0.01, prof_id=f"ms_service_host-{100 + rank}", dp_rank=rank,
+                          prefill=[f"r{i}"] if i < 40 else [],
+                          decode=["late"] if i in (2095, 2098) else []))
+    assert FULL_PREFIX_ROWS <= 2 * 2095  # its rows are past the rows read whole anyway
+    folder = tmp_path / "i"
+    write_batch(folder / "batch.csv", steps)
+    reqs = [Req("late", T0 + 20.9), Req("never", T0 + 1.0)]
+    write_requests(folder / "request.csv", reqs + [Req(f"r{i}", T0 + i * 0.01) for i in range(40)])
+    inst = load_instance(discover_all([str(folder)])[0])
+    assert inst.requests is not None
+    ranks = dict(zip(inst.requests["rid"], inst.requests["dp_rank"], strict=True))
+    assert (ranks["late"], ranks["never"]) == (1, None)
+    assert [ranks[f"r{i}"] for i in range(4)] == [0, 1, 0, 1]

@@ -4,7 +4,7 @@ One folder per instance (the profiler records no instance identity). The reader 
 stages, each a module with one job and a frozen result:
 
 * ``profiler_read``: an instance folder's CSVs -> tables on the epoch axis (``Read``): headers,
-  cells, bad clocks, time zones; batch.csv streamed in two passes;
+  cells, bad clocks, time zones; batch.csv streamed once (see ``profiler_read.read_batch``);
 * ``profiler_ranks`` and ``profiler_instance``: DP ranks (``RankMap``), request placement by
   res_list rid, and each file's signal rows (``Part``), merged once into an ``Instance``;
 * ``profiler_frame``: the common window grid and the (window x unit) frames.

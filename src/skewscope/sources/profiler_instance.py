@@ -199,7 +199,7 @@ def from_batch(batch: BatchRead, forward: Table | None) -> tuple[Part, RankMap]:
     notes: list[str] = []
     dp_notes: list[str] = []
     found = set(batch.steps.res.raw)
-    first = batch.first_rows
+    first, pending = batch.first_rows, batch.pending
     df = ensure(batch.steps.df, _read_columns(found))
     del batch  # ``df`` is now the only reference to the full row table
     df = df.with_columns(_usage_fraction(df, "kvcache_usage_rate", notes))
@@ -219,6 +219,8 @@ def from_batch(batch: BatchRead, forward: Table | None) -> tuple[Part, RankMap]:
     kv = {sig for sig, col in KV_SOURCE_COLUMNS.items() if col in found}
     busy = _busy(df, rows, forward, procs, has_dp=len(ranks) >= 2)
     del df
+    if pending is not None:  # another read of batch.csv, now that its row table is released
+        first = pending.run()
     # first_rows only holds scheduling rows, as ``rows`` does
     rids = first.join(rows.select(ps.ROW, "dp_rank"), on=ps.ROW, how="inner")
     part = Part(

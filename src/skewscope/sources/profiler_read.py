@@ -7,7 +7,8 @@ signals or windows.
 
 Large batch.csv files are scanned lazily and collected with the streaming engine in small chunks;
 res_list strings are only ever touched by vectorised regex (never ``ast.literal_eval`` per row)
-and never kept: the rid -> first row reduction runs inside the stream (see ``read_batch``).
+and never kept: the rows carry only their prefill matches, or the rid -> first row reduction
+runs inside a stream of its own (see ``read_batch``).
 """
 
 from __future__ import annotations
@@ -133,10 +134,12 @@ def read_simple(path: Path, schema: ps.FileSchema, notes: list[str]) -> Table:
 
 @dataclass(frozen=True)
 class BatchRead:
-    """batch.csv: every row's canonical columns, and where each rid was first scheduled."""
+    """batch.csv: every row's canonical columns, and where each rid was first scheduled
+    (``first_rows``, completed by ``pending`` when another read of the file is left to do)."""
 
     steps: Table
     first_rows: pl.DataFrame  # rid, _row of the scheduling row where it first appears
+    pending: RidSearch | None = None
 
 
 def first_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -285,29 +288,46 @@ def carries_matches(requests: pl.DataFrame) -> bool:
     return not (requests["ttft_ms"].fill_null(0.0) <= 0.0).any()
 
 
-def _rid_pass(
-    path: Path,
-    prep: ps.Prepared,
-    res: ps.Resolved,
-    requests: pl.DataFrame,
-    carried: pl.DataFrame | None = None,
-) -> pl.DataFrame:
-    """rid -> first scheduling row, as reading every entry gives it, for placing ``requests``.
+@dataclass(frozen=True)
+class RidSearch:
+    """The rest of the prefill rid pass (``prefill_first_rows`` then ``fill_missing``), each
+    a read of batch.csv: the prefill pass itself unless the row pass carried it (``first``),
+    every entry when no prefill is found, the rows holding a request the prefills left
+    unplaced. ``profiler_instance.from_batch`` runs it once the instance's full row table is
+    released, so the read's chunks do not come on top of that table."""
 
-    When ``carries_matches``, the prefills are read (``prefill_first_rows``, from the row
-    pass's ``carried`` matches when given) and the rows holding a request they missed searched
-    (``fill_missing``): a third less CPU than reading every entry on vLLM-sized res_lists
-    (0.38 vs 0.57 s for a 222 MB batch.csv in a pass of its own). Otherwise every entry is read
+    path: Path
+    prep: ps.Prepared
+    res: ps.Resolved
+    first: pl.DataFrame | None  # the carried prefills reduced (``first_rows_of``), if usable
+    request_rids: pl.Series
+
+    def run(self) -> pl.DataFrame:
+        """rid -> first scheduling row, as reading every entry gives it."""
+        with pv.guard(self.path):  # any parser failure: one line naming file and line
+            first = self.first
+            if first is None:
+                first = _collect(self.path, prefill_first_rows(ps.scan(self.prep, self.res)))
+            if first.is_empty():  # no prefill at all: whether any rid is there, every entry
+                return _collect(self.path, first_rows(ps.scan(self.prep, self.res)))
+            return fill_missing(self.path, ps.scan(self.prep, self.res), first,
+                                self.request_rids)
+
+
+def _rid_pass(
+    path: Path, prep: ps.Prepared, res: ps.Resolved, requests: pl.DataFrame
+) -> pl.DataFrame:
+    """rid -> first scheduling row, as reading every entry gives it, for placing ``requests``,
+    in passes of their own (the row pass does not carry the matches).
+
+    When ``carries_matches``, the prefills are read and the rows holding a request they missed
+    searched (``RidSearch``): a third less CPU than reading every entry on vLLM-sized
+    res_lists (0.38 vs 0.57 s for a 222 MB batch.csv). Otherwise every entry is read
     (``first_rows``).
     """
     if not carries_matches(requests):
         return _collect(path, first_rows(ps.scan(prep, res)))
-    first = first_rows_of(carried) if carried is not None else None
-    if first is None:
-        first = _collect(path, prefill_first_rows(ps.scan(prep, res)))
-    if first.is_empty():  # no prefill at all: whether any rid is there is told by every entry
-        return _collect(path, first_rows(ps.scan(prep, res)))
-    return fill_missing(path, ps.scan(prep, res), first, requests["rid"])
+    return RidSearch(path, prep, res, None, requests["rid"]).run()
 
 
 def _unread_columns(res: ps.Resolved) -> list[str]:
@@ -326,11 +346,11 @@ def read_batch(path: Path, notes: list[str], requests: pl.DataFrame | None = Non
     none: no reduction), see ``_rid_pass``.
 
     The reduction's matches ride in the row pass when they are few (``carries_matches``:
-    the prefills, ``carried_matches``), and are reduced after it. Otherwise (every entry read,
-    or a typed read that failed) the reduction is a streamed pass of its own before the rows
-    (``first_rows``), whose output is small: every row's rid list carried to the end of one
-    query would hold about the file's size, and one scan shared by two queries buffers the
-    chunks of the faster one.
+    the prefills, ``carried_matches``), and are reduced after it; a further read it needs
+    (``RidSearch``) is left to ``pending``. Otherwise (every entry read, or a typed read that
+    failed) the reduction is a streamed pass of its own before the rows (``first_rows``), whose
+    output is small: every row's rid list carried to the end of one query would hold about the
+    file's size, and one scan shared by two queries buffers the chunks of the faster one.
     """
     prep, res = _open(path, ps.BATCH, notes)
     placed = requests if "res_list" in res.raw else None  # the requests to place, if any
@@ -349,11 +369,18 @@ def read_batch(path: Path, notes: list[str], requests: pl.DataFrame | None = Non
             rids, carry = _rid_pass(path, prep, res, placed), False
         untyped = _rows(ps.scan(prep, res), res)
         rows = _collect(path, untyped.drop(unread))  # the ``_bad`` marker checked them
+    pending = None
     if placed is not None and carry:
         carried, rows = rows.select(ps.ROW, MATCH, QUOTED), rows.drop(MATCH, QUOTED)
-        rids = _rid_pass(path, prep, res, placed, carried)
+        first = first_rows_of(carried)
         del carried
-    return BatchRead(_table(prep, res, rows, notes), rids)
+        if first is not None and not first.is_empty() and missing_keys(
+            placed["rid"], first
+        ).is_empty():
+            rids = first  # the usual case: every request placed by the prefills
+        else:
+            pending = RidSearch(path, prep, res, first, placed["rid"])
+    return BatchRead(_table(prep, res, rows, notes), rids, pending)
 
 
 def _rows(lf: pl.LazyFrame, res: ps.Resolved, carry: bool = False) -> pl.LazyFrame:
