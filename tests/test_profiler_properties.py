@@ -159,24 +159,23 @@ def scheduled_fleets(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[
     return batch, ranks, requests
 
 
+def _fleet(cells: list[str], ranks: list[int], requests: list[str]
+           ) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """An explicit ``scheduled_fleets`` example: scheduling rows' res_lists on their ranks."""
+    batch = pl.DataFrame({"name": ["batchFrameworkProcessing"] * len(cells), "res_list": cells})
+    rows = pl.DataFrame({ps.ROW: range(len(ranks)), "dp_rank": ranks},
+                        schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64})
+    return batch, rows, requests
+
+
+# a double-quoted rid holding text that reads like another rid's prefill
+FAKE_PREFILL = repr([{"rid": "x', 'rid': 'y', 'iter': 0, 'z", "iter": 4}])
+
+
 @given(scheduled_fleets(), st.integers(0, 6))
 @example(  # a request whose only entries were written iter-first: the search finds it
-    (pl.DataFrame({"name": ["batchFrameworkProcessing"] * 2,
-                   "res_list": ["[{'iter': 3, 'rid': 'a'}]", "[{'rid': 'b', 'iter': 0}]"]}),
-     pl.DataFrame({ps.ROW: [0, 1], "dp_rank": [1, 0]},
-                  schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64}),
-     ["a", "b"]),
-    0,
-)
-@example(  # a double-quoted rid holding text that reads like another rid's prefill
-    (pl.DataFrame({"name": ["batchFrameworkProcessing"] * 2,
-                   "res_list": [repr([{"rid": "x', 'rid': 'y', 'iter': 0, 'z", "iter": 4}]),
-                                "[{'rid': 'y', 'iter': 0}]"]}),
-     pl.DataFrame({ps.ROW: [0, 1], "dp_rank": [1, 0]},
-                  schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64}),
-     ["y"]),
-    0,
-)
+    _fleet(["[{'iter': 3, 'rid': 'a'}]", "[{'rid': 'b', 'iter': 0}]"], [1, 0], ["a", "b"]), 0)
+@example(_fleet([FAKE_PREFILL, "[{'rid': 'y', 'iter': 0}]"], [1, 0], ["y"]), 0)
 @settings(max_examples=300, deadline=None)
 def test_prefill_placement_equals_reading_every_entry(
     fleet: tuple[pl.DataFrame, pl.DataFrame, list[str]], prefix_rows: int
@@ -197,15 +196,7 @@ def test_prefill_placement_equals_reading_every_entry(
 
 
 @given(scheduled_fleets(), st.integers(0, 6))
-@example(  # a double-quoted rid past the first rows holding text that reads like a prefill
-    (pl.DataFrame({"name": ["batchFrameworkProcessing"] * 2,
-                   "res_list": ["[{'rid': 'y', 'iter': 0}]",
-                                repr([{"rid": "x', 'rid': 'y', 'iter': 0, 'z", "iter": 4}])]}),
-     pl.DataFrame({ps.ROW: [0, 1], "dp_rank": [1, 0]},
-                  schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64}),
-     ["y"]),
-    1,
-)
+@example(_fleet(["[{'rid': 'y', 'iter': 0}]", FAKE_PREFILL], [1, 0], ["y"]), 1)  # past row 1
 @settings(max_examples=300, deadline=None)
 def test_carried_matches_reduce_to_the_prefill_pass(
     fleet: tuple[pl.DataFrame, pl.DataFrame, list[str]], prefix_rows: int
