@@ -70,6 +70,24 @@ def test_collector_paused_restores_the_collector_state() -> None:
         gc.enable()
 
 
+def test_cycles_made_while_paused_are_collected_afterwards() -> None:
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    with common.collector_paused():
+        node = Node()
+        node.self = node  # type: ignore[attr-defined]
+        alive = weakref.ref(node)
+        del node
+    assert alive() is not None  # a cycle: reference counting alone does not free it
+    assert gc.get_freeze_count() == 0  # nothing is left frozen for good
+    gc.collect()
+    assert alive() is None
+
+
 def test_online_diagnose_runs_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
     import gc
 

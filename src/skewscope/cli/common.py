@@ -144,15 +144,21 @@ def collector_paused() -> Iterator[None]:
 
     Decoding the servers' answers allocates a million short-lived containers (JSON points, value
     table keys) and makes no reference cycles; the collector's full passes over the growing
-    heap took ~0.2 CPU s of diagnose's ~1.0 on the 1,024-unit fleet (docs/performance.md) and
+    heap took ~0.3 CPU s of diagnose's ~1.2 on the 1,024-unit fleet (docs/performance.md) and
     collected nothing. Objects are still freed by reference counting; the collector runs again
-    once the block ends (if it was on).
+    once the block ends (if it was on). The block's survivors (mostly the modules imported on
+    the warm-up thread) are moved to the oldest generation first (``freeze`` + ``unfreeze``:
+    nothing stays frozen), so the first pass afterwards does not walk them (~40 ms); any cycle
+    among them is found by the next full pass.
     """
     was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if gc.get_freeze_count() == 0:  # (objects another caller froze stay frozen)
+            gc.freeze()  # the survivors (the imported modules, mostly) join the oldest generation
+            gc.unfreeze()
         if was_on:
             gc.enable()
 
