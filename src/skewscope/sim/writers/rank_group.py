@@ -166,9 +166,7 @@ class _GroupSteps:
     def feed(self, rank: I64, rows: F64, upto: float) -> StepEvents:
         """Hold the new ``rows`` (engine step rows, ``rank.STEP_FIELDS``, of ranks ``rank``,
         in the engine's order) and give the step events in (last ``upto``, ``upto``]."""
-        self._trim()
-        if len(rows):
-            self._append(rank, rows)
+        self._append(self._keep(), rank, rows)
         c, r, before = self.col, self.rank, self.upto
         start, end = c["start"], c["end"]
         p0, p1 = np.searchsorted(start, [before, upto], side="right").tolist()
@@ -180,11 +178,28 @@ class _GroupSteps:
                           c["prefill"][ended], c["batch"][ended], c["waiting"][ended],
                           r[p0:p1], start[p0:p1], c["preempted"][p0:p1])
 
-    def _append(self, rank: I64, rows: F64) -> None:
-        start, end = rows[:, 1] + START_S, rows[:, 2] + START_S  # epoch s, as the table's
-        new = {"start": start, "end": end, "used": rows[:, 8], "preempted": rows[:, 11],
-               "decode": rows[:, 4], "prefill": rows[:, 5], "batch": rows[:, 3] + rows[:, 4],
-               "waiting": rows[:, 7]}
+    def _append(self, keep: NDArray[np.bool_] | None, rank: I64, rows: F64) -> None:
+        """The held steps ``keep`` (None: all) and the new ``rows``, each column written once
+        into its new array."""
+        h = len(self.rank) if keep is None else int(np.count_nonzero(keep))
+        col = {k: np.empty(h + len(rows)) for k in self._FIELDS}
+        for k, v in self.col.items():
+            if keep is None:
+                col[k][:h] = v
+            else:
+                np.compress(keep, v, out=col[k][:h])
+        held_rank = self.rank if keep is None else self.rank[keep]
+        self.rank, self.col = np.concatenate([held_rank, rank]), col
+        if not len(rows):
+            return
+        new = {k: c[h:] for k, c in col.items()}  # views
+        start, end = new["start"], new["end"]
+        np.add(rows[:, 1], START_S, out=start)  # epoch s, as the table's
+        np.add(rows[:, 2], START_S, out=end)
+        np.add(rows[:, 3], rows[:, 4], out=new["batch"])
+        for name, f in (("used", 8), ("preempted", 11), ("decode", 4), ("prefill", 5),
+                        ("waiting", 7)):
+            new[name][:] = rows[:, f]
         # rank by rank (time order within): the previous step's end, the busy time before
         order = np.argsort(rank.astype(np.int16), kind="stable")
         fed = np.bincount(rank, minlength=self.n)
@@ -192,35 +207,30 @@ class _GroupSteps:
         end_r, dur_r = end[order], (end - start)[order]
         prev_r, done_r = np.empty(len(rows)), np.empty(len(rows))
         prev_r[1:] = end_r[:-1]
-        for k in np.flatnonzero(fed).tolist():
-            a, b = int(off[k]), int(off[k + 1])
-            prev_r[a] = self.last_end[k]
-            self.last_end[k] = end_r[b - 1]
+        for r in np.flatnonzero(fed).tolist():
+            a, b = int(off[r]), int(off[r + 1])
+            prev_r[a] = self.last_end[r]
+            self.last_end[r] = end_r[b - 1]
             seg = dur_r[a:b].copy()
-            seg[0] += self.done_last[k]
+            seg[0] += self.done_last[r]
             cum = np.cumsum(seg)  # as RankModel's cumsum from its last busy time
-            done_r[a] = self.done_last[k]
+            done_r[a] = self.done_last[r]
             done_r[a + 1:b] = cum[:-1]
-            self.done_last[k] = cum[-1]
-        new["prev"], new["done"] = np.empty(len(rows)), np.empty(len(rows))
+            self.done_last[r] = cum[-1]
         new["prev"][order], new["done"][order] = prev_r, done_r
-        self.rank = np.concatenate([self.rank, rank])
-        self.col = {k: np.concatenate([self.col[k], new[k]]) for k in self._FIELDS}
 
-    def _trim(self) -> None:
-        """Drop the steps no later query reads (``RankModel._trim``): counted, ended
-        ``DEVICE_AVERAGE_S`` (and a second) before the last ``upto``, and not the last step
-        its rank started by then."""
+    def _keep(self) -> NDArray[np.bool_] | None:
+        """The held steps a later query still reads (None: all), as ``RankModel._trim``
+        keeps them: all but those counted, ended ``DEVICE_AVERAGE_S`` (and a second) before
+        the last ``upto`` and not the last step their rank started by then."""
         if not np.isfinite(self.upto) or not len(self.rank):
-            return
+            return None
         drop = self.col["end"] <= self.upto - DEVICE_AVERAGE_S - 1.0
         if not drop.any():
-            return
+            return None
         last = self._last_started(np.array([self.upto]))[:, 0]
         drop[last[last >= 0]] = False
-        keep = ~drop
-        self.rank = self.rank[keep]
-        self.col = {k: v[keep] for k, v in self.col.items()}
+        return ~drop
 
     def _count(self, times: F64, t: F64) -> I64:
         """[rank, time]: held steps of each rank whose ``times`` are at or before each of t."""
