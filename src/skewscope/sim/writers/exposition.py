@@ -129,7 +129,7 @@ COUNTERS = ("arrived", "scheduled", "finished", "prompt_tokens", "generation_tok
 HISTOGRAMS = ("ttft", "e2e", "queue", "queue_at_schedule", "tpot", "request_prompt_tokens",
               "request_generation_tokens", "input_tokens", "itl", "iteration_tokens",
               "batch_size", "waiting_batch_size")
-# step columns a rank model reads (``feed_steps``), in this order
+# step columns a rank model reads (``_feed_steps``), in this order
 STEP_COLUMNS = ("start_s", "end_s", "decode_tokens", "preempted", "prefill_tokens",
                 "batch_size", "waiting", "used_blocks")
 
@@ -268,15 +268,15 @@ class RankModel:
     def feed(self, req: RequestEvents, steps: F64, upto: float) -> None:
         """Count the requests' events given now and the new steps' (rows of
         ``STEP_COLUMNS``, the rank's next steps in time order) up to ``upto``."""
-        sev = self.feed_steps(steps, upto)
+        sev = self._feed_steps(steps, upto)
         for role, (_r, t, w) in counter_feeds(req, sev).items():
             self.counters[role].feed(t, w)
         for role, (_r, t, v, w) in hist_feeds(req, sev).items():
             self.hists[role].feed(t, v, w)
 
-    def feed_steps(self, steps: F64, upto: float, rank: int = 0) -> StepEvents:
+    def _feed_steps(self, steps: F64, upto: float) -> StepEvents:
         """Hold the new steps (what the gauges read) and give the step events up to ``upto``
-        not counted yet (``rank``: their rank id, for a group's counting)."""
+        not counted yet (all of this one rank: rank id 0)."""
         self._trim()
         self.upto = upto
         if len(steps):
@@ -291,9 +291,9 @@ class RankModel:
         self.step_start, self.step_end, self.step_used = start, end, h[:, 7]
         ended = h[e0:e1]
         prev = np.concatenate([[self._prev_end], end[:-1]])[e0:e1]
-        return StepEvents(np.full(e1 - e0, rank), ended[:, 1], prev, ended[:, 2], ended[:, 4],
-                          ended[:, 5], ended[:, 6], np.full(s1 - s0, rank), start[s0:s1],
-                          h[s0:s1, 3])
+        return StepEvents(np.zeros(e1 - e0, np.int64), ended[:, 1], prev, ended[:, 2],
+                          ended[:, 4], ended[:, 5], ended[:, 6], np.zeros(s1 - s0, np.int64),
+                          start[s0:s1], h[s0:s1, 3])
 
     def _trim(self) -> None:
         """Drop held steps no later query reads: counted, ended ``DEVICE_AVERAGE_S`` (and a
