@@ -111,7 +111,11 @@ class PromClient:
 
     def get(self, path: str, params: Mapping[str, Any]) -> Any:
         """GET an API path and return ``data``; API warnings are collected in ``warnings``."""
-        data, warnings = decode_envelope(self._send(path, params), self.where)
+        return self._data(self._send(path, params))
+
+    def _data(self, fetched: Fetched) -> Any:
+        """An answer's ``data`` (its API warnings collected in ``warnings``)."""
+        data, warnings = decode_envelope(fetched, self.where)
         self.warnings.extend(warnings)
         return data
 
@@ -148,9 +152,7 @@ class PromClient:
             series = decode_range(fetched.body, self._labels)
             if series is not None:
                 return series
-        data, warnings = decode_envelope(fetched, self.where)
-        self.warnings.extend(warnings)
-        return decode_matrix(data, self.where)
+        return decode_matrix(self._data(fetched), self.where)
 
 
 def decode_names(data: Any, where: str) -> list[str]:
