@@ -253,7 +253,19 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
     (g,) = diagnose_frame(UnitFrame(df=local, level=Level.INSTANCE, window_s=10.0,
                                     source="profiler")).findings
     assert g.evidence["kv_exhausted"] is True
-    assert g.root_causes[0].key == "kv_exhaustion"
+    # a full pool while nothing queues or is preempted is what the extra requests do to it:
+    # the routing cause is ranked first, KV exhaustion after it as their consequence
+    assert [c.key for c in g.root_causes] == ["routing_weights", "sticky_sessions",
+                                              "kv_exhaustion"]
+    assert g.facts.kv_consequence  # type: ignore[union-attr]
+    # the same unit preempting cannot admit its work: then throttling it comes first
+    preempting = local.with_columns(
+        pl.when(pl.col("unit") == "c").then(2.0).otherwise(0.0).alias("preemptions"))
+    p, kv = diagnose_frame(UnitFrame(df=preempting, level=Level.INSTANCE, window_s=10.0,
+                                     source="profiler")).findings
+    assert kv.kind == "kv_shortage"
+    assert p.root_causes[0].key == "kv_exhaustion"
+    assert not p.facts.kv_consequence  # type: ignore[union-attr]
     # peers touching 92% in one window each is a spike, not a service short of KV (their peak
     # median is 92%; the kv-exhaustion scenario's seed 8 was missed this way)
     w = frame.df["window_start_s"].unique().sort()

@@ -335,7 +335,7 @@ ROOT_CAUSES: dict[str, RootCause] = {
             "kv_exhaustion",
             "The hot unit is running out of KV-cache blocks",
             (
-                "Throttle or shift traffic away from the hot unit first.",
+                "Throttle or shift traffic away from the hot unit until its KV cache has room.",
                 "Then tune max concurrency, length limits or KV capacity (KV block shortage case).",
             ),
         ),

@@ -145,9 +145,23 @@ def _causes(r: HotResult, level: Level) -> list[str]:
         causes += [c for c in _kind_causes(r.cls.secondary_kind, level) if c not in causes]
     first, _ = device_causes(r.cls.kind, r.dev, r.imp)
     causes = [*first, *(c for c in causes if c not in first)]
-    if r.imp.kv_exhausted:
+    if kv_blocks_admission(r):
         causes.insert(0, "kv_exhaustion")
+    elif r.imp.kv_exhausted:
+        causes.append("kv_exhaustion")
     return causes
+
+
+def kv_blocks_admission(r: HotResult) -> bool:
+    """KV exhaustion is the cause to act on first ("throttle traffic first") only when the unit
+    cannot admit its work: it preempts, its queue grows (``queue_growth_per_window``) or its
+    batch sits at a ceiling while requests wait (``saturated_*``). A full KV pool with an
+    empty queue and no preemption is what the heavier or extra requests do to it: a
+    consequence of the weight or dispatch cause, ranked after it."""
+    admission = {"preemptions", "batch_at_ceiling", "waiting_grows_running_flat"}
+    return r.imp.kv_exhausted and bool(
+        r.imp.queue_growing or admission & set(r.kv.keys)
+        or r.hot.get("preemptions", 0.0) > 0)
 
 
 def _kind_causes(kind: str | None, level: Level) -> list[str]:
@@ -263,6 +277,7 @@ def hot_facts(r: HotResult, th: Thresholds) -> HotFacts:
         bounded=tuple(_compared(r, k) for k in TAIL_METRICS
                       if k in r.hot_bounds or k in r.ref_bounds),
         kv_exhausted=r.imp.kv_exhausted,
+        kv_consequence=r.imp.kv_exhausted and not kv_blocks_admission(r),
         saturation=_saturation(r),
         widening=r.trend.widening,
         device=device_causes(c.kind, r.dev, r.imp)[1],

@@ -87,6 +87,9 @@ class HotFacts:
     device: DeviceFacts | None
     kv_shortage: bool  # a kv_shortage finding follows
     resource: tuple[Note, ...] = ()  # step 4's resource observations
+    # KV near exhaustion while the unit still admits its work (no queue growth, no preemption,
+    # no batch ceiling): a consequence of its load, ranked after the load's cause
+    kv_consequence: bool = False
 
     type = "hot"
 

@@ -164,7 +164,10 @@ def hot_summary(h: HotFacts) -> str:
                      + ", ".join(map(_compared, h.bounded)) + ".")
     elif not h.hurting:
         parts.append("No measurable queueing or latency impact yet.")
-    if h.kv_exhausted:
+    if h.kv_exhausted and h.kv_consequence:
+        parts.append("Its KV cache is near exhaustion, yet its queue does not grow and nothing "
+                     "is preempted: a consequence of its load, not the cause to act on first.")
+    elif h.kv_exhausted:
         parts.append("Its KV cache is near exhaustion.")
     if h.saturation is not None:
         parts.append(saturation_sentence(h))
