@@ -12,13 +12,20 @@ Names (a contract, docs/monitoring.md):
 - ``skewscope_last_run_timestamp_seconds``: end of the latest good run;
 - ``skewscope_run_duration_seconds``: wall time of the latest run, good or not;
 - ``skewscope_run_errors_total{reason}``: failed or partial runs by reason.
+
+Beside ``/metrics`` the server answers the probes a platform deploys it with (docs/deploy.md):
+``/healthz`` (200 while the process serves) and ``/readyz`` (200 once a first good report
+exists, 503 with the reason before: warming up, or the last error).
 """
 
 from __future__ import annotations
 
 import math
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -111,15 +118,57 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def readiness(st: WatchStatus) -> tuple[bool, str]:
+    """Ready once a good report exists: a platform routes scrapes to it only then."""
+    if st.report is not None:
+        return True, "ready"
+    if st.last_error:
+        return False, f"not ready: no good report yet; last error: {st.last_error}"
+    return False, f"not ready: {st.warming_up or 'the first run has not finished'}"
+
+
+def _app(status: Callable[[], WatchStatus], registry: CollectorRegistry) -> Any:
+    """WSGI: the probes by path, everything else the Prometheus exposition."""
+    from prometheus_client import make_wsgi_app
+
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if path not in PROBES:
+            return metrics(environ, start_response)
+        ok, text = (True, "ok") if path == "/healthz" else readiness(status())
+        start_response("200 OK" if ok else "503 Service Unavailable",
+                       [("Content-Type", "text/plain; charset=utf-8")])
+        return [(text + "\n").encode()]
+
+    return app
+
+
+PROBES = ("/healthz", "/readyz")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Probes every few seconds would flood the watch log."""
+
+
 def serve(status: Callable[[], WatchStatus], listen: str) -> tuple[Any, str]:
     """Start the exporter thread; (server, URL of /metrics). ``server.shutdown()`` stops it."""
-    from prometheus_client import start_http_server
+    from prometheus_client.exposition import ThreadingWSGIServer
 
     host, port = parse_listen(listen)
     registry = CollectorRegistry()
     registry.register(ReportCollector(status))
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = make_server(host, port, _app(status, registry), Server,
+                             handler_class=_QuietHandler)
+        threading.Thread(target=server.serve_forever, daemon=True,
+                         name="skewscope-exporter").start()
     except OSError as e:
         raise UsageError(f"--listen {listen}: cannot listen ({e.strerror or e})") from None
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
