@@ -1,11 +1,14 @@
 """Atomic writes: a failed or interrupted write leaves no truncated file or half-written folder
-behind — the target is either untouched or complete."""
+behind — the target is either untouched or complete. A target that is a device or a FIFO
+(``-o /dev/stdout``, ``/dev/null``) is written in place: renaming onto it would replace the
+device with a regular file."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +36,9 @@ def _atomic(path: str | Path) -> Iterator[int]:
     ends without an exception (and removed when it raises or is interrupted). The caller
     closes the descriptor inside the block."""
     target = Path(path)
+    if is_special(target):
+        yield os.open(target, os.O_WRONLY)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
@@ -42,6 +48,16 @@ def _atomic(path: str | Path) -> Iterator[int]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def is_special(path: Path) -> bool:
+    """An existing file that is neither a regular file nor a folder (a device, a FIFO, a
+    socket): writing into it overwrites nothing."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def _umask() -> int:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from skewscope import __version__
-from skewscope.errors import SkewscopeError, one_line
+from skewscope.errors import SkewscopeError, UsageError, one_line
 
 COMMANDS: tuple[str, ...] = (
     "diagnose", "compare", "simulate", "watch", "history", "whatif", "rules", "dashboard",
@@ -37,6 +37,30 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every way it can end is an exit code here (cli/streams.py): a
+    SkewscopeError one line and its code, Ctrl-C 130, SIGTERM 143, a closed stdout pipe 141
+    quietly, a stream that cannot be written (a full disk) one line and 2."""
+    from skewscope.cli import streams
+
+    try:
+        with streams.guarded():
+            return _run(argv)
+    except streams.StreamFailed as e:
+        streams.silence(e.name)
+        if e.closed_pipe:
+            return streams.CLOSED_PIPE_EXIT
+        if e.name == "stdout":
+            streams.say(f"skewscope: error: stdout: cannot write ({e.error.strerror or e.error})")
+        return UsageError.exit_code
+    except KeyboardInterrupt:
+        streams.say("skewscope: interrupted")
+        return 130
+    except streams.Terminated:
+        streams.say("skewscope: terminated")
+        return streams.TERMINATED_EXIT
+
+
+def _run(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     try:
@@ -50,6 +74,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"skewscope: error: {one_line(scrub(str(e)))}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("skewscope: interrupted", file=sys.stderr)
-        return 130

@@ -423,8 +423,20 @@ def pick_renderer(args: argparse.Namespace) -> Renderer:
 
 def check_output(args: argparse.Namespace) -> None:
     """Refuse to overwrite before any work is done, not after a long run."""
-    if args.output and Path(args.output).exists() and not args.force:
-        raise UsageError(f"-o {args.output}: file exists (use --force to overwrite)")
+    if args.output:
+        refuse_overwrite(args.output, "-o", args.force)
+
+
+def refuse_overwrite(path: str, option: str, force: bool) -> None:
+    """A UsageError when ``path`` is a folder, or an existing file without ``force``; a device
+    or FIFO (/dev/stdout, /dev/null) is written into, which overwrites nothing."""
+    from skewscope.atomic import is_special
+
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{option} {path}: is a folder, expected a file")
+    if target.exists() and not force and not is_special(target):
+        raise UsageError(f"{option} {path}: file exists (use --force to overwrite)")
 
 
 def emit_report(report: Report | Comparison, args: argparse.Namespace) -> None:
@@ -441,8 +453,7 @@ def emit_report(report: Report | Comparison, args: argparse.Namespace) -> None:
 def write_output(output: str, text: str, force: bool) -> None:
     from skewscope.atomic import write_text_atomic
 
-    if Path(output).exists() and not force:
-        raise UsageError(f"-o {output}: file exists (use --force to overwrite)")
+    refuse_overwrite(output, "-o", force)
     try:
         write_text_atomic(output, text)
     except OSError as e:
