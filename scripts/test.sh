@@ -5,16 +5,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for bin in prometheus promtool victoria-metrics chromium nginx; do
+for bin in prometheus promtool victoria-metrics chromium nginx prometheus-alertmanager amtool; do
   command -v "$bin" >/dev/null 2>&1 || need+=("$bin")
 done
 # PostgreSQL (watch --save postgresql://...): the tests run initdb/pg_ctl from its bin dir
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
-  echo "installing Debian packages: prometheus victoria-metrics postgresql chromium nginx"
+  echo "installing Debian packages: prometheus victoria-metrics postgresql chromium nginx" \
+    "prometheus-alertmanager"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    prometheus victoria-metrics postgresql chromium fonts-dejavu-core nginx >/dev/null
+    prometheus victoria-metrics postgresql chromium fonts-dejavu-core nginx \
+    prometheus-alertmanager >/dev/null
 fi
 python3 -m pip install -q -e ".[test]"
 ruff check .
