@@ -38,8 +38,17 @@ def test_bundled_example_matches_its_truth(capsys: pytest.CaptureFixture[str]) -
     assert doc["verdict"] == truth["verdict"]
     assert doc["hot_units"] == truth["hot_units"]
     assert doc["findings"][0]["kind"] == truth["kind"]
-    (drill,) = doc["drilldown"]
-    assert drill["hot_units"] == ["inst-1/dp0"]
+    # every dispatcher weights dp0 1.7 vs 1 (truth.meta): inst-1's ranks are judged alone,
+    # inst-0's and inst-2's (82 requests each, under min_requests_total) together, and dp0 hot
+    # in all three is the fleet-wide pattern
+    assert truth["meta"]["dispatcher_policy"] == "weighted(1.7,1)"
+    assert [d["hot_units"] for d in doc["drilldown"]] == [["inst-1/dp0"],
+                                                          ["inst-0/dp0", "inst-2/dp0"]]
+    assert doc["drilldown"][1]["note_facts"][0]["code"] == "dp_pooled"
+    (fleet,) = [f for f in doc["findings"] if "fleet_dp_pattern" in f["evidence"]]
+    assert fleet["evidence"]["fleet_dp_pattern"]["instances"] == ["inst-0", "inst-1", "inst-2"]
+    assert fleet["units"] == ["inst-0/dp0", "inst-1/dp0", "inst-2/dp0"]
+    assert [c["key"] for c in fleet["root_causes"]] == ["dp_dispatch"]
 
 
 def test_output_format_follows_the_extension_and_refuses_to_overwrite(
@@ -145,3 +154,20 @@ def test_glob_characters_in_folder_names_are_plain_text(
     assert main(["diagnose", str(root), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["hot_units"] == [f"{u}[x]" for u in truth["hot_units"]]
+
+
+def test_auto_says_why_a_drill_was_not_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A drill-down the gates refuse is never dropped silently: with 5 requests per rank and
+    window required, inst-0's ranks (82 requests) are the only ones too quiet to judge, and
+    alone they cannot be judged with another instance's ranks either."""
+    cfg = tmp_path / "th.toml"
+    cfg.write_text("[thresholds]\nmin_requests_per_window = 5.0\n")
+    assert main(["diagnose", str(EXAMPLE), "--config", str(cfg), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["hot_units"] for d in doc["drilldown"]] == [["inst-1/dp0"]]
+    (note,) = [n for n in doc["note_facts"] if n["code"] == "dp_not_judged"]
+    assert note["instance"] == "inst-0" and note["reason"]["code"] == "near_idle"
+    said = "DP ranks inside inst-0 not judged: near-idle service: 82 requests"
+    assert any(n.startswith(said) for n in doc["notes"])

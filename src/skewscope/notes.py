@@ -53,6 +53,8 @@ class NoteCode(StrEnum):
     SKEW_NOT_JUDGED = "skew_not_judged"  # stalled units found, the rest not judged: {reason}
     DP_SIZES = "dp_sizes"  # {sizes: {instance: ranks}}
     DP_WITHIN_INSTANCES = "dp_within_instances"  # instances balanced, ranks judged inside
+    DP_POOLED = "dp_pooled"  # {instances, min_requests}: too quiet alone, ranks judged together
+    DP_NOT_JUDGED = "dp_not_judged"  # {instance, reason}: an auto drill-down's gate said no
     COLD_MINORITY = "cold_minority"  # {units}: most run hot, judged against these
     WEIGHT_BY_CHANCE = "weight_by_chance"  # {unit, input_ratio, output_ratio, p_value}
     UNEXPLAINED_PRESSURE = "unexplained_pressure"  # {units}

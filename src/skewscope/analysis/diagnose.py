@@ -89,14 +89,63 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     drills = [(i, drill(i, i in top.hot_units)) for i in parts]
     drills = [(i, d if i in top.hot_units or d.verdict != "imbalanced" else drill(i, True))
               for i, d in drills]
+    pooled, pool_notes = _pool_quiet_drills(drills, parts, whole, columns, unplaced, th)
+    if pooled is not None:
+        small = {u.instance for u in pooled.units}
+        drills = [(i, d) for i, d in drills if i not in small]
     kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == "imbalanced")
+    if pooled is not None and (pooled.verdict == "imbalanced"
+                               or {u.instance for u in pooled.units} & set(top.hot_units)):
+        kept = (*kept, pooled)
+    judged = [d for _, d in drills] + ([pooled] if pooled is not None else [])
     patterns = fleet_dp_patterns(
-        [f for _, d in drills for f in d.findings],
-        [u for _, d in drills for u in d.units],
+        [f for d in judged for f in d.findings],
+        [u for d in judged for u in d.units],
         len(multi),
         th,
     )
-    return replace(top, drilldown=kept, findings=(*top.findings, *patterns))
+    return replace(top, drilldown=kept, findings=(*top.findings, *patterns),
+                   notes=(*top.notes, *pool_notes))
+
+
+def _pool_quiet_drills(
+    drills: list[tuple[str, Report]],
+    parts: dict[str, UnitFrame],
+    whole: SignalMatrix,
+    columns: dict[str, list[int]],
+    unplaced: dict[str, float],
+    th: Thresholds,
+) -> tuple[Report | None, tuple[Note, ...]]:
+    """The drills too quiet to judge alone (the ``min_requests_total`` gate) judged together as
+    ``--level dp`` judges them, each rank still against its own instance's siblings: the gate
+    asks whether the service is busy enough to call imbalanced, and the ranks of several
+    small instances together are (the bundled example's dp0 is hot in all three instances,
+    two of which have 82 requests each). Every drill that stays unjudged gets a note why.
+    Returns the pooled report (None when fewer than two drills are that quiet) and the notes."""
+    import polars as pl
+
+    quiet = [i for i, d in drills if _not_judged(d) == NoteCode.NEAR_IDLE]
+    pooled = None
+    if len(quiet) >= 2:
+        frame = replace(parts[quiet[0]], df=pl.concat([parts[i].df for i in quiet]))
+        cols = [j for i in quiet for j in columns.get(i, [])]
+        windows = frame.df["window_start_s"].unique().to_numpy()
+        pooled = diagnose_frame(
+            frame, th, unplaced=unplaced, matrix=sub_matrix(whole, cols, windows),
+            extra_notes=(Note(NoteCode.DP_POOLED, {"instances": quiet,
+                                                   "min_requests": th.min_requests_total}),))
+        if _not_judged(pooled) is None:
+            drills = [(i, d) for i, d in drills if i not in quiet]
+    notes = tuple(Note(NoteCode.DP_NOT_JUDGED, {"instance": i, "reason": d.notes[0]})
+                  for i, d in drills if _not_judged(d) is not None)
+    return pooled, notes
+
+
+def _not_judged(report: Report) -> NoteCode | None:
+    """Why a drill's skew was not judged (its gate's note code), None when it was."""
+    if report.verdict != "insufficient_data" or not report.notes:
+        return None
+    return NoteCode(report.notes[0].code)
 
 
 def _nothing_inside(whole: SignalMatrix, dp: UnitFrame, th: Thresholds) -> set[str]:

@@ -49,7 +49,7 @@ def fleet_dp_patterns(
         kind = max(sorted(set(kinds)), key=kinds.count)
         severity = max((f.severity for _, _, f in hits), key=SEVERITY_ORDER.index)
         cause = ROOT_CAUSES["dp_dispatch"]
-        units = tuple(dict.fromkeys(u for _, u, _ in hits))
+        units = tuple(dict.fromkeys(u for _, u, _ in sorted(hits, key=lambda h: h[0])))
         out.append(
             Finding(
                 kind=kind,

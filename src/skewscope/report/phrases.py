@@ -330,6 +330,12 @@ _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
         "expected to carry more"),
     NoteCode.DP_WITHIN_INSTANCES: lambda v: (
         "instances are balanced; DP ranks judged within each instance"),
+    NoteCode.DP_POOLED: lambda v: (
+        f"{', '.join(v['instances'])} each have fewer than {fmt.count(v['min_requests'])} "
+        "requests, too few to judge their DP ranks alone: their ranks are judged together, "
+        "each rank against its own instance's siblings"),
+    NoteCode.DP_NOT_JUDGED: lambda v: (
+        f"DP ranks inside {v['instance']} not judged: {note(v['reason'])}"),
     NoteCode.COLD_MINORITY: lambda v: (
         f"most units run hot together; judged against the under-loaded {', '.join(v['units'])}"),
     NoteCode.WEIGHT_BY_CHANCE: lambda v: (
