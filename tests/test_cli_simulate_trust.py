@@ -137,7 +137,7 @@ def test_non_utf8_scenario_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     sc = tmp_path / "latin1.toml"
     sc.write_bytes('name = "caf\xe9"\n'.encode("latin-1") + _TRUTH.encode())
     assert main(["simulate", str(sc), "--out", str(tmp_path / "o")]) == 5
-    assert "latin1.toml: not UTF-8" in _one_line_error(capsys)
+    assert "latin1.toml: line 1: not UTF-8" in _one_line_error(capsys)
 
 
 def test_too_many_history_samples_is_refused(tmp_path: Path,

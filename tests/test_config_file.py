@@ -88,10 +88,11 @@ def test_config_changes_the_verdict_and_the_report_says_so(
         ("[thresholds]\nmin_windows = 6.5\n", "min_windows: expected an integer, got 6.5"),
         ("[thresholds]\nhot_ratio = inf\n", "hot_ratio: expected a finite number, got inf"),
         ("[thresholds]\nkv_high = nan\n", "kv_high: expected a finite number, got nan"),
-        ("[thresholds]\nhot_ratio = 0.9\n", "hot_ratio: expected a number > 1, got 0.9"),
+        ("[thresholds]\nhot_ratio = 0.9\n", "hot_ratio: expected a number in (1, 1000], got 0.9"),
         ("[thresholds]\nmin_consecutive = 9\n",
          "min_consecutive: expected at most min_windows (6), got 9"),
-        ("[sources]\nmax_scrape_mb = 0\n", "[sources] max_scrape_mb: expected a number > 0"),
+        ("[sources]\nmax_scrape_mb = 0\n",
+         "[sources] max_scrape_mb: expected a number in (0, 1e9]"),
         ("[thresholds]\nmax_query_mb = 4.0\n",
          "[thresholds] max_query_mb: read by the sources, not the analysis; set it in the "
          "[sources] table"),

@@ -14,14 +14,18 @@ from skewscope.errors import UsageError
 from skewscope.settings import (
     SOURCE_SETTINGS,
     Count,
+    Draws,
     Floor,
     Fraction,
+    Lag,
+    Listed,
     Points,
     Positive,
     Probability,
     Ratio,
     Share,
     Whole,
+    Width,
     override,
 )
 
@@ -33,7 +37,7 @@ class Thresholds:
     hot_ratio: Ratio = 1.3
     # Signals are smoothed with a centred rolling mean over this many windows before scoring:
     # Poisson noise of a few dozen requests per window alone crosses 1.3x a fifth of the time.
-    smooth_windows: Count = 3
+    smooth_windows: Width = 3
     # A unit is a *persistent* hot spot when it is hot in at least this share of active windows
     # and in a run of at least ``min_consecutive`` consecutive windows.
     persist_share: Share = 0.5
@@ -113,7 +117,7 @@ class Thresholds:
     # already favours unlucky draws (Pareto prompts behind round robin: 2 of 12 seeds reach
     # p < 0.05; true weight skew in the built-in scenarios sits at the floor, 0.001).
     weight_p_value: Probability = 0.01
-    permutations: Count = 999
+    permutations: Draws = 999
     permutation_seed: Whole = 20250423
     # Fleet-wide DP pattern: the same DP rank hot in at least this many instances and this
     # share of the multi-rank instances is one dispatch policy everywhere, reported once.
@@ -131,7 +135,7 @@ class Thresholds:
     # The per-unit table lists at most this many units; a larger fleet gets a summary instead
     # (units per role and min/median/p90/max of each column), the listed ones chosen by the
     # analysis: stalled, hot, starved first, then the highest load ratios.
-    table_units_max: Count = 20
+    table_units_max: Listed = 20
     # compare: a signal has converged when no unit is hot_ratio or more from its peers (either
     # way); otherwise it improved (worse) when its log imbalance shrank (grew) by this share.
     compare_change: Share = 0.25
@@ -140,7 +144,7 @@ class Thresholds:
     # when its ``gateway_top_keys`` biggest keys carry at least ``gateway_key_share`` of its
     # excess over the peers' median; a unit the gateway kept out of rotation (unhealthy or
     # circuit open) for at least ``gateway_down_share`` of the range is reported as such.
-    gateway_top_keys: Count = 3
+    gateway_top_keys: Listed = 3
     gateway_key_share: Share = 0.5
     gateway_down_share: Share = 0.05
     # Stale load: a router that picks by a load figure it polls from the engines (power of two,
@@ -151,7 +155,7 @@ class Thresholds:
     # notes it and by how many windows the router's view lags, tried up to
     # ``gateway_stale_max_lag`` windows.
     gateway_stale_load_gap: Positive = 0.5
-    gateway_stale_max_lag: Whole = 3
+    gateway_stale_max_lag: Lag = 3
 
     def as_dict(self) -> dict[str, float]:
         """The analysis' thresholds by name, as the report carries them."""

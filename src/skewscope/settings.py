@@ -37,25 +37,51 @@ class Range:
         return above and below
 
     def text(self) -> str:
+        low, high = _num(self.low), _num(self.high)
         if self.low is not None and self.high is not None:
-            return (f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+            return (f"in {'(' if self.low_open else '['}{low}, {high}"
                     f"{')' if self.high_open else ']'}")
         if self.low is not None:
-            return f"{'>' if self.low_open else '>='} {self.low:g}"
+            return f"{'>' if self.low_open else '>='} {low}"
         assert self.high is not None
-        return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return f"{'<' if self.high_open else '<='} {high}"
 
 
-# The kinds of setting, each with its range (a field's type says which it is).
-Ratio = Annotated[float, Range(1.0, low_open=True)]  # hot / reference: above 1 or meaningless
+def _num(x: float | None) -> str:
+    """A bound as a message writes it: 1e9, not 1000000000 or 1e+09; 4294967295 exactly."""
+    if x is None:
+        return ""
+    exp = len(str(int(x))) - 1 if x >= 1e6 and x == int(x) else 0
+    return f"1e{exp}" if exp and x == 10**exp else f"{x:.10g}"
+
+
+# The kinds of setting, each with its range (a field's type says which it is). Every range is
+# closed above too: a value past it is a typo or a hostile file (10**400 is no float; a billion
+# permutations or smoothing windows would allocate gigabytes), never a setting.
+BIG = 1e9  # the ceiling of an amount: a count, a duration in ms, a floor, a size in MB
+Ratio = Annotated[float, Range(1.0, 1000.0, low_open=True)]  # hot / reference: above 1
 Share = Annotated[float, Range(0.0, 1.0, low_open=True)]  # a part of a whole, not nothing
 Fraction = Annotated[float, Range(0.0, 1.0)]  # a part of a whole, 0 allowed (a margin, a floor)
 Probability = Annotated[float, Range(0.0, 1.0, low_open=True, high_open=True)]
-Positive = Annotated[float, Range(0.0, low_open=True)]  # an amount, a duration, a slope
-Floor = Annotated[float, Range(0.0)]  # an absolute floor under a reference: 0 turns it off
-Count = Annotated[int, Range(1)]  # windows, units, draws, rows
-Points = Annotated[int, Range(2)]  # a slope needs two points, a peer a second unit
-Whole = Annotated[int, Range(0)]  # a seed, a lag in windows (0: none)
+Positive = Annotated[float, Range(0.0, BIG, low_open=True)]  # an amount, a duration, a slope
+Floor = Annotated[float, Range(0.0, BIG)]  # an absolute floor under a reference: 0 turns it off
+Count = Annotated[int, Range(1, BIG)]  # windows, units, rows
+Points = Annotated[int, Range(2, BIG)]  # a slope needs two points, a peer a second unit
+Whole = Annotated[int, Range(0, 2**32 - 1)]  # a seed (numpy's 32-bit legacy range)
+# Settings whose size is an allocation or a loop of the analysis get their own, tighter range:
+Draws = Annotated[int, Range(1, 100_000)]  # permutations: draws x windows x units floats
+Width = Annotated[int, Range(1, 1000)]  # a rolling window: windows of one range
+Lag = Annotated[int, Range(0, 1000)]  # a lag tried, in windows (0: none)
+Listed = Annotated[int, Range(1, 100_000)]  # rows or keys a report lists
+
+# What the one small-file reader (``smallfile``) accepts: files a user names and a person
+# writes (--config, a scenario, --device-map, a token file) are kilobytes; a saved report of a
+# large fleet with its timelines is megabytes. Nesting past ``MAX_NESTING`` levels is no
+# setting either, and would run ``tomllib``/``json`` into their recursion limit.
+SMALL_FILE_BYTES = 4 * MIB
+REPORT_FILE_BYTES = 256 * MIB
+SECRET_FILE_BYTES = 64 * 1024
+MAX_NESTING = 64
 
 
 def field_kinds(cls: type) -> dict[str, tuple[type, Range | None]]:
@@ -84,17 +110,23 @@ def override(obj: T, values: Mapping[str, object], where: str, what: str) -> T:
         if key not in kinds:
             raise UsageError(f"{where} {key}: unknown {what} (docs/configuration.md)")
         kind, rng = kinds[key]
+        want = "an integer" if kind is int else "a number"
         if (isinstance(value, bool) or not isinstance(value, int | float)
                 or (kind is int and not isinstance(value, int))):
-            want = "an integer" if kind is int else "a number"
-            raise UsageError(f"{where} {key}: expected {want}, got {value!r}")
-        if not math.isfinite(value):
+            raise UsageError(f"{where} {key}: expected {want}, got {_shown(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
             raise UsageError(f"{where} {key}: expected a finite number, got {value!r}")
+        # an int is compared exactly (10**400 is no float: it must never reach float())
         if rng is not None and not rng.holds(value):
-            want = "an integer" if kind is int else "a number"
-            raise UsageError(f"{where} {key}: expected {want} {rng.text()}, got {value!r}")
+            raise UsageError(f"{where} {key}: expected {want} {rng.text()}, got {_shown(value)}")
         clean[key] = float(value) if kind is float else value
     return replace(obj, **clean)  # type: ignore[type-var]
+
+
+def _shown(value: object) -> str:
+    """A value as a message quotes it: bounded (a 4000-digit integer is not echoed whole)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 @dataclass(frozen=True)

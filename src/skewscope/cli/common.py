@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skewscope.catalogue import Dialect
-from skewscope.errors import InputError, UsageError
+from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
     from skewscope.config import Thresholds
@@ -382,21 +382,13 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Thresholds, SourceLim
 
 
 def _read_config(path: str | None) -> tuple[Thresholds, SourceLimits]:
-    import tomllib
-
     from skewscope.config import DEFAULT_THRESHOLDS
     from skewscope.settings import DEFAULT_LIMITS
+    from skewscope.smallfile import load_toml
 
     if not path:
         return DEFAULT_THRESHOLDS, DEFAULT_LIMITS
-    try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError(f"--config {path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"--config {path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"--config {path}: not TOML ({e})") from None
+    doc = load_toml(path, f"--config {path}")  # a regular, small, UTF-8, shallow file (exit 3)
     for key, table in doc.items():
         if key not in _CONFIG_TABLES:
             raise UsageError(f"--config {path}: {key}: unknown key (expected a [thresholds] "

@@ -9,7 +9,6 @@ into exit code 6 for CI or a canary gate.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +77,7 @@ def _report(
         return diagnose(evidence, level=args.level, th=th).to_dict()
     assert path is not None
     p = Path(path)
-    if p.is_file():
+    if p.exists() and not p.is_dir():  # a file, or a FIFO/device the reader refuses
         return load_json_report(p)
     from skewscope.sources.profiler import load_profiler
 
@@ -87,16 +86,10 @@ def _report(
 
 def load_json_report(path: Path) -> dict[str, Any]:
     """A saved diagnose report; it must carry the per-window series (schema_version >= 2)."""
+    from skewscope.cli.saved_report import read_report
     from skewscope.report.model import SCHEMA_VERSION
 
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read ({e})") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: line {e.lineno}: not JSON ({e.msg})") from None
-    if not isinstance(doc, dict) or "verdict" not in doc or "units" not in doc:
-        raise InputError(f"{path}: expected a skewscope diagnose JSON report")
+    doc = read_report(path)  # bounded, parsed, every field compare reads type-checked
     if doc.get("kind") == "compare":
         raise InputError(f"{path}: is a compare report; give a diagnose report")
     version = doc.get("schema_version")
@@ -105,12 +98,9 @@ def load_json_report(path: Path) -> dict[str, Any]:
             f"{path}: schema_version {version!r}: compare needs 2..{SCHEMA_VERSION} (a report "
             "with per-window series; re-run diagnose --format json)"
         )
-    shapes = {"series": dict | None, "units": list, "hot_units": list, "starved_units": list}
-    for key, kind in shapes.items():
-        if not isinstance(doc.get(key), kind):
-            raise InputError(f"{path}: field {key!r} is not what a diagnose report holds")
-    if not all(isinstance(u, dict) and isinstance(u.get("unit"), str) for u in doc["units"]):
-        raise InputError(f"{path}: field 'units' holds an entry without a 'unit' name")
+    for key in ("hot_units", "starved_units"):
+        if key not in doc:
+            raise InputError(f"{path}: field {key!r} is missing (a diagnose report holds it)")
     return doc
 
 

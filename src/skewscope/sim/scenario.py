@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
@@ -34,6 +33,7 @@ from skewscope.sim.workload import (
     TraceSpec,
     WorkloadSpec,
 )
+from skewscope.smallfile import load_toml
 
 VERDICTS = ("imbalanced", "balanced", "insufficient_data")
 LEVELS = ("instance", "dp")
@@ -454,18 +454,9 @@ def default_summary(sc: Scenario) -> str:
 
 
 def read_scenario_file(path: Path) -> Scenario:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SimulationError(f"{path}: cannot read scenario ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise SimulationError(
-            f"{path}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}); "
-            "scenario files are UTF-8 TOML") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SimulationError(f"{path}: invalid TOML ({exc})") from None
+    """A scenario TOML file: read by the one small-file reader (a regular UTF-8 file, bounded
+    in size and nesting), then checked field by field; anything else is one line, exit 5."""
+    data = load_toml(path, str(path), error=SimulationError)
     return scenario_from_toml(data, str(path))
 
 
@@ -491,7 +482,7 @@ def load_scenario(name_or_path: str) -> Scenario:
         return builtins[name_or_path]
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
+        if not path.exists():  # a FIFO, device or folder is refused by the reader, by kind
             raise SimulationError(f"{path}: no such scenario file")
         return read_scenario_file(path)
     raise SimulationError(

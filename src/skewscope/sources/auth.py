@@ -24,6 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from skewscope.errors import MAX_MESSAGE_CHARS, UsageError, one_line
+from skewscope.settings import SECRET_FILE_BYTES
+from skewscope.smallfile import read_small
 
 DEFAULT_TOKEN_ENV = "SKEWSCOPE_PROM_TOKEN"
 DEFAULT_PASSWORD_ENV = "SKEWSCOPE_PROM_PASSWORD"
@@ -58,12 +60,12 @@ class Secret:
 
 
 def _read_secret(*, env: str | None, file: str | Path | None, what: str) -> Secret | None:
-    """From a file (first line, stripped) or an environment variable; file wins when both."""
+    """From a file (stripped) or an environment variable; file wins when both. The file is
+    read by the one small-file reader: a regular file (a FIFO would hang), at most
+    ``SECRET_FILE_BYTES``, UTF-8; anything else is one usage line (exit 2)."""
     if file is not None:
-        try:
-            text = Path(file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise UsageError(f"cannot read {what} file {file}: {exc.strerror}") from None
+        text = read_small(file, f"--{what}-file {file}", limit=SECRET_FILE_BYTES,
+                          error=UsageError).strip()
         if not text:
             raise UsageError(f"{what} file {file} is empty")
         return Secret(text)

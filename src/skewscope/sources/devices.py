@@ -20,14 +20,13 @@ when they divide evenly; otherwise the DP level has no device signals (note). A 
 from __future__ import annotations
 
 import re
-import tomllib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from skewscope.errors import InputError
 from skewscope.frame import Level
+from skewscope.smallfile import load_toml
 from skewscope.sources.device_exporters import DeviceExporter
 from skewscope.sources.evidence import Key, Values
 
@@ -98,12 +97,7 @@ DeviceMap = dict[str, tuple[str, ...]]
 
 def load_device_map(path: str) -> DeviceMap:
     """Read a ``--device-map`` TOML file: ``[devices]`` of unit -> list of ``host/device``."""
-    try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"--device-map {path}: no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"--device-map {path}: not TOML ({exc})") from None
+    doc = load_toml(path, f"--device-map {path}")  # regular, small, UTF-8, shallow (exit 3)
     table = doc.get("devices")
     if not isinstance(table, dict):
         raise InputError(f"--device-map {path}: expected a [devices] table")
