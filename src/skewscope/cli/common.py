@@ -34,27 +34,38 @@ DIALECT_CHOICES = tuple(d.value for d in Dialect)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
                    "y": 31536000.0}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+# The times a report can show (datetime's years 1..9999, UTC) bound every time given; no range,
+# window or interval anyone means is longer than a century.
+TIME_MIN_S = -62135596800.0  # 0001-01-01T00:00:00Z
+TIME_MAX_S = 253402300799.0  # 9999-12-31T23:59:59Z
+MAX_DURATION_S = 100 * _DURATION_UNITS["y"]
 
 
 def parse_duration(text: str, what: str) -> float:
-    """'90', '90s', '15m', '2h', '1h30m' (Prometheus style) -> seconds; finite and positive."""
+    """'90s', '15m', '2h', '1h30m', '500ms' (Prometheus style) -> seconds; positive and at most
+    a century. A unit is required: a bare '10' is refused rather than read as 10 s."""
     t = text.strip().lower()
-    try:
-        value = float(t)  # a bare number is seconds
-    except ValueError:
-        parts = _DURATION_PART.findall(t)
-        if not parts or "".join(n + u for n, u in parts) != t:
+    parts = _DURATION_PART.findall(t)
+    if not parts or "".join(n + u for n, u in parts) != t:
+        try:
+            float(t)
+        except ValueError:
             raise UsageError(
                 f"{what}: expected a positive duration like 30s, 15m, 2h or 1h30m, got {text!r}"
             ) from None
-        value = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+        raise UsageError(f"{what}: {text!r} needs a unit, e.g. {t}s, {t}m, {t}h or {t}d"
+                         ) from None
+    value = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
     if not math.isfinite(value) or value <= 0:
         raise UsageError(f"{what}: expected a finite positive duration, got {text!r}")
+    if value > MAX_DURATION_S:
+        raise UsageError(f"{what}: expected a duration of at most 100y, got {text!r}")
     return value
 
 
 def parse_time(text: str, what: str) -> float:
-    """Epoch seconds or an ISO 8601 timestamp (UTC when no offset is given)."""
+    """Epoch seconds or an ISO 8601 timestamp (UTC when no offset is given), between the years
+    1 and 9999 (what a report can show)."""
     import datetime as dt
 
     try:
@@ -63,12 +74,23 @@ def parse_time(text: str, what: str) -> float:
         try:
             t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
-            raise UsageError(f"{what}: expected epoch seconds or ISO 8601, got {text!r}") from None
+            raise UsageError(f"{what}: expected epoch seconds or ISO 8601 (years 1..9999), "
+                             f"got {text!r}") from None
         if t.tzinfo is None:
             t = t.replace(tzinfo=dt.UTC)
-        value = t.timestamp()
-    if not math.isfinite(value):
-        raise UsageError(f"{what}: expected a finite time, got {text!r}")
+        try:
+            value = t.timestamp()
+        except (OverflowError, ValueError):  # 9999-12-31T23:00-05:00 is past the last year
+            value = math.inf
+    return check_time(value, what, text)
+
+
+def check_time(value: float, what: str, shown: str | float | None = None) -> float:
+    """``value`` (epoch seconds) when a report can show it, else a UsageError naming ``what``."""
+    if not math.isfinite(value) or not TIME_MIN_S <= value <= TIME_MAX_S:
+        got = shown if shown is not None else value
+        raise UsageError(f"{what}: expected a time between the years 1 and 9999 (epoch seconds "
+                         f"{TIME_MIN_S:.0f}..{TIME_MAX_S:.0f}), got {got!r}")
     return value
 
 
@@ -207,7 +229,8 @@ def online_range(args: argparse.Namespace) -> tuple[float, float]:
         raise UsageError("--last cannot be combined with --start/--end")
     if args.last:
         end = time.time()
-        return end - parse_duration(args.last, "--last"), end
+        start = end - parse_duration(args.last, "--last")
+        return check_time(start, "--last", args.last), end
     if not (args.start and args.end):
         raise UsageError("--prometheus needs a range: --last 30m, or --start T --end T")
     start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
