@@ -73,7 +73,7 @@ class Req:
     start_s: float
     prompt: int = 100
     output: int = 20
-    e2e_ms: float = 500.0
+    e2e_ms: float | None = 500.0  # None: the request never finished (blank)
     queue_ms: float = 10.0
     ttft_ms: float = 50.0
 

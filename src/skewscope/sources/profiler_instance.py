@@ -308,14 +308,63 @@ def _batch_kv_columns(steps: pl.DataFrame) -> set[str]:
     return {c for c in KV_COLUMNS if steps[c].null_count() < steps.height}
 
 
-def from_requests(table: Table, ranks: RankMap | None) -> Part:
-    """Request rows, placed on DP ranks through the res_list rids where the instance has DP."""
+def request_latencies(
+    df: pl.DataFrame, capture_end_s: float | None, raw: Mapping[str, str]
+) -> tuple[pl.DataFrame, list[str]]:
+    """TTFT and queue wait as the profiler meant them, with a note per class read otherwise.
+
+    The exporter fills a missing TTFT and a missing queue wait (no ``Dequeue`` event) with 0
+    (``exporter_req_data.safe_merge_ttft_que``), so a 0 is "not recorded", never a wait of 0:
+
+    * TTFT 0 -> missing;
+    * no TTFT, queue wait 0 and no ``execution_time`` (the request never finished): it never
+      left the queue while profiled, so it waited at least from its arrival to the capture's
+      end (``capture_end_s``, the instance's last event): read as that lower bound;
+    * no TTFT, queue wait 0 but finished: the wait was not recorded -> missing.
+
+    A 0 next to a recorded TTFT is kept: the request was scheduled, and 0 is a possible wait.
+    """
+    recorded = pl.col("ttft_ms") > 0
+    no_ttft = ~recorded.fill_null(False)
+    no_wait = ~(pl.col("queue_wait_ms") > 0).fill_null(False)
+    waiting = no_ttft & no_wait & pl.col("e2e_ms").is_null()
+    finished = pl.col("e2e_ms").is_not_null() & pl.col("queue_wait_ms").is_not_null()
+    unknown = no_ttft & no_wait & finished
+    end = float("nan") if capture_end_s is None else capture_end_s
+    bound = (pl.lit(end) - pl.col("start_s")) * 1000.0
+    counts = df.select(waiting.sum().alias("w"), unknown.sum().alias("u")).row(0)
+    queue = (
+        pl.when(waiting).then(pl.when(bound > 0).then(bound))
+        .when(unknown).then(None)
+        .otherwise(pl.col("queue_wait_ms"))
+    )
+    df = df.with_columns(pl.when(recorded).then(pl.col("ttft_ms")).alias("ttft_ms"),
+                         queue.alias("queue_wait_ms"))
+    q, t = raw.get("queue_wait_ms", "queue_wait_ms"), raw.get("ttft_ms", "ttft_ms")
+    notes = []
+    if counts[0]:
+        notes.append(
+            f"request.csv: {counts[0]} request(s) never scheduled while profiled ({q} and {t} "
+            "0, no execution_time): queue wait read as at least the time from arrival to the "
+            "capture's end (a lower bound), not 0"
+        )
+    if counts[1]:
+        notes.append(f"request.csv: {counts[1]} finished request(s) with {q} and {t} 0 (not "
+                     "recorded) — queue wait read as missing")
+    return df, notes
+
+
+def from_requests(
+    table: Table, ranks: RankMap | None, capture_end_s: float | None = None
+) -> Part:
+    """Request rows, placed on DP ranks through the res_list rids where the instance has DP;
+    latencies the profiler did not record are missing (``request_latencies``)."""
     end_s = None
     if table.truncated:  # no complete row: no window was measured
         end = table.df["start_s"].max()
         end_s = float(end) if isinstance(end, (int, float)) else -float("inf")
-    ttft = pl.when(pl.col("ttft_ms") > 0).then(pl.col("ttft_ms"))  # 0 = not recorded
-    df = table.df.with_columns(ttft.alias("ttft_ms"), pl.lit(None, pl.Int64).alias("dp_rank"))
+    df, notes = request_latencies(table.df, capture_end_s, table.res.raw)
+    df = df.with_columns(pl.lit(None, pl.Int64).alias("dp_rank"))
     aliases = {
         s: f"request.csv:{table.res.raw.get(c, c)}"
         for s, c in (
@@ -349,6 +398,7 @@ def from_requests(table: Table, ranks: RankMap | None) -> Part:
         available=frozenset(REQUEST_SIGNALS),
         dp_available=dp_available,
         aliases=aliases,
+        notes=tuple(notes),
         dp_notes=tuple(dp_notes),
         placed=placed,
         request_end_s=end_s,
@@ -389,6 +439,7 @@ def load_instance(files: InstanceFiles, clocks: pr.ClockPolicy = pr.CLOCKS) -> I
     """Read every file of one instance and resolve its DP ranks and request placement."""
     read = read_instance(files, clocks)
     tables = read.tables
+    end = pr.span([t.df for t in tables.values()] + [b.steps.df for b in read.batch])
     parts = [Part(notes=read.notes)]
     ranks: RankMap | None = None
     if read.has_batch:
@@ -398,7 +449,7 @@ def load_instance(files: InstanceFiles, clocks: pr.ClockPolicy = pr.CLOCKS) -> I
         parts.append(Part(notes=("batch.csv missing — no batch/KV signals from steps",)))
     parts.append(from_kv(tables.get("kvcache.csv"), parts[-1].steps))
     if "request.csv" in tables:
-        parts.append(from_requests(tables["request.csv"], ranks))
+        parts.append(from_requests(tables["request.csv"], ranks, None if end is None else end[1]))
     else:
         parts.append(Part(notes=("request.csv missing — no request signals",)))
     if "request_status.csv" in tables:
