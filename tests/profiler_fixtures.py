@@ -196,7 +196,7 @@ def _batch_row(s: Step, opts: BatchOptions, name: str, exec_row: bool) -> list[A
         round(s.usage, 6),
     ]
     if exec_row:
-        kv, sizes = [0] * 6, [0] * 5
+        kv, sizes = [0.0] * 6, [0] * 5  # the exporter fills execution rows' KV with 0.0
     cells: dict[str, list[Any]] = {
         "datetimes": [local_dt(start), local_dt(end)],
         "epochs": [_epoch(start, opts.epoch_unit), _epoch(end, opts.epoch_unit)],

@@ -143,6 +143,9 @@ class SourceLimits:
     # Without a terminal (logs, CI, a pipe), long work (a scrape, a simulation) prints one
     # progress line on stderr this often; a terminal gets a transient bar instead.
     progress_every_s: Positive = 10.0
+    # The UTC offset of msServiceProfiler datetimes in a folder without any epoch column (the
+    # exporter writes Asia/Shanghai time, UTC+8, whatever the host's zone).
+    profiler_utc_offset_h: Annotated[float, Range(-14.0, 14.0)] = 8.0
 
     @property
     def max_query_bytes(self) -> int:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from skewscope.sources.access_log_follow import AccessLogFollower
     from skewscope.sources.auth import HttpAuth
     from skewscope.sources.devices import DeviceMap
+    from skewscope.sources.profiler_range import ClockPolicy
 
 DIALECT_CHOICES = tuple(d.value for d in Dialect)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
@@ -389,6 +390,13 @@ def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
 def limits_from_args(args: argparse.Namespace) -> SourceLimits:
     """The sources' limits: the defaults, or those --config FILE sets."""
     return _settings_from_args(args)[1]
+
+
+def profiler_clocks(args: argparse.Namespace) -> ClockPolicy:
+    """The profiler reader's clock policy, with --config's ``profiler_utc_offset_h``."""
+    from skewscope.sources.profiler_range import ClockPolicy
+
+    return ClockPolicy(datetime_utc_offset_h=limits_from_args(args).profiler_utc_offset_h)
 
 
 _CONFIG_TABLES = ("thresholds", "sources")

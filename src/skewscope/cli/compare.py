@@ -81,7 +81,8 @@ def _report(
         return load_json_report(p)
     from skewscope.sources.profiler import load_profiler
 
-    return diagnose(load_profiler([path], window_s=window), level=args.level, th=th).to_dict()
+    evidence = load_profiler([path], window_s=window, clocks=common.profiler_clocks(args))
+    return diagnose(evidence, level=args.level, th=th).to_dict()
 
 
 def load_json_report(path: Path) -> dict[str, Any]:

@@ -80,7 +80,8 @@ def _engine_evidence(args: argparse.Namespace) -> Evidence:
         start, end, last_s = offline_range(args)
         with _read_progress() as progress:
             return load_profiler(args.paths, window_s=window, start=start, end=end,
-                                 last_s=last_s, progress=progress)
+                                 last_s=last_s, progress=progress,
+                                 clocks=common.profiler_clocks(args))
     if args.prometheus:
         return common.load_prometheus_evidence(args, window)
     return common.load_scrape_evidence(args, window)

@@ -32,6 +32,11 @@ class ClockPolicy:
 
     outlier_mads: float = 20.0
     outlier_floor_s: float = 6 * 3600.0
+    # The exporter formats every datetime in Asia/Shanghai time (UTC+8, no DST), whatever the
+    # host's zone (``data_source/db_data_source.py``: ``tz_convert('Asia/Shanghai')``): the
+    # offset of a folder whose files hold datetimes only (``[sources]
+    # profiler_utc_offset_h``); a file with both an epoch and a datetime column overrides it.
+    datetime_utc_offset_h: float = 8.0
 
 
 CLOCKS = ClockPolicy()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
+from skewscope.sources import profiler_exporter as pe
 from skewscope.sources import profiler_range as pr
 from skewscope.sources import profiler_schema as ps
 from skewscope.sources import profiler_validate as pv
@@ -110,6 +111,7 @@ class _Empty(Exception):
 def _table(prep: ps.Prepared, res: ps.Resolved, df: pl.DataFrame, notes: list[str]) -> Table:
     ps.raise_first_bad(df, prep, res)
     df = ps.finish(df.drop(ps.BAD), res)
+    df = _unrecorded(df, prep, res, notes)
     df, dropped = pv.drop_impossible(df, res.schema.file, res.raw, ps.ROW)
     notes.extend(dropped)
     if res.schema is ps.REQUEST:
@@ -119,6 +121,23 @@ def _table(prep: ps.Prepared, res: ps.Resolved, df: pl.DataFrame, notes: list[st
         notes.append(f"{prep.path.name}: no data rows")
     local = any(ts.is_datetime for ts in res.times.values())
     return Table(df, res, local, ps.tz_offset_s(prep, res), prep.truncated)
+
+
+def _unrecorded(
+    df: pl.DataFrame, prep: ps.Prepared, res: ps.Resolved, notes: list[str]
+) -> pl.DataFrame:
+    """What the exporter wrote where it recorded nothing, read as missing (``pe``)."""
+    file = res.schema.file
+    if res.schema is ps.REQUEST:
+        return ensure(df, ["ttft_ms"])  # the 2024 header has no TTFT
+    if res.schema is ps.KVCACHE:
+        df, got = pe.action_format(df, file, prep.header)
+        notes.extend(got)
+    if res.schema in (ps.KVCACHE, ps.BATCH):
+        sched = pl.col("name").is_in(list(SCHED_NAMES)) if res.schema is ps.BATCH else None
+        df, got = pe.unrecorded_kv(df, file, sched)
+        notes.extend(got)
+    return df
 
 
 def read_simple(path: Path, schema: ps.FileSchema, notes: list[str]) -> Table:
@@ -395,6 +414,9 @@ def _rows(lf: pl.LazyFrame, res: ps.Resolved, carry: bool = False) -> pl.LazyFra
         if carry:
             lf = lf.with_columns(carried_matches())
         lf = lf.drop("res_list")
+    none = pe.no_blocks(list(res.raw))  # before the unread block columns are dropped
+    if none is not None:
+        lf = lf.with_columns(none.alias(pe.NO_BLOCKS))
     # repeated short texts as categoricals: 4 bytes a row instead of a 16-byte view (+ the text)
     texts = [c for c in ("name", "prof_id") if c in res.raw] + [ps.BAD]
     return lf.with_columns(pl.col(c).cast(pl.Categorical) for c in texts)
@@ -429,7 +451,7 @@ def read_instance(files: InstanceFiles, clocks: pr.ClockPolicy = pr.CLOCKS) -> R
     read = _read_files(files, notes)
     for file in read:  # one bad clock must not widen the grid
         read[file] = _drop_bad_clocks(file, read[file], clocks, notes)
-    read = _align_times(read, notes)
+    read = _align_times(read, notes, clocks.datetime_utc_offset_h * 3600.0)
     batch = read.pop("batch.csv", None)
     tables = {k: v for k, v in read.items() if isinstance(v, Table)}
     del read
@@ -468,12 +490,13 @@ def _read_files(inst: InstanceFiles, notes: list[str]) -> dict[str, Table | Batc
 
 
 def _align_times(
-    read: dict[str, Table | BatchRead], notes: list[str]
+    read: dict[str, Table | BatchRead], notes: list[str], default_offset_s: float
 ) -> dict[str, Table | BatchRead]:
     """Put local-datetime tables on the epoch axis using the instance's time-zone offset.
 
     The offset is learnt from a file holding both an epoch and a datetime column; failing that,
-    guessed from the first timestamps of epoch and datetime files (same run, same start).
+    guessed from the first timestamps of epoch and datetime files (same run, same start); with
+    datetimes only, the zone the exporter writes (``default_offset_s``, UTC+8).
     """
     tables = {f: (g.steps if isinstance(g, BatchRead) else g) for f, g in read.items()}
     local = [t for t in tables.values() if t.local_time and not t.df.is_empty()]
@@ -490,8 +513,11 @@ def _align_times(
             f"{offset / 3600:+.2f} h (no file holds both)"
         )
     else:
-        offset = 0.0
-        notes.append("only local datetimes, no epoch column: times read as UTC")
+        offset = default_offset_s
+        notes.append(
+            f"only local datetimes, no epoch column: read as UTC{offset / 3600:+g} h (the "
+            "profiler writes Asia/Shanghai time; [sources] profiler_utc_offset_h sets another)"
+        )
     del local, epoch
     out = dict(read)
     for file, t in tables.items():

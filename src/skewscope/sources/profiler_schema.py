@@ -68,12 +68,15 @@ REQUEST = FileSchema(
     (
         Col("rid", ("http_rid",), "text", True),
         # "start_time" is epoch ms in Dec 2025; epoch columns are preferred over datetimes.
-        Col("start_s", ("start_time(ms)", "start_time", "start_datetime"), "time", True),
+        # 2024 (``exporter_request.py``): µs columns and no TTFT (see ``finish``).
+        Col("start_s", ("start_time(ms)", "start_time", "start_datetime",
+                        "start_time_httpreq(microsecond)"), "time", True),
         Col("prompt_tokens", ("recv_token_size",), "number", True),
         Col("generation_tokens", ("reply_token_size",), "number", True),
-        Col("e2e_ms", ("execution_time(ms)",), "number", True),
-        Col("queue_wait_ms", ("queue_wait_time(ms)",), "number", True),
-        Col("ttft_ms", ("first_token_latency(ms)",), "number", True),
+        Col("e2e_ms", ("execution_time(ms)", "execution_time(microsecond)"), "number", True),
+        Col("queue_wait_ms", ("queue_wait_time(ms)", "queue_wait_time(microsecond)"), "number",
+            True),
+        Col("ttft_ms", ("first_token_latency(ms)",), "number"),
     ),
 )
 
@@ -107,10 +110,14 @@ BATCH = FileSchema(
 KVCACHE = FileSchema(
     "kvcache.csv",
     (
-        Col("start_s", ("start_time", "start_datetime", "start_time(ms)"), "time", True),
-        Col("kvcache_usage_rate", ("kvcache_usage_rate",), "number", True),
-        # MindIE reports the free blocks left on the device.
-        Col("free_blocks", ("free_blocks", "device_kvcache_left"), "number"),
+        # mid-2025 writes ``timestamp(ms)`` (epoch ms) and no usage column.
+        Col("start_s", ("start_time", "start_datetime", "start_time(ms)", "timestamp(ms)"),
+            "time", True),
+        Col("name", ("name",), "text"),
+        Col("kvcache_usage_rate", ("kvcache_usage_rate",), "number"),
+        # ``device_kvcache_left`` (the action format) is no free-block count: see
+        # ``profiler_exporter.ACTION_NAMES``; it is not read.
+        Col("free_blocks", ("free_blocks",), "number"),
         *KV_COLUMNS,
     ),
 )
@@ -460,9 +467,15 @@ def epoch_scale(median: float) -> float:
     return 1.0
 
 
+MICROSECOND_SUFFIX = "(microsecond)"  # 2024 headers: a duration in µs, read in ms
+
+
 def finish(df: pl.DataFrame, res: Resolved) -> pl.DataFrame:
-    """Epoch-number time columns to seconds, each by its own magnitude."""
-    exprs = []
+    """Epoch-number time columns to seconds, each by its own magnitude; durations a header
+    labels ``(microsecond)`` to ms."""
+    exprs = [pl.col(canon) / 1000.0 for canon, raw in res.raw.items()
+             if canon not in res.times and canon in df.columns
+             and _normalise(raw).endswith(MICROSECOND_SUFFIX)]
     for canon, ts in res.times.items():
         if ts.is_datetime or canon not in df.columns:
             continue
