@@ -183,3 +183,27 @@ def test_sessions_from_the_access_log_replay_session_policies(
     assert by["round_robin"]["max_over_median_load"] < 1.3
     assert by["consistent_hash"]["max_over_median_load"] > 2.0  # the heavy key stays pinned
     assert by["round_robin"]["ttft_p99_ms"] < 0.2 * by["consistent_hash"]["ttft_p99_ms"]
+
+
+def test_credentials_in_the_prometheus_url_are_not_in_any_output(
+    prom: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--prometheus http://user:PASSWORD@host`` (Prometheus ignores the basic auth it was not
+    configured for): the report's source label — header, JSON ``source``, ``-o`` files — is the
+    redacted URL, never the password."""
+    secret = "S3cretPASSWORD"
+    url = prom.replace("http://", f"http://user:{secret}@", 1)
+    doc = whatif_online(url, "wrong-weights", capsys, "--policies", "round_robin",
+                        "--dp-policies", "round_robin")
+    assert secret not in json.dumps(doc) and "***@" in doc["source"]
+    sc = builtin_scenarios()["wrong-weights"]
+    for fmt in ("md", "html"):
+        out = tmp_path / f"w.{fmt}"
+        code = main(["whatif", "--prometheus", url, "--start", str(START_S),
+                     "--end", str(START_S + sc.duration_s), "--step", WINDOW,
+                     "--selector", '{job="wrong-weights"}', "--jobs", "1",
+                     "--policies", "round_robin", "--dp-policies", "round_robin",
+                     "-o", str(out)])
+        seen = capsys.readouterr()
+        assert code == 0, seen.err
+        assert secret not in out.read_text() + seen.out + seen.err

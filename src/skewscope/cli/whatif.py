@@ -103,7 +103,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _online(args: argparse.Namespace) -> tuple[WorkloadEvidence, str]:
-    """Evidence and the replay's histograms from --prometheus or --scrape."""
+    """Evidence and the replay's histograms from --prometheus or --scrape, and the source's
+    label for the report: its URLs redacted (no user:password@, no query), as diagnose shows
+    them, so no output of the report carries a secret."""
+    from skewscope.sources.auth import redact_url
+
     if args.prometheus:
         from skewscope.sources.online_workload import load_prometheus_workload
 
@@ -113,7 +117,7 @@ def _online(args: argparse.Namespace) -> tuple[WorkloadEvidence, str]:
             ev, args.prometheus, start=start, end=end, selector=args.selector,
             auth=common.auth_from_args(args),
             timeout_s=common.parse_duration(args.timeout, "--timeout"))
-        return we, args.prometheus
+        return we, redact_url(args.prometheus)
     from skewscope.sources.online_workload import load_scrape_workload
 
     we = load_scrape_workload(
@@ -121,4 +125,4 @@ def _online(args: argparse.Namespace) -> tuple[WorkloadEvidence, str]:
         interval_s=common.parse_duration(args.interval, "--interval"), dialect=args.dialect,
         auth=common.auth_from_args(args),
         timeout_s=common.parse_duration(args.timeout, "--timeout"))
-    return we, " ".join(args.scrape)
+    return we, " ".join(redact_url(u) for u in args.scrape)
