@@ -38,8 +38,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; every way it can end is an exit code here (cli/streams.py): a
-    SkewscopeError one line and its code, Ctrl-C 130, SIGTERM 143, a closed stdout pipe 141
-    quietly, a stream that cannot be written (a full disk) one line and 2."""
+    SkewscopeError one line and its code, Ctrl-C 130, SIGTERM 143 (SIGHUP 129), a closed
+    stdout pipe 141 quietly, a stream that cannot be written (a full disk) one line and 2."""
     from skewscope.cli import streams
 
     try:
@@ -55,9 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         streams.say("skewscope: interrupted")
         return 130
-    except streams.Terminated:
+    except streams.Terminated as e:
         streams.say("skewscope: terminated")
-        return streams.TERMINATED_EXIT
+        return e.exit_code
 
 
 def _run(argv: Sequence[str] | None) -> int:

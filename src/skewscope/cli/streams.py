@@ -6,9 +6,10 @@ stdout (``> /dev/full``) fails a write anywhere a command prints: in ``print``, 
 ``sys.stdout``/``sys.stderr`` for the run so that every such failure becomes one
 ``StreamFailed``, a BaseException (no ``except Exception`` on the way swallows it), which
 ``main`` ends the run with: a closed pipe quietly with 128 + SIGPIPE as the shell would report
-it, any other write error as one line naming the stream, exit 2. SIGTERM becomes ``Terminated``
-(also a BaseException) so the ``finally`` blocks of the atomic writes run and remove their
-temporary files, as Ctrl-C's KeyboardInterrupt does.
+it, any other write error as one line naming the stream, exit 2. SIGTERM and SIGHUP become
+``Terminated`` (also a BaseException) so the ``finally`` blocks of the atomic writes run and
+remove their temporary files and a worker pool terminates its workers (``workers.process_pool``),
+as Ctrl-C's KeyboardInterrupt does.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE  # 141: what a shell reports for a process SIGPIPE ended
-TERMINATED_EXIT = 128 + signal.SIGTERM  # 143
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # a service manager's stop, a closed terminal
 
 
 class StreamFailed(BaseException):
@@ -40,7 +41,15 @@ class StreamFailed(BaseException):
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived: unwind (running every ``finally``) and exit 143."""
+    """SIGTERM (or SIGHUP) arrived: unwind (running every ``finally``) and exit 128 + it."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
 
 
 class _Guarded:
@@ -72,27 +81,31 @@ class _Guarded:
 
 @contextlib.contextmanager
 def guarded() -> Iterator[None]:
-    """sys.stdout and sys.stderr guarded, and SIGTERM raising ``Terminated``, for one run
+    """sys.stdout and sys.stderr guarded, and SIGTERM/SIGHUP raising ``Terminated``, for a run
     (the previous streams and handler come back after it). The streams are flushed inside the
     block, so a write error of the last buffered text is raised here too."""
     saved = sys.stdout, sys.stderr
     sys.stdout = _Guarded(sys.stdout, "stdout")
     sys.stderr = _Guarded(sys.stderr, "stderr")
-    previous = None
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _terminate)
+        previous = {s: signal.signal(s, _terminate) for s in ENDING_SIGNALS}
     try:
         yield
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
         sys.stdout, sys.stderr = saved
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise Terminated
+    """Raise once: a second signal while the run unwinds (workers being reaped) is ignored,
+    so it cannot cut the clean-up short (SIGKILL still ends the process)."""
+    for sig in ENDING_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Terminated(signum)
 
 
 def silence(name: str) -> None:

@@ -1,0 +1,48 @@
+"""Worker-process pools that never outlive the run that started them.
+
+A ``ProcessPoolExecutor`` left by an exception (SIGTERM or SIGHUP turned into
+``cli.streams.Terminated``, Ctrl-C) waits in ``shutdown`` for every running task, and a parent
+killed outright leaves its workers replaying for minutes — holding the forkserver and the
+resource tracker alive with them (both exit only once no process holds their pipes).
+``process_pool`` terminates and reaps the workers instead, so the parent exits promptly and its
+helpers follow it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+
+
+@contextlib.contextmanager
+def process_pool(max_workers: int, grace_s: float) -> Iterator[ProcessPoolExecutor]:
+    """A forkserver pool (forking a process that runs polars' thread pool can deadlock the
+    child); on any exception its workers are terminated — killed after ``grace_s`` — and
+    joined before the exception goes on."""
+    ctx = multiprocessing.get_context("forkserver")
+    ex = ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx)
+    try:
+        yield ex
+    except BaseException:
+        stop_workers(ex, grace_s)
+        raise
+    ex.shutdown(wait=True)
+
+
+def stop_workers(ex: ProcessPoolExecutor, grace_s: float) -> None:
+    """Terminate the pool's workers mid-task, reap them, then let the pool's manager thread
+    wind down (it sees its workers gone and fails the pending futures)."""
+    # the pool's own process table: what Python 3.14's terminate_workers() reads too
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    for p in procs:
+        with contextlib.suppress(ValueError, ProcessLookupError):
+            p.terminate()
+    for p in procs:
+        with contextlib.suppress(ValueError):
+            p.join(grace_s)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    ex.shutdown(wait=True, cancel_futures=True)
