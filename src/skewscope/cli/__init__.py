@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from skewscope import __version__
-from skewscope.errors import SkewscopeError, UsageError, one_line
+from skewscope.errors import SkewscopeError, UsageError
 
 COMMANDS: tuple[str, ...] = (
     "diagnose", "compare", "simulate", "watch", "history", "whatif", "rules", "dashboard",
@@ -70,7 +70,7 @@ def _run(argv: Sequence[str] | None) -> int:
     try:
         return int(args.run(args))
     except SkewscopeError as e:
-        from skewscope.sources.auth import scrub  # masks any secret a message still quotes
+        from skewscope.sources.auth import quoted  # masks any secret a message still quotes
 
-        print(f"skewscope: error: {one_line(scrub(str(e)))}", file=sys.stderr)
+        print(f"skewscope: error: {quoted(e)}", file=sys.stderr)
         return e.exit_code

@@ -247,15 +247,25 @@ def normalise_url(url: str, option: str) -> tuple[str, str | None]:
     return text, note
 
 
+# Every pattern runs in linear time by construction: a pattern starts only at a token's start
+# (a lookbehind), every repeat that must be followed by something is bounded (a credential is at
+# most MAX_CREDENTIAL characters), no repeat holds another, and an unbounded repeat is only a
+# pattern's last element (it always matches, so nothing backtracks into it). A scan that fails
+# therefore costs at most a constant per start (tests/test_scrub.py checks the shapes).
+MAX_CREDENTIAL = 1024
+_C = MAX_CREDENTIAL
 _SECRET_PATTERNS = (
     # an echoed header line, and "Bearer/Basic <credential>" (a credential has a digit or sign,
     # so prose such as "basic authentication" is left alone)
-    (re.compile(r"(?i)\b(authorization[\"']?\s*[:=]\s*[\"']?)[^\"'\r\n,;}]+"), r"\1***"),
-    (re.compile(r"(?i)\b(bearer|basic)(?:\s+|%20|\+)(?=[\w.~+/=-]*[\d.~+/=-])[\w.~+/=-]{6,}"),
+    (re.compile(r"(?i)\b(authorization[\"']?\s{0,8}[:=]\s{0,8}[\"']?)[^\"'\r\n,;}]+"),
+     r"\1***"),
+    (re.compile(rf"(?i)\b(bearer|basic)(?:\s{{1,8}}|%20|\+)(?=[\w.~+/=-]{{0,{_C}}}[\d.~+/=-])"
+                r"[\w.~+/=-]{6,}"),
      r"\1 ***"),
     # user:password@ in URLs, with or without a scheme
-    (re.compile(r"(?i)([a-z][a-z0-9+.-]*://)[^/\s@]+@"), r"\1***@"),
-    (re.compile(r"(?<![\w/@.:-])[\w.%~+-]+:[^\s/@]+@(?=[\w\[])"), "***@"),
+    (re.compile(rf"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{{0,{_C}}}://)[^/\s@]{{1,{_C}}}@"),
+     r"\1***@"),
+    (re.compile(rf"(?<![\w/@.:%~+-])[\w.%~+-]{{1,{_C}}}:[^\s/@]{{1,{_C}}}@(?=[\w\[])"), "***@"),
     # token-ish query parameters and key=value pairs
     (re.compile(r"(?i)\b((?:access_|id_|auth_|api_?)?(?:token|key|password|passwd|secret)=)"
                 r"[^&\s\"',;]+"), r"\1***"),
@@ -263,7 +273,9 @@ _SECRET_PATTERNS = (
 
 
 def scrub(text: str) -> str:
-    """``text`` with every known secret and anything shaped like a credential masked as ***."""
+    """``text`` with every known secret and anything shaped like a credential masked as ***.
+    Linear in ``len(text)`` (see ``_SECRET_PATTERNS``); text only shown in part should go
+    through ``quoted``, which scrubs only the part that can be shown."""
     for secret in sorted(_KNOWN, key=len, reverse=True):
         if secret in text:
             text = text.replace(secret, "***")
@@ -272,9 +284,21 @@ def scrub(text: str) -> str:
     return text
 
 
+def scrub_head(text: str, keep: int) -> str:
+    """At least the first ``keep`` characters' worth of ``text``, scrubbed, read from a bounded
+    prefix: a 300 KB server message costs what a short one does. A credential that straddles
+    the cut of the prefix is dropped with the tail behind it, never shown in part."""
+    tail = max([MAX_CREDENTIAL, *map(len, _KNOWN)])
+    window = keep + 2 * tail
+    if len(text) <= window:
+        return scrub(text)
+    return scrub(text[:window])[:-tail] + "…"
+
+
 def quoted(text: object, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """Text a server sent, fit for a message or note: one bounded line, secrets masked."""
-    return one_line(scrub(str(text)), limit)
+    """Text a server sent, fit for a message or note: one bounded line, secrets masked. Cut
+    before it is scrubbed (``one_line`` shows at most ``limit`` of its first ``4 * limit``)."""
+    return one_line(scrub_head(str(text), 4 * limit), limit)
 
 
 def redact_url(url: str) -> str:
