@@ -58,6 +58,11 @@ class Thresholds:
     # Step 2: classification dead bands.
     count_ratio: Ratio = 1.2  # requests per window, hot / reference
     weight_ratio: Ratio = 1.25  # tokens per request, hot / reference
+    # Tokens per request of a reference unit that served fewer requests than this over the
+    # judged windows are noise, not a weight to compare with (peers starved by a router that
+    # sends everything to one unit keep a stray request or two): such units do not enter the
+    # reference's tokens per request, and with none left the weight is not measured.
+    weight_min_requests: Count = 20
     capability_ratio: Ratio = 1.3  # execution time per scheduled token (or TTFT at equal load)
     # A cause is named only when it explains at least this share of the excess token load.
     explain_share: Share = 0.5

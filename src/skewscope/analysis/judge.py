@@ -40,6 +40,7 @@ from skewscope.analysis.summary import (
     reference_summary,
     unit_bounds,
     unit_summary,
+    with_measured_weight,
 )
 from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
@@ -302,7 +303,10 @@ def _judge_hot(
         return None
     mask = heat.active
     hot = unit_summary(m, j, mask)
-    ref = reference_summary([unit_summary(m, k, mask) for k in ref_cols])
+    ref_units = [unit_summary(m, k, mask) for k in ref_cols]
+    served = [float(np.nansum(m.get("requests")[mask, k])) for k in ref_cols]
+    ref = with_measured_weight(reference_summary(ref_units), ref_units, served,
+                               th.weight_min_requests)
     cls = classify(hot, ref, th)
     if cls.kind is None:
         return None
@@ -311,7 +315,7 @@ def _judge_hot(
         signal = "prompt_tokens" if cls.weight_side == "input" else "generation_tokens"
         p_value = weight_p_value(m, j, ref_cols, mask, signal, th)
         if p_value >= th.weight_p_value:
-            cls = _without_weight(cls)
+            cls = _without_weight(cls, th)
     hot_bounds = unit_bounds(m, j, mask)
     ref_bounds = reference_bounds([unit_bounds(m, k, mask) for k in ref_cols])
     imp = impact(m, j, hot, ref, mask, th, frozenset({*hot_bounds, *ref_bounds}),
@@ -329,9 +333,11 @@ def _judge_hot(
                       kv_shortage(m, j, mask, hot, imp, sat, th))
 
 
-def _without_weight(cls: Classification) -> Classification:
-    """Heavier requests consistent with chance: keep the count part, else no kind (noted)."""
-    if cls.kind == "weight" and cls.secondary_kind == "count":
+def _without_weight(cls: Classification, th: Thresholds) -> Classification:
+    """Heavier requests consistent with chance: keep the count part (named as secondary, or
+    more requests on their own past ``count_ratio``), else no kind (noted)."""
+    more = cls.secondary_kind == "count" or cls.count_ratio >= th.count_ratio  # NaN: False
+    if cls.kind == "weight" and more:
         return replace(cls, kind="count", secondary_kind=None, weight_side=None)
     if cls.kind == "weight":
         return replace(cls, kind=None, secondary_kind=None, weight_side=None)

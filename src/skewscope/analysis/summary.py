@@ -86,6 +86,20 @@ def reference_summary(summaries: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+PER_REQUEST = ("prompt_tokens_per_request", "generation_tokens_per_request")
+
+
+def with_measured_weight(ref: dict[str, float], summaries: list[dict[str, float]],
+                         served: list[float], min_requests: float) -> dict[str, float]:
+    """The reference's tokens per request from the units that served ``min_requests`` or more
+    (a unit with a stray request or two measures no weight); NaN when none did."""
+    kept = [s for s, n in zip(summaries, served, strict=True) if n >= min_requests]
+    if len(kept) == len(summaries):
+        return ref
+    measured = reference_summary(kept)
+    return {**ref, **{k: measured.get(k, float("nan")) for k in PER_REQUEST}}
+
+
 def unit_bounds(m: SignalMatrix, j: int, mask: Flags) -> dict[str, str]:
     """Percentile metrics of unit ``j`` that rest on bucket bounds: metric -> upper/lower/mixed.
 
