@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -139,6 +140,11 @@ def test_compare_html_opens_cleanly_in_chromium(tmp_path: Path) -> None:
     assert 'class="verdict converged"' in page.dom
     assert "&lt;b&gt;before&lt;/b&gt;" in page.dom  # a label stays text
     assert page.dom.count('<td class="verdict ') == len(c.signals)
+    # one before/after chart per signal, each a canvas
+    assert page.body_attrs()["data-charts-drawn"] == str(len(c.signals))
+    charts = re.findall(r'<div class="compare-chart" data-signal="\d+"[^>]*>(.*?)</div></figure>',
+                        page.dom, re.S)
+    assert len(charts) == len(c.signals) and all("<canvas" in ch for ch in charts)
 
 
 def _doc(rates: list[list[float]]) -> dict[str, object]:

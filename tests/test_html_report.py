@@ -156,3 +156,50 @@ def test_gateway_table_and_share_chart_are_drawn(tmp_path: Path) -> None:
     assert attrs["data-charts-drawn"] == str(charts)
     shares = re.search(r'<div class="gateway-shares"[^>]*>(.*?)</div></figure>', page.dom, re.S)
     assert shares and "<canvas" in shares.group(1)
+
+
+def _finding_sections(text: str) -> dict[str, str]:
+    """Each finding's section of a page, by its title."""
+    out = {}
+    for m in re.finditer(r'<section class="finding"[^>]*>\s*<h3[^>]*>(.*?)</h3>(.*?)</section>',
+                         text, re.S):
+        out[htmllib.unescape(m.group(1))] = m.group(2)
+    return out
+
+
+def _chart_keys(section: str) -> list[str]:
+    return re.findall(r'<div class="plot" data-key="([^"]+)"', section)
+
+
+def test_kv_shortage_and_fleet_findings_show_their_own_figures(tmp_path: Path) -> None:
+    """kv-exhaustion: the KV finding charts the KV signals and tabulates their figures, its
+    unit's count finding charts the rest (no signal twice); the bundled example's fleet-wide
+    dp0 finding has no peers to tabulate, so no table at all (no empty one)."""
+    from skewscope.catalogue import KV_SERIES
+    from skewscope.sim.engine import simulate
+    from skewscope.sim.scenario import builtin_scenarios
+    from skewscope.sim.writers.profiler import write_profiler
+
+    write_profiler(simulate(builtin_scenarios()["kv-exhaustion"]), tmp_path / "kv")
+    out = tmp_path / "kv.html"
+    assert main(["diagnose", str(tmp_path / "kv"), "-o", str(out)]) == 0
+    text = out.read_text()
+    found = _finding_sections(text)
+    kv = next(s for t, s in found.items() if "KV block shortage" in t)
+    hot = next(s for t, s in found.items() if "count skew" in t)
+    assert _chart_keys(kv) == list(KV_SERIES)
+    assert _chart_keys(hot) and not set(_chart_keys(hot)) & set(KV_SERIES)
+    rows = re.findall(r"<tr><td>([^<]+)</td>", kv.split('<table class="side">')[1])
+    assert "free KV blocks (lowest) (blocks)" in rows
+    assert not any(r.startswith("request rate") for r in rows)
+    page = load(out)
+    assert page.console == [] and page.body_attrs()["data-charts-failed"] == "0"
+
+    fleet_out = tmp_path / "fleet.html"
+    assert main(["diagnose", str(EXAMPLE), "-o", str(fleet_out)]) == 0
+    text = fleet_out.read_text()
+    (fleet,) = [s for s in _finding_sections(text).values() if "dp0 is hot in 3 of 3" in s]
+    assert "<table" not in fleet and "<div class=\"plot\"" not in fleet
+    for section in _finding_sections(text).values():  # no finding shows a header-only table
+        for table in re.findall(r'<table class="side">(.*?)</table>', section, re.S):
+            assert table.count("<tr>") > 1

@@ -59,3 +59,9 @@ def test_chromium_draws_the_charts_and_keeps_names_as_text(
     assert shown.dom.count("<canvas") >= 2
     assert "data-xss" not in attrs and "<img src=x" not in shown.dom
     assert shown.dom.count("&lt;img src=x") >= 2  # in the tables and the share table's header
+    # the log TTFT axis starts at least 4x under the lowest bar, so the recommended (lowest) bar
+    # is drawn as a bar, not a sliver on the axis
+    ranges = dict(re.findall(r'data-metric="(\w+)"[^>]*data-y-range="([^"]+)"', shown.dom))
+    low, _ = map(float, ranges["ttft_p99_ms"].split(","))
+    ttft = [p["predicted"]["ttft_p99_ms"] for p in page[1]["policies"]]  # type: ignore[index]
+    assert 0 < low <= min(ttft) / 4

@@ -193,6 +193,9 @@ SERIES: tuple[Metric, ...] = (
     Metric("kv_usage", "KV usage", "frac", "KV"),
 )
 SERIES_BY_KEY: dict[str, Metric] = {m.key: m for m in SERIES}
+# The series a KV block shortage finding charts; the hot finding of the same unit leaves them to
+# it, so a page never draws one signal twice for one unit.
+KV_SERIES: tuple[str, ...] = ("running", "waiting", "kv_usage")
 
 
 class GatewaySource(StrEnum):

@@ -58,6 +58,9 @@ SIDE_BY_SIDE = (
     "free_blocks_min",
     "preemptions",
 )
+# The KV block shortage finding's rows: its symptoms' figures against the peers.
+KV_SIDE_BY_SIDE = ("running", "waiting", "kv_usage", "kv_usage_max", "free_blocks_min",
+                   "preemptions")
 
 
 def side_by_side(
@@ -65,11 +68,12 @@ def side_by_side(
     ref: dict[str, float],
     hot_bounds: dict[str, str] | None = None,
     ref_bounds: dict[str, str] | None = None,
+    keys: tuple[str, ...] = SIDE_BY_SIDE,
 ) -> tuple[SideBySide, ...]:
     """Hot against reference per metric; no ratio where either side is a bucket bound."""
     hb, rb = hot_bounds or {}, ref_bounds or {}
     rows = []
-    for k in SIDE_BY_SIDE:
+    for k in keys:
         h, r = hot.get(k, math.nan), ref.get(k, math.nan)
         ratio = math.nan if k in hb or k in rb else load_ratio(h, r)
         rows.append(SideBySide(k, h, r, ratio, hb.get(k, ""), rb.get(k, "")))
@@ -321,6 +325,7 @@ def kv_finding(r: HotResult) -> Finding:
         },
         actions=cause.actions,
         root_causes=(RootCauseRef(cause.key, cause.title),),
+        side_by_side=side_by_side(r.hot, r.ref, r.hot_bounds, r.ref_bounds, KV_SIDE_BY_SIDE),
     )
 
 

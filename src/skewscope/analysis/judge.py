@@ -43,6 +43,7 @@ from skewscope.analysis.summary import (
     with_measured_weight,
 )
 from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
+from skewscope.catalogue import KV_SERIES, SERIES_BY_KEY
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.frame import Level, UnitFrame
 from skewscope.report.facts import Note, NoteCode
@@ -129,8 +130,11 @@ def diagnose_frame(
     hot_units = tuple(r.heat.unit for r in results)
     findings = [
         *stall_findings(m, stalls),
-        *(_when(m, hot_finding(r, frame.level, th), r.heat.hot, r.heat.active) for r in results),
-        *(_when(m, kv_finding(r), r.heat.hot, r.heat.active) for r in results if r.kv.found),
+        *(_when(m, hot_finding(r, frame.level, th), r.heat.hot, r.heat.active,
+                tuple(k for k in SERIES_BY_KEY if k not in KV_SERIES) if r.kv.found else None)
+          for r in results),
+        *(_when(m, kv_finding(r), r.heat.hot, r.heat.active, KV_SERIES)
+          for r in results if r.kv.found),
     ]
     hot_units = (*(s.unit for s in stalls), *hot_units)
     if starved_idx:
@@ -210,10 +214,14 @@ def _stalled_only(
     )
 
 
-def _when(m: SignalMatrix, f: Finding, flags: Flags, judged: Flags) -> Finding:
-    """The finding's timeline and its peers' per-window band for each series signal."""
+def _when(m: SignalMatrix, f: Finding, flags: Flags, judged: Flags,
+          charts: tuple[str, ...] | None = None) -> Finding:
+    """The finding's timeline and its peers' per-window band for each series signal it charts
+    (``charts``, default all: a KV shortage finding charts the KV signals, its unit's hot
+    finding the rest)."""
     peers = [m.units.index(u) for u in f.reference_units]
-    return replace(f, timeline=timeline(m, flags, judged), peer_bands=peer_bands(m, peers))
+    return replace(f, timeline=timeline(m, flags, judged),
+                   peer_bands=peer_bands(m, peers, charts))
 
 
 def _cold_minorities(

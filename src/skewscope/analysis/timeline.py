@@ -8,6 +8,7 @@ be judged neither extends nor breaks a run, exactly as the persistence rule coun
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 import numpy as np
 
@@ -113,12 +114,17 @@ def series(m: SignalMatrix, heats: list[UnitHeat]) -> Series:
     )
 
 
-def peer_bands(m: SignalMatrix, peers: list[int]) -> dict[str, Band]:
-    """Median and range of the peers, per window and series signal."""
+def peer_bands(
+    m: SignalMatrix, peers: list[int], keys: Collection[str] | None = None
+) -> dict[str, Band]:
+    """Median and range of the peers, per window and series signal (those of ``keys`` only,
+    when given: the signals the finding charts)."""
     out: dict[str, Band] = {}
     if not peers:
         return out
     for key, grid in signal_values(m).items():
+        if keys is not None and key not in keys:
+            continue
         block = grid[:, peers]
         if not np.isfinite(block).any():
             continue

@@ -64,6 +64,7 @@ def environment() -> jinja2.Environment:
         uplot_css=_inline("vendor", VENDOR_CSS),
         charts_js=_inline("templates", "charts.js"),
         whatif_js=_inline("templates", "whatif.js"),
+        compare_js=_inline("templates", "compare.js"),
     )
     return env
 

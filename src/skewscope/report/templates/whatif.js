@@ -19,6 +19,13 @@
     return v.toFixed(2) + "x";
   }
 
+  // A log axis from the power of ten at least 4x under the lowest bar (uPlot's own range starts
+  // at the decade just under it, so the lowest, often the recommended, bar was a sliver).
+  function logRange(u, lo, hi) {
+    if (!(lo > 0) || !(hi > 0)) return [1, 10];
+    return [Math.pow(10, Math.floor(Math.log10(lo / 4))), Math.pow(10, Math.ceil(Math.log10(hi)))];
+  }
+
   function drawBars(el) {
     var metric = el.getAttribute("data-metric");
     var log = el.getAttribute("data-log") === "1";
@@ -34,7 +41,7 @@
         width: Math.max(320, Math.min(560, el.clientWidth || 540)),
         height: 240,
         scales: { x: { time: false, range: [-0.6, names.length - 0.4] },
-                  y: log ? { distr: 3 } : { range: function (u, lo, hi) { return [0, hi * 1.1]; } } },
+                  y: log ? { distr: 3, range: logRange } : { range: function (u, lo, hi) { return [0, hi * 1.1]; } } },
         series: [
           { label: "policy", value: function (u, i) { return i == null ? "—" : names[i]; } },
           { label: metric, stroke: "#2e6da4", fill: "rgba(46,109,164,0.45)", width: 1,
@@ -49,6 +56,7 @@
         legend: { live: true },
         hooks: {
           draw: [function (u) {  // outline the recommended policy's bar
+            el.setAttribute("data-y-range", u.scales.y.min + "," + u.scales.y.max);  // tests read it
             if (rec < 0 || rec === 0 || ys[rec] == null) return;
             var x = u.valToPos(rec, "x", true), y = u.valToPos(ys[rec], "y", true);
             var w = Math.max(6, (u.valToPos(1, "x", true) - u.valToPos(0, "x", true)) * 0.6);
