@@ -338,6 +338,32 @@ def test_stalled_engine_in_a_near_idle_service_is_flagged_not_insufficient() -> 
     assert any("not judged: near-idle" in n for n in report.note_lines)
 
 
+@pytest.mark.parametrize("frozen_from", [0, 12])
+def test_a_fleet_that_stops_as_a_whole_is_no_progress_not_stalled(frozen_from: int) -> None:
+    # every unit holds requests and none progresses from ``frozen_from`` (the end of a
+    # simulated run, a scrape returning the same counters): not skew, no unit is "stalled"
+    specs = {u: Spec(stalled_from=frozen_from) for u in FOUR}
+    report = diagnose_frame(make_frame(specs, source="prometheus"))
+    assert all(f.kind != "stalled" for f in report.findings)
+    assert all(u.role != "stalled" for u in report.units)
+    (note,) = [n for n in report.notes if n.code == NoteCode.NO_PROGRESS]
+    assert note.values == {"windows": 24 - frozen_from, "of": 24}
+    assert any(n.startswith("no progress anywhere in") for n in report.note_lines)
+    if frozen_from == 0:
+        assert report.verdict == "insufficient_data" and report.hot_units == ()
+    else:  # the first twelve windows were even: judged as they were
+        assert report.verdict == "balanced"
+
+
+def test_one_hung_unit_among_idle_peers_is_still_stalled() -> None:
+    # a window in which nobody finishes is frozen only when more than one unit holds requests
+    idle = Spec(rate=0.0)
+    report = diagnose_frame(make_frame(even(a=idle, b=idle, c=idle, d=Spec(stalled_from=0)),
+                                       source="prometheus"))
+    assert report.hot_units == ("d",)
+    assert not any(n.code == NoteCode.NO_PROGRESS for n in report.notes)
+
+
 def test_slow_but_progressing_unit_is_not_stalled() -> None:
     report = diagnose_frame(make_frame(even(d=Spec(speed=1.9))))
     assert all(f.kind != "stalled" for f in report.findings)

@@ -51,6 +51,7 @@ class NoteCode(StrEnum):
     QUEUE_ONLY = "queue_only"  # the source counts no requests: judged by queues alone
     FEW_JUDGED_WINDOWS = "few_judged_windows"  # {judged, windows, min_requests_per_window}
     SKEW_NOT_JUDGED = "skew_not_judged"  # stalled units found, the rest not judged: {reason}
+    NO_PROGRESS = "no_progress"  # {windows, of}: no unit progressed (fleet stopped / froze)
     DP_SIZES = "dp_sizes"  # {sizes: {instance: ranks}}
     DP_WITHIN_INSTANCES = "dp_within_instances"  # instances balanced, ranks judged inside
     DP_POOLED = "dp_pooled"  # {instances, min_requests}: too quiet alone, ranks judged together

@@ -34,7 +34,7 @@ from skewscope.analysis.resource import (
 from skewscope.analysis.saturation import saturation, unplaced_link
 from skewscope.analysis.significance import weight_p_value
 from skewscope.analysis.spread import fleet_summary
-from skewscope.analysis.stall import Stall, find_stalls
+from skewscope.analysis.stall import Stall, find_stalls, no_progress_note
 from skewscope.analysis.summary import (
     reference_bounds,
     reference_summary,
@@ -87,6 +87,9 @@ def diagnose_frame(
     if reason is None and not m.has("requests") and "requests" not in frame.aliases:
         notes = (*notes, QUEUE_ONLY_NOTE)
     stalls = find_stalls(m, th) if len(m.windows) >= th.min_windows else []
+    frozen = no_progress_note(m, th)
+    if frozen is not None:
+        notes = (*notes, frozen)
     stalled = {s.index for s in stalls}
     if reason is not None:
         if stalls:

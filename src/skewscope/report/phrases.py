@@ -321,6 +321,11 @@ _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
     NoteCode.FEW_JUDGED_WINDOWS: lambda v: (
         f"only {v['judged']} of {v['windows']} windows carried enough load to judge (at least "
         f"{fmt.plain(v['min_requests_per_window'])} requests per unit); use a longer --window"),
+    NoteCode.NO_PROGRESS: lambda v: (
+        f"no progress anywhere in {fmt.count(v['windows'])} of {fmt.count(v['of'])} windows: "
+        "units held requests but none finished any or ran a step (the whole service stopped, "
+        "or its metrics froze, e.g. a scrape returning the same counters); that is not skew, "
+        "so no unit is called stalled there"),
     NoteCode.SKEW_NOT_JUDGED: lambda v: (
         f"skew between the other units not judged: {note(v['reason'])}"),
     NoteCode.DP_SIZES: lambda v: (
