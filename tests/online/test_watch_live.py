@@ -188,3 +188,26 @@ def test_watch_of_a_dead_target_keeps_running_and_stops_on_sigint() -> None:
                              for line in run.out) >= 3, "three failed runs", run.out + run.err)
     assert run.code == 0, "\n".join(run.err[-10:])
     assert run.out[-1] == "skewscope watch: stopped" and not run.err
+
+
+def test_watch_save_stops_on_sigterm_while_a_scrape_hangs(tmp_path: Path) -> None:
+    """A target that accepts the connection and never answers holds a scrape round for the
+    whole --timeout (120 s here); SIGTERM must not wait it out: the round is abandoned, the
+    history closed, exit 0 (watch_process allows 30 s, a quarter of the deadline)."""
+    import socket
+
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(16)  # the kernel completes the handshakes; nothing is ever read or answered
+    url = f"http://127.0.0.1:{hang.getsockname()[1]}/metrics"
+    db = tmp_path / "history.sqlite"
+    args = ["--scrape", url, "--interval", "1s", "--window", "2s", "--last", "10s",
+            "--every", "0.5s", "--timeout", "120s", "--no-tui", "--save", str(db)]
+    try:
+        with watch_process(args, signal.SIGTERM) as run:
+            wait_for(lambda: sum("run=" in line for line in run.out) >= 2, "two runs",
+                     run.out + run.err)
+    finally:
+        hang.close()
+    assert run.code == 0, "\n".join(run.err[-10:])
+    assert run.out[-1] == "skewscope watch: stopped" and not run.err

@@ -28,6 +28,8 @@ from skewscope.sources.devices import DeviceMap
 from skewscope.sources.dialects import DIALECTS, ROLES, Kind, normalise_name
 from skewscope.sources.scrape import Snapshot, collect, evidence_from_targets, instance_of
 
+STOP_GRACE_S = 1.0  # how long stop() lets a round in flight finish before abandoning it
+
 
 @cache
 def read_names() -> frozenset[str]:
@@ -105,8 +107,10 @@ class RollingScraper:
         return self
 
     def stop(self) -> None:
+        """Stop scraping now: a round in flight is abandoned (its fetches run on daemon
+        threads and end by their deadline), so stopping never waits on a slow target."""
         self._stop.set()
-        self._thread.join(timeout=self.interval_s + (self.timeout_s or 10.0))
+        self._thread.join(timeout=STOP_GRACE_S)
 
     def _loop(self) -> None:
         """Ticks on a fixed grid; a tick that could not start within half an interval of its

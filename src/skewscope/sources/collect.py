@@ -9,9 +9,9 @@ terminal, otherwise one plain line every ``SourceLimits.progress_every_s``.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
@@ -78,6 +78,36 @@ def fetch_snapshot(
     return Snapshot(t, parsed.samples, "", parsed.malformed, parsed.example)
 
 
+MAX_PARALLEL = 32  # fetches of one round in flight at once
+
+
+def scrape_round(client: httpx.Client, urls: Sequence[str], t: float, *, deadline_s: float,
+                 max_bytes: int) -> list[Snapshot]:
+    """One scrape of every target, in parallel on daemon threads: a process that stops
+    (SIGTERM, Ctrl-C) abandons a round in flight instead of waiting out its deadline (an
+    executor's workers would hold the interpreter's exit until every fetch ended)."""
+    out: list[Snapshot | None] = [None] * len(urls)
+    slots = threading.BoundedSemaphore(MAX_PARALLEL)
+
+    def one(i: int, url: str) -> None:
+        try:
+            out[i] = fetch_snapshot(client, url, t, deadline_s=deadline_s, max_bytes=max_bytes)
+        except Exception as e:  # fetch_snapshot turns every expected failure into a Snapshot
+            out[i] = Snapshot(t, None, f"{type(e).__name__}: {e}")
+        finally:
+            slots.release()
+
+    threads = []
+    for i, url in enumerate(urls):
+        slots.acquire()
+        th = threading.Thread(target=one, args=(i, url), name="skewscope-scrape", daemon=True)
+        th.start()
+        threads.append(th)
+    for th in threads:
+        th.join()
+    return [s if s is not None else Snapshot(t, None, "no answer") for s in out]
+
+
 def collect(
     urls: Sequence[str],
     *,
@@ -104,7 +134,6 @@ def collect(
     ok = failed = 0
     m0 = time.monotonic()
     client = make_client(auth.without_ambient() if auth else None, deadline_s)
-    pool = ThreadPoolExecutor(max_workers=min(32, len(urls)))
     try:
         for k in range(n_ticks + 1):
             due = m0 + k * interval_s
@@ -114,12 +143,8 @@ def collect(
             late = k > 0 and lag > interval_s / 2
             out.skipped += late
             if not late:
-                futures = [
-                    pool.submit(fetch_snapshot, client, url, k * interval_s,
-                                deadline_s=deadline_s, max_bytes=max_bytes)
-                    for url in urls
-                ]
-                round_ = [f.result() for f in futures]  # a whole round, or none of it
+                round_ = scrape_round(client, urls, k * interval_s, deadline_s=deadline_s,
+                                      max_bytes=max_bytes)  # a whole round, or none of it
                 for url, snap in zip(urls, round_, strict=True):
                     out.snaps[url].append(snap)
                 out.rounds += 1
@@ -130,6 +155,5 @@ def collect(
         out.interrupted_at = time.monotonic() - m0
     finally:
         bar.close()
-        pool.shutdown(wait=True, cancel_futures=True)  # in-flight fetches end by their deadline
-        client.close()
+        client.close()  # fetches abandoned by Ctrl-C end by their deadline, on daemon threads
     return out
