@@ -187,20 +187,41 @@ def test_incidents_come_from_consecutive_runs(report: Report) -> None:
     first_peak = next(i.peak_ratio for i in opened if i.unit == "inst-1")
     t.update(hotter(report, 1.5), 130.0)
     t.update(report, 160.0)  # a lower ratio does not lower the peak
-    (ended,) = [i for i in t.update(cooled(report), 190.0) if i.unit == "inst-1"]
+    assert t.update(cooled(report), 190.0) == []  # one calm run: not over yet (hysteresis)
+    (ended,) = [i for i in t.update(cooled(report), 220.0) if i.unit == "inst-1"]
     assert (ended.onset_s, ended.last_seen_s, ended.end_s) == (100.0, 160.0, 190.0)
     assert ended.end_reason == COOLED
     assert ended.peak_ratio == pytest.approx(first_peak * 1.5)
     assert not t.open
 
 
+@pytest.mark.parametrize(("calm_runs", "want"), [
+    (2, [(100.0, 160.0, 190.0), (250.0, 250.0, None)]),  # one calm run (130) splits nothing
+    (1, [(100.0, 100.0, 130.0), (160.0, 160.0, 190.0), (250.0, 250.0, None)]),
+])
+def test_an_incident_ends_only_after_k_calm_runs(
+    report: Report, calm_runs: int, want: list[tuple[float, float, float | None]]
+) -> None:
+    hot, calm = report, cooled(report)
+    sequence = [(hot, 100.0), (calm, 130.0), (hot, 160.0), (calm, 190.0), (calm, 220.0),
+                (hot, 250.0)]
+    t = IncidentTracker("test", calm_runs=calm_runs)
+    seen: dict[tuple[str, float], tuple[float, float, float | None]] = {}
+    for r, at in sequence:
+        for i in t.update(r, at):
+            if i.unit == "inst-1":
+                seen[i.unit, i.onset_s] = (i.onset_s, i.last_seen_s, i.end_s)
+    assert sorted(seen.values()) == want
+    assert all(i.end_reason == COOLED for i in t.update(calm, 280.0) + t.update(calm, 310.0))
+
+
 def check_store(store: HistoryStore, report: Report) -> None:
     """The history contract, for SQLite and Postgres alike."""
     source = ScriptedSource([])
-    w = Watcher(source, last_s=60, every_s=30, store=store)
+    w = Watcher(source, last_s=60, every_s=30, store=store, calm_runs=1, clock=lambda: 90.0)
     for r, at in ((report, 100.0), (report, 130.0), (cooled(report), 160.0), (report, 190.0)):
         changed = w.tracker.update(r, at)
-        w._record(changed)
+        w._record(changed, at)
     rows = store.list()
     assert [(i.unit, i.onset_s, i.end_s, i.end_reason) for i in rows] == [
         ("inst-1/dp0", 190.0, None, ""),
@@ -212,7 +233,10 @@ def check_store(store: HistoryStore, report: Report) -> None:
     assert {i.unit for i in store.list(unit="inst-1")} == {"inst-1"}
     one = store.get(rows[-1].id or -1)
     assert one is not None and one.kind == "count" and "persistent hot spot" in one.summary
-    assert store.close_orphans() == 2  # a watch that died left two open incidents
+    assert store.close_orphans(200.0) == 0  # its own incidents: never orphans
+    other = type(store)(store.conn, postgres=store.postgres, shown=store.shown)  # a 2nd writer
+    assert other.close_orphans(200.0) == 0  # the first writer's lease still runs
+    assert other.close_orphans(190.0 + w._lease(0.0) + 1) == 2  # it died: lease ran out
     assert not store.list(open_only=True)
     assert {i.end_reason for i in store.list() if i.onset_s == 190.0} == {STOPPED}
 

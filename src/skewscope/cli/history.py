@@ -11,6 +11,20 @@ from typing import Any
 from skewscope.errors import UsageError
 
 
+def sql_count(text: str) -> int:
+    """An id or a limit: a whole number from 1 to 2^63 - 1 (what SQL can hold), else argparse's
+    usage error (exit 2)."""
+    from skewscope.monitor.history import SQL_INT_MAX
+
+    try:
+        n = int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= n <= SQL_INT_MAX:
+        raise argparse.ArgumentTypeError(f"expected a number from 1 to {SQL_INT_MAX}, got {n}")
+    return n
+
+
 def register(sub: Any) -> None:
     h: argparse.ArgumentParser = sub.add_parser(
         "history", help="list or show the incidents kept by watch --save",
@@ -21,9 +35,10 @@ def register(sub: Any) -> None:
     ls = actions.add_parser("list", help="incidents, newest first")
     ls.add_argument("--unit", help="only this unit")
     ls.add_argument("--open", action="store_true", help="only incidents still going on")
-    ls.add_argument("--limit", type=int, default=50, help="at most N incidents (default 50)")
+    ls.add_argument("--limit", type=sql_count, default=50,
+                    help="at most N incidents (default 50)")
     show = actions.add_parser("show", help="one incident in full")
-    show.add_argument("id", type=int, help="incident id (from history list)")
+    show.add_argument("id", type=sql_count, help="incident id (from history list)")
     for p in (ls, show):
         p.add_argument("--db", metavar="URL", help="SQLite path or postgresql:// URL (default: "
                        "where watch --save writes, $XDG_STATE_HOME/skewscope/history.sqlite)")
@@ -40,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.db, create=False)
     try:
         if args.action == "list":
-            if args.limit < 1:
-                raise UsageError("--limit: expected a positive number")
             incidents = store.list(limit=args.limit, unit=args.unit, open_only=args.open)
+            for bad in store.problems:  # reported, not fatal: the other rows are still shown
+                print(f"skewscope: warning: history {store.shown}: {bad} (row skipped)",
+                      file=sys.stderr)
         else:
             one = store.get(args.id)
             if one is None:
@@ -51,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.format == "json":
+        # peak_ratio null: no ratio (a stalled unit finished nothing to compare; docs/monitoring.md)
         doc: Any = [
             {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
              for k, v in vars(i).items()}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from skewscope.cli import applies, common
 from skewscope.errors import UsageError
+from skewscope.monitor.incidents import CALM_RUNS
 
 if TYPE_CHECKING:
     from skewscope.monitor.status import WatchStatus
@@ -47,6 +48,9 @@ def register(sub: Any) -> None:
     w.add_argument("--save", nargs="?", const=SAVE_DEFAULT, metavar="URL",
                    help="keep incidents: an SQLite path or a postgresql:// URL (default: "
                    "$XDG_STATE_HOME/skewscope/history.sqlite)")
+    w.add_argument("--calm-runs", type=int, default=CALM_RUNS, metavar="K",
+                   help="an incident ends after K good runs in a row no longer find the unit hot "
+                   f"(default {CALM_RUNS}: one calm run between hot runs does not split it)")
     w.add_argument("--access-log", nargs="+", metavar="FILE",
                    help="gateway access log(s), nginx or Envoy (as for diagnose), followed like "
                    "tail -F: each run tallies the requests logged in its windows")
@@ -118,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
     thresholds = common.thresholds_from_args(args)
     if args.runs is not None and args.runs < 1:
         raise UsageError("--runs: expected a positive number of runs")
+    if args.calm_runs < 1:
+        raise UsageError("--calm-runs: expected a positive number of runs")
     if args.listen:
         from skewscope.monitor.exporter import parse_listen
 
@@ -141,8 +147,8 @@ def run(args: argparse.Namespace) -> int:
                 print(screen.log_line(st, time.time()), file=log, flush=True)
 
         watcher = Watcher(source, last_s=last_s, every_s=every_s, level=args.level,
-                          thresholds=thresholds,
-                          store=store, on_run=on_run)
+                          thresholds=thresholds, store=store, on_run=on_run,
+                          calm_runs=args.calm_runs)
         if args.listen:
             from skewscope.monitor.exporter import serve
 

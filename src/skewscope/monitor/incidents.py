@@ -1,5 +1,7 @@
-"""Incidents from consecutive runs: a unit (at a level) hot in run N and not in run N+1 ends its
-incident at run N+1. A failed run changes nothing (the last good state stands).
+"""Incidents from consecutive runs: a unit (at a level) hot in run N opens an incident that ends
+only after ``calm_runs`` consecutive good runs no longer find it hot (hysteresis: one calm run
+between hot runs does not split one hot period in two); it ends at the first of those calm
+runs. A failed run changes nothing (the last good state stands, calm runs are not counted).
 
 Onset is the time of the first run that found the unit hot: the heat itself began up to
 ``--last`` earlier (a unit is hot only once it runs hot in most of the range).
@@ -9,12 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from skewscope.monitor.units import hot_units
-from skewscope.report.model import Report
+if TYPE_CHECKING:  # the watch command's parser reads CALM_RUNS: kept light to import
+    from skewscope.report.model import Report
 
 COOLED = "cooled"  # a later run no longer found the unit hot
 STOPPED = "watch stopped"  # watch stopped (or died) while the unit was still hot
+CALM_RUNS = 2  # default of ``watch --calm-runs``: calm runs in a row that end an incident
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Incident:
     source: str = ""
     end_s: float | None = None
     end_reason: str = ""
+    writer: str = ""  # the watch process that owns it (set by the history store)
     id: int | None = None  # assigned by the history store
 
     @property
@@ -43,16 +48,23 @@ def _higher(new: float, old: float) -> bool:
 class IncidentTracker:
     """Open incidents by (unit, level); ``update`` returns the incidents that changed."""
 
-    def __init__(self, source: str = "") -> None:
+    def __init__(self, source: str = "", calm_runs: int = CALM_RUNS) -> None:
+        if calm_runs < 1:
+            raise ValueError("calm_runs must be at least 1")
         self.source = source
+        self.calm_runs = calm_runs
         self.open: dict[tuple[str, str], Incident] = {}
+        self.calm: dict[tuple[str, str], tuple[int, float]] = {}  # (calm runs, first at)
 
     def update(self, report: Report, at_s: float) -> list[Incident]:
+        from skewscope.monitor.units import hot_units
+
         changed: list[Incident] = []
         seen: set[tuple[str, str]] = set()
         for h in hot_units(report):
             key = (h.unit, h.level)
             seen.add(key)
+            self.calm.pop(key, None)
             cur = self.open.get(key)
             if cur is None:
                 cur = Incident(h.unit, h.level, h.kind, at_s, at_s, h.ratio, h.summary,
@@ -64,7 +76,12 @@ class IncidentTracker:
             self.open[key] = cur
             changed.append(cur)
         for key in [k for k in self.open if k not in seen]:
-            changed.append(replace(self.open.pop(key), end_s=at_s, end_reason=COOLED))
+            runs, first = self.calm.get(key, (0, at_s))
+            if runs + 1 < self.calm_runs:
+                self.calm[key] = (runs + 1, first)
+                continue
+            self.calm.pop(key, None)
+            changed.append(replace(self.open.pop(key), end_s=first, end_reason=COOLED))
         return changed
 
     def assign(self, incident: Incident) -> None:
@@ -76,4 +93,5 @@ class IncidentTracker:
         """At shutdown: end every open incident at the last run that saw it hot."""
         out = [replace(i, end_s=i.last_seen_s, end_reason=STOPPED) for i in self.open.values()]
         self.open.clear()
+        self.calm.clear()
         return out

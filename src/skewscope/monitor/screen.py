@@ -20,6 +20,7 @@ from skewscope.monitor.incidents import Incident
 from skewscope.monitor.status import WatchStatus
 from skewscope.monitor.units import gateway_shares, hot_units
 from skewscope.report import fmt
+from skewscope.report.facts import NoteCode
 from skewscope.report.terminal import VERDICT_STYLE
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -52,7 +53,7 @@ def sparkline(values: Sequence[float]) -> str:
 
 
 def _ratios(load_ratios: dict[str, float]) -> str:
-    parts = [f"{k.replace('total_', '').replace('_mean_ms', '').replace('_', ' ')} {v:.2f}x"
+    parts = [f"{k.replace('total_', '').replace('_mean_ms', '').replace('_', ' ')} {fmt.ratio(v)}"
              for k, v in load_ratios.items() if math.isfinite(v)]
     return ", ".join(parts) or "—"
 
@@ -108,6 +109,9 @@ def render(st: WatchStatus) -> RenderableType:
             parts.append(table)
         if st.report.starved_units:
             parts.append(Text("starved: " + fmt.names(st.report.starved_units), style="yellow"))
+        if any(n.code == NoteCode.NO_PROGRESS for n in st.report.notes):
+            parts.append(Text("no progress anywhere: the whole service stopped or its metrics "
+                              "froze (not skew)", style="yellow"))
         for note in fmt.footer_notes(st.report)[:3]:
             parts.append(Text(f"note: {one_line(note)}", style="dim"))
     return Group(*parts)
@@ -126,13 +130,15 @@ def log_line(st: WatchStatus, now: float) -> str:
         return f"{head} no report{took}"
     since = {i.key: i.onset_s for i in st.open_incidents}
     hot = " ".join(
-        f"{fmt.name(h.unit)}({h.level},{h.kind},{h.ratio:.2f}x"
+        f"{fmt.name(h.unit)}({h.level},{h.kind},{fmt.ratio(h.ratio)}"
         + (f",since {iso(since[(h.unit, h.level)])})" if (h.unit, h.level) in since else ")")
         for h in hot_units(st.report)
     )
     problems = f" failing_targets={len(st.problems)}" if st.problems else ""
+    still = " no_progress_anywhere" if any(
+        n.code == NoteCode.NO_PROGRESS for n in st.report.notes) else ""
     return (f"{head} verdict={st.report.verdict} hot=[{hot}] windows={st.report.windows}"
-            f"{problems}{took}")
+            f"{still}{problems}{took}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -144,6 +150,13 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def peak_text(i: Incident) -> str:
+    """An incident's peak ratio; a stalled unit has none (it finished nothing to compare)."""
+    if i.kind == "stalled" and not math.isfinite(i.peak_ratio):
+        return "stalled"
+    return fmt.ratio(i.peak_ratio)
+
+
 def incident_table(incidents: Sequence[Incident]) -> Table:
     table = Table(title=f"{len(incidents)} incident(s), newest first")
     for col in ("id", "unit", "level", "kind", "onset", "end", "lasted", "peak", "ended by"):
@@ -151,7 +164,7 @@ def incident_table(incidents: Sequence[Incident]) -> Table:
     for i in incidents:
         end = iso(i.end_s) if i.end_s is not None else "ongoing"
         lasted = _duration((i.end_s if i.end_s is not None else i.last_seen_s) - i.onset_s)
-        peak = f"{i.peak_ratio:.2f}x" if math.isfinite(i.peak_ratio) else "—"
+        peak = peak_text(i)
         table.add_row(str(i.id), Text(fmt.name(i.unit)), Text(fmt.name(i.level)),
                       Text(fmt.name(i.kind)), iso(i.onset_s), end, lasted, peak,
                       Text(fmt.name(i.end_reason or "—")))
@@ -166,7 +179,7 @@ def incident_detail(i: Incident) -> Panel:
         ("onset", f"{iso(i.onset_s)} (first run that found it hot)"),
         ("last seen hot", iso(i.last_seen_s)),
         ("end", f"{iso(i.end_s)} ({i.end_reason})" if i.end_s is not None else "ongoing"),
-        ("peak unit / peers", f"{i.peak_ratio:.2f}x" if math.isfinite(i.peak_ratio) else "—"),
+        ("peak unit / peers", peak_text(i)),
         ("source", fmt.clean(i.source)),
     ]
     grid = Table.grid(padding=(0, 2))

@@ -4,7 +4,8 @@ The loop calls a source's loader, then ``analysis.diagnose``, and publishes a ``
 (the last good Report plus run bookkeeping) that the exporter and the screen read. A failing
 source never stops the loop: the last good Report stays published, the error is counted by
 reason and shown. Runs execute on one worker thread so SIGINT/SIGTERM stop the loop promptly
-even while a slow query is in flight.
+even while a slow query is in flight: the run is abandoned, and whatever it would still have
+recorded is dropped (the history is written by one thread at a time, under ``_record_lock``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from skewscope.analysis.diagnose import diagnose
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SkewscopeError, SourceError, one_line
 from skewscope.frame import Evidence
-from skewscope.monitor.history import HistoryStore
-from skewscope.monitor.incidents import Incident, IncidentTracker
-from skewscope.monitor.sampler import NotReady, RollingScraper
+from skewscope.monitor.history import LEASE_RUNS, LEASE_SLACK_S, HistoryStore
+from skewscope.monitor.incidents import CALM_RUNS, Incident, IncidentTracker
+from skewscope.monitor.sampler import STOP_GRACE_S, NotReady, RollingScraper
 from skewscope.monitor.status import WatchStatus
 
 
@@ -106,18 +107,24 @@ class Watcher:
         store: HistoryStore | None = None,
         on_run: Callable[[WatchStatus, bool], None] | None = None,
         clock: Callable[[], float] = time.time,
+        calm_runs: int = CALM_RUNS,
     ) -> None:
         self.source, self.level, self.thresholds = source, level, thresholds
         self.store = store
         self.on_run = on_run  # called after every run with (status, run_was_good)
         self.clock = clock
-        self.tracker = IncidentTracker(source.description)
+        self.tracker = IncidentTracker(source.description, calm_runs)
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
+        self._record_lock = threading.Lock()  # the tracker and the store: one thread at a time
         self._status = WatchStatus(source=source.description, last_s=last_s, every_s=every_s)
         self._prev_run_at = clock()
         if store is not None:
-            store.close_orphans()
+            store.close_orphans(self._prev_run_at)
+
+    def _lease(self, now: float) -> float:
+        """Until when this writer's open incidents are its own without a renewal."""
+        return now + LEASE_RUNS * self.status.every_s + LEASE_SLACK_S
 
     @property
     def status(self) -> WatchStatus:
@@ -144,6 +151,7 @@ class Watcher:
                           warming_up=str(e), problems=problems, errors=errors)
             return False
         except Exception as e:  # a run never kills the loop: count, show, keep the last report
+            self._renew(started, errors)
             reason = _reason(e)
             errors[reason] += 1
             message = one_line(str(e) if isinstance(e, SkewscopeError)
@@ -156,7 +164,10 @@ class Watcher:
         errors["target"] += len(problems)
         last_error, last_error_at = "", st.last_error_at
         try:
-            self._record(self.tracker.update(report, ended))
+            with self._record_lock:
+                if self.stop_event.is_set():  # abandoned: _finish owns the tracker now
+                    return False
+                self._record(self.tracker.update(report, ended), ended)
         except Exception as e:  # the history failing must not stop the monitoring
             errors["history"] += 1
             last_error, last_error_at = one_line(f"history: {e}"), ended
@@ -168,11 +179,24 @@ class Watcher:
         )
         return True
 
-    def _record(self, changed: list[Incident]) -> None:
+    def _record(self, changed: list[Incident], now: float) -> None:
         if self.store is None:
             return
+        lease = self._lease(now)
         for incident in changed:
-            self.tracker.assign(self.store.save(incident))
+            self.tracker.assign(self.store.save(incident, lease))
+        self.store.renew(lease)
+
+    def _renew(self, now: float, errors: dict[str, int]) -> None:
+        """A failed run keeps this writer's incidents open (and its own)."""
+        if self.store is None or not self.tracker.open:
+            return
+        try:
+            with self._record_lock:
+                if not self.stop_event.is_set():
+                    self.store.renew(self._lease(now))
+        except Exception:
+            errors["history"] += 1
 
     def _notify(self, good: bool) -> None:
         if self.on_run is not None:
@@ -206,7 +230,18 @@ class Watcher:
         result.append(self.run_once())
 
     def _finish(self) -> None:
-        closed = self.tracker.close_all()
+        """End the open incidents. An abandoned run records nothing after this; one stuck in a
+        history write gets ``STOP_GRACE_S``, after which the incidents are left to their lease
+        (the next watch closes them), so stopping never waits on the database either."""
+        self.stop_event.set()
+        if not self._record_lock.acquire(timeout=STOP_GRACE_S):
+            return
+        try:
+            self._save_closed(self.tracker.close_all())
+        finally:
+            self._record_lock.release()
+
+    def _save_closed(self, closed: list[Incident]) -> None:
         if self.store is not None:
             for incident in closed:
                 try:
