@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import mmap
 import os
 import re
 import threading
@@ -168,17 +169,9 @@ class Prepared:
 
 
 def _tail_line(path: Path, size: int) -> bytes:
-    """The last line of a file (after its last newline), read from the end in blocks."""
-    with path.open("rb") as fh:
-        block, pos, tail = 1 << 16, size, b""
-        while pos > 0:
-            step = min(block, pos)
-            pos -= step
-            fh.seek(pos)
-            tail = fh.read(step) + tail
-            if b"\n" in tail:
-                return tail.rsplit(b"\n", 1)[1]
-    return tail
+    """The last line of a file (after its last newline): bounded by ``pv.check_lines``."""
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        return mm[mm.rfind(b"\n", 0, size) + 1 : size]
 
 
 def _count_newlines(path: Path) -> int:
@@ -207,6 +200,7 @@ def prepare(path: Path) -> Prepared | None:
     if size == 0:
         return None
     pv.read_header(path)  # bounded and valid CSV, before polars reads it
+    pv.check_lines(path)  # every line bounded too
     # the names as polars reads them (a malformed or repeated name is renamed there): the
     # columns resolved from them are then the columns every scan finds
     header = pl.read_csv(

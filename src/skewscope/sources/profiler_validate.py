@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import mmap
 import re
 import stat
 from collections.abc import Iterator
@@ -30,6 +31,11 @@ HEADER_MAX_BYTES = 1 << 16  # a profiler header is < 1 KB; a first line beyond t
 QUOTE_MAX_CHARS = 60  # file text quoted in a message is cut to this many characters
 BINARY_SHARE = 0.05  # a sample with more undecodable or control bytes than this is not text
 LOCATE_FIELD_BYTES = 1 << 20  # error path: a field longer than this is reported, not read
+# A line longer than this is no profiler row (a vLLM res_list row of thousands of requests is
+# a few MB): refused before polars sees it, which aborts the process (SIGABRT) on some
+# 64 MB cells and reads a 100 MB line without a newline for minutes. Read at call time, so a
+# test may lower it.
+LINE_MAX_BYTES = 16 << 20
 
 # Magic numbers of what users rename to .csv by mistake, and the fix to print.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -113,6 +119,42 @@ def read_header(path: Path) -> list[str]:
         return next(csv.reader([text], strict=True), [])
     except csv.Error as e:
         raise SchemaError(f"{path}: line 1: not a CSV header ({e})") from None
+
+
+def check_lines(path: Path, limit: int | None = None) -> None:
+    """SchemaError naming the first line longer than ``limit`` (``LINE_MAX_BYTES``) bytes.
+
+    Cheap: the mapped file is searched for a newline in blocks of half the limit, each search
+    stopping at its first newline (one page touched per block of a normal file); only a block
+    without any is looked at closely. Any line over the limit holds a whole block."""
+    limit = LINE_MAX_BYTES if limit is None else limit
+    size = path.stat().st_size
+    if size <= limit:
+        return
+    step = max(1, limit // 2)
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        pos = 0
+        while pos < size:
+            end = min(pos + step, size)
+            if mm.find(b"\n", pos, end) >= 0 or end - pos < step:
+                pos = end
+                continue
+            start = mm.rfind(b"\n", 0, pos) + 1
+            stop = mm.find(b"\n", end)
+            stop = size if stop < 0 else stop
+            if stop - start > limit:
+                line = _count(mm, start) + 1
+                raise SchemaError(
+                    f"{path}: line {line}: longer than {limit} bytes ({stop - start} bytes"
+                    f"{'' if stop < size else ', no newline to the end of the file'}), expected "
+                    "a msServiceProfiler CSV row (a cut or corrupt file?)"
+                )
+            pos = stop + 1
+
+
+def _count(mm: mmap.mmap, end: int) -> int:
+    """Newlines before offset ``end`` (error path)."""
+    return sum(mm[i:min(i + (1 << 24), end)].count(b"\n") for i in range(0, end, 1 << 24))
 
 
 # --------------------------------------------------------------------------- parser failures
