@@ -167,11 +167,16 @@ class Evidence:
 def upstream_key(address: str) -> str:
     """``http://10.0.0.1:8000/metrics`` and ``10.0.0.1:8000`` -> ``10.0.0.1:8000``: the one
     spelling of a unit's address that gateway and engine evidence are joined on. A DP-aware
-    router's worker ``http://10.0.0.1:8000@2`` keeps its rank: ``10.0.0.1:8000@2``."""
+    router's worker ``http://10.0.0.1:8000@2`` keeps its rank: ``10.0.0.1:8000@2``; a
+    ``user:password@`` before the host is dropped (it is a credential, not a name)."""
     a = address.strip()
     if "://" in a:
         a = a.split("://", 1)[1]
-    return a.split("/", 1)[0].lower()
+    a = a.split("/", 1)[0].lower()
+    _, sep, rest = a.partition("@")
+    if sep and not rest.isdigit():  # user:password@host: never part of a unit's name
+        a = rest
+    return a
 
 
 def split_rank(upstream: str) -> tuple[str, int | None]:

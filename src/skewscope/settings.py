@@ -143,6 +143,9 @@ class SourceLimits:
     # Without a terminal (logs, CI, a pipe), long work (a scrape, a simulation) prints one
     # progress line on stderr this often; a terminal gets a transient bar instead.
     progress_every_s: Positive = 10.0
+    # An access-log line longer than this is skipped and counted in a note (a 64 MB quoted
+    # value is no request line; parsing it would hold gigabytes).
+    max_log_line_kb: Positive = 64.0
     # The UTC offset of msServiceProfiler datetimes in a folder without any epoch column (the
     # exporter writes Asia/Shanghai time, UTC+8, whatever the host's zone).
     profiler_utc_offset_h: Annotated[float, Range(-14.0, 14.0)] = 8.0
@@ -154,6 +157,10 @@ class SourceLimits:
     @property
     def max_scrape_bytes(self) -> int:
         return int(self.max_scrape_mb * MIB)
+
+    @property
+    def max_log_line_bytes(self) -> int:
+        return int(self.max_log_line_kb * 1024)
 
     def updated(self, values: Mapping[str, object], where: str) -> SourceLimits:
         """These limits with ``values`` set (``override``)."""

@@ -292,7 +292,8 @@ def access_log_follower(args: argparse.Namespace, keep_s: float) -> AccessLogFol
         return None
     from skewscope.sources.access_log_follow import AccessLogFollower
 
-    follower = AccessLogFollower(args.access_log, keep_s=keep_s)
+    follower = AccessLogFollower(args.access_log, keep_s=keep_s,
+                                 max_line=limits_from_args(args).max_log_line_bytes)
     follower.check()
     return follower
 
@@ -331,7 +332,8 @@ def read_gateway(
     elif getattr(args, "access_log", None):
         from skewscope.sources.access_log import read_access_logs
 
-        gateway = read_access_logs(args.access_log, windows)
+        gateway = read_access_logs(args.access_log, windows,
+                                   max_line=limits_from_args(args).max_log_line_bytes)
     elif getattr(args, "prometheus", None) and span is not None:
         from skewscope.sources.gateway_router import load_router_prometheus
 

@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         if args.access_log:
             from skewscope.sources.access_log import read_access_requests
 
-            logged = read_access_requests(args.access_log)
+            logged = read_access_requests(
+                args.access_log, max_line=common.limits_from_args(args).max_log_line_bytes)
         report = whatif_online(we, source, policies, dp_policies, jobs=jobs, progress=progress,
                                logged=logged)
     else:

@@ -18,7 +18,14 @@ from typing import BinaryIO
 
 from skewscope.errors import InputError
 from skewscope.frame import GatewayEvidence
-from skewscope.sources.access_log import LineReader, Logged, first_key_name, tally
+from skewscope.settings import DEFAULT_LIMITS
+from skewscope.sources.access_log import (
+    LineReader,
+    Logged,
+    first_key_name,
+    tally,
+    too_long_note,
+)
 
 READ_BYTES = 8 << 20  # one read of a followed file: bounds memory on a large first read
 # A log larger than this is not parsed from its start on the first read: the first line logged
@@ -43,7 +50,7 @@ class _Followed:
     skipped_bytes: int = 0  # of the first read: the lines logged before the span, not parsed
 
     def restart(self, inode: int) -> None:
-        self.reader, self.inode = LineReader(self.path), inode
+        self.reader, self.inode = LineReader(self.path, max_line=self.reader.max_line), inode
         self.offset, self.line_no, self.partial, self.skipped_bytes = 0, 0, b"", 0
 
 
@@ -54,7 +61,7 @@ def _line_time(fh: BinaryIO, pos: int, path: str) -> tuple[int, float | None]:
     if pos > 0:
         fh.readline()  # the rest of the line ``pos`` falls in
     start = fh.tell()
-    line = fh.readline()
+    line = fh.readline(DEFAULT_LIMITS.max_log_line_bytes + 1)
     if not line.endswith(b"\n"):
         return start, None
     try:
@@ -71,6 +78,7 @@ class AccessLogFollower:
     paths: Sequence[str]
     keep_s: float
     clock: Callable[[], float] = time.time
+    max_line: int = DEFAULT_LIMITS.max_log_line_bytes  # longer lines are skipped and counted
     files: list[_Followed] = field(init=False)
     kept: list[Logged] = field(init=False, default_factory=list)
     skipped: int = field(init=False, default=0)  # bad lines, since the start
@@ -79,7 +87,7 @@ class AccessLogFollower:
     missing: dict[str, str] = field(init=False, default_factory=dict)  # path -> why, this run
 
     def __post_init__(self) -> None:
-        self.files = [_Followed(p, LineReader(p)) for p in self.paths]
+        self.files = [_Followed(p, LineReader(p, max_line=self.max_line)) for p in self.paths]
 
     def check(self) -> None:
         """One clean InputError when a log cannot be opened at the start (a typo in the path);
@@ -112,6 +120,8 @@ class AccessLogFollower:
                 while chunk := fh.read(READ_BYTES):
                     f.offset += len(chunk)
                     *lines, f.partial = (f.partial + chunk).split(b"\n")
+                    if len(f.partial) > f.reader.max_line:  # a line without end: held no
+                        f.partial = f.partial[:f.reader.max_line + 1]  # longer than skipped
                     self._take(f, lines)
         except OSError as e:
             self.missing[f.path] = e.strerror or "unreadable"
@@ -164,7 +174,7 @@ class AccessLogFollower:
         if self.untimed:
             out.append(f"{self.untimed} access-log line(s) without a readable time skipped "
                        "since the start (a rolling window needs each request's time)")
-        return out
+        return out + too_long_note(f.reader for f in self.files)
 
     def evidence(self, windows: tuple[float, float, int] | None) -> GatewayEvidence | None:
         """The gateway's view over the engines' ``windows`` (new lines read first); None when
