@@ -197,10 +197,23 @@ def test_failed_openmetrics_leaves_old_file_and_no_temp(
     om = tmp_path / "h.om"
     om.write_text("previous history\n")
     monkeypatch.setattr(history, "write_family", half_then_fail)
-    assert main(["simulate", "balanced", "--openmetrics", str(om)]) == 2
+    assert main(["simulate", "balanced", "--openmetrics", str(om), "--force"]) == 2
     assert "--openmetrics" in _one_line_error(capsys)
     assert om.read_text() == "previous history\n"
     assert [p.name for p in tmp_path.iterdir()] == ["h.om"]  # no temp file, no spill folder
+
+
+def test_existing_openmetrics_file_needs_force(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """--openmetrics refuses to overwrite like --out and -o (it used to replace the file)."""
+    om = tmp_path / "h.om"
+    om.write_text("previous history\n")
+    assert main(["simulate", "balanced", "--openmetrics", str(om)]) == 2
+    assert _one_line_error(capsys) == (f"skewscope: error: --openmetrics {om}: file exists "
+                                       "(use --force to overwrite)")
+    assert om.read_text() == "previous history\n"
+    assert main(["simulate", "balanced", "--openmetrics", str(om), "--force"]) == 0
+    assert om.read_text().startswith("# HELP") or om.read_text().startswith("# TYPE")
 
 
 # ---------------------------------------------------------------------------- live mode

@@ -51,7 +51,8 @@ def register(sub: Any) -> None:
     s.add_argument("--jobs", default="auto",
                    help="worker processes for a gateway that reads no load (default auto: "
                         "the usable CPUs for a run of a few million steps, else 1)")
-    s.add_argument("--force", action="store_true", help="write into a non-empty --out DIR")
+    s.add_argument("--force", action="store_true",
+                   help="write into a non-empty --out DIR; overwrite an --openmetrics FILE")
     s.set_defaults(run=run)
 
 
@@ -90,8 +91,8 @@ def _check_args(args: argparse.Namespace, max_port: int) -> None:
             raise UsageError(f"--out {out}: exists and is not a folder")
         if out.is_dir() and any(out.iterdir()) and not args.force:
             raise UsageError(f"--out {out}: folder is not empty (use --force)")
-    if args.openmetrics and Path(args.openmetrics).is_dir():
-        raise UsageError(f"--openmetrics {args.openmetrics}: is a folder, expected a file")
+    if args.openmetrics:  # refused like -o: a folder, or an existing file without --force
+        common.refuse_overwrite(args.openmetrics, "--openmetrics", args.force)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ from skewscope.sources.dialects import (
 )
 from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.prom_client import PromClient
+from skewscope.sources.prom_span import empty_range_error
 from skewscope.sources.promql import (
     bound_marks,
     bucket_bounds_query,
@@ -367,7 +368,10 @@ def load_prometheus(
     )
     try:
         names = client.metric_names(start, end, sel)
-        chosen = get_dialect(dialect) if dialect else get_dialect(detect_dialect(names))
+        try:
+            chosen = get_dialect(dialect) if dialect else get_dialect(detect_dialect(names))
+        except SourceError as e:  # none in the range: does the server hold some elsewhen?
+            raise empty_range_error(client, start, end, sel) or e from None
         resolved = {lvl: resolve(chosen, names, lvl) for lvl in (Level.INSTANCE, Level.DP)}
         notes = [f"dialect: {chosen.name} ({'given' if dialect else 'detected'})"]
         if url_note:
@@ -395,6 +399,10 @@ def load_prometheus(
                 f"(e.g. {sorted(set(bad))[0]})"
             )
         if not per_level[Level.INSTANCE]:
+            if not names:
+                raise empty_range_error(client, start, end, sel) or SourceError(
+                    f"{client.where} holds no samples in this range; widen it or check the "
+                    "selector")
             raise SourceError(
                 f"{client.where} has {chosen.name} metric names but no samples "
                 "in whole windows of the range; widen the range or check the selector"
