@@ -96,6 +96,13 @@ _TRUTH = '[truth]\nverdict = "balanced"\n'
         ("[cluster.rank]\nfixed_ms = 0.0001\n", "cluster.rank.fixed_ms"),
         ("[workload]\ninput = { median = 1e300, max = 9000000000000000000 }\n",
          "workload.input.max"),
+        (f"seed = {2**64}\n", "seed"),  # was accepted silently
+        (f"seed = {2**63}\n", "seed"),
+        (f"duration_s = {10**400}\n", "duration_s"),  # an int no float holds
+        (f"[cluster]\ninstances = {10**30}\n", "cluster.instances"),
+        ('name = "x\\u001b[31mred"\n', "name"),  # an ESC sequence in a name
+        ('summary = "a\\nb"\n', "summary"),
+        ('[gateway]\npolicy = "round_robin\\u0007"\n', "gateway.policy"),
     ],
 )
 def test_bad_or_huge_scenarios_are_refused_naming_the_key(

@@ -287,7 +287,7 @@ def test_missing_truth_and_bad_toml(tmp_path: Path) -> None:
     with pytest.raises(SimulationError, match="key 'truth': required table is missing"):
         load_scenario(str(p))
     p.write_text("[cluster\n")
-    with pytest.raises(SimulationError, match=r"nt\.toml: invalid TOML"):
+    with pytest.raises(SimulationError, match=r"nt\.toml: not TOML"):
         load_scenario(str(p))
     with pytest.raises(SimulationError, match="no such scenario file"):
         load_scenario(str(tmp_path / "absent.toml"))

@@ -182,6 +182,9 @@ class _Table:
             raise self.error(extra[0], "unknown key")
 
 
+INT64 = (-(2**63), 2**63 - 1)  # what a TOML integer may be (and a seed, as simulate --seed)
+
+
 def _coerce(tbl: _Table, k: str, v: Any, typ: Any) -> Any:
     """Check a TOML value against a dataclass field type (ints are accepted for floats)."""
     origin = typing.get_origin(typ)
@@ -192,6 +195,9 @@ def _coerce(tbl: _Table, k: str, v: Any, typ: Any) -> Any:
         if not isinstance(v, list):
             raise tbl.error(k, f"expected an array, got {type(v).__name__}")
         return tuple(_coerce(tbl, k, x, typing.get_args(typ)[0]) for x in v)
+    if isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
+        # TOML integers are 64-bit; a larger one is no setting (and no float: 10**400)
+        raise tbl.error(k, f"expected a 64-bit integer, got a {len(str(abs(v)))}-digit number")
     if typ is bool:
         ok = isinstance(v, bool)
     elif typ is int:
@@ -203,6 +209,10 @@ def _coerce(tbl: _Table, k: str, v: Any, typ: Any) -> Any:
             raise tbl.error(k, f"expected a finite number, got {v!r}")
     elif typ is str:
         ok = isinstance(v, str)
+        bad = next((c for c in v if not c.isprintable()), None) if ok else None
+        if bad is not None:  # a name is printed: an ESC sequence would drive the terminal
+            raise tbl.error(k, f"expected printable text, got a control character "
+                               f"{bad.encode('unicode_escape').decode()}")
     else:  # pragma: no cover - only the scalar types above appear in specs
         raise tbl.error(k, f"unsupported field type {typ}")
     if not ok:
@@ -385,7 +395,7 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
     duration = top.get("duration_s", float, 180.0)
     _require(top, "duration_s", duration > 0, "must be > 0")
     seed = top.get("seed", int, 1)
-    _require(top, "seed", seed >= 0, "must be >= 0")
+    _require(top, "seed", 0 <= seed <= INT64[1], "must be in [0, 2**63 - 1]")
     model = top.get("model_name", str, "sim-llama-8b")
     cl = top.table("cluster") or _Table({}, source, "cluster")
     n_inst = cl.get("instances", int, 4)
