@@ -370,9 +370,17 @@ class WhatIfSettings:
     # ...or within these absolute floors (tiny waits differ by large ratios for no reason).
     calibration_floor_ms: float = 50.0
     calibration_floor_ratio: float = 0.1
-    # A candidate is recommended only if it cuts TTFT P99 by at least this share and keeps
-    # throughput within ``throughput_tolerance`` of the current replay.
-    min_gain: float = 0.05
+    # Ranking (docs/whatif.md, Ranking): skew first, then tail latency. The current replay is
+    # skewed when its persistent load spread reaches Thresholds.hot_ratio (held in
+    # persist_share of the diagnosis' default windows). Then a candidate must cut the spread by
+    # at least ``min_spread_gain`` (relative) without raising TTFT P99 by more than
+    # ``ttft_tolerance``; the lowest TTFT P99 of those is recommended. A balanced run keeps
+    # its routing unless a candidate cuts TTFT P99 by at least ``large_gain`` (and leaves the
+    # spread under the hot ratio). Every candidate keeps throughput within
+    # ``throughput_tolerance`` of the current replay.
+    min_spread_gain: float = 0.1
+    ttft_tolerance: float = 0.1
+    large_gain: float = 0.5
     throughput_tolerance: float = 0.02
     # KV blocks are 16 tokens unless told (the profiler does not record the block size).
     block_size: int = 16

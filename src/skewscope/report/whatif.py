@@ -11,7 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from skewscope.report import fmt, phrases, whatif_phrases
-from skewscope.whatif.model import METRIC_KEYS, METRIC_LABELS, PolicyResult, WhatIfReport
+from skewscope.whatif.model import (
+    BALANCED,
+    LATENCY_ONLY,
+    METRIC_KEYS,
+    METRIC_LABELS,
+    NO_FIX,
+    PolicyResult,
+    WhatIfReport,
+)
 
 TABLE_KEYS: tuple[str, ...] = METRIC_KEYS
 
@@ -57,18 +65,41 @@ def document(r: WhatIfReport) -> dict[str, Any]:
         out[key] = value
     for row, p in zip(out["policies"], r.policies, strict=True):
         row["description"] = describe(p)
+    out["ranking"] = {"criterion": out["ranking"]["criterion"], "text": criterion_line(r),
+                      **{k: v for k, v in out["ranking"].items() if k != "criterion"}}
     return {**out, "notes": note_lines(r), "note_facts": facts}
 
 
 def headline(r: WhatIfReport) -> str:
+    """The verdict by the ranking's criterion (``r.ranking``): why the pick, or why none."""
     untrusted = "" if r.trusted else "UNTRUSTED (the replay does not match the evidence) — "
-    if r.recommended == r.current_policy:
-        return untrusted + "No candidate beats the current routing by enough to recommend a change."
-    g = r.gain
+    g, gain = r.ranking, r.gain
+    cur = whatif_phrases.spread(g.current_spread)
+    hot = fmt.decimal(g.setting("hot_ratio"), 2)
+    if g.verdict == BALANCED:
+        return (f"{untrusted}Nothing to fix: the load is balanced (spread {cur}, under the hot "
+                f"ratio {hot}) and no candidate cuts TTFT P99 by "
+                f"{fmt.pct(g.setting('large_gain'))} or more.")
+    if g.verdict == NO_FIX:
+        return (f"{untrusted}No candidate fixes the skew: none cuts the load spread ({cur}) by "
+                f"{fmt.pct(g.setting('min_spread_gain'))} without raising TTFT P99 by more "
+                f"than {fmt.pct(g.setting('ttft_tolerance'))}; keep the routing and fix the "
+                "cause the diagnosis names.")
     best = "Recommended" if r.trusted else "Best predicted"
-    return (f"{untrusted}{best}: {r.recommended} — TTFT P99 {change(g.get('ttft_p99_ms'))}, "
-            f"max/median load {change(g.get('max_over_median_load'))}, "
-            f"queue wait P95 {change(g.get('queue_wait_p95_ms'))} against the current routing.")
+    new = whatif_phrases.spread(r.policy(r.recommended).spread.value)
+    if g.verdict == LATENCY_ONLY:
+        return (f"{untrusted}The load is balanced (spread {cur}, under the hot ratio {hot}): no "
+                f"skew to fix. {best} for tail latency only: {r.recommended} — TTFT P99 "
+                f"{change(gain.get('ttft_p99_ms'))} (at least "
+                f"{fmt.pct(g.setting('large_gain'))}), e.g. transient queues such as a burst "
+                "that it spreads.")
+    return (f"{untrusted}{best}: {r.recommended} — load spread {cur} → {new}, TTFT P99 "
+            f"{change(gain.get('ttft_p99_ms'))}, queue wait P95 "
+            f"{change(gain.get('queue_wait_p95_ms'))} against the current routing.")
+
+
+def criterion_line(r: WhatIfReport) -> str:
+    return whatif_phrases.criterion(r.ranking)
 
 
 def trust_line(r: WhatIfReport) -> str:
@@ -99,25 +130,25 @@ def rows(r: WhatIfReport) -> list[list[str]]:
     out = []
     for p in r.policies:
         mark = " *" if p.name == r.recommended else ""
-        out.append([p.name + mark, p.level,
+        out.append([p.name + mark, p.level, whatif_phrases.spread(p.spread.value),
                     *(value(k, p.predicted.get(k)) for k in TABLE_KEYS)])
     return out
 
 
-HEADER = ["policy", "level", *(METRIC_LABELS[k] for k in TABLE_KEYS)]
+HEADER = ["policy", "level", "load spread", *(METRIC_LABELS[k] for k in TABLE_KEYS)]
 # Narrow headers for the terminal (the Markdown table keeps the full labels).
 SHORT_LABELS: dict[str, str] = {
     "max_over_median_load": "max/med", "min_over_median_load": "min/med",
     "queue_wait_p95_ms": "queue P95", "ttft_p99_ms": "TTFT P99", "kv_peak": "KV peak",
     "throughput_rps": "req/s",
 }
-SHORT_HEADER = ["policy", "level", *(SHORT_LABELS[k] for k in TABLE_KEYS)]
+SHORT_HEADER = ["policy", "level", "spread", *(SHORT_LABELS[k] for k in TABLE_KEYS)]
 
 
 def render_markdown(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
-    out = ["# skewscope what-if", "", f"**{headline(r)}**", "", scope(r), "",
-           "## Predictions", "", "| " + " | ".join(HEADER) + " |",
-           "|---|---|" + "---:|" * len(TABLE_KEYS)]
+    out = ["# skewscope what-if", "", f"**{headline(r)}**", "", criterion_line(r), "",
+           scope(r), "", "## Predictions", "", "| " + " | ".join(HEADER) + " |",
+           "|---|---|" + "---:|" * (len(HEADER) - 2)]
     out += ["| " + " | ".join(row) + " |" for row in rows(r)]
     out += ["", "`*` recommended. " + "; ".join(f"`{p.name}`: {describe(p)}"
                                                for p in r.policies), "",
@@ -143,6 +174,7 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
     style = "bold red" if not r.trusted else (
         "bold green" if r.recommended != r.current_policy else "bold")
     console.print(Panel(Text(headline(r), style=style), title="skewscope what-if"))
+    console.print(Text(criterion_line(r)))
     console.print(Text(scope(r), style="dim"))
     console.print(Text("Predicted by replaying the evidence", style="bold"))
     table = rows(r)

@@ -13,8 +13,37 @@ from typing import Any
 from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
 from skewscope.report import fmt
+from skewscope.whatif.model import Ranking
 
 NOT_CALIBRATED = "the simulator's default ranks are used, so the replay is not calibrated"
+
+
+def spread(v: float | None) -> str:
+    """A persistent load spread (``whatif.spread.Spread.value``): a ratio, or the idle unit
+    that makes it unbounded."""
+    if v is None:
+        return fmt.NOT_MEASURED
+    if v == float("inf"):
+        return "a unit idle"
+    return fmt.ratio(v)
+
+
+def criterion(g: Ranking) -> str:
+    """How the recommendation was picked (every format states it: docs/whatif.md, Ranking)."""
+    hot = fmt.decimal(g.setting("hot_ratio"), 2)
+    held = (f"held in {fmt.pct(g.setting('persist_share'))} of "
+            f"{fmt.seconds(g.setting('window_s'))} windows")
+    tput = f"throughput within {fmt.pct(g.setting('throughput_tolerance'))}"
+    base = (f"Ranking: skew first, then TTFT P99. The current routing's load spread (worst "
+            f"unit's max/median or median/min load, {held}) is {spread(g.current_spread)}")
+    if g.skewed:
+        return (f"{base}, at or above the hot ratio {hot}: a candidate must cut it by at least "
+                f"{fmt.pct(g.setting('min_spread_gain'))} without raising TTFT P99 by more "
+                f"than {fmt.pct(g.setting('ttft_tolerance'))} ({tput}); the lowest TTFT P99 "
+                "of those is recommended.")
+    return (f"{base}, under the hot ratio {hot}: nothing to fix unless a candidate cuts TTFT "
+            f"P99 by at least {fmt.pct(g.setting('large_gain'))} and keeps the spread under "
+            f"{hot} ({tput}).")
 
 
 def _service_model(v: Mapping[str, Any]) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from skewscope.notes import Note
+from skewscope.whatif.spread import Spread
 
 # Metric keys in display order; every metric is "lower is better" except throughput.
 METRIC_KEYS: tuple[str, ...] = (
@@ -74,12 +75,42 @@ class PolicyResult:
     description: Note  # what it replays, worded by report/whatif_phrases
     predicted: Metrics
     unit_load: tuple[tuple[str, float], ...]  # rank unit id -> share of the execution time
+    spread: Spread  # the persistent load spread the ranking reads
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "level": self.level,
                 "description_facts": self.description.to_dict(),
                 "predicted": self.predicted.to_dict(),
+                "spread": {"high": _num(self.spread.high), "low": _num(self.spread.low),
+                           "value": _num(self.spread.value)},
                 "unit_load": {u: round(v, 4) for u, v in self.unit_load}}
+
+
+# Ranking.verdict: why the recommendation is what it is (worded by report/whatif_phrases).
+FIXES_SKEW = "fixes_skew"  # skewed, and the pick cuts the spread without costing tail latency
+NO_FIX = "no_fix"  # skewed, and no candidate cuts it within the latency tolerance
+BALANCED = "balanced"  # not skewed, and no candidate's latency gain is large: nothing to fix
+LATENCY_ONLY = "latency_only"  # not skewed, but the pick's tail-latency gain is large
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The criterion the recommendation was picked by, as facts (docs/whatif.md, Ranking):
+    skew first — the current replay's persistent spread against the hot ratio — then TTFT P99,
+    with the thresholds used."""
+
+    verdict: str  # FIXES_SKEW, NO_FIX, BALANCED, LATENCY_ONLY
+    current_spread: float | None  # Spread.value of the current replay (None: not measurable)
+    skewed: bool
+    settings: tuple[tuple[str, float], ...]  # hot_ratio, persist_share, window_s, tolerances
+
+    def setting(self, key: str) -> float:
+        return dict(self.settings)[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"criterion": "spread_then_ttft", "verdict": self.verdict,
+                "current_spread": _num(self.current_spread), "skewed": self.skewed,
+                "settings": {k: _num(v) for k, v in self.settings}}
 
 
 @dataclass(frozen=True)
@@ -112,6 +143,7 @@ class WhatIfReport:
     policies: tuple[PolicyResult, ...]
     recommended: str
     gain: dict[str, float | None]  # metric -> relative change of the recommended vs current
+    ranking: Ranking
     notes: tuple[Note, ...] = ()
     dp_sizes: tuple[tuple[str, int], ...] = ()  # instance -> DP size (mixed fleets differ)
 
@@ -135,6 +167,7 @@ class WhatIfReport:
             "trusted": self.trusted,
             "policies": [p.to_dict() for p in self.policies],
             "recommended": self.recommended,
+            "ranking": self.ranking.to_dict(),
             "gain": {k: _num(v) for k, v in self.gain.items()},
             "note_facts": [n.to_dict() for n in self.notes],
         }

@@ -21,7 +21,9 @@ from skewscope.whatif.model import (
     WhatIfReport,
 )
 from skewscope.whatif.plans import CURRENT, build_plans
+from skewscope.whatif.rank import recommend
 from skewscope.whatif.replay import Plan, in_pool, observed, replayed, run_plan
+from skewscope.whatif.spread import Spread
 
 RATIO_METRICS = frozenset({"max_over_median_load", "min_over_median_load", "kv_peak"})
 
@@ -48,30 +50,7 @@ def _shares(load: np.ndarray, units: list[str]) -> tuple[tuple[str, float], ...]
                  for u, v in zip(units, load, strict=True))
 
 
-def _recommend(results: list[PolicyResult], s: WhatIfSettings) -> tuple[str, dict[str, float |
-                                                                                   None]]:
-    cur = results[0].predicted
-    base_ttft = cur.ttft_p99_ms
-    best, best_v = CURRENT, base_ttft
-    for r in results[1:]:
-        p = r.predicted
-        if p.ttft_p99_ms is None or base_ttft is None:
-            continue
-        if (cur.throughput_rps and p.throughput_rps is not None
-                and p.throughput_rps < cur.throughput_rps * (1 - s.throughput_tolerance)):
-            continue
-        if p.ttft_p99_ms <= base_ttft * (1 - s.min_gain) and (best_v is None or p.ttft_p99_ms
-                                                               < best_v):
-            best, best_v = r.name, p.ttft_p99_ms
-    chosen = next(r for r in results if r.name == best).predicted
-    gain: dict[str, float | None] = {}
-    for key in METRIC_KEYS:
-        a, b = cur.get(key), chosen.get(key)
-        gain[key] = (b - a) / a if a and b is not None else None
-    return best, gain
-
-
-Replay = tuple[Metrics, np.ndarray, Metrics | None]
+Replay = tuple[Metrics, np.ndarray, Metrics | None, Spread]
 
 
 def replay_one(plan: Plan, obs: Observed, model: ServiceModel) -> Replay:
@@ -129,12 +108,12 @@ def predict(
     present = np.array(obs.layout.present())
     results: list[PolicyResult] = []
     rep_current: Metrics | None = None
-    for plan, (m, load, read) in zip(plans, _replay_all(plans, obs, model, jobs, progress, s),
-                                     strict=True):
+    replays = _replay_all(plans, obs, model, jobs, progress, s)
+    for plan, (m, load, read, spread) in zip(plans, replays, strict=True):
         if plan.name == CURRENT:
             rep_current = m if read is None else read  # as the evidence's buckets read it
         results.append(PolicyResult(plan.name, plan.level, plan.description, m,
-                                    _shares(load[present], units)))
+                                    _shares(load[present], units), spread))
     assert rep_current is not None
     rows = calibration_rows(seen, rep_current, s)
     trusted = model.calibrated and all(r.ok for r in rows)
@@ -142,7 +121,7 @@ def predict(
     if not trusted:
         bad = [r.metric for r in rows if not r.ok]
         notes.insert(0, Note(W.NOT_REPRODUCED, {"metrics": bad}))
-    recommended, gain = _recommend(results, s)
+    recommended, gain, ranking = recommend(results, s)
     wl = obs.workload
     grid = len(present)
     requests = (np.bincount(wl.instance_hint * obs.layout.dp_ranks + np.maximum(
@@ -162,7 +141,7 @@ def predict(
                     "per_decode_seq_ms": b.per_decode_seq_ms, "max_running": b.max_running,
                     "token_budget": b.token_budget, "block_size": b.block_size},
         units=unit_models, calibration=tuple(rows), trusted=trusted, policies=tuple(results),
-        recommended=recommended, gain=gain, notes=tuple(notes),
+        recommended=recommended, gain=gain, ranking=ranking, notes=tuple(notes),
         dp_sizes=tuple((name, obs.layout.size(i))
                        for i, name in enumerate(obs.layout.instances)),
     )

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from skewscope.config import WHATIF
-from skewscope.frame import dp_unit_id
+from skewscope.config import DEFAULT_THRESHOLDS, WHATIF
+from skewscope.frame import WINDOWS, dp_unit_id
 from skewscope.notes import Note
 from skewscope.sim.engine import simulate
 from skewscope.sim.policies import RoutingSpec
@@ -22,6 +22,7 @@ from skewscope.sources.workload import RequestLog
 from skewscope.whatif.calibrate import ServiceModel
 from skewscope.whatif.extract import Layout, Observed
 from skewscope.whatif.model import Metrics
+from skewscope.whatif.spread import Spread, persistent_spread, window_loads
 
 
 @dataclass(frozen=True)
@@ -117,25 +118,31 @@ def requests_in_system(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray,
 
 
 def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool],
-             window_kv: float | None = None) -> tuple[Metrics, np.ndarray, Metrics | None]:
-    """Metrics of a replay (``kv``: its KV peak), the load per rank (simulator order), and —
-    when the evidence gave latencies as histograms (``obs.through``) — the metrics read through
-    those buckets (``window_kv``: the highest window-mean KV usage)."""
+             window_kv: float | None = None
+             ) -> tuple[Metrics, np.ndarray, Metrics | None, Spread]:
+    """Metrics of a replay (``kv``: its KV peak), the load per rank (simulator order), when
+    the evidence gave latencies as histograms (``obs.through``) the metrics read through those
+    buckets (``window_kv``: the highest window-mean KV usage), and its persistent load spread
+    over the diagnosis' default windows (``spread.persistent_spread``)."""
     lay = obs.layout
     rq = result.requests.filter(pl.col("status") != "rejected")
     t0 = result.start_s
     rank = (rq["instance"].str.strip_prefix("inst-").cast(pl.Int64) * lay.dp_ranks
             + rq["dp_rank"]).to_numpy()
     leave = (rq["finish_s"].fill_null(result.end_s) - t0).to_numpy()
-    load = requests_in_system(rank, (rq["arrival_s"] - t0).to_numpy(), leave, len(pool),
-                              obs.duration_s)
+    arrival = (rq["arrival_s"] - t0).to_numpy()
+    load = requests_in_system(rank, arrival, leave, len(pool), obs.duration_s)
+    window_s = WINDOWS.choose(obs.duration_s)
+    spread = persistent_spread(window_loads(rank, arrival, leave, len(pool), obs.duration_s,
+                                            window_s)[np.array(pool)], window_s,
+                               DEFAULT_THRESHOLDS)
     started = rq.filter(pl.col("first_token_s").is_not_null())
     finished = int(rq["finish_s"].is_not_null().sum())
     queue = (started["first_scheduled_s"] - started["arrival_s"]) * 1000
     ttft = (started["first_token_s"] - started["arrival_s"]) * 1000
     m = _metrics(load[np.array(pool)], queue, ttft, kv, finished, obs.duration_s)
     if not obs.through:
-        return m, load, None
+        return m, load, None, spread
     from skewscope.sources.online_workload import histogram_quantile, through_buckets
 
     raw = {"queue_wait_p95_ms": (queue, 0.95), "ttft_p99_ms": (ttft, 0.99)}
@@ -146,7 +153,7 @@ def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool
         else:
             read[key] = histogram_quantile(raw[key][1], through_buckets(
                 raw[key][0].drop_nulls().to_list(), bounds))
-    return m, load, dataclasses.replace(m, **read)
+    return m, load, dataclasses.replace(m, **read), spread
 
 
 class WindowPeak:

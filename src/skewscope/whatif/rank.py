@@ -1,0 +1,71 @@
+"""Pick the recommendation: skew first, then tail latency (docs/whatif.md, Ranking).
+
+The diagnosis calls a run skewed by its load spread, so the ranking does too — the current
+replay's persistent spread (``spread.persistent_spread``) against ``Thresholds.hot_ratio`` —
+and only then compares TTFT P99. A balanced run is left alone unless a candidate's latency gain
+is large, and the report then says it recommends for latency only.
+"""
+
+from __future__ import annotations
+
+from skewscope.config import DEFAULT_THRESHOLDS, Thresholds, WhatIfSettings
+from skewscope.whatif.model import (
+    BALANCED,
+    FIXES_SKEW,
+    LATENCY_ONLY,
+    METRIC_KEYS,
+    NO_FIX,
+    Metrics,
+    PolicyResult,
+    Ranking,
+)
+
+
+def _keeps(p: Metrics, cur: Metrics, s: WhatIfSettings, ttft_rise: float) -> bool:
+    """Throughput within its tolerance, TTFT P99 at most ``ttft_rise`` (relative) above."""
+    if (cur.throughput_rps and p.throughput_rps is not None
+            and p.throughput_rps < cur.throughput_rps * (1 - s.throughput_tolerance)):
+        return False
+    if cur.ttft_p99_ms is None:
+        return True
+    return p.ttft_p99_ms is not None and p.ttft_p99_ms <= cur.ttft_p99_ms * (1 + ttft_rise)
+
+
+def _ttft(r: PolicyResult) -> tuple[float, float]:
+    v, sp = r.predicted.ttft_p99_ms, r.spread.value
+    return (v if v is not None else float("inf"), sp if sp is not None else float("inf"))
+
+
+def recommend(results: list[PolicyResult], s: WhatIfSettings,
+              th: Thresholds = DEFAULT_THRESHOLDS
+              ) -> tuple[str, dict[str, float | None], Ranking]:
+    """``results[0]`` is the current replay. Skewed (spread >= hot ratio): of the candidates
+    that cut the spread by ``min_spread_gain`` and keep TTFT P99 within ``ttft_tolerance``, the
+    lowest TTFT P99. Balanced: the lowest TTFT P99 of those that cut it by ``large_gain`` and
+    stay under the hot ratio; else the current routing."""
+    current = results[0]
+    cur, spread = current.predicted, current.spread.value
+    skewed = spread is not None and spread >= th.hot_ratio
+    if skewed:
+        assert spread is not None
+        fits = [r for r in results[1:]
+                if r.spread.value is not None and r.spread.value < spread
+                and r.spread.value <= spread * (1 - s.min_spread_gain)  # (inf: idle unit kept)
+                and _keeps(r.predicted, cur, s, s.ttft_tolerance)]
+        verdict = FIXES_SKEW if fits else NO_FIX
+    else:
+        fits = [r for r in results[1:]
+                if cur.ttft_p99_ms is not None and r.spread.value is not None
+                and r.spread.value < th.hot_ratio
+                and _keeps(r.predicted, cur, s, -s.large_gain)]
+        verdict = LATENCY_ONLY if fits else BALANCED
+    chosen = min(fits, key=_ttft) if fits else current
+    gain: dict[str, float | None] = {}
+    for key in METRIC_KEYS:
+        a, b = cur.get(key), chosen.predicted.get(key)
+        gain[key] = (b - a) / a if a and b is not None else None
+    settings = (("hot_ratio", float(th.hot_ratio)), ("persist_share", float(th.persist_share)),
+                ("window_s", current.spread.window_s),
+                ("min_spread_gain", s.min_spread_gain), ("ttft_tolerance", s.ttft_tolerance),
+                ("large_gain", s.large_gain), ("throughput_tolerance", s.throughput_tolerance))
+    return chosen.name, gain, Ranking(verdict, spread, skewed, settings)
