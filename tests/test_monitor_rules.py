@@ -72,3 +72,25 @@ def test_bad_options_give_one_line(argv: list[str], message: str,
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_rules_and_dashboard_take_the_config_file(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``--config FILE`` (as for diagnose and watch) sets the thresholds of both files."""
+    import json
+
+    cfg = tmp_path / "th.toml"
+    cfg.write_text("[thresholds]\nhot_ratio = 1.6\nstarved_ratio = 0.2\n")
+    assert main(["rules", "--dialect", "vllm", "--config", str(cfg)]) == 0
+    rules = capsys.readouterr().out
+    assert "heat:ratio{level=\"instance\", dialect=\"vllm\"} >= 1.6)" in rules
+    assert "heat:ratio{level=\"instance\", dialect=\"vllm\"} >= 1.3" not in rules
+    assert "starved_ratio{level=\"instance\", dialect=\"vllm\"} < 0.2)" in rules
+    assert main(["dashboard", "--dialect", "vllm", "--config", str(cfg)]) == 0
+    panels = json.loads(capsys.readouterr().out)["panels"]
+    (ratio, _) = [p for p in panels if p["title"] == "Max / median across peers"]
+    steps = ratio["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [s["value"] for s in steps] == [None, 1.6]
+    assert ratio["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"] == {"mode": "dashed"}
+    cfg.write_text("[thresholds]\nhot_ratoi = 1.6\n")
+    assert main(["rules", "--config", str(cfg)]) == 2
+    assert "hot_ratoi: unknown threshold" in capsys.readouterr().err

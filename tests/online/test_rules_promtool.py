@@ -211,3 +211,39 @@ def test_promtool_annotations(tmp_path: Path) -> None:
     (tmp_path / "test.yml").write_text(yaml.safe_dump(doc, width=1_000_000))
     done = run_promtool("test", "rules", "test.yml", cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+
+
+@pytest.mark.parametrize("hot_ratio, fires", [(None, True), (1.6, False), (1.4, True)])
+def test_promtool_rules_follow_config_thresholds(
+    tmp_path: Path, hot_ratio: float | None, fires: bool
+) -> None:
+    """``rules --config FILE`` writes the file's thresholds into the PromQL: i0 at 1.5x its
+    peers' requests is hot at the default hot_ratio (1.3) and at 1.4, not at 1.6 — as
+    ``diagnose --config`` with the same file would judge it."""
+    argv = ["rules", "--dialect", "vllm", "--window", "1m", "-o", str(tmp_path / "full.yml")]
+    if hot_ratio is not None:
+        (tmp_path / "th.toml").write_text(f"[thresholds]\nhot_ratio = {hot_ratio}\n")
+        argv[1:1] = ["--config", str(tmp_path / "th.toml")]
+    assert main(argv) == 0
+    text = (tmp_path / "full.yml").read_text()
+    if hot_ratio is not None:
+        assert f"(--config: hot_ratio = {hot_ratio:g})" in text.splitlines()[1]
+    rules = yaml.safe_load(text)
+    for g in rules["groups"]:
+        for r in g["rules"]:
+            r.pop("annotations", None)
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
+    units = fleet(req=const(6.0), running=const(6.0))  # 1.5x the peers' 4 req/s and running
+    exp = [{"exp_labels": {**{k: v for k, v in hot("i0", "count", "vllm").items()
+                              if k != "alertname"}, "severity": "warning"}}] if fires else []
+    doc = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "30s",
+        "tests": [{"interval": "15s", "input_series": input_series("vllm", units),
+                   "alert_rule_test": [{"eval_time": "30m", "alertname": HOT_ALERT,
+                                        "exp_alerts": exp}]}],
+    }
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(doc, width=1_000_000))
+    done = run_promtool("test", "rules", "test.yml", cwd=tmp_path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert main(["rules", "--config", str(tmp_path / "nope.toml")]) == 3  # a missing file

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from skewscope.cli import common
 from skewscope.cli.rules import add_shared_args, dialects, emit
 
 
@@ -28,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
         group_by=parse_group_by(args.group_by),
         selector=args.selector,
         title=args.title,
+        thresholds=common.thresholds_from_args(args),
     )
     emit(args, render_dashboard(opts))
     return 0

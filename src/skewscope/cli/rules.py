@@ -17,6 +17,8 @@ def add_shared_args(p: argparse.ArgumentParser, dialect_help: str) -> None:
                    help="labels that make a peer group (default job,model_name)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
     p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
+    # the same file diagnose and watch read, so the alerts follow the thresholds they judge by
+    common.add_config_arg(p)
 
 
 def dialects(args: argparse.Namespace) -> tuple[str, ...]:
@@ -60,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         selector=args.selector,
         window_s=common.parse_duration(args.window, "--window"),
         for_s=common.parse_duration(args.for_, "--for") if args.for_ else None,
+        thresholds=common.thresholds_from_args(args),
     )
     emit(args, render_rules(opts))
     return 0

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.frame import Level
 from skewscope.monitor.rules import ALERTS
 from skewscope.monitor.signals import UNIT_LABEL, Scope, levels, unit_expr
@@ -62,6 +63,7 @@ class DashboardOptions:
     group_by: tuple[str, ...] = ("job", "model_name")
     selector: str = ""
     title: str = "skewscope: load skew"
+    thresholds: Thresholds = field(default_factory=lambda: DEFAULT_THRESHOLDS)  # --config
 
 
 def variable_matchers(opts: DashboardOptions) -> str:
@@ -210,11 +212,25 @@ def _row(opts: DashboardOptions, level: Level) -> Iterable[Any]:
         for sig in RATIO_SIGNALS
         if (q := ratio_query(opts, level, sig)) is not None
     ]
+    hot = opts.thresholds.hot_ratio  # the line a unit crosses to be hot (rules, diagnose)
     peers = "instances of a peer group" if level is Level.INSTANCE else "ranks of an instance"
-    yield _timeseries(
+    yield _hot_line(_timeseries(
         "Max / median across peers", "short",
-        f"Largest unit over the median of the {peers}; 1 is balanced.", targets,
-    )
+        f"Largest unit over the median of the {peers}; 1 is balanced, {hot:g} (hot_ratio, the "
+        "dashed line) is where a unit starts to count as hot.", targets,
+    ), hot)
+
+
+def _hot_line(panel: Any, hot: float) -> Any:
+    """The panel with ``hot_ratio`` drawn as a dashed threshold line (red from it up)."""
+    from grafana_foundation_sdk.builders.common import GraphThresholdsStyleConfig
+    from grafana_foundation_sdk.builders.dashboard import ThresholdsConfig
+    from grafana_foundation_sdk.models.common import GraphTresholdsStyleMode
+    from grafana_foundation_sdk.models.dashboard import Threshold, ThresholdsMode
+
+    steps = [Threshold(value=None, color="green"), Threshold(value=hot, color="red")]
+    return (panel.thresholds(ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps(steps))
+            .thresholds_style(GraphThresholdsStyleConfig().mode(GraphTresholdsStyleMode.DASHED)))
 
 
 def alerts_annotation(opts: DashboardOptions) -> str:
