@@ -211,3 +211,44 @@ def test_watch_save_stops_on_sigterm_while_a_scrape_hangs(tmp_path: Path) -> Non
         hang.close()
     assert run.code == 0, "\n".join(run.err[-10:])
     assert run.out[-1] == "skewscope watch: stopped" and not run.err
+
+
+def test_watch_stops_on_sigterm_while_its_prometheus_queries_hang() -> None:
+    """A Prometheus that lists the vLLM metrics, then holds every range query for the whole
+    --timeout (120 s): SIGTERM stops watch at once, its queries abandoned (they ran on an
+    executor whose workers the interpreter joined at exit, so watch waited them out)."""
+    import http.server
+
+    from online_servers import Quiet, serve
+
+    names = json.dumps({"status": "success", "data": [
+        "vllm:num_requests_running", "vllm:num_requests_waiting",
+        "vllm:request_success_total", "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total"]}).encode()
+    release = threading.Event()
+    held: list[str] = []
+
+    class Handler(Quiet):
+        def do_GET(self) -> None:
+            if "/api/v1/label/__name__/values" in self.path:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(names)))
+                self.end_headers()
+                self.wfile.write(names)
+                return
+            held.append(self.path)
+            release.wait(150)
+
+    handler: type[http.server.BaseHTTPRequestHandler] = Handler
+    with serve(handler) as url:
+        args = ["--prometheus", url, "--last", "60s", "--every", "1s", "--timeout", "120s",
+                "--no-tui", "--listen", "127.0.0.1:0"]
+        try:
+            with watch_process(args, signal.SIGTERM) as run:
+                wait_for(lambda: any("exporter at" in line for line in run.out) and bool(held),
+                         "a held query", run.out + run.err)
+        finally:
+            release.set()
+    assert run.code == 0, "\n".join(run.err[-10:])
+    assert run.out[-1] == "skewscope watch: stopped" and not run.err

@@ -149,15 +149,16 @@ def run(args: argparse.Namespace) -> int:
         watcher = Watcher(source, last_s=last_s, every_s=every_s, level=args.level,
                           thresholds=thresholds, store=store, on_run=on_run,
                           calm_runs=args.calm_runs)
-        if args.listen:
-            from skewscope.monitor.exporter import serve
+        with stop_on_signals(watcher):  # from here a signal stops the loop, never kills it
+            if args.listen:
+                from skewscope.monitor.exporter import serve
 
-            server, url = serve(lambda: watcher.status, args.listen)
-            print(f"skewscope watch: exporter at {url}", file=log if not tui else sys.stderr,
-                  flush=True)
-        if store is not None and not tui:
-            print(f"skewscope watch: saving incidents to {store.shown}", file=log, flush=True)
-        with stop_on_signals(watcher):
+                server, url = serve(lambda: watcher.status, args.listen)
+                print(f"skewscope watch: exporter at {url}",
+                      file=log if not tui else sys.stderr, flush=True)
+            if store is not None and not tui:
+                print(f"skewscope watch: saving incidents to {store.shown}", file=log,
+                      flush=True)
             if tui:
                 with Live(get_renderable=lambda: screen.render(watcher.status),
                           console=Console(), refresh_per_second=2, transient=False):

@@ -139,9 +139,10 @@ class HistoryStore:
     """Incidents table over a DB-API connection (sqlite3 or psycopg). ``problems`` collects the
     rows the last read skipped (BadRow), for the caller to report."""
 
-    def __init__(self, conn: Any, *, postgres: bool, shown: str, writer: str | None = None
-                 ) -> None:
+    def __init__(self, conn: Any, *, postgres: bool, shown: str, writer: str | None = None,
+                 db_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)) -> None:
         self.conn = conn
+        self.db_errors = db_errors  # the driver's errors: a read that fails is one line
         self.postgres = postgres
         self.shown = shown  # where, for messages (secrets redacted)
         self.writer = writer or new_writer_id()
@@ -217,12 +218,16 @@ class HistoryStore:
         """End the open incidents of writers that died (their lease ran out before ``now``, or
         they were written before leases existed) at their last sighting; another live writer's
         incidents are left alone."""
-        cur = self._exec(
-            f"UPDATE {TABLE} SET end_s = last_seen_s, end_reason = ? WHERE end_s IS NULL "
-            f"AND writer <> ? AND ({LEASE} IS NULL OR {LEASE} < ?)",
-            (STOPPED, self.writer, now),
-        )
-        self.conn.commit()
+        try:
+            cur = self._exec(
+                f"UPDATE {TABLE} SET end_s = last_seen_s, end_reason = ? WHERE end_s IS NULL "
+                f"AND writer <> ? AND ({LEASE} IS NULL OR {LEASE} < ?)",
+                (STOPPED, self.writer, now),
+            )
+            self.conn.commit()
+        except self.db_errors as e:  # at watch's start: one line, not a traceback
+            raise InputError(f"history {self.shown}: cannot write to {TABLE}: "
+                             f"{one_line(str(e))}") from None
         return max(0, int(cur.rowcount))
 
     def _rows(self, where: str = "", params: Sequence[Any] = (), limit: int | None = None
@@ -230,9 +235,10 @@ class HistoryStore:
         sql = f"SELECT {', '.join(COLUMNS)}, id FROM {TABLE} {where} ORDER BY onset_s DESC, id DESC"
         if limit is not None:
             sql += f" LIMIT {max(1, min(int(limit), SQL_INT_MAX))}"
+        caught: tuple[type[BaseException], ...] = (*self.db_errors, ValueError, OverflowError)
         try:
             rows = self._exec(sql, params).fetchall()
-        except (sqlite3.Error, ValueError, OverflowError) as e:  # e.g. a value SQLite cannot
+        except caught as e:
             raise InputError(f"history {self.shown}: cannot read {TABLE}: {one_line(str(e))}"
                              ) from None
         self.problems = []
@@ -317,7 +323,7 @@ def _open_postgres(url: str) -> HistoryStore:
     except psycopg.Error as e:
         raise SourceError(f"history {shown}: {_first(e)}") from None
     try:
-        return HistoryStore(conn, postgres=True, shown=shown)
+        return HistoryStore(conn, postgres=True, shown=shown, db_errors=(psycopg.Error,))
     except psycopg.Error as e:
         conn.close()
         raise InputError(f"history {shown}: not a usable history ({_first(e)})") from None

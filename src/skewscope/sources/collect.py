@@ -9,7 +9,6 @@ terminal, otherwise one plain line every ``SourceLimits.progress_every_s``.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from skewscope.errors import SourceError
 from skewscope.progress import Progress
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, has_scheme
+from skewscope.sources.daemon_pool import DaemonPool
 from skewscope.sources.exposition import Sample, parse_exposition
 from skewscope.sources.fetch import bounded_get, make_client
 
@@ -81,31 +81,13 @@ def fetch_snapshot(
 MAX_PARALLEL = 32  # fetches of one round in flight at once
 
 
-def scrape_round(client: httpx.Client, urls: Sequence[str], t: float, *, deadline_s: float,
-                 max_bytes: int) -> list[Snapshot]:
-    """One scrape of every target, in parallel on daemon threads: a process that stops
-    (SIGTERM, Ctrl-C) abandons a round in flight instead of waiting out its deadline (an
-    executor's workers would hold the interpreter's exit until every fetch ended)."""
-    out: list[Snapshot | None] = [None] * len(urls)
-    slots = threading.BoundedSemaphore(MAX_PARALLEL)
-
-    def one(i: int, url: str) -> None:
-        try:
-            out[i] = fetch_snapshot(client, url, t, deadline_s=deadline_s, max_bytes=max_bytes)
-        except Exception as e:  # fetch_snapshot turns every expected failure into a Snapshot
-            out[i] = Snapshot(t, None, f"{type(e).__name__}: {e}")
-        finally:
-            slots.release()
-
-    threads = []
-    for i, url in enumerate(urls):
-        slots.acquire()
-        th = threading.Thread(target=one, args=(i, url), name="skewscope-scrape", daemon=True)
-        th.start()
-        threads.append(th)
-    for th in threads:
-        th.join()
-    return [s if s is not None else Snapshot(t, None, "no answer") for s in out]
+def scrape_round(pool: DaemonPool, client: httpx.Client, urls: Sequence[str], t: float, *,
+                 deadline_s: float, max_bytes: int) -> list[Snapshot]:
+    """One scrape of every target in parallel; the pool's daemon threads let a process that
+    stops (SIGTERM, Ctrl-C) abandon a round in flight instead of waiting out its deadline."""
+    futures = [pool.submit(fetch_snapshot, client, url, t, deadline_s=deadline_s,
+                           max_bytes=max_bytes) for url in urls]
+    return [f.result() for f in futures]
 
 
 def collect(
@@ -134,6 +116,7 @@ def collect(
     ok = failed = 0
     m0 = time.monotonic()
     client = make_client(auth.without_ambient() if auth else None, deadline_s)
+    pool = DaemonPool(min(MAX_PARALLEL, len(urls)), name="skewscope-scrape")
     try:
         for k in range(n_ticks + 1):
             due = m0 + k * interval_s
@@ -143,7 +126,7 @@ def collect(
             late = k > 0 and lag > interval_s / 2
             out.skipped += late
             if not late:
-                round_ = scrape_round(client, urls, k * interval_s, deadline_s=deadline_s,
+                round_ = scrape_round(pool, client, urls, k * interval_s, deadline_s=deadline_s,
                                       max_bytes=max_bytes)  # a whole round, or none of it
                 for url, snap in zip(urls, round_, strict=True):
                     out.snaps[url].append(snap)
@@ -155,5 +138,6 @@ def collect(
         out.interrupted_at = time.monotonic() - m0
     finally:
         bar.close()
-        client.close()  # fetches abandoned by Ctrl-C end by their deadline, on daemon threads
+        pool.shutdown(wait=False)  # fetches abandoned by Ctrl-C end by their deadline
+        client.close()
     return out

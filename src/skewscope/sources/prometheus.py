@@ -14,7 +14,7 @@ import reprlib
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from itertools import repeat
 from typing import Any
 
@@ -22,6 +22,7 @@ from skewscope.errors import SourceError, UsageError
 from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy, bound_column
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, normalise_url, quoted
+from skewscope.sources.daemon_pool import DaemonPool
 from skewscope.sources.device_exporters import DeviceExporter, resolve_devices
 from skewscope.sources.devices import (
     SIGNAL_OF_ROLE,
@@ -191,7 +192,7 @@ def _load_tables(
     whole = max(last_t - first_t, 1.0)
     bounds: dict[str, Future[list[Any]]] = {}
     lock = threading.Lock()
-    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+    with DaemonPool(max_workers) as pool:  # a stopping watch abandons its queries
 
         def run(job: Job) -> tuple[dict[Key, float], list[str]]:
             level, signal, alias, query = job
