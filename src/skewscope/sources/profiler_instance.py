@@ -17,6 +17,7 @@ import polars as pl
 from skewscope.sources import profiler_forward as pf
 from skewscope.sources import profiler_range as pr
 from skewscope.sources import profiler_schema as ps
+from skewscope.sources.profiler_folder import read_instance
 from skewscope.sources.profiler_layout import InstanceFiles
 from skewscope.sources.profiler_ranks import RankMap, pid_ranks, place_requests, rank_map, with_rank
 from skewscope.sources.profiler_read import (
@@ -25,7 +26,6 @@ from skewscope.sources.profiler_read import (
     BatchRead,
     Table,
     ensure,
-    read_instance,
 )
 
 KV_SOURCE_COLUMNS: dict[str, str] = {  # KV signal -> canonical column that feeds it

@@ -13,17 +13,15 @@ runs inside a stream of its own (see ``read_batch``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from skewscope.sources import profiler_exporter as pe
-from skewscope.sources import profiler_range as pr
 from skewscope.sources import profiler_schema as ps
 from skewscope.sources import profiler_validate as pv
-from skewscope.sources.profiler_layout import InstanceFiles
 
 SCHED_NAMES: tuple[str, ...] = ("batchFrameworkProcessing", "BatchSchedule")
 # Execution row names, in preference order: one name is used per instance so nested or
@@ -89,6 +87,8 @@ class Table:
     local_time: bool  # its time columns are local wall-clock datetimes
     tz_offset_s: float | None  # local - UTC learnt from this file, if it can tell
     truncated: bool = False  # rows after the last complete one were never written
+    guessed: tuple[str, ...] = ()  # epoch time columns whose unit only their size suggests
+    tz_segments: pl.DataFrame | None = None  # the UTC offset changed during the capture
 
 
 def _collect(path: Path, query: pl.LazyFrame) -> pl.DataFrame:
@@ -120,7 +120,10 @@ def _table(prep: ps.Prepared, res: ps.Resolved, df: pl.DataFrame, notes: list[st
     if df.is_empty():
         notes.append(f"{prep.path.name}: no data rows")
     local = any(ts.is_datetime for ts in res.times.values())
-    return Table(df, res, local, ps.tz_offset_s(prep, res), prep.truncated)
+    guessed = tuple(c for c, ts in res.times.items()
+                    if not ts.is_datetime and ts.unit is None and c in df.columns)
+    segments = None if res.schema is ps.BATCH else ps.tz_segments(prep, res)  # small files
+    return Table(df, res, local, ps.tz_offset_s(prep, res), prep.truncated, guessed, segments)
 
 
 def _unrecorded(
@@ -420,115 +423,3 @@ def _rows(lf: pl.LazyFrame, res: ps.Resolved, carry: bool = False) -> pl.LazyFra
     # repeated short texts as categoricals: 4 bytes a row instead of a 16-byte view (+ the text)
     texts = [c for c in ("name", "prof_id") if c in res.raw] + [ps.BAD]
     return lf.with_columns(pl.col(c).cast(pl.Categorical) for c in texts)
-
-
-@dataclass(frozen=True)
-class Read:
-    """One instance's files read, times on the epoch axis (bad clocks dropped, local datetimes
-    moved to UTC); ``notes`` say what was skipped, dropped or guessed.
-
-    ``batch`` is the only holder of batch.csv's full row table: ``take_batch`` hands it over so
-    the table is released as soon as steps, busy rows and ranks are taken from it.
-    """
-
-    name: str
-    tables: Mapping[str, Table]  # request.csv, kvcache.csv, forward.csv, request_status.csv
-    batch: list[BatchRead]  # zero or one; emptied by ``take_batch``
-    notes: tuple[str, ...]
-
-    @property
-    def has_batch(self) -> bool:
-        return bool(self.batch)
-
-    def take_batch(self) -> BatchRead:
-        """batch.csv's tables, handed over once (``has_batch`` is False afterwards)."""
-        return self.batch.pop()
-
-
-def read_instance(files: InstanceFiles, clocks: pr.ClockPolicy = pr.CLOCKS) -> Read:
-    """Read every file of one instance onto the epoch axis."""
-    notes: list[str] = []
-    read = _read_files(files, notes)
-    for file in read:  # one bad clock must not widen the grid
-        read[file] = _drop_bad_clocks(file, read[file], clocks, notes)
-    read = _align_times(read, notes, clocks.datetime_utc_offset_h * 3600.0)
-    batch = read.pop("batch.csv", None)
-    tables = {k: v for k, v in read.items() if isinstance(v, Table)}
-    del read
-    return Read(files.name, tables, [batch] if isinstance(batch, BatchRead) else [], tuple(notes))
-
-
-def _drop_bad_clocks(
-    file: str, got: Table | BatchRead, clocks: pr.ClockPolicy, notes: list[str]
-) -> Table | BatchRead:
-    table = got.steps if isinstance(got, BatchRead) else got
-    bounds = pr.time_bounds(table.df["start_s"], clocks)
-    df, dropped = pr.drop_time_outliers(table.df, file, bounds)
-    notes.extend(dropped)
-    return _with_table(got, replace(table, df=df))
-
-
-def _with_table(got: Table | BatchRead, table: Table) -> Table | BatchRead:
-    return replace(got, steps=table) if isinstance(got, BatchRead) else table
-
-
-def _read_files(inst: InstanceFiles, notes: list[str]) -> dict[str, Table | BatchRead]:
-    out: dict[str, Table | BatchRead] = {}
-    ps.small_csv_chunks()  # every read, header peeks included (they prefetch chunks too)
-    for file, path in inst.files.items():
-        try:
-            with pv.guard(path):  # any parser failure: one line naming file and line
-                if file == "batch.csv":  # after request.csv (PROFILER_FILES' order)
-                    requests = out.get("request.csv")
-                    req = requests.df if isinstance(requests, Table) else None
-                    out[file] = read_batch(path, notes, req)
-                else:
-                    out[file] = read_simple(path, ps.SCHEMAS[file], notes)
-        except _Empty:
-            notes.append(f"{file} is empty (0 bytes) — skipped")
-    return out
-
-
-def _align_times(
-    read: dict[str, Table | BatchRead], notes: list[str], default_offset_s: float
-) -> dict[str, Table | BatchRead]:
-    """Put local-datetime tables on the epoch axis using the instance's time-zone offset.
-
-    The offset is learnt from a file holding both an epoch and a datetime column; failing that,
-    guessed from the first timestamps of epoch and datetime files (same run, same start); with
-    datetimes only, the zone the exporter writes (``default_offset_s``, UTC+8).
-    """
-    tables = {f: (g.steps if isinstance(g, BatchRead) else g) for f, g in read.items()}
-    local = [t for t in tables.values() if t.local_time and not t.df.is_empty()]
-    if not local:
-        return read
-    learnt = [t.tz_offset_s for t in tables.values() if t.tz_offset_s is not None]
-    epoch = [t for t in tables.values() if not t.local_time and not t.df.is_empty()]
-    if learnt:
-        offset = learnt[0]
-    elif epoch:
-        offset = round((_first_time(local) - _first_time(epoch)) / 900.0) * 900.0
-        notes.append(
-            f"datetime columns aligned to epoch columns by a guessed offset of "
-            f"{offset / 3600:+.2f} h (no file holds both)"
-        )
-    else:
-        offset = default_offset_s
-        notes.append(
-            f"only local datetimes, no epoch column: read as UTC{offset / 3600:+g} h (the "
-            "profiler writes Asia/Shanghai time; [sources] profiler_utc_offset_h sets another)"
-        )
-    del local, epoch
-    out = dict(read)
-    for file, t in tables.items():
-        if not (t.local_time and not t.df.is_empty()):
-            continue
-        cols = [c for c, ts in t.res.times.items() if ts.is_datetime and c in t.df.columns]
-        moved = replace(t, df=t.df.with_columns(pl.col(c) - offset for c in cols), local_time=False)
-        out[file] = _with_table(read[file], moved)
-    return out
-
-
-def _first_time(tables: list[Table]) -> float:
-    firsts = [t.df["start_s"].min() for t in tables]
-    return min(float(v) for v in firsts if isinstance(v, (int, float)))

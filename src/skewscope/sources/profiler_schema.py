@@ -15,14 +15,16 @@ import mmap
 import os
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
 
 from skewscope.errors import SchemaError
+from skewscope.sources import profiler_clock as pc
 from skewscope.sources import profiler_validate as pv
+from skewscope.sources.profiler_clock import datetime_to_us, epoch_scale
 
 # "blob": long text only ever searched (res_list); NA cells become null, other cells are
 # passed through unstripped (stripping would copy every multi-KB cell).
@@ -243,6 +245,7 @@ class TimeSource:
     raw: str
     is_datetime: bool
     paired_datetime: str | None = None  # a datetime column of the same instant (for the TZ)
+    unit: float | None = None  # to seconds, read off the data (None: guessed from the size)
 
 
 @dataclass
@@ -309,7 +312,8 @@ def resolve(prep: Prepared, schema: FileSchema) -> Resolved:
     res = Resolved(schema)
     time_cols = [c for c in schema.columns if c.kind == "time" and found[c.canon]]
     all_time_raw = sorted({r for c in time_cols for r in found[c.canon]})
-    head = _head(prep, all_time_raw) if all_time_raw else pl.DataFrame()
+    during = found.get("during_ms", [])[:1]
+    head = _head(prep, all_time_raw + during) if all_time_raw else pl.DataFrame()
     for col in schema.columns:
         if not found[col.canon]:
             continue
@@ -318,27 +322,35 @@ def resolve(prep: Prepared, schema: FileSchema) -> Resolved:
             res.raw[col.canon] = res.times[col.canon].raw
         else:
             res.raw[col.canon] = found[col.canon][0]
+    _read_units(res, head)
     return res
+
+
+def _number(head: pl.DataFrame, raw: str) -> pl.Series:
+    return head[raw].str.strip_chars().cast(pl.Float64, strict=False)
+
+
+def _read_units(res: Resolved, head: pl.DataFrame) -> None:
+    """Each epoch time column's unit read off the sampled rows (``profiler_clock``): from a
+    datetime column of the same instant, else from the rows' durations."""
+    for canon, ts in list(res.times.items()):
+        if not ts.is_datetime and ts.paired_datetime is not None:
+            local = head.select(datetime_to_us(pl.col(ts.paired_datetime)) / 1e6).to_series()
+            unit = pc.unit_from_pair(_number(head, ts.raw), local)
+            res.times[canon] = replace(ts, unit=unit)
+    start, end = res.times.get("start_s"), res.times.get("end_s")
+    if (start is None or end is None or start.is_datetime or end.is_datetime
+            or "during_ms" not in res.raw or (start.unit and end.unit)):
+        return
+    unit = pc.unit_from_durations(_number(head, start.raw), _number(head, end.raw),
+                                  _number(head, res.raw["during_ms"]))
+    res.times["start_s"] = replace(start, unit=start.unit or unit)
+    res.times["end_s"] = replace(end, unit=end.unit or unit)
 
 
 # --------------------------------------------------------------------------- cell casting
 def _is_na(raw: pl.Expr) -> pl.Expr:
     return raw.is_null() | raw.is_in(list(NA_TOKENS))
-
-
-def datetime_to_us(raw: pl.Expr) -> pl.Expr:
-    """Datetime text (colon or dot before the fraction, or none) -> µs since epoch, naive = UTC.
-
-    The profiler prints ``%Y-%m-%d %H:%M:%S:%f``, which no standard parser accepts: the colon is
-    rewritten to a dot first. Unparsable text gives null.
-    """
-    text = (
-        raw.str.strip_chars()
-        .str.replace(r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})[:.](\d{1,9})$", "${1} ${2}.${3}")
-        .str.replace(r"^(\d{4}-\d{2}-\d{2})T", "${1} ")
-    )
-    parsed = text.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
-    return parsed.dt.epoch("us")
 
 
 def _cast(col: Col, source: str, is_datetime: bool) -> tuple[pl.Expr, pl.Expr]:
@@ -447,20 +459,6 @@ def raise_first_bad(df: pl.DataFrame, prep: Prepared, res: Resolved) -> None:
     )
 
 
-EPOCH_SCALE: tuple[tuple[float, float], ...] = ((1e17, 1e-9), (1e14, 1e-6), (1e11, 1e-3))
-
-
-def epoch_scale(median: float) -> float:
-    """Factor to seconds of an epoch column from its magnitude: ns, µs, ms or s.
-
-    ``start_time(ms)`` in batch.csv holds µs in current profiler versions despite its label.
-    """
-    for bound, factor in EPOCH_SCALE:
-        if abs(median) >= bound:
-            return factor
-    return 1.0
-
-
 MICROSECOND_SUFFIX = "(microsecond)"  # 2024 headers: a duration in µs, read in ms
 
 
@@ -473,10 +471,31 @@ def finish(df: pl.DataFrame, res: Resolved) -> pl.DataFrame:
     for canon, ts in res.times.items():
         if ts.is_datetime or canon not in df.columns:
             continue
-        median = df[canon].median()
-        factor = epoch_scale(float(median)) if isinstance(median, (int, float)) else 1.0
-        exprs.append(pl.col(canon) * factor)
+        exprs.append(pl.col(canon) * unit_of(df[canon], ts))
     return df.with_columns(exprs) if exprs else df
+
+
+def unit_of(values: pl.Series, ts: TimeSource) -> float:
+    """An epoch column's unit: read off the data, else guessed from its median's size."""
+    if ts.unit is not None:
+        return ts.unit
+    median = values.median()
+    return epoch_scale(float(median)) if isinstance(median, (int, float)) else 1.0
+
+
+def tz_segments(prep: Prepared, res: Resolved) -> pl.DataFrame | None:
+    """The whole file's UTC-offset segments (``profiler_clock.offset_segments``) from its first
+    epoch column with a datetime beside it; None when the offset never changes. Reads the two
+    columns of every row: for the small files only."""
+    for ts in res.times.values():
+        if ts.is_datetime or ts.paired_datetime is None:
+            continue
+        cols = pl.read_csv(prep.path, columns=[ts.raw, ts.paired_datetime], infer_schema=False,
+                           n_rows=prep.n_rows, encoding="utf8-lossy", glob=False)
+        epoch = _number(cols, ts.raw)
+        local = cols.select(datetime_to_us(pl.col(ts.paired_datetime)) / 1e6).to_series()
+        return pc.offset_segments(epoch * unit_of(epoch, ts), local)
+    return None
 
 
 def tz_offset_s(prep: Prepared, res: Resolved) -> float | None:
@@ -497,7 +516,7 @@ def tz_offset_s(prep: Prepared, res: Resolved) -> float | None:
         median_epoch = pairs["e"].median()
         if not isinstance(median_epoch, (int, float)):
             continue
-        seconds = pairs["e"] * epoch_scale(float(median_epoch))
+        seconds = pairs["e"] * (ts.unit or epoch_scale(float(median_epoch)))
         diff = (pairs["l"] - seconds).median()
         if isinstance(diff, (int, float)):
             return round(float(diff) / 900.0) * 900.0
