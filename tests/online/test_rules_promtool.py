@@ -20,6 +20,7 @@ from conftest import need
 from skewscope.cli import main
 from skewscope.monitor.rules import (
     ALERTS,
+    DEFAULT_RUNBOOK_URL_BASE,
     GAP_ALERT,
     HOT_ALERT,
     STARVED_ALERT,
@@ -203,6 +204,7 @@ def test_promtool_annotations(tmp_path: Path) -> None:
                         "summary": "instance i0 runs hot: 2.00x the peer median on requests "
                                    "(count skew)",
                         "description": description,
+                        "runbook_url": f"{DEFAULT_RUNBOOK_URL_BASE}/{HOT_ALERT}.md",
                     },
                 }],
             }],
