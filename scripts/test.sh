@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Installs everything the tests need on a fresh Debian machine, then runs lint, types and tests.
 # Real components (Prometheus, promtool, VictoriaMetrics, Chromium for the HTML report, nginx in
-# front of the simulated engines) come from Debian; the tests start them.
+# front of the simulated engines) come from Debian; the tests start them. jsonnet renders the
+# monitoring mixin (tests/test_mixin.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for bin in prometheus promtool victoria-metrics chromium nginx prometheus-alertmanager amtool; do
+for bin in prometheus promtool victoria-metrics chromium nginx prometheus-alertmanager amtool \
+    jsonnet; do
   command -v "$bin" >/dev/null 2>&1 || need+=("$bin")
 done
 # PostgreSQL (watch --save postgresql://...): the tests run initdb/pg_ctl from its bin dir
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: prometheus victoria-metrics postgresql chromium nginx" \
-    "prometheus-alertmanager"
+    "prometheus-alertmanager jsonnet"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     prometheus victoria-metrics postgresql chromium fonts-dejavu-core nginx \
-    prometheus-alertmanager >/dev/null
+    prometheus-alertmanager jsonnet >/dev/null
 fi
 python3 -m pip install -q -e ".[test]"
 ruff check .

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from skewscope.cli import main
 from skewscope.config import DEFAULT_THRESHOLDS
@@ -94,3 +96,30 @@ def test_rules_and_dashboard_take_the_config_file(tmp_path, capsys) -> None:  # 
     cfg.write_text("[thresholds]\nhot_ratoi = 1.6\n")
     assert main(["rules", "--config", str(cfg)]) == 2
     assert "hot_ratoi: unknown threshold" in capsys.readouterr().err
+
+
+def test_every_alert_links_a_runbook_that_exists(tmp_path: Path) -> None:
+    """Each alert's runbook_url is <base>/<alert>.md, and docs/runbooks/<alert>.md exists with
+    the four parts a runbook has; --runbook-url-base moves the links."""
+    from skewscope.monitor.rules import ALERTS, DEFAULT_RUNBOOK_URL_BASE
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "runbooks"
+    seen = set()
+    for g in build_rules(RuleOptions())["groups"]:
+        for r in g["rules"]:
+            if "alert" in r:
+                url = r["annotations"]["runbook_url"]
+                assert url == f"{DEFAULT_RUNBOOK_URL_BASE}/{r['alert']}.md"
+                seen.add(r["alert"])
+    assert seen == set(ALERTS)
+    for alert in ALERTS:
+        text = (docs / f"{alert}.md").read_text(encoding="utf-8")
+        for part in ("What it means", "Panels to open", "Commands", "Fixes, in order",
+                     "skewscope diagnose"):
+            assert part in text, (alert, part)
+    out = tmp_path / "rules.yml"
+    assert main(["rules", "--dialect", "vllm", "--runbook-url-base", "https://wiki/rb/",
+                 "-o", str(out)]) == 0
+    urls = {r["annotations"]["runbook_url"] for g in yaml.safe_load(out.read_text())["groups"]
+            for r in g["rules"] if "alert" in r}
+    assert urls == {f"https://wiki/rb/{a}.md" for a in ALERTS}

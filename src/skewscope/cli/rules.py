@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skewscope.cli import common
+
+if TYPE_CHECKING:
+    from skewscope.monitor.rules import RuleOptions
+
+FORMATS: tuple[str, ...] = ("prometheus", "prometheus-operator")
 
 
 def add_shared_args(p: argparse.ArgumentParser, dialect_help: str) -> None:
@@ -44,25 +49,44 @@ def register(sub: Any) -> None:
         "(docs/monitoring.md).",
     )
     add_shared_args(p, "one engine dialect (default: all, each keyed on its own metric names)")
+    add_rule_args(p)
+    p.add_argument("--format", choices=FORMATS, default="prometheus",
+                   help="prometheus: a rule file (default); prometheus-operator: a "
+                   "PrometheusRule object (monitoring.coreos.com/v1)")
+    p.set_defaults(run=run)
+
+
+def add_rule_args(p: argparse.ArgumentParser) -> None:
+    """The options ``rules`` and ``mixin`` share: the window, ``for`` and the runbooks."""
+    from skewscope.monitor.rules import DEFAULT_RUNBOOK_URL_BASE
+
     p.add_argument("--window", default="5m", metavar="DURATION",
                    help="rate window of the per-unit signals (default 5m)")
     p.add_argument("--for", dest="for_", metavar="DURATION",
                    help="how long a unit must stay hot before an alert fires "
                    "(default: min_consecutive windows, 15m with the 5m window)")
-    p.set_defaults(run=run)
+    p.add_argument("--runbook-url-base", default=DEFAULT_RUNBOOK_URL_BASE, metavar="URL",
+                   help="where the alerts' runbook_url points: URL/<alert>.md "
+                   "(default: the repository's docs/runbooks)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from skewscope.monitor.rules import RuleOptions, render_rules
+def rule_options(args: argparse.Namespace) -> RuleOptions:
+    from skewscope.monitor.rules import RuleOptions
     from skewscope.monitor.signals import parse_group_by
 
-    opts = RuleOptions(
+    return RuleOptions(
         dialects=dialects(args),
         group_by=parse_group_by(args.group_by),
         selector=args.selector,
         window_s=common.parse_duration(args.window, "--window"),
         for_s=common.parse_duration(args.for_, "--for") if args.for_ else None,
         thresholds=common.thresholds_from_args(args),
+        runbook_url_base=args.runbook_url_base,
     )
-    emit(args, render_rules(opts))
+
+
+def run(args: argparse.Namespace) -> int:
+    from skewscope.monitor.rules import render_rules
+
+    emit(args, render_rules(rule_options(args), args.format))
     return 0
