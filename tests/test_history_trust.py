@@ -298,3 +298,21 @@ def test_postgres_history_is_validated_migrated_and_owned_per_writer(
     assert main(["history", "show", str(2**63 - 1), "--db", postgres_url]) == 2
     _pg(postgres_url, f"DELETE FROM {TABLE}")
     check_two_writers(postgres_url)
+
+
+def test_a_running_watch_closes_a_dead_writers_incidents_once_its_lease_ends(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "h.sqlite")
+    hot = frames(d=Spec(rate=40.0))
+    a = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(db), clock=lambda: 1000.0)
+    assert a.run_once()  # then a dies: no _finish, its lease runs to 1000 + 3 x 30 + 120
+    now = [1010.0]
+    b = Watcher(Fixed(frames()), last_s=60, every_s=30, store=open_store(db),
+                clock=lambda: now[0])
+    assert b.run_once()
+    assert b.store is not None and len(b.store.list(open_only=True)) == 1  # a's, still leased
+    now[0] = 1211.0
+    assert b.run_once()
+    (row,) = b.store.list()
+    assert (row.end_s, row.end_reason) == (1000.0, STOPPED)

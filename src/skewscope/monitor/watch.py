@@ -186,6 +186,7 @@ class Watcher:
         for incident in changed:
             self.tracker.assign(self.store.save(incident, lease))
         self.store.renew(lease)
+        self.store.close_orphans(now)  # a watch that died while this one runs: its lease ends
 
     def _renew(self, now: float, errors: dict[str, int]) -> None:
         """A failed run keeps this writer's incidents open (and its own)."""
