@@ -149,6 +149,14 @@ class SourceLimits:
     # The UTC offset of msServiceProfiler datetimes in a folder without any epoch column (the
     # exporter writes Asia/Shanghai time, UTC+8, whatever the host's zone).
     profiler_utc_offset_h: Annotated[float, Range(-14.0, 14.0)] = 8.0
+    # A URL (--prometheus, --scrape, --gateway-url, a URL as PATH) or label matchers
+    # (--selector, --device-selector) longer than this is refused at the option: servers refuse
+    # request lines past 8 KiB, and httpx refuses a URL past 64 KiB with no line to show.
+    max_url_kb: Positive = 8.0
+    max_selector_kb: Positive = 4.0
+    # --scrape gives up (exit 4) when no target has answered in this many rounds from the start
+    # (every connection refused or timed out), instead of waiting out the whole --duration.
+    scrape_give_up_rounds: Count = 3
 
     @property
     def max_query_bytes(self) -> int:
@@ -161,6 +169,14 @@ class SourceLimits:
     @property
     def max_log_line_bytes(self) -> int:
         return int(self.max_log_line_kb * 1024)
+
+    @property
+    def max_url_chars(self) -> int:
+        return int(self.max_url_kb * 1024)
+
+    @property
+    def max_selector_chars(self) -> int:
+        return int(self.max_selector_kb * 1024)
 
     def updated(self, values: Mapping[str, object], where: str) -> SourceLimits:
         """These limits with ``values`` set (``override``)."""

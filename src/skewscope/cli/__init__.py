@@ -69,6 +69,9 @@ def _run(argv: Sequence[str] | None) -> int:
     except SystemExit as e:  # --help, --version, or argparse's own usage error
         return int(e.code or 0)
     try:
+        from skewscope.cli.common import check_option_sizes
+
+        check_option_sizes(args)
         return int(args.run(args))
     except SkewscopeError as e:
         from skewscope.sources.auth import quoted  # masks any secret a message still quotes

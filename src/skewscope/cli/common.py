@@ -377,6 +377,29 @@ def device_map_from_args(args: argparse.Namespace) -> DeviceMap | None:
     return load_device_map(path) if path else None
 
 
+# The options that carry a URL (or a PATH that may be one) and those that carry label matchers:
+# bounded before anything is read (``SourceLimits.max_url_kb``, ``max_selector_kb``).
+_URL_OPTIONS = (("prometheus", "--prometheus"), ("scrape", "--scrape"),
+                ("gateway_url", "--gateway-url"), ("paths", "PATH"))
+_SELECTOR_OPTIONS = (("selector", "--selector"), ("device_selector", "--device-selector"))
+
+
+def check_option_sizes(args: argparse.Namespace) -> None:
+    """A URL, PATH or selector of absurd size (a 120 KB URL path, a 100 KB --selector) is one
+    usage line naming the option, not an httpx ``InvalidURL`` traceback later."""
+    limits = limits_from_args(args)
+    for options, most, name, unit in (
+        (_URL_OPTIONS, limits.max_url_chars, "max_url_kb", limits.max_url_kb),
+        (_SELECTOR_OPTIONS, limits.max_selector_chars, "max_selector_kb", limits.max_selector_kb),
+    ):
+        for attr, option in options:
+            value = getattr(args, attr, None)
+            for text in [value] if isinstance(value, str) else value or []:
+                if isinstance(text, str) and len(text) > most:
+                    raise UsageError(f"{option}: {len(text):,} characters, more than the "
+                                     f"{unit:g} KiB allowed ([sources] {name} in --config)")
+
+
 def add_config_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help="TOML file whose [thresholds] table overrides the analysis' "

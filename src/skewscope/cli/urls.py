@@ -38,7 +38,12 @@ def looks_like_url(arg: str) -> bool:
 
     if has_scheme(arg):
         return True
-    return _HOST_PORT.match(arg) is not None and not Path(arg).exists()
+    if _HOST_PORT.match(arg) is None:
+        return False
+    try:
+        return not Path(arg).exists()
+    except OSError:  # a name the OS refuses (too long) is no file
+        return True
 
 
 def note(text: str) -> None:

@@ -40,6 +40,11 @@ class Snapshot:
     error: str = ""
     malformed: int = 0
     example: str = ""
+    answered: bool = False  # the target sent a response (any status): it is there
+
+    @property
+    def reached(self) -> bool:
+        return self.answered or self.samples is not None
 
 
 @dataclass
@@ -51,6 +56,7 @@ class Collected:
     skipped: int = 0  # rounds skipped because targets answered slowly
     interrupted_at: float | None = None  # seconds after t0 at which Ctrl-C stopped it
     rounds: int = field(default=0)
+    reached: bool = False  # some target has answered (any status) in some round
 
 
 def fetch_snapshot(
@@ -73,9 +79,9 @@ def fetch_snapshot(
     except SourceError as exc:
         return Snapshot(t, None, str(exc))
     if got.status != 200:
-        return Snapshot(t, None, f"/metrics target answered HTTP {got.status}")
+        return Snapshot(t, None, f"/metrics target answered HTTP {got.status}", answered=True)
     parsed = parse_exposition(got.text())
-    return Snapshot(t, parsed.samples, "", parsed.malformed, parsed.example)
+    return Snapshot(t, parsed.samples, "", parsed.malformed, parsed.example, answered=True)
 
 
 MAX_PARALLEL = 32  # fetches of one round in flight at once
@@ -99,6 +105,7 @@ def collect(
     timeout_s: float | None = None,
     progress: bool = True,
     limits: SourceLimits = DEFAULT_LIMITS,
+    give_up_rounds: int | None = None,
 ) -> Collected:
     """Scrape all targets every ``interval_s`` for ``duration_s``.
 
@@ -106,6 +113,9 @@ def collect(
     could not start within half an interval of its time (a slow target held the previous one)
     is skipped rather than mis-stamped. Ctrl-C stops the loop: the complete rounds so far are
     returned with ``interrupted_at`` set. An ambient token is never sent (``auth`` module doc).
+    When no target has answered in the first ``give_up_rounds`` rounds (every connection
+    refused or timed out), a SourceError ends it then, not after ``duration_s`` (a rolling
+    sampler, which calls it for one round at a time, never gives up).
     """
     n_ticks = math.floor(duration_s / interval_s + 1e-9)
     deadline_s = timeout_s if timeout_s is not None else max(0.5, min(interval_s, 10.0))
@@ -133,6 +143,8 @@ def collect(
                 out.rounds += 1
                 bad = sum(s.samples is None for s in round_)
                 ok, failed = ok + len(round_) - bad, failed + bad
+                if give_up_rounds is not None:
+                    _give_up_unanswered(out, round_, give_up_rounds, time.monotonic() - m0)
             bar.update(time.monotonic() - m0, f"{ok} scrapes ok, {failed} failed")  # each tick
     except KeyboardInterrupt:
         out.interrupted_at = time.monotonic() - m0
@@ -141,3 +153,19 @@ def collect(
         pool.shutdown(wait=False)  # fetches abandoned by Ctrl-C end by their deadline
         client.close()
     return out
+
+
+
+def _give_up_unanswered(got: Collected, last: list[Snapshot], rounds: int, elapsed_s: float
+                        ) -> None:
+    """SourceError when the first ``rounds`` rounds reached no target at all: nothing is
+    listening (a wrong port, a stopped fleet), and waiting out --duration would not change it."""
+    got.reached = got.reached or any(s.reached for s in last)
+    if got.reached or got.rounds < rounds:
+        return
+    n = len(last)
+    raise SourceError(
+        f"no /metrics target answered in {got.rounds} scrape rounds ({elapsed_s:.1f}s); "
+        "giving up instead of waiting out the duration "
+        f"({'the target' if n == 1 else f'all {n} targets'}: {last[0].error})"
+    )

@@ -94,7 +94,16 @@ def make_client(auth: HttpAuth | None, timeout_s: float, **kwargs: Any) -> httpx
     options = (auth or HttpAuth()).client_kwargs(tls=not plain)
     transport = httpx.HTTPTransport(verify=options.pop("verify"))
     transport._pool._network_backend = DeadlineBackend()
-    return httpx.Client(timeout=timeout_s, transport=transport, **options, **kwargs)
+    try:
+        return httpx.Client(timeout=timeout_s, transport=transport, **options, **kwargs)
+    except httpx.InvalidURL as exc:  # a base URL too long or malformed for httpx
+        raise invalid_url("server", str(kwargs.get("base_url", "")), exc) from None
+
+
+def invalid_url(what: str, url: str, exc: Exception) -> SourceError:
+    """httpx.InvalidURL (no HTTPError) as one line: the reason, and the URL's head only."""
+    return SourceError(f"{what}: not a URL httpx can request ({quoted(exc, 80)}): "
+                       f"{quoted(redact_url(url), 100)}")
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,8 @@ def bounded_get(
                     )
                 chunks.append(chunk)
             return Fetched(r.status_code, r.headers, b"".join(chunks))
+    except httpx.InvalidURL as exc:  # not an HTTPError: too long, a bad character ...
+        raise invalid_url(what, shown_url, exc) from None
     except httpx.TimeoutException:
         raise SourceError(f"{where} did not answer within {deadline_s:g}s") from None
     except httpx.ConnectError as exc:

@@ -67,7 +67,7 @@ def _instance_csvs(folder: Path) -> dict[str, Path] | None:
 
 def _split_spec(spec: str) -> tuple[str | None, Path]:
     """``NAME=PATH`` -> (NAME, PATH); a bare PATH (even one containing '=' that exists) -> PATH."""
-    if "=" in spec and not Path(spec).exists():
+    if "=" in spec and not _exists(Path(spec)):
         name, _, path = spec.partition("=")
         if not name or not path:
             raise InputError(f"profiler spec {spec!r}: expected PATH or NAME=PATH")
@@ -75,10 +75,18 @@ def _split_spec(spec: str) -> tuple[str | None, Path]:
     return None, Path(spec)
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False too for a name the OS refuses (too long: ENAMETOOLONG)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def discover(spec: str) -> list[InstanceFiles]:
     """Instances named by one spec; raises InputError when the path holds no profiler CSV."""
     name, path = _split_spec(spec)
-    if not path.exists():
+    if not _exists(path):
         raise InputError(f"{path}: no such folder")
     if not path.is_dir():
         raise InputError(f"{path}: not a folder (expected a msServiceProfiler output folder)")

@@ -128,6 +128,7 @@ def scrape_targets(
         timeout_s=timeout_s,
         progress=progress,
         limits=limits,
+        give_up_rounds=limits.scrape_give_up_rounds,
     )
     if got.skipped:
         notes.append(f"{got.skipped} scrape rounds were skipped because targets answered slowly")
