@@ -1,5 +1,6 @@
 """watch as a library and its exporter, on the bundled example (known truth: inst-1 gets 1.8x
-the requests of its peers, and inside it dp0 1.7x its sibling): the contract names scraped over
+the requests of its peers, and inside every instance the dispatcher sends dp0 1.7x its sibling;
+inst-0 and inst-2 are judged pooled, being too quiet alone): the contract names scraped over
 HTTP, a failing source that keeps the last values, incidents from consecutive runs, SQLite
 history and ``skewscope history``."""
 
@@ -109,6 +110,10 @@ def test_exporter_serves_the_contract_for_the_known_truth(
         labels(unit="inst-2", level="instance", kind="none"): 0.0,
         labels(unit="inst-1/dp0", level="dp", kind="count"): 1.0,
         labels(unit="inst-1/dp1", level="dp", kind="none"): 0.0,
+        labels(unit="inst-0/dp0", level="dp", kind="count"): 1.0,
+        labels(unit="inst-0/dp1", level="dp", kind="none"): 0.0,
+        labels(unit="inst-2/dp0", level="dp", kind="count"): 1.0,
+        labels(unit="inst-2/dp1", level="dp", kind="none"): 0.0,
     }
     ratio = {
         (dict(k[1])["unit"], dict(k[1])["signal"]): v
@@ -183,7 +188,8 @@ def test_incidents_come_from_consecutive_runs(report: Report) -> None:
     t = IncidentTracker("test")
     opened = t.update(report, 100.0)
     assert {(i.unit, i.level, i.kind) for i in opened} == {
-        ("inst-1", "instance", "count"), ("inst-1/dp0", "dp", "count")}
+        ("inst-1", "instance", "count"), ("inst-1/dp0", "dp", "count"),
+        ("inst-0/dp0", "dp", "count"), ("inst-2/dp0", "dp", "count")}
     first_peak = next(i.peak_ratio for i in opened if i.unit == "inst-1")
     t.update(hotter(report, 1.5), 130.0)
     t.update(report, 160.0)  # a lower ratio does not lower the peak
@@ -215,6 +221,10 @@ def test_an_incident_ends_only_after_k_calm_runs(
     assert all(i.end_reason == COOLED for i in t.update(calm, 280.0) + t.update(calm, 310.0))
 
 
+# The example's hot units in report order: inst-1, then its drill, then inst-0 + inst-2 pooled
+HOT = ["inst-1", "inst-1/dp0", "inst-0/dp0", "inst-2/dp0"]
+
+
 def check_store(store: HistoryStore, report: Report) -> None:
     """The history contract, for SQLite and Postgres alike."""
     source = ScriptedSource([])
@@ -223,20 +233,19 @@ def check_store(store: HistoryStore, report: Report) -> None:
         changed = w.tracker.update(r, at)
         w._record(changed, at)
     rows = store.list()
+    newest_first = HOT[::-1]  # the same onset: the later insert (id) first
     assert [(i.unit, i.onset_s, i.end_s, i.end_reason) for i in rows] == [
-        ("inst-1/dp0", 190.0, None, ""),
-        ("inst-1", 190.0, None, ""),
-        ("inst-1/dp0", 100.0, 160.0, COOLED),
-        ("inst-1", 100.0, 160.0, COOLED),
+        *((u, 190.0, None, "") for u in newest_first),
+        *((u, 100.0, 160.0, COOLED) for u in newest_first),
     ]
-    assert len(store.list(open_only=True)) == 2
+    assert len(store.list(open_only=True)) == len(HOT)
     assert {i.unit for i in store.list(unit="inst-1")} == {"inst-1"}
     one = store.get(rows[-1].id or -1)
     assert one is not None and one.kind == "count" and "persistent hot spot" in one.summary
     assert store.close_orphans(200.0) == 0  # its own incidents: never orphans
     other = type(store)(store.conn, postgres=store.postgres, shown=store.shown)  # a 2nd writer
     assert other.close_orphans(200.0) == 0  # the first writer's lease still runs
-    assert other.close_orphans(190.0 + w._lease(0.0) + 1) == 2  # it died: lease ran out
+    assert other.close_orphans(190.0 + w._lease(0.0) + 1) == len(HOT)  # it died: lease ran out
     assert not store.list(open_only=True)
     assert {i.end_reason for i in store.list() if i.onset_s == 190.0} == {STOPPED}
 
@@ -250,12 +259,12 @@ def test_sqlite_history_and_history_command(
     store.close()
     assert main(["history", "list", "--db", str(db), "--format", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert len(listed) == 4 and all(i["end_s"] is not None for i in listed)
+    assert len(listed) == 2 * len(HOT) and all(i["end_s"] is not None for i in listed)
     assert main(["history", "show", str(listed[-1]["id"]), "--db", str(db)]) == 0
     shown = capsys.readouterr().out
     assert "inst-1" in shown and "cooled" in shown and "persistent hot spot" in shown
     assert main(["history", "list", "--db", str(db)]) == 0
-    assert "4 incident(s)" in capsys.readouterr().out
+    assert f"{2 * len(HOT)} incident(s)" in capsys.readouterr().out
     assert main(["history", "show", "999", "--db", str(db)]) == 2
     assert "no incident 999" in capsys.readouterr().err
     assert main(["history", "list", "--db", str(tmp_path / "nope.sqlite")]) == 2
@@ -335,7 +344,7 @@ def test_postgres_history_and_history_command(
     store.close()
     assert main(["history", "list", "--db", postgres_url, "--format", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [i["unit"] for i in listed] == ["inst-1/dp0", "inst-1", "inst-1/dp0", "inst-1"]
+    assert [i["unit"] for i in listed] == [*HOT[::-1], *HOT[::-1]]
     assert main(["history", "show", str(listed[0]["id"]), "--db", postgres_url]) == 0
     assert "watch stopped" in capsys.readouterr().out
 
