@@ -1,7 +1,8 @@
-"""``skewscope whatif`` stopped by SIGTERM or SIGHUP mid-replay: a real subprocess with worker
-processes (forkserver, resource tracker, replay workers). The parent must stop its workers
-before it exits — none of them may keep replaying after it — say so in one line, exit
-128 + the signal, and leave no helper process behind."""
+"""``skewscope whatif`` (and ``simulate``, the other command with a worker pool) stopped by
+SIGTERM or SIGHUP mid-run: a real subprocess with worker processes (forkserver, resource
+tracker, replay or simulation workers). The parent must stop its workers before it exits —
+none of them may keep working after it — say so in one line, exit 128 + the signal, and leave
+no helper process behind."""
 
 from __future__ import annotations
 
@@ -73,38 +74,68 @@ def big_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+LONG_SCENARIO = """
+name = "long-rr"
+duration_s = 4000.0
+[cluster]
+instances = 4
+[gateway]
+policy = "round_robin"
+[workload]
+rate = 8.0
+[truth]
+verdict = "balanced"
+level = "instance"
+"""
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_mid_replay_stops_the_workers_before_the_parent_exits(
     sig: signal.Signals, big_folder: Path
 ) -> None:
+    stop_mid_run(sig, ["whatif", str(big_folder), "--jobs", "2", "--format", "json",
+                       "--policies", "round_robin,least_requests,least_tokens"])
+
+
+def test_signal_mid_simulation_stops_the_workers_before_the_parent_exits(
+    tmp_path: Path
+) -> None:
+    """A streamed run of a gateway that reads no load runs its instance groups in workers."""
+    scenario = tmp_path / "long.toml"
+    scenario.write_text(LONG_SCENARIO)
+    stop_mid_run(signal.SIGTERM, ["simulate", str(scenario), "--out", str(tmp_path / "out"),
+                                  "--jobs", "2"])
+    assert not (tmp_path / "out").exists()  # the atomic folder was not left half-written
+
+
+def stop_mid_run(sig: signal.Signals, argv: list[str]) -> None:
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": src}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "skewscope.cli", "whatif", str(big_folder), "--jobs", "2",
-         "--format", "json", "--policies", "round_robin,least_requests,least_tokens"],
+        [sys.executable, "-m", "skewscope.cli", *argv],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     seen: set[int] = set()
     workers: set[int] = set()
     try:
         def replaying() -> bool:
-            assert proc.poll() is None, f"whatif ended first: {proc.stderr.read()}"  # type: ignore[union-attr]
+            assert proc.poll() is None, f"{argv[0]} ended first: {proc.stderr.read()}"  # type: ignore[union-attr]
             now = children(proc.pid)
             seen.update(descendants(proc.pid))
             # a replay worker: a child of the forkserver, itself a child of whatif
             workers.update(p for p in seen if now.get(now.get(p, 0), 0) == proc.pid)
             return bool(workers)
 
-        wait_for(replaying, "whatif starts its replay workers")
+        wait_for(replaying, f"{argv[0]} starts its workers")
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=WAIT_S)
         # the workers were terminated and reaped before the parent exited
-        assert not [p for p in workers if alive(p)], "a replay worker outlived whatif"
+        assert not [p for p in workers if alive(p)], f"a worker outlived {argv[0]}"
         assert proc.returncode == 128 + sig, err
         lines = err.strip().splitlines()
         assert lines[-1] == "skewscope: terminated", err
         assert "Traceback" not in err
         # the forkserver and the resource tracker follow their parent out
-        wait_for(lambda: not [p for p in seen if alive(p)], "whatif's helper processes exit")
+        wait_for(lambda: not [p for p in seen if alive(p)], f"{argv[0]}'s helper processes exit")
     finally:
         if proc.poll() is None:
             proc.kill()

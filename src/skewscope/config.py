@@ -385,9 +385,6 @@ class WhatIfSettings:
     # KV blocks are 16 tokens unless told (the profiler does not record the block size).
     block_size: int = 16
     seed: int = 1
-    # On SIGTERM/SIGHUP/Ctrl-C the replay workers are terminated; one still alive after this
-    # long is killed (workers.process_pool).
-    worker_stop_grace_s: float = 5.0
 
 
 WHATIF = WhatIfSettings()

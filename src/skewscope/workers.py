@@ -12,17 +12,26 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+# A worker still alive this long after its SIGTERM is killed (a replay or simulation part
+# holds no resource a kill could corrupt: its results go nowhere once the run is abandoned).
+STOP_GRACE_S = 5.0
 
 
 @contextlib.contextmanager
-def process_pool(max_workers: int, grace_s: float) -> Iterator[ProcessPoolExecutor]:
+def process_pool(max_workers: int, grace_s: float = STOP_GRACE_S,
+                 initializer: Callable[..., None] | None = None, initargs: tuple[Any, ...] = ()
+                 ) -> Iterator[ProcessPoolExecutor]:
     """A forkserver pool (forking a process that runs polars' thread pool can deadlock the
-    child); on any exception its workers are terminated — killed after ``grace_s`` — and
-    joined before the exception goes on."""
+    child; ``multiprocessing.get_context("forkserver")`` is the context its queues need too);
+    on any exception its workers are terminated — killed after ``grace_s`` — and joined before
+    the exception goes on."""
     ctx = multiprocessing.get_context("forkserver")
-    ex = ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx)
+    ex = ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx, initializer=initializer,
+                             initargs=initargs)
     try:
         yield ex
     except BaseException:

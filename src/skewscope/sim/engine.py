@@ -226,14 +226,17 @@ def _run_apart(parts: list[_Part], routed: list[int],
     simulated time every worker has reached."""
     import multiprocessing
     import queue as queues
-    from concurrent.futures import ProcessPoolExecutor, wait
+    from concurrent.futures import wait
+
+    from skewscope.workers import process_pool
 
     # forkserver: forking a process that runs polars' thread pool can deadlock the child
     ctx = multiprocessing.get_context("forkserver")
     channel = ctx.Queue() if progress is not None else None
     reached = {p.lo: 0.0 for p in parts}
-    with ProcessPoolExecutor(max_workers=len(parts), mp_context=ctx,
-                             initializer=_init_worker, initargs=(channel,)) as ex:
+    # on SIGTERM/SIGHUP (cli.streams.Terminated) or Ctrl-C the workers are terminated, not
+    # left simulating after the parent is gone
+    with process_pool(len(parts), initializer=_init_worker, initargs=(channel,)) as ex:
         futures = [ex.submit(_run_part, p) for p in parts]
         while channel is not None and progress is not None:
             if not wait(futures, timeout=0)[1]:

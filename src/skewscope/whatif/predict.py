@@ -61,7 +61,7 @@ def replay_one(plan: Plan, obs: Observed, model: ServiceModel) -> Replay:
 
 
 def _replay_all(plans: list[Plan], obs: Observed, model: ServiceModel, jobs: int,
-                progress: Callable[[str], None] | None, s: WhatIfSettings) -> list[Replay]:
+                progress: Callable[[str], None] | None) -> list[Replay]:
     """Replays are independent: with ``jobs`` > 1 they run in worker processes (the simulator
     is pure Python, so threads would not help)."""
     if jobs <= 1 or len(plans) == 1:
@@ -75,7 +75,7 @@ def _replay_all(plans: list[Plan], obs: Observed, model: ServiceModel, jobs: int
 
     # on SIGTERM/SIGHUP (cli.streams.Terminated) or Ctrl-C the workers are terminated, not
     # left replaying after the parent is gone
-    with process_pool(min(jobs, len(plans)), s.worker_stop_grace_s) as ex:
+    with process_pool(min(jobs, len(plans))) as ex:
         futures = [ex.submit(replay_one, plan, obs, model) for plan in plans]
         done = []
         for plan, fut in zip(plans, futures, strict=True):
@@ -108,7 +108,7 @@ def predict(
     present = np.array(obs.layout.present())
     results: list[PolicyResult] = []
     rep_current: Metrics | None = None
-    replays = _replay_all(plans, obs, model, jobs, progress, s)
+    replays = _replay_all(plans, obs, model, jobs, progress)
     for plan, (m, load, read, spread) in zip(plans, replays, strict=True):
         if plan.name == CURRENT:
             rep_current = m if read is None else read  # as the evidence's buckets read it
