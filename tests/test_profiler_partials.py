@@ -13,6 +13,7 @@ from profiler_fixtures import T0, KvSnap, set_cell, simple_instance, write_kvcac
 from skewscope.errors import SchemaError
 from skewscope.frame import SIGNAL_COLUMNS, Level
 from skewscope.sources import profiler as prof
+from skewscope.sources import profiler_pool as pool
 from skewscope.sources.profiler_frame import DP_LEVEL, INSTANCE_LEVEL, make_grid, unit_frame
 from skewscope.sources.profiler_instance import Instance, load_instance
 from skewscope.sources.profiler_layout import discover_all
@@ -112,7 +113,7 @@ def test_progress_reports_every_byte(tmp_path: Path) -> None:
 def _in_flight(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier | None) -> list[int]:
     """Patch the instance read to record how many reads run at once."""
     lock, now, most = threading.Lock(), [0], [0]
-    real = prof.load_instance
+    real = pool.load_instance
 
     def counting(files: object, clocks: object) -> Instance:
         with lock:
@@ -126,7 +127,7 @@ def _in_flight(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier | Non
             with lock:
                 now[0] -= 1
 
-    monkeypatch.setattr(prof, "load_instance", counting)
+    monkeypatch.setattr(pool, "load_instance", counting)
     return most
 
 

@@ -14,20 +14,20 @@ This module only strings them together, with the ``--start/--end/--last`` zoom.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
 
 import polars as pl
 
 from skewscope.frame import WINDOWS, Evidence, WindowPolicy
 from skewscope.sources import profiler_forward as pf
 from skewscope.sources import profiler_range as pr
-from skewscope.sources import profiler_schema as ps
 from skewscope.sources.profiler_frame import DP_LEVEL, INSTANCE_LEVEL, make_grid, span, unit_frame
-from skewscope.sources.profiler_instance import FRAMES, Instance, load_instance
+from skewscope.sources.profiler_instance import FRAMES, Instance
 from skewscope.sources.profiler_layout import InstanceFiles, discover_all
 from skewscope.sources.profiler_partials import reduce_instance
+from skewscope.sources.profiler_pool import READ_BUDGET, Progress, ReadBudget, read_all
 
 
 def zoom(
@@ -48,30 +48,9 @@ def zoom(
     return zoomed, pr.zoom_note(whole, lo, hi, span(zoomed) is not None)
 
 
-Progress = Callable[[int, int], None]  # (CSV bytes of the instances read, of all)
-
-
-@dataclass(frozen=True)
-class ReadBudget:
-    """How many instances are read at once: up to ``workers``, while the estimated peak memory
-    of the reads in flight (``fixed_bytes`` + ``per_byte`` x an instance's CSV bytes: the
-    streaming reader's buffers and the row table of one batch.csv) stays within
-    ``memory_bytes``; one instance is always read, whatever its estimate."""
-
-    workers: int = 2
-    memory_bytes: int = 384 << 20
-    fixed_bytes: int = 96 << 20
-    per_byte: float = 0.25
-
-    def estimate(self, csv_bytes: int) -> float:
-        return self.fixed_bytes + self.per_byte * csv_bytes
-
-
-READ_BUDGET = ReadBudget()
-
-
-def _csv_bytes(files: InstanceFiles) -> int:
-    return sum(p.stat().st_size for p in files.files.values() if p.is_file())
+def whole(inst: Instance) -> Instance:
+    """Keep the instance as read (a zoom needs its rows until the capture's span is known)."""
+    return inst
 
 
 def load_all(
@@ -81,50 +60,11 @@ def load_all(
     budget: ReadBudget = READ_BUDGET,
     progress: Progress | None = None,
 ) -> list[Instance]:
-    """Every instance read (several at once within ``budget``) and, with ``tick_s``, reduced to
-    (rank, tick) partials as soon as it is read, so the fleet's rows are never all held.
-
-    A bad input raises the error of the first bad instance in order, as a one-by-one read
-    would: the reads in flight are finished first, no new one is started."""
-
-    def one(files: InstanceFiles) -> Instance:
-        inst = load_instance(files, clocks)
-        return inst if tick_s is None else reduce_instance(inst, tick_s)
-
-    ps.small_csv_chunks()  # here, before any reading thread starts (setenv races getenv)
-    sizes = [_csv_bytes(f) for f in found]
-    total, done = sum(sizes), 0
-    if progress is not None:
-        progress(0, total)
-    got: dict[int, Instance] = {}
-    failed: dict[int, BaseException] = {}
-    with ThreadPoolExecutor(max_workers=max(1, budget.workers)) as pool:
-        running: dict[Future[Instance], int] = {}
-        nxt = 0
-        while running or (nxt < len(found) and not failed):
-            while nxt < len(found) and not failed and (
-                not running
-                or (len(running) < budget.workers
-                and sum(budget.estimate(sizes[i]) for i in running.values())
-                + budget.estimate(sizes[nxt])
-                <= budget.memory_bytes)
-            ):
-                running[pool.submit(one, found[nxt])] = nxt
-                nxt += 1
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                i = running.pop(fut)
-                error = fut.exception()
-                if error is not None:
-                    failed[i] = error
-                    continue
-                got[i] = fut.result()
-                done += sizes[i]
-                if progress is not None:
-                    progress(done, total)
-    if failed:
-        raise failed[min(failed)]
-    return [got[i] for i in range(len(found))]
+    """Every instance read (several at once within ``budget``, see ``profiler_pool``) and, with
+    ``tick_s``, reduced to (rank, tick) partials as soon as it is read, so the fleet's rows are
+    never all held. A bad input raises the error of the first bad instance in order."""
+    finish = whole if tick_s is None else partial(reduce_instance, tick_s=tick_s)
+    return read_all(found, clocks, finish, budget, progress)
 
 
 def _prefixed(inst: Instance, notes: Sequence[str]) -> list[str]:
