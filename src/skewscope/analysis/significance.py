@@ -53,8 +53,17 @@ def weight_p_value(
     observed = float((hot_t / hot_n) / (ref_t / ref_n))
     rng = np.random.default_rng(th.permutation_seed)
     n_perm, (w, k) = th.permutations, tok.shape
-    order = np.argsort(rng.random((n_perm, w, k)), axis=-1)
     rows = np.arange(w)[None, :, None]
-    perm = _max_ratio(tok[rows, order], req[rows, order])
-    reached = int(np.count_nonzero(perm >= observed * (1.0 - 1e-12)))
+    reached = 0
+    # in slices of permutations (the same draws, in the same order, as one batch): memory
+    # stays ~PERMUTATION_CELLS cells whatever the fleet (999 x 13 windows x 10,000 units
+    # would be 130 M cells, 1 GB a copy)
+    step = max(1, PERMUTATION_CELLS // max(1, w * k))
+    for first in range(0, n_perm, step):
+        order = np.argsort(rng.random((min(step, n_perm - first), w, k)), axis=-1)
+        perm = _max_ratio(tok[rows, order], req[rows, order])
+        reached += int(np.count_nonzero(perm >= observed * (1.0 - 1e-12)))
     return (1.0 + reached) / (1.0 + n_perm)
+
+
+PERMUTATION_CELLS = 1 << 22  # cells of one slice of the permutation test (~32 MB a copy)

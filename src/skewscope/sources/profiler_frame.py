@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from skewscope.errors import InputError
@@ -136,16 +137,24 @@ DP_LEVEL = LevelSpec(Level.DP, ("instance", "dp_rank"))
 
 
 def _long(instances: list[Instance], attr: str, dp: bool) -> pl.DataFrame | None:
-    """One table across instances (``instance`` column added); DP level keeps ranked rows."""
-    parts = []
+    """One table across instances (``instance`` column added); DP level keeps ranked rows.
+
+    Concatenated first, then labelled and filtered once: two queries per instance cost more
+    than the rows of a tiny instance (10,000 folders)."""
+    parts, names, heights = [], [], []
     for inst in instances:
         df: pl.DataFrame | None = getattr(inst, attr)
         if df is None or df.is_empty():
             continue
-        if dp:
-            df = df.filter(pl.col("dp_rank").is_not_null())
-        parts.append(df.with_columns(pl.lit(inst.name).alias("instance")))
-    return pl.concat(parts, how="diagonal_relaxed") if parts else None
+        parts.append(df)
+        names.append(inst.name)
+        heights.append(df.height)
+    if not parts:
+        return None
+    label = pl.Series("instance", names, pl.Utf8).gather(
+        np.repeat(np.arange(len(names)), heights))
+    out = pl.concat(parts, how="diagonal_relaxed").with_columns(label)
+    return out.filter(pl.col("dp_rank").is_not_null()) if dp else out
 
 
 def _aggregate(
