@@ -186,6 +186,27 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def read_progress(every_s: float | None = None) -> Iterator[Callable[[int, int], None]]:
+    """The profiler CSV megabytes read (``diagnose`` and ``whatif`` PATHs), on the one progress
+    display: a bar on a terminal, else a line every ``every_s`` (a fleet of 10,000 folders takes
+    a while; a small read ends before the first line)."""
+    from skewscope.progress import Progress
+
+    bar: list[Progress] = []
+
+    def update(done: int, total: int) -> None:
+        if not bar:
+            bar.append(Progress("reading profiler CSVs", total / 1e6, "MB", every_s=every_s))
+        bar[0].update(done / 1e6)
+
+    try:
+        yield update
+    finally:
+        for b in bar:
+            b.close()
+
+
 def warm_imports(*modules: str) -> threading.Thread:
     """Import ``modules`` on a thread while the caller waits on servers (an online source's
     queries): the interpreter's import work overlaps the servers' instead of following it.

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -78,35 +76,13 @@ def _engine_evidence(args: argparse.Namespace) -> Evidence:
         from skewscope.sources.profiler import load_profiler
 
         start, end, last_s = offline_range(args)
-        with _read_progress() as progress:
+        with common.read_progress(common.limits_from_args(args).progress_every_s) as progress:
             return load_profiler(args.paths, window_s=window, start=start, end=end,
                                  last_s=last_s, progress=progress,
                                  clocks=common.profiler_clocks(args))
     if args.prometheus:
         return common.load_prometheus_evidence(args, window)
     return common.load_scrape_evidence(args, window)
-
-
-@contextlib.contextmanager
-def _read_progress() -> Iterator[Callable[[int, int], None] | None]:
-    """A bar of the profiler CSV megabytes read, on a terminal only (a log gets no lines)."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from skewscope.progress import Progress
-
-    bar: list[Progress] = []
-
-    def update(done: int, total: int) -> None:
-        if not bar:
-            bar.append(Progress("reading profiler CSVs", total / 1e6, "MB", tty=True))
-        bar[0].update(done / 1e6)
-
-    try:
-        yield update
-    finally:
-        for b in bar:
-            b.close()
 
 
 def _read_url_paths(args: argparse.Namespace) -> None:

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         from skewscope.sources.workload import load_request_log
         from skewscope.whatif.predict import whatif
 
-        log = load_request_log(args.paths)
+        with common.read_progress() as reading:
+            log = load_request_log(args.paths, progress=reading)
         report = whatif(log, ", ".join(args.paths), policies, dp_policies, jobs=jobs,
                         progress=progress)
     render = RENDER[renderer.name]

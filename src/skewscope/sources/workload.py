@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from skewscope.errors import InputError
-from skewscope.sources.profiler_instance import Instance, load_instance
+from skewscope.sources import profiler_range as pr
+from skewscope.sources.profiler_instance import Instance
 from skewscope.sources.profiler_layout import discover_all
+from skewscope.sources.profiler_pool import READ_BUDGET, Progress, ReadBudget, read_all
 
 REQUEST_COLUMNS: tuple[str, ...] = (
     "instance", "dp_rank", "arrival_s", "prompt_tokens", "output_tokens", "queue_wait_ms",
@@ -97,24 +99,52 @@ def _steps(inst: Instance) -> pl.DataFrame:
     return joined.select(pl.lit(inst.name).alias("instance"), *STEP_COLUMNS[1:])
 
 
-def load_request_log(specs: Sequence[str]) -> RequestLog:
-    """Read profiler folders (``PATH`` or ``NAME=PATH``) into a RequestLog.
+@dataclass(frozen=True)
+class ReplayRows:
+    """What a replay keeps of one instance (its rows are dropped as soon as it is read)."""
+
+    name: str
+    requests: pl.DataFrame | None
+    steps: pl.DataFrame | None  # None: no scheduling step
+    ranks: tuple[int, ...]
+    notes: tuple[str, ...]
+
+
+def replay_rows(inst: Instance) -> ReplayRows:
+    """An instance's request and step rows for a replay (module level: the fleet reader may run
+    it in a worker process)."""
+    stepped = inst.steps is not None and not inst.steps.is_empty()
+    return ReplayRows(
+        inst.name,
+        _requests(inst) if inst.requests is not None else None,
+        _steps(inst) if stepped else None,
+        inst.ranks if inst.has_dp else (0,),
+        tuple(f"{inst.name}: {n}" for n in (*inst.notes, *inst.dp_notes)),
+    )
+
+
+def load_request_log(specs: Sequence[str], *, budget: ReadBudget = READ_BUDGET,
+                     progress: Progress | None = None) -> RequestLog:
+    """Read profiler folders (``PATH`` or ``NAME=PATH``) into a RequestLog, several at once as
+    for ``diagnose`` (``profiler_pool``: a fleet of tiny folders in worker processes);
+    ``progress(done, total)`` is told the CSV bytes read.
 
     Raises InputError when no instance has request.csv (a replay needs the requests).
     """
-    instances = [load_instance(files) for files in discover_all(specs)]
-    notes = [f"{i.name}: {n}" for i in instances for n in (*i.notes, *i.dp_notes)]
-    with_requests = [i for i in instances if i.requests is not None]
+    rows = read_all(discover_all(specs), pr.CLOCKS, replay_rows, budget, progress)
+    notes = [n for r in rows for n in r.notes]
+    with_requests = [r.requests for r in rows if r.requests is not None]
     if not with_requests:
         raise InputError("whatif: no request.csv in any instance folder (a replay needs the "
                          "requests: arrival times and lengths)")
-    requests = pl.concat([_requests(i) for i in with_requests]).sort("arrival_s")
-    stepped = [i for i in instances if i.steps is not None and not i.steps.is_empty()]
-    steps = (pl.concat([_steps(i) for i in stepped]) if stepped
+    requests = pl.concat(with_requests).sort("arrival_s")
+    stepped = [r.steps for r in rows if r.steps is not None]
+    steps = (pl.concat(stepped) if stepped
              else pl.DataFrame(schema=dict.fromkeys(STEP_COLUMNS, pl.Float64)))
     if not stepped:
         notes.append("no batch.csv steps: the service model cannot be calibrated")
-    ranks = {i.name: (i.ranks if i.has_dp else (0,)) for i in instances}
+    ranks = {r.name: r.ranks for r in rows}
+    del rows
     times = [requests["arrival_s"].min(), requests["arrival_s"].max()]
     if not steps.is_empty():
         times += [steps["start_s"].min(), steps["start_s"].max()]
