@@ -223,6 +223,29 @@ def test_lazy_loop_gives_the_heap_loops_tables(
         assert lazy.members.equals(heap.members)
 
 
+@pytest.mark.parametrize("gateway", ["least_requests", "least_tokens", "cache_aware"])
+@pytest.mark.parametrize("dp", [1, 2])
+def test_a_large_pool_read_at_once_picks_what_a_scan_of_it_picks(
+    gateway: str, dp: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway over 70 instances reads their loads as one array kept up to date
+    (``GroupLoad.vector``: only the touched units and those decoding in a segment worked out
+    again); the tables must be those of a per-unit scan, row for row, also under KV pressure
+    (preemptions), with KV tokens growing inside segments and with a unit failing."""
+    from skewscope.sim import policies
+
+    rank = dataclasses.replace(SMALL_RANK, total_blocks=260, max_running=32)
+    sc = make(instances=70, dp=dp, duration=30.0, rate=160.0, rank=rank,
+              gateway=RoutingSpec(gateway), dispatcher=RoutingSpec("least_requests"),
+              health=(Health("inst-5", fail_at_s=12.0),))
+    vector = simulate(sc, record_members=False)
+    monkeypatch.setattr(policies, "VECTOR_MIN", 10**9)  # every pick a scan of the pool
+    scan = simulate(sc, record_members=False)
+    assert vector.steps["preempted"].sum() > 0
+    assert vector.requests["instance"].n_unique() == 70
+    assert vector.requests.equals(scan.requests) and vector.steps.equals(scan.steps)
+
+
 @pytest.mark.parametrize(
     ("block_size", "total_blocks", "max_running", "chunked"),
     [(16, 260, 32, True), (1, 4000, 8, True), (7, 700, 64, False), (64, 70, 16, True)],

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from skewscope.sim.policies import Router, reads_load
+from skewscope.sim.policies import REQUESTS, TOKENS, Router, reads_load
 from skewscope.sim.rank import INF
 
 if TYPE_CHECKING:
@@ -31,11 +31,50 @@ class GroupLoad:
 
     Counts are read as they are (ranks are brought up to ``now`` before a router reads them,
     and a rank's counts do not change inside a segment); KV tokens are worked out at ``now``.
+
+    ``vector`` reads a whole pool at once for a large gateway: the loads are kept per unit and
+    worked out again only for the units ``touch``-ed since (a rank advanced or queued a
+    request) and, for KV tokens, the units with a decode segment open (their KV grows with
+    ``now``); every other unit's load cannot have changed.
     """
 
     def __init__(self, groups: list[list[Rank]]) -> None:
         self.groups = groups
         self.now = 0.0
+        n = len(groups)
+        self.kept = {REQUESTS: np.zeros(n, dtype=np.int64), TOKENS: np.zeros(n, dtype=np.int64)}
+        self.stale: dict[str, set[int]] = {REQUESTS: set(range(n)), TOKENS: set(range(n))}
+        self.growing: set[int] = set()  # units with a segment open when last worked out
+        self.pools: dict[tuple[int, ...], np.ndarray] = {}
+
+    def touch(self, unit: int) -> None:
+        """A rank of ``unit`` was advanced or queued a request."""
+        for stale in self.stale.values():
+            stale.add(unit)
+
+    def touch_all(self) -> None:
+        for stale in self.stale.values():
+            stale.update(range(len(self.groups)))
+
+    def vector(self, kind: str, avail: tuple[int, ...]) -> np.ndarray:
+        """The ``kind`` (REQUESTS or TOKENS) load of every unit of ``avail``, in its order."""
+        kept, stale = self.kept[kind], self.stale[kind]
+        if kind == TOKENS:
+            for u in stale:
+                if any(r.seg is not None for r in self.groups[u]):
+                    self.growing.add(u)
+                else:
+                    self.growing.discard(u)
+            for u in stale | self.growing:
+                kept[u] = self.outstanding_tokens(u)
+        else:
+            for u in stale:
+                kept[u] = self.outstanding_requests(u)
+        stale.clear()
+        at = self.pools.get(avail)
+        if at is None:
+            at = self.pools[avail] = np.fromiter(avail, dtype=np.int64, count=len(avail))
+        return kept[at]
 
     def outstanding_requests(self, unit: int) -> int:
         return sum([len(r.run_order) + len(r.waiting) for r in self.groups[unit]])
@@ -148,6 +187,7 @@ def run(
         while ta >= cut and cut < duration:
             for rk in ranks:
                 rk.advance(cut)
+            inst_load.touch_all()
             flush(cut)
             heap = [(rk.event_t, r) for r, rk in enumerate(ranks) if rk.event_t < INF]
             heapq.heapify(heap)
@@ -165,6 +205,7 @@ def run(
                 rk = ranks[r]
                 if rk.event_t == t:  # else a stale entry
                     rk.advance(ta)
+                    inst_load.touch(r // n_dp)
                     if rk.event_t < INF:
                         push(heap, (rk.event_t, r))
             inst_load.now = ta
@@ -177,6 +218,7 @@ def run(
                 for rk in groups[k]:
                     if rk.event_t < ta:
                         rk.advance(ta)
+                inst_load.touch(k)
             rank_loads[k].now = ta
         d = dispatchers[k].choose(tag[q], session[q], dp_up[k], rank_loads[k], r_hint[q])
         reqs.rank[q] = i * n_dp + d
@@ -187,6 +229,7 @@ def run(
         rk = ranks[r]
         rk.advance(ta)
         rk.enqueue(q, ta)
+        inst_load.touch(k)
         if gw_load:
             push(heap, (rk.event_t, r))
     for end in [*np.arange(cut, duration, every).tolist(), duration]:

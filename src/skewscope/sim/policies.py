@@ -51,6 +51,10 @@ def reads_load(spec: RoutingSpec) -> bool:
 VNODES = 160  # virtual nodes per unit on the consistent-hash ring (nginx's ketama: 160)
 # cache_aware (SGLang router): the load is imbalanced when max - min outstanding requests
 # exceeds this many AND max > CACHE_REL_THRESHOLD * min; it then picks the shortest queue.
+# Pools this large are read through ``GroupLoad.vector`` (below it, a call per unit is cheaper
+# than building an array); the loads it reads are named REQUESTS and TOKENS.
+VECTOR_MIN = 64
+REQUESTS, TOKENS = "requests", "tokens"
 CACHE_ABS_THRESHOLD = 64
 CACHE_REL_THRESHOLD = 1.5
 
@@ -177,13 +181,24 @@ class Router:
         if policy == "vllm_dp":
             return self._least(avail, lambda u: 4 * load.waiting_requests(u)
                                + load.running_requests(u))
-        metric = load.outstanding_tokens if policy == "least_tokens" else load.outstanding_requests
-        return self._least(avail, metric)
+        if policy == "least_tokens":
+            return self._least(avail, load.outstanding_tokens, load, TOKENS)
+        return self._least(avail, load.outstanding_requests, load, REQUESTS)
 
-    def _least(self, avail: tuple[int, ...], metric: Callable[[int], int]) -> int:
-        """The unit with the lowest ``metric``; ties rotate so equal units share the load."""
+    def _least(self, avail: tuple[int, ...], metric: Callable[[int], int],
+               load: LoadView | None = None, kind: str = "") -> int:
+        """The unit with the lowest ``metric``; ties rotate so equal units share the load.
+
+        A pool of ``VECTOR_MIN`` units or more is read in one array when the load view keeps
+        one (``GroupLoad.vector``: the gateway of a large fleet), not unit by unit: the same
+        pick, without a Python call per unit per request (10,000 instances)."""
         k = len(avail)
         rot = self.rot = (self.rot + 1) % k
+        vector = getattr(load, "vector", None) if kind and k >= VECTOR_MIN else None
+        if vector is not None:
+            arr = vector(kind, avail)
+            first = int(np.concatenate((arr[rot:], arr[:rot])).argmin())
+            return avail[(rot + first) % k]
         vals = list(map(metric, avail))
         order = vals[rot:] + vals[:rot]  # the first lowest from the rotating start
         return avail[(rot + order.index(min(order))) % k]
@@ -203,12 +218,17 @@ class Router:
         """SGLang router's cache-aware policy, with a session as the shared prefix: the unit
         holding the session's prefix, unless the load is imbalanced (then the shortest queue);
         a new prefix goes to the shortest queue too."""
-        out = [load.outstanding_requests(u) for u in avail]
-        hi, lo = max(out), min(out)
+        vector = getattr(load, "vector", None) if len(avail) >= VECTOR_MIN else None
+        if vector is not None:
+            arr = vector(REQUESTS, avail)
+            hi, lo = int(arr.max()), int(arr.min())
+        else:
+            out = [load.outstanding_requests(u) for u in avail]
+            hi, lo = max(out), min(out)
         imbalanced = hi - lo > CACHE_ABS_THRESHOLD and hi > CACHE_REL_THRESHOLD * lo
         unit = self.sessions.get(session, -1) if session >= 0 else -1
         if imbalanced or unit not in avail:
-            unit = self._least(avail, load.outstanding_requests)
+            unit = self._least(avail, load.outstanding_requests, load, REQUESTS)
             if session >= 0:
                 self.sessions[session] = unit
         return unit
