@@ -296,3 +296,28 @@ def set_cell(path: Path, line: int, column: str, value: str) -> None:
     cells[header.index(column)] = value
     lines[line - 1] = ",".join(cells)
     path.write_text("\n".join(lines) + "\n")
+
+
+def tiny_fleet(root: Path, n: int, hot: int = 7, *, ranks: int = 1) -> Path:
+    """``n`` tiny instance folders ``root/inst-00000`` ... (20 requests, one every 3 s), folder
+    ``hot`` with three times the requests (60, one a second): the fleet-size case (issue 26).
+    The folders hard-link two written instances (a copy where links are refused), so 10,000
+    cost seconds to make; returns ``root``."""
+    import os
+    import shutil
+
+    kinds = {"base": (20, 3.0), "hot": (60, 1.0)}
+    made = {}
+    for kind, (count, period) in kinds.items():
+        made[kind] = root.parent / f"{root.name}-{kind}"
+        simple_instance(made[kind], count, ranks=ranks, period_s=period)
+    for i in range(n):
+        src = made["hot" if i == hot else "base"]
+        dest = root / f"inst-{i:05d}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in src.iterdir():
+            try:
+                os.link(f, dest / f.name)
+            except OSError:
+                shutil.copyfile(f, dest / f.name)
+    return root

@@ -76,8 +76,29 @@ def _lengths(v: Mapping[str, Any]) -> str:
 def _routing(n: Note) -> str:
     if n.code == W.ROUTING_EQUAL:
         return "round_robin-like (inferred: equal request counts)"
-    parts = ", ".join(f"{fmt.name(u)} {fmt.pct(v)}" for u, v in n.values["shares"])
+    shares = list(n.values["shares"])
+    if len(shares) > SHARES_LISTED:  # a fleet: its largest shares, not one per unit
+        ranked = sorted(shares, key=lambda s: -s[1])  # stable: ties in unit order
+        rest = len(shares) - SHARES_LISTED
+        parts = ", ".join(f"{fmt.name(u)} {fmt.pct(v)}" for u, v in ranked[:SHARES_LISTED])
+        return (f"weighted (inferred from unequal request shares of {fmt.count(len(shares))} "
+                f"units; the {SHARES_LISTED} largest: {parts}; {fmt.count(rest)} more at most "
+                f"{fmt.pct(ranked[SHARES_LISTED][1])} each)")
+    parts = ", ".join(f"{fmt.name(u)} {fmt.pct(v)}" for u, v in shares)
     return f"weighted (inferred from unequal request shares: {parts})"
+
+
+def _weights(weights: list[float]) -> str:
+    """Each weight, or for a fleet their range (one per unit would fill the report)."""
+    if len(weights) <= SHARES_LISTED:
+        return ", ".join(fmt.decimal(w, 2) for w in weights)
+    ranked = sorted(weights)
+    return (f"{fmt.count(len(weights))} units, {fmt.decimal(ranked[0], 4)} to "
+            f"{fmt.decimal(ranked[-1], 4)}, median {fmt.decimal(ranked[len(ranked) // 2], 4)}")
+
+
+# Shares a phrase lists one by one (as many as the diagnosis report's per-unit table).
+SHARES_LISTED = 20
 
 
 def inferred(levels: Iterable[tuple[str, Note]]) -> str:
@@ -147,8 +168,7 @@ WHATIF_NOTES: dict[W, Callable[[Mapping[str, Any]], str]] = {
     W.PLAN_GATEWAY: lambda v: f"gateway {v['policy']}, DP dispatch as observed",
     W.PLAN_DP: lambda v: f"DP dispatcher {v['policy']}, instances as observed",
     W.PLAN_FIX_WEIGHTS: lambda v: (
-        "gateway weights proportional to calibrated capacity ("
-        + ", ".join(fmt.decimal(w, 2) for w in v["weights"]) + ")"),
+        f"gateway weights proportional to calibrated capacity ({_weights(v['weights'])})"),
     W.PLAN_DP_EQUAL: lambda v: "DP dispatcher with equal rank weights",
     W.PLAN_REMOVE_SLOW: lambda v: (
         f"take {', '.join(fmt.name(u) for u in v['units'])} out of the pool, current policy on "

@@ -74,7 +74,8 @@ class GroupLoad:
         at = self.pools.get(avail)
         if at is None:
             at = self.pools[avail] = np.fromiter(avail, dtype=np.int64, count=len(avail))
-        return kept[at]
+        out: np.ndarray = kept[at]
+        return out
 
     def outstanding_requests(self, unit: int) -> int:
         return sum([len(r.run_order) + len(r.waiting) for r in self.groups[unit]])
