@@ -1,4 +1,4 @@
-"""``skewscope dashboard``: write a Grafana 10/11 dashboard JSON of the method's signals."""
+"""``skewscope dashboard``: write a Grafana 10/11 (or Perses) dashboard of the method's signals."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ def register(sub: Any) -> None:
     )
     add_shared_args(p, "one engine dialect (default: all, joined per panel)")
     p.add_argument("--title", default="skewscope: load skew", help="dashboard title")
+    p.add_argument("--format", choices=("grafana", "perses"), default="grafana",
+                   help="grafana: Grafana 10/11 dashboard JSON (default); perses: a Perses "
+                   "dashboard (kind Dashboard) of the same panels")
     p.set_defaults(run=run)
 
 
@@ -31,5 +34,10 @@ def run(args: argparse.Namespace) -> int:
         title=args.title,
         thresholds=common.thresholds_from_args(args),
     )
-    emit(args, render_dashboard(opts))
+    if args.format == "perses":
+        from skewscope.monitor.perses import render_perses
+
+        emit(args, render_perses(opts))
+    else:
+        emit(args, render_dashboard(opts))
     return 0

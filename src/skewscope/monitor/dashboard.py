@@ -136,6 +136,11 @@ def _unit_names(opts: DashboardOptions) -> str:
     return f"__name__=~{quote('|'.join(name_regex(n) for n in names))}"
 
 
+def variable_labels(opts: DashboardOptions) -> tuple[str, ...]:
+    """The labels with a dashboard variable, in order (each filters the ones after it)."""
+    return (*opts.group_by, UNIT_LABEL)
+
+
 def _ds() -> Any:
     from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
@@ -153,7 +158,7 @@ def _variables(opts: DashboardOptions) -> Iterable[Any]:
     yield DatasourceVariable(DS_VAR).label("Data source").type("prometheus")
     names = _unit_names(opts)
     chosen: list[str] = []
-    for lab in (*opts.group_by, UNIT_LABEL):
+    for lab in variable_labels(opts):
         filters = ", ".join([names, *(f'{c}=~"${c}"' for c in chosen)])
         yield (
             QueryVariable(lab)
