@@ -131,7 +131,8 @@ def test_whatif_scrape_cli_reads_live_endpoints(capsys: pytest.CaptureFixture[st
 
     result = simulate(builtin_scenarios()["wrong-weights"])
     with serve(result, "vllm", speed=10.0, grace_s=10.0) as cluster:
-        urls = [u if u.endswith("/metrics") else u + "/metrics" for u in cluster.urls.values()]
+        urls = [(u if u.endswith("/metrics") else u + "/metrics").replace(
+            "http://", "http://user:S3cretPASSWORD@", 1) for u in cluster.urls.values()]
         code = main(["whatif", "--scrape", *urls, "--duration", "10s", "--interval", "1s",
                      "--format", "json", "--jobs", "1", "--policies", "round_robin"])
     out = capsys.readouterr()
@@ -140,6 +141,8 @@ def test_whatif_scrape_cli_reads_live_endpoints(capsys: pytest.CaptureFixture[st
     assert_valid(doc, "whatif")
     assert doc["instances"] == 4 and [p["name"] for p in doc["policies"]][:2] == [
         "current", "round_robin"]
+    # the URLs' credentials (the endpoints ignore them) are not in the report's source label
+    assert "S3cretPASSWORD" not in out.out + out.err and doc["source"].count("***@") == 4
 
 
 def access_log(name: str, path: Path) -> Path:
