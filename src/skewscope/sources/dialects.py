@@ -79,6 +79,16 @@ class Alias:
     copies: tuple[str, ...] = ()
 
     @property
+    def read_once(self) -> tuple[str, ...]:
+        """Labels whose series are copies of one unit's series in a Prometheus: ``copies``, plus
+        the scrape's own identity. The same target scraped by two jobs (a federation or a
+        duplicated scrape config: a common mistake) differs only in ``job``; a unit named by a
+        label (a router's ``worker_id``) seen from several targets only in ``instance`` too.
+        Summed, such copies would double one unit's rates and make it look hot."""
+        scrape = ("job",) if self.unit_label in (None, "instance") else ("job", "instance")
+        return tuple(dict.fromkeys((*self.copies, *scrape)))
+
+    @property
     def per_rank(self) -> bool:
         """Whether this metric tells DP ranks apart."""
         return self.dp_label is not None or self.rank_in_unit

@@ -46,6 +46,7 @@ from skewscope.sources.dialects import (
 )
 from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.prom_client import PromClient
+from skewscope.sources.prom_duplicates import duplicate_notes
 from skewscope.sources.prom_span import empty_range_error
 from skewscope.sources.promql import (
     bound_marks,
@@ -389,11 +390,16 @@ def load_prometheus(
                 q = build_query(spec, alias, level=level, window_s=w, selector=sel)
                 if q is not None:
                     jobs.append((level, spec.signal, alias, q))
-        per_level, bad, bound_notes = _load_tables(
-            client, jobs, levels, selector=sel, span=(first_t, last_t, w),
-            max_workers=max_workers,
-        )
-        notes += bound_notes
+        first = next((alias for level, _, alias, _ in jobs if level is Level.INSTANCE), None)
+        with ThreadPoolExecutor(max_workers=1) as side:  # beside the tables, not after them
+            dup = None if first is None else side.submit(
+                duplicate_notes, client, first, last_t=last_t,
+                range_s=max(last_t - first_t, w), selector=sel)
+            per_level, bad, bound_notes = _load_tables(
+                client, jobs, levels, selector=sel, span=(first_t, last_t, w),
+                max_workers=max_workers,
+            )
+            notes += bound_notes + (dup.result() if dup is not None else [])
         if bad:
             notes.append(
                 f"skipped {len(bad)} series without a usable instance or DP label "

@@ -132,10 +132,19 @@ def _scaled(expr: str, scale: float) -> str:
 
 
 def _once(expr: str, alias: Alias) -> str:
-    """``expr`` with copies of one series (``Alias.copies``) collapsed to one (their max)."""
-    if not alias.copies:
-        return expr
-    return f"max without ({', '.join(check_label_name(c) for c in alias.copies)}) ({expr})"
+    """``expr`` with copies of one series (``Alias.read_once``: ``copies``, and the same unit
+    from several scrape jobs or targets) collapsed to one (their max), never summed."""
+    return f"max without ({', '.join(check_label_name(c) for c in alias.read_once)}) ({expr})"
+
+
+def duplicates_query(alias: Alias, range_s: float, selector: str = "") -> str:
+    """One row per (unit, scrape identity) that exported ``alias`` over the last ``range_s``:
+    a unit on more than one row is exported by several jobs or targets (read once, noted)."""
+    unit = check_label_name(alias.unit_label or "instance")
+    scrape = [c for c in ("job", "instance") if c in alias.read_once and c != unit]
+    sel = series_selector(alias.name, alias, selector)
+    return (f"count by ({', '.join([unit, *scrape])}) "
+            f"(last_over_time({sel}[{duration(range_s)}]))")
 
 
 def _increase(name: str, alias: Alias, by: str, w: str, selector: str) -> str:

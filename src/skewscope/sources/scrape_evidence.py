@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from skewscope.errors import SourceError
 from skewscope.frame import Evidence, Level, bound_column
+from skewscope.sources.auth import quoted
 from skewscope.sources.collect import Snapshot
 from skewscope.sources.devices import DeviceMap, device_values, engines_from_keys, merge_values
 from skewscope.sources.dialects import SIGNAL_SPECS, Dialect, detect_dialect, get_dialect, resolve
@@ -87,6 +88,7 @@ def evidence_from_snapshots(
     dp_wanted = bool(resolved[Level.DP])
     per_level: dict[Level, Values] = {Level.INSTANCE: {}, Level.DP: {}}
     bad: list[str] = []
+    twice: dict[str, set[str]] = {}  # a unit a label names -> the targets that exported it
     for level in (Level.INSTANCE, Level.DP):
         if level is Level.DP and not dp_wanted:
             continue
@@ -95,11 +97,18 @@ def evidence_from_snapshots(
             if alias is None:
                 continue
             table: dict[Key, float] = {}
+            origin: dict[str, str] = {}  # named unit -> the first target that exported it
             for inst, snaps in snapshots.items():
                 got = signal_values(spec, alias, snaps, level, window_s, bad)
                 for ((named, dp), k), v in got.items():
-                    if k < n_windows:
-                        table[(round(t0 + k * window_s, 6), named or inst, dp)] = v
+                    if k >= n_windows:
+                        continue
+                    key = (round(t0 + k * window_s, 6), named or inst, dp)
+                    if named and origin.setdefault(named, inst) != inst:
+                        # one unit from two targets (two router replicas): copies, read once
+                        twice.setdefault(named, {origin[named]}).add(inst)
+                        v = max(v, table.get(key, v))
+                    table[key] = v
             if table:
                 per_level[level][spec.signal] = table
             if table and spec.over_time == "quantile":  # frame.py: which values are bounds
@@ -113,7 +122,7 @@ def evidence_from_snapshots(
                 }
                 if marks:
                     per_level[level][bound_column(spec.signal)] = marks
-    all_notes += _source_notes(snapshots, bad)
+    all_notes += _source_notes(snapshots, bad) + _twice_note(twice)
     devices, device_aliases = device_series(snapshots, names, t0, window_s, n_windows)
     if devices:
         engines = engines_from_keys(
@@ -146,6 +155,17 @@ def evidence_from_snapshots(
         source="scrape",
         notes=all_notes,
     )
+
+
+def _twice_note(twice: dict[str, set[str]]) -> list[str]:
+    """The note naming units exported by more than one target (their copies read once)."""
+    if not twice:
+        return []
+    shown = "; ".join(f"{quoted(u, 60)} from {', '.join(sorted(t))}"
+                      for u, t in sorted(twice.items())[:3])
+    more = f" and {len(twice) - 3} more" if len(twice) > 3 else ""
+    return [f"{len(twice)} unit(s) exported by more than one scrape job or target: {shown}{more}; "
+            "each series is read once (their max), not summed"]
 
 
 def _ranges(ks: list[int]) -> str:
