@@ -391,7 +391,7 @@ def load_prometheus(
                 if q is not None:
                     jobs.append((level, spec.signal, alias, q))
         first = next((alias for level, _, alias, _ in jobs if level is Level.INSTANCE), None)
-        with ThreadPoolExecutor(max_workers=1) as side:  # beside the tables, not after them
+        with DaemonPool(1) as side:  # beside the tables, not after them
             dup = None if first is None else side.submit(
                 duplicate_notes, client, first, last_t=last_t,
                 range_s=max(last_t - first_t, w), selector=sel)
