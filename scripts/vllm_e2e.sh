@@ -15,6 +15,10 @@
 #   SKEWSCOPE_VLLM_WORK     logs, reports, Prometheus data (default: a new /tmp dir, kept)
 #   SKEWSCOPE_PYTHON        python with skewscope + httpx installed (default python3)
 #   SKEWSCOPE_VLLM_REQUESTS requests to send (default 200), SKEWSCOPE_VLLM_SPREAD seconds (75)
+#   SKEWSCOPE_MS_SERVICE_METRIC=1  the same run with Huawei's ms-service-metric 26.0.0 inside
+#                           vLLM (PyPI, into the venv with jsonschema; PROMETHEUS_MULTIPROC_DIR
+#                           set, `ms-service-metric on` once healthy): both reports must detect
+#                           the ms-service-metric dialect; /metrics kept as metrics-after.txt
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +28,8 @@ VENV=${SKEWSCOPE_VLLM_VENV:-$CACHE/vllm-venv}
 MODEL=${SKEWSCOPE_VLLM_MODEL:-$CACHE/tiny-llama}
 PY=${SKEWSCOPE_PYTHON:-python3}
 REQUESTS=${SKEWSCOPE_VLLM_REQUESTS:-200}
+MSM=${SKEWSCOPE_MS_SERVICE_METRIC:-0}
+MSM_VERSION=26.0.0
 SPREAD=${SKEWSCOPE_VLLM_SPREAD:-75}
 VLLM_VERSION=0.32.0
 SERVED=tiny-llama
@@ -91,6 +97,20 @@ else
   log "reusing venv $VENV"
 fi
 
+if [ "$MSM" = 1 ] && [ ! -f "$VENV/.skewscope-msm-$MSM_VERSION" ]; then
+  # its wheel does not declare jsonschema, which its vLLM adapter imports
+  log "installing ms-service-metric $MSM_VERSION (+ jsonschema) into $VENV"
+  timeout 600 "$VENV/bin/pip" install -q "ms-service-metric==$MSM_VERSION" jsonschema \
+    >>"$WORK/pip.log" 2>&1 || fail "pip install ms-service-metric failed (log: $WORK/pip.log)"
+  touch "$VENV/.skewscope-msm-$MSM_VERSION"
+fi
+if [ "$MSM" = 1 ]; then  # vLLM's registry in multiprocess mode, where ms-service-metric writes
+  export PROMETHEUS_MULTIPROC_DIR=$WORK/prometheus-multiproc
+  rm -rf "$PROMETHEUS_MULTIPROC_DIR"; mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+else
+  unset PROMETHEUS_MULTIPROC_DIR
+fi
+
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 
@@ -116,6 +136,11 @@ for _ in $(seq 1 240); do  # at most ~480 s (CPU contention slows start-up)
 done
 [ "$healthy" = 1 ] || { tail -30 "$WORK/vllm.log"; fail "vLLM not healthy after 480 s"; }
 log "vLLM healthy"
+if [ "$MSM" = 1 ]; then
+  "$VENV/bin/ms-service-metric" on >"$WORK/ms-service-metric.log" 2>&1 \
+    || { cat "$WORK/ms-service-metric.log"; fail "ms-service-metric on failed"; }
+  log "ms-service-metric on ($(grep -o '[0-9]* processes affected' "$WORK/ms-service-metric.log"))"
+fi
 # vLLM exports the per-engine series only once an engine has served something: one tiny
 # warm-up request per rank (before the measured range) makes both engine="0" and engine="1" appear
 for rank in 0 1; do
@@ -196,4 +221,12 @@ log "skewscope --prometheus $PROM --start $START --end $END"
 
 # ---------------------------------------------------------------- verdict
 log "checking reports (expect imbalanced, hot $INSTANCE/dp0, kind count)"
+if [ "$MSM" = 1 ]; then
+  grep -q '^vllm_profiling_' "$WORK/metrics-after.txt" || fail "no vllm_profiling_* series in /metrics"
+  for r in prometheus scrape; do
+    grep -q '"dialect: ms-service-metric (detected)"' "$WORK/$r.json" \
+      || fail "$r report did not detect the ms-service-metric dialect"
+  done
+  log "both reports read the ms-service-metric dialect"
+fi
 "$PY" "$E2E/check.py" "$INSTANCE" "$WORK/prometheus.json" "$WORK/scrape.json"

@@ -236,11 +236,15 @@ _VLLM_ROLES: dict[str, tuple[Alias, ...]] = {
 
 # ms-service-metric adds vllm_profiling_* to vLLM's own /metrics: vLLM's names come first, the
 # profiling ones fill roles vLLM lacks. Engine-core metrics carry ``dp``, API-server ones
-# ``engine``.
+# ``engine`` (which is the rank; ``dp`` there is fixed per process). Seen in 26.0.0 on a real
+# vLLM (tests/test_ms_service_metric_capture.py): the KV-block families are histograms, not the
+# gauge read here (newer code: gauges), so they are not read; ``dp="-1"`` is no rank
+# (validate.parse_rank); ``running_to_waiting_count`` is a counter of newer code only.
 _MS_EXTRA: dict[str, tuple[Alias, ...]] = {
     "free_blocks": (Alias("vllm_profiling_free_kvcache_blocks", "dp"),),
     "batch": (Alias("vllm_profiling_batch_size", "engine"),),
-    "preemptions": (Alias("vllm_profiling_running_to_waiting_count", "dp"),),
+    "preemptions": (Alias("vllm_profiling_running_to_waiting_count_total", "dp"),
+                    Alias("vllm_profiling_running_to_waiting_count", "dp")),
 }
 
 # SGLang: every scheduler of a DP rank exports the same series with its own ``tp_rank`` (and
