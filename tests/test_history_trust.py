@@ -131,6 +131,10 @@ LOOSE = ("id INTEGER PRIMARY KEY, unit, level, kind, onset_s, last_seen_s, peak_
 @pytest.mark.parametrize(("columns", "said"), [
     ("id INTEGER PRIMARY KEY, unit TEXT, colour TEXT", "has a column 'colour'"),
     ("id INTEGER PRIMARY KEY, unit TEXT", "has no column 'level'"),
+    (OLD_COLUMNS.replace("onset_s DOUBLE PRECISION", "onset_s TEXT"),
+     "has column 'onset_s' of type text, expected number"),
+    (OLD_COLUMNS.replace("unit TEXT", "unit NUMERIC"),
+     "has column 'unit' of type number, expected text"),
 ])
 def test_a_table_with_other_columns_is_one_line_exit_3(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], columns: str, said: str
@@ -285,6 +289,11 @@ def test_postgres_history_is_validated_migrated_and_owned_per_writer(
         open_store(postgres_url)
     assert main(["history", "list", "--db", postgres_url]) == 3
     assert "has a column 'colour'" in capsys.readouterr().err
+    wrong = OLD_COLUMNS.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY"
+                                ).replace("onset_s DOUBLE PRECISION", "onset_s TEXT")
+    _pg(postgres_url, f"DROP TABLE {TABLE}", f"CREATE TABLE {TABLE} ({wrong})")
+    with pytest.raises(InputError, match="has column 'onset_s' of type text, expected number"):
+        open_store(postgres_url)
     old = OLD_COLUMNS.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
     _pg(postgres_url, f"DROP TABLE {TABLE}", f"CREATE TABLE {TABLE} ({old})",
         f"INSERT INTO {TABLE} (unit, level, kind, onset_s, last_seen_s, peak_ratio, summary, "

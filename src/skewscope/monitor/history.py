@@ -62,6 +62,22 @@ _TIMES = ("onset_s", "last_seen_s")  # must be finite numbers
 _OPTIONAL_NUMBERS = ("peak_ratio", "end_s")  # NULL reads as "none"
 
 
+_PG_FAMILY = {t: "number" for t in ("double precision", "real", "numeric", "integer",
+                                     "bigint", "smallint")} | {
+    t: "text" for t in ("text", "character varying", "character")}
+
+
+def _sqlite_family(declared: str) -> str:
+    """SQLite's type affinity of a declared type, as a family: a TEXT column keeps '100.0' as
+    text, a NUMERIC one turns the text '8000' into a number; no type keeps what was written."""
+    t = declared.upper()
+    if "INT" in t or any(k in t for k in ("REAL", "FLOA", "DOUB")):
+        return "number"
+    if any(k in t for k in ("CHAR", "CLOB", "TEXT")):
+        return "text"
+    return "any" if not t or "BLOB" in t else "number"
+
+
 def default_path() -> Path:
     """``$SKEWSCOPE_HISTORY``, else ``$XDG_STATE_HOME/skewscope/history.sqlite``, else
     ``~/.local/state/skewscope/history.sqlite``."""
@@ -160,16 +176,20 @@ class HistoryStore:
         cur.execute(sql, tuple(params))
         return cur
 
-    def _columns(self) -> list[str]:
+    def _columns(self) -> dict[str, str]:
+        """Column name -> its type family: "number", "text" or "any" (SQLite without a type)."""
         if self.postgres:
-            rows = self._exec("SELECT column_name FROM information_schema.columns WHERE "
-                              "table_name = ? AND table_schema = current_schema()", (TABLE,))
-            return [str(r[0]) for r in rows.fetchall()]
-        return [str(r[1]) for r in self._exec(f"PRAGMA table_info({TABLE})").fetchall()]
+            rows = self._exec("SELECT column_name, data_type FROM information_schema.columns "
+                              "WHERE table_name = ? AND table_schema = current_schema()",
+                              (TABLE,)).fetchall()
+            return {str(r[0]): _PG_FAMILY.get(str(r[1]).lower(), str(r[1])) for r in rows}
+        rows = self._exec(f"PRAGMA table_info({TABLE})").fetchall()
+        return {str(r[1]): _sqlite_family(str(r[2] or "")) for r in rows}
 
     def _check_schema(self) -> None:
-        """The table must hold exactly the columns this version writes (an older version's
-        table gains the ``MIGRATED`` ones); anything else is refused before a row is touched."""
+        """The table must hold exactly the columns this version writes, each of its type
+        family (an older version's table gains the ``MIGRATED`` ones); anything else is
+        refused before a row is touched."""
         have = self._columns()
         want = ("id", *COLUMNS, LEASE)
         where = f"history {self.shown}: table {TABLE}"
@@ -178,6 +198,11 @@ class HistoryStore:
             raise InputError(f"{where} has a column {one_line(extra[0], 80)!r} skewscope does "
                              f"not write (expected {', '.join(want)}): not a skewscope history, "
                              "or one from another version")
+        for c, family in have.items():
+            need = "text" if c in (*_TEXT, *_OPTIONAL_TEXT) else "number"
+            if family not in (need, "any"):
+                raise InputError(f"{where} has column {c!r} of type {one_line(family, 40)}, "
+                                 f"expected {need}: not a skewscope history")
         missing = [c for c in want if c not in have]
         for c in missing:
             if c not in MIGRATED:
