@@ -106,6 +106,31 @@ def test_a_value_is_taken_exactly_when_in_range_and_consistent(data: st.DataObje
         assert getattr(got, name) == value and got == wanted
 
 
+@given(st.data())
+@settings(max_examples=300)
+def test_any_toml_number_is_taken_or_refused_in_one_short_line(data: st.DataObject) -> None:
+    """Integers far past a float (TOML and tomllib take any size) and floats past every range:
+    one UsageError line, never an OverflowError or a setting that allocates gigabytes."""
+    default = data.draw(st.sampled_from(DEFAULTS))
+    name = data.draw(st.sampled_from(sorted(field_kinds(type(default)))))
+    value = data.draw(st.integers(-(10**400), 10**400) | st.floats(allow_nan=False)
+                      | st.sampled_from([10**309, -(10**309), 2**64, 10**9 + 1]))
+    try:
+        got = default.updated({name: value}, WHERE)
+    except UsageError as e:
+        assert "\n" not in str(e) and len(str(e)) < 200, str(e)
+        return
+    assert out_of_range(got) == []
+
+
+def test_every_range_is_closed_above() -> None:
+    for default in DEFAULTS:
+        for name, (_, rng) in field_kinds(type(default)).items():
+            assert rng is not None and rng.high is not None, name
+    highs = {name: rng.high for name, (_, rng) in field_kinds(Thresholds).items() if rng}
+    assert highs["permutations"] == 100_000 and highs["smooth_windows"] == 1000
+
+
 def test_a_pair_set_together_names_the_key_given() -> None:
     # both given: the first in the file; one given: that one, whatever its place in the pair
     with pytest.raises(UsageError, match=r"\] min_consecutive: "):
