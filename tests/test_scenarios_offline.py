@@ -150,3 +150,31 @@ def test_folders_without_request_csv_are_judged_by_their_steps(
     assert "requests" in doc["missing"]
     instances = {f.parent.name for f in tmp_path.glob("*/batch.csv")}
     assert {n.split(":")[0] for n in doc["notes"] if "request.csv missing" in n} == instances
+
+
+def test_fleet_wide_dp_weight_ranks_the_weight_before_its_full_kv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dp-weight in each of three instances: long prompts pinned to dp3 everywhere fill its KV
+    pool while its queue stays near empty. One fleet-wide finding names the dispatch policy;
+    each instance's finding ranks long_requests first and kv_exhaustion after, as its
+    consequence (throttling first would treat the symptom)."""
+    scenario = (Path(__file__).parents[1] / "src/skewscope/sim/scenarios/dp-weight.toml"
+                ).read_text()
+    for old, new in (('name = "dp-weight"', 'name = "fleet-dp-weight"'),
+                     ("instances = 1", "instances = 3"), ("rate = 8.0", "rate = 24.0")):
+        assert old in scenario
+        scenario = scenario.replace(old, new)
+    (tmp_path / "fleet.toml").write_text(scenario)
+    assert main(["simulate", str(tmp_path / "fleet.toml"), "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    doc = run_diagnose(tmp_path / "run", capsys)
+    assert_valid(doc)
+    fleet, *local = doc["findings"]
+    assert fleet["evidence"]["fleet_dp_pattern"]["dp_rank"] == 3
+    assert [c["key"] for c in fleet["root_causes"]] == ["dp_dispatch"]
+    assert sorted(f["units"][0] for f in local) == [f"inst-{i}/dp3" for i in range(3)]
+    for f in local:
+        assert f["kind"] == "weight" and f["evidence"]["kv_exhausted"] is True
+        assert [c["key"] for c in f["root_causes"]] == ["long_requests", "kv_exhaustion"]
+        assert f["facts"]["kv_consequence"] is True
