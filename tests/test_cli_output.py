@@ -67,3 +67,46 @@ def test_hostile_folder_names_never_reach_the_terminal_raw(
     for stream in (out, err):
         assert "\x1b" not in stream and "\x07" not in stream
     assert f"hot {shown}" in out  # the hot unit, escaped and whole
+
+
+def _widest(text: str) -> int:
+    return max(len(line) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("command", [["diagnose", EXAMPLE], ["compare", EXAMPLE, EXAMPLE],
+                                     ["whatif", EXAMPLE, "--jobs", "1"]], ids=lambda c: c[0])
+def test_piped_text_honours_columns_and_width(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Piped or -o text was 140 columns whatever $COLUMNS said; now --width N > $COLUMNS >
+    the terminal's > 140."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(command) == 0
+    assert _widest(capsys.readouterr().out) == 140
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(command) == 0
+    assert _widest(capsys.readouterr().out) == 100
+    assert main([*command, "--width", "90"]) == 0
+    assert _widest(capsys.readouterr().out) == 90
+    out = tmp_path / "r.txt"
+    assert main([*command, "--width", "85", "-o", str(out)]) == 0
+    assert _widest(out.read_text()) == 85
+    monkeypatch.setenv("COLUMNS", "not-a-number")  # a shell's odd value: the default, quietly
+    assert main(command) == 0
+    assert _widest(capsys.readouterr().out) == 140
+
+
+@pytest.mark.parametrize("width", ["9", "abc", "100000", "-5"])
+def test_bad_width_is_refused_before_any_work(
+    width: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["diagnose", str(tmp_path / "no-such-folder"), "--width", width]) == 2
+    err = capsys.readouterr().err
+    assert err == ("skewscope: error: --width: expected a number of columns 40..1000, "
+                   f"got {width!r}\n")
+
+
+def test_watch_width_is_checked_before_it_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["watch", "--scrape", "http://127.0.0.1:9/metrics", "--width", "5"]) == 2
+    assert "--width: expected a number of columns 40..1000" in capsys.readouterr().err

@@ -159,6 +159,45 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
                    help="output format (default: terminal, or from the -o extension)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
+    add_width_arg(p)
+
+
+WIDTH_RANGE = (40, 1000)  # columns: narrower is laid out as 40 anyway; wider is no screen
+DEFAULT_TEXT_WIDTH = 140  # the text report's width when nothing says another
+
+
+def add_width_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--width", metavar="N",
+                   help="columns of the text report (default: $COLUMNS, else the terminal's, "
+                   f"else {DEFAULT_TEXT_WIDTH} when piped or written with -o)")
+
+
+def text_width(args: argparse.Namespace | None, *, terminal: bool) -> int | None:
+    """The text report's width: --width N, else $COLUMNS, else the terminal's (``terminal``:
+    the report goes to a terminal), else None (the renderer's default, 140)."""
+    import os
+
+    given = getattr(args, "width", None)
+    if given is not None:
+        return _columns(given, "--width")
+    env = os.environ.get("COLUMNS", "").strip()
+    if env:
+        try:
+            return _columns(env, "COLUMNS")
+        except UsageError:
+            pass  # a shell's odd COLUMNS is not the user's option: fall back quietly
+    return shutil.get_terminal_size().columns if terminal else None
+
+
+def _columns(text: str, what: str) -> int:
+    lo, hi = WIDTH_RANGE
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not lo <= value <= hi:
+        raise UsageError(f"{what}: expected a number of columns {lo}..{hi}, got {text!r}")
+    return value
 
 
 @contextlib.contextmanager
@@ -491,7 +530,8 @@ def pick_renderer(args: argparse.Namespace) -> Renderer:
 
 
 def check_output(args: argparse.Namespace) -> None:
-    """Refuse to overwrite before any work is done, not after a long run."""
+    """Refuse to overwrite, or a bad --width, before any work is done, not after a long run."""
+    text_width(args, terminal=False)
     if args.output:
         refuse_overwrite(args.output, "-o", args.force)
 
@@ -513,10 +553,11 @@ def emit_report(report: Report | Comparison, args: argparse.Namespace) -> None:
     renderer = pick_renderer(args)
     if args.output is None:
         tty = sys.stdout.isatty()
-        width = shutil.get_terminal_size().columns if tty else None
+        width = text_width(args, terminal=tty)
         sys.stdout.write(renderer.render(report, width=width, color=tty))
         return
-    write_output(args.output, renderer.render(report), args.force)
+    write_output(args.output, renderer.render(report, width=text_width(args, terminal=False)),
+                 args.force)
 
 
 def write_output(output: str, text: str, force: bool) -> None:

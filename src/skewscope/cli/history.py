@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
         json.dump(doc[0] if args.action == "show" else doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    console = Console(width=None if sys.stdout.isatty() else 140)
+    from skewscope.cli.common import DEFAULT_TEXT_WIDTH, text_width
+
+    console = Console(width=text_width(None, terminal=sys.stdout.isatty()) or DEFAULT_TEXT_WIDTH)
     if args.action == "show":
         console.print(screen.incident_detail(incidents[0]))
     else:

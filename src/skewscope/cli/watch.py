@@ -43,6 +43,7 @@ def register(sub: Any) -> None:
     w.add_argument("--listen", nargs="?", const=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help=f"serve the diagnosis as Prometheus metrics (default {DEFAULT_LISTEN})")
     w.add_argument("--no-tui", action="store_true", help="one log line per run (for a service)")
+    common.add_width_arg(w)
     w.add_argument("--json-lines", action="store_true",
                    help="print each run's JSON report on one line to stdout (logs go to stderr)")
     w.add_argument("--save", nargs="?", const=SAVE_DEFAULT, metavar="URL",
@@ -129,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
 
         parse_listen(args.listen)  # a bad address fails before anything starts
     tui = not (args.no_tui or args.json_lines) and sys.stdout.isatty()
+    # the live view's width: --width, else $COLUMNS, else rich follows the terminal's size
+    width = common.text_width(args, terminal=False)
     log = sys.stderr if args.json_lines else sys.stdout
     store = None
     if args.save:
@@ -161,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
                       flush=True)
             if tui:
                 with Live(get_renderable=lambda: screen.render(watcher.status),
-                          console=Console(), refresh_per_second=2, transient=False):
+                          console=Console(width=width), refresh_per_second=2,
+                          transient=False):
                     watcher.loop(max_runs=args.runs)
             else:
                 watcher.loop(max_runs=args.runs)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -97,10 +96,11 @@ def run(args: argparse.Namespace) -> int:
     render = RENDER[renderer.name]
     if args.output is None:
         out_tty = sys.stdout.isatty()
-        width = shutil.get_terminal_size().columns if out_tty else None
+        width = common.text_width(args, terminal=out_tty)
         sys.stdout.write(render(report, width=width, color=out_tty))
     else:
-        common.write_output(args.output, render(report), args.force)
+        common.write_output(args.output, render(report,
+                            width=common.text_width(args, terminal=False)), args.force)
     return 0
 
 
