@@ -214,3 +214,21 @@ def test_hot_target_that_dies_half_way_is_still_found_hot() -> None:
     assert report.verdict == "imbalanced" and report.hot_units[0] == "h0:1"
     assert any("target h0:1 answered no scrape in 10 of 20 windows" in n
                for n in report.note_lines)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("text", [
+    "x" * 300_000,  # a run of letters: the old scheme pattern tried it from every letter
+    "a%" * 150_000,
+    "https://u:" + "p" * 300_000,
+])
+def test_a_300_kb_error_or_warning_is_one_bounded_scrubbed_line(text: str) -> None:
+    """A server's 300 KB error message (40 k characters took 8.7 s to scrub): the message is cut
+    before it is scrubbed, so it is one short line whatever its length; so is a warning."""
+    body = json.dumps({"status": "error", "errorType": "bad_data", "error": text}).encode()
+    with serve(prom(raw=body)) as url, pytest.raises(SourceError) as err:
+        _load(url)
+    assert len(str(err.value)) < 1000 and "\n" not in str(err.value)
+    warned = json.dumps({"status": "success", "data": NAMES, "warnings": [text]}).encode()
+    with serve(prom(raw=warned)) as url, pytest.raises(SourceError):
+        _load(url)
