@@ -547,3 +547,37 @@ def test_bad_trace_lines_name_file_and_line(tmp_path: Path) -> None:
 def test_builtin_scenarios_keep_the_same_tables_across_calls() -> None:
     sc = load_scenario("dp-count")
     assert simulate(sc, duration_s=20.0).steps.equals(simulate(sc, duration_s=20.0).steps)
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("m.jsonl", '{"timestamp": 1, "input_length": 1e400, "output_length": 1}\n', "line 1: bad"),
+    ("m.jsonl", '{"timestamp": 1, "input_length": ' + "9" * 30 + ', "output_length": 1}\n',
+     "line 1: bad Mooncake record (a length of"),
+    ("m.jsonl", '{"timestamp": 1e999, "input_length": 1, "output_length": 1}\n',
+     "line 1: bad Mooncake record (timestamp inf"),
+    ("m.jsonl", "[" * 50_000 + "\n", "line 1: bad Mooncake record"),
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,-1,2\n",
+     "line 2: a length of -1 tokens"),
+])
+def test_hostile_trace_lines_are_one_located_error(tmp_path: Path, name: str, text: str,
+                                                   message: str) -> None:
+    from skewscope.errors import SchemaError
+
+    (tmp_path / name).write_text(text)
+    read = read_mooncake_jsonl if name.endswith("jsonl") else read_azure_csv
+    with pytest.raises(SchemaError, match=re.escape(message)):
+        read(tmp_path / name)
+
+
+def test_a_trace_that_is_no_regular_file_is_refused(tmp_path: Path) -> None:
+    import os
+
+    from skewscope.errors import InputError
+
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    for path in (tmp_path / "fifo.jsonl", Path("/dev/zero"), tmp_path):
+        with pytest.raises(InputError, match="not a regular file|is a directory"):
+            read_mooncake_jsonl(path)
+    (tmp_path / "latin.jsonl").write_bytes(b'{"timestamp": "caf\xe9"}\n')
+    with pytest.raises(InputError, match="line 1: not UTF-8"):
+        read_mooncake_jsonl(tmp_path / "latin.jsonl")

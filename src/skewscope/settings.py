@@ -81,6 +81,7 @@ Listed = Annotated[int, Range(1, 100_000)]  # rows or keys a report lists
 SMALL_FILE_BYTES = 4 * MIB
 REPORT_FILE_BYTES = 256 * MIB
 SECRET_FILE_BYTES = 64 * 1024
+TRACE_FILE_BYTES = 1024 * MIB  # a request trace a scenario replays (Azure, Mooncake)
 MAX_NESTING = 64
 
 

@@ -8,6 +8,7 @@ one ``numpy.random.Generator`` so a seed reproduces the run exactly.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from skewscope.errors import InputError, SchemaError, SimulationError
+from skewscope.settings import TRACE_FILE_BYTES
+from skewscope.smallfile import read_small
 
 NO_TAG = ""  # tag index 0: a request of no named class
 
@@ -284,8 +287,8 @@ def read_azure_csv(path: Path) -> Trace:
             if len(parts) != 3:
                 raise ValueError(f"expected 3 fields, got {len(parts)}")
             ts.append(parse_azure_timestamp(parts[0]))
-            inp.append(int(parts[1]))
-            out.append(int(parts[2]))
+            inp.append(_tokens(parts[1]))
+            out.append(_tokens(parts[2]))
         except ValueError as exc:
             raise SchemaError(f"{path}: line {no}: {exc}") from None
     return _trace(np.array(ts), inp, out, path)
@@ -302,19 +305,33 @@ def read_mooncake_jsonl(path: Path) -> Trace:
             continue
         try:
             rec = json.loads(line)
-            ts.append(float(rec["timestamp"]) / 1000.0)
-            inp.append(int(rec["input_length"]))
-            out.append(int(rec["output_length"]))
-        except (ValueError, KeyError, TypeError) as exc:
+            t_ms = float(rec["timestamp"])
+            if not math.isfinite(t_ms):
+                raise ValueError(f"timestamp {t_ms!r} is not a finite number")
+            ts.append(t_ms / 1000.0)
+            inp.append(_tokens(rec["input_length"]))
+            out.append(_tokens(rec["output_length"]))
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
             raise SchemaError(f"{path}: line {no}: bad Mooncake record ({exc})") from None
     return _trace(np.array(ts), inp, out, path)
 
 
+MAX_TRACE_TOKENS = 2**31 - 1  # one request's length in a trace (no int64 overflow after)
+
+
+def _tokens(value: object) -> int:
+    """A request length from a trace: a whole number in [0, MAX_TRACE_TOKENS]."""
+    n: int = int(value)  # type: ignore[call-overload]  # ValueError/TypeError name a bad one
+    if not 0 <= n <= MAX_TRACE_TOKENS:
+        raise ValueError(f"a length of {str(n)[:20]} tokens is outside [0, {MAX_TRACE_TOKENS}]")
+    return n
+
+
 def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read trace ({exc.strerror})") from None
+    """A trace's lines, through the one small-file reader (a regular UTF-8 file, bounded:
+    a FIFO or a device is refused, not read forever)."""
+    return read_small(path, f"{path}: trace", limit=TRACE_FILE_BYTES, error=InputError
+                      ).splitlines()
 
 
 def _trace(ts: np.ndarray, inp: list[int], out: list[int], path: Path) -> Trace:
