@@ -576,7 +576,7 @@ def test_a_trace_that_is_no_regular_file_is_refused(tmp_path: Path) -> None:
 
     os.mkfifo(tmp_path / "fifo.jsonl")
     for path in (tmp_path / "fifo.jsonl", Path("/dev/zero"), tmp_path):
-        with pytest.raises(InputError, match="not a regular file|is a directory"):
+        with pytest.raises(InputError, match=r"not a regular file|is a directory"):
             read_mooncake_jsonl(path)
     (tmp_path / "latin.jsonl").write_bytes(b'{"timestamp": "caf\xe9"}\n')
     with pytest.raises(InputError, match="line 1: not UTF-8"):
