@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -158,18 +158,16 @@ def _in_processes(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish
     """Batches of consecutive folders on ``workers`` processes (forkserver: forking a process
     that runs polars' thread pool can deadlock the child); batches run in folder order, so on a
     failure the batches not started are dropped and the ones before it are finished."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from skewscope.workers import process_pool
 
     n = len(found)
     size = max(1, min(budget.batch_instances, math.ceil(n / (budget.workers * 8))))
     starts = list(range(0, n, size))
     got: dict[int, list[T]] = {}
     failed: dict[int, Exception] = {}
-    ctx = multiprocessing.get_context("forkserver")
-    pool: Executor = ProcessPoolExecutor(max_workers=min(budget.workers, len(starts)),
-                                         mp_context=ctx)
-    with pool:
+    # on SIGTERM/SIGHUP (cli.streams.Terminated) or Ctrl-C the workers are terminated at once,
+    # not waited for batch by batch
+    with process_pool(min(budget.workers, len(starts))) as pool:
         futures = {pool.submit(read_batch, found[s:s + size], clocks, finish): s for s in starts}
         pending = set(futures)
         while pending:
