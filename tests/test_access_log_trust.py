@@ -127,3 +127,26 @@ def test_no_credential_reaches_the_evidence(tmp_path: Path, shape: str) -> None:
     requests, _ = read_access_requests([path])
     assert not any(s in repr(requests) for s in SECRETS)
 
+
+
+def test_watch_follows_past_a_huge_line_holding_at_most_the_limit(tmp_path: Path) -> None:
+    """A live log with a line growing without its end (8 MB over several runs): the follower
+    holds no more of it than the limit, then skips it and counts it once it ends."""
+    from skewscope.sources.access_log_follow import AccessLogFollower
+
+    path = tmp_path / "live.log"
+    good = [LINE.format(t=1.0 + i, up=f"10.0.0.{i % 2}:80", key=f"s{i}") for i in range(4)]
+    path.write_text("".join(good[:2]) + 'msec=3.0 upstream_addr=10.0.0.9:80 v="')
+    follower = AccessLogFollower([str(path)], keep_s=1e12, clock=lambda: 10.0, max_line=4096)
+    follower.poll()
+    for _ in range(4):
+        with path.open("a") as f:
+            f.write("x" * (2 << 20))
+        follower.poll()
+        assert len(follower.files[0].partial) <= 4097
+    with path.open("a") as f:
+        f.write('"\n' + "".join(good[2:]))
+    gw = follower.evidence(None)
+    assert gw is not None
+    assert {u.upstream: u.requests for u in gw.units} == {"10.0.0.0:80": 2.0, "10.0.0.1:80": 2.0}
+    assert any("1 access-log line(s) longer than 4 KiB skipped" in n for n in gw.notes), gw.notes
