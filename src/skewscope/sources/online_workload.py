@@ -253,6 +253,7 @@ def load_prometheus_workload(
         build_query,
         duration,
         normalise_selector,
+        read_once,
         series_selector,
     )
 
@@ -272,15 +273,15 @@ def load_prometheus_workload(
                 continue
             by, wd = _by(alias), duration(w)
             bsel = series_selector(alias.name + "_bucket", alias, sel)
-            q = f"sum by ({by}, le) (increase({bsel}[{wd}]))"
+            q = f"sum by ({by}, le) ({read_once(f'increase({bsel}[{wd}])', alias)})"
             got = matrix_buckets(client.query_range(q, first_t, last_t, w), alias)
             if got:
                 buckets[role] = got
             if role == "itl":
                 s_sel = series_selector(alias.name + "_sum", alias, sel)
                 c_sel = series_selector(alias.name + "_count", alias, sel)
-                q = (f"1000 * sum by ({by}) (increase({s_sel}[{wd}])) / "
-                     f"sum by ({by}) (increase({c_sel}[{wd}]))")
+                q = (f"1000 * sum by ({by}) ({read_once(f'increase({s_sel}[{wd}])', alias)}) / "
+                     f"sum by ({by}) ({read_once(f'increase({c_sel}[{wd}])', alias)})")
                 bad: list[str] = []
                 means[role] = matrix_to_values(
                     client.query_range(q, first_t, last_t, w), window_s=w, alias=alias,

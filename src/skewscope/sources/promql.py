@@ -131,7 +131,7 @@ def _scaled(expr: str, scale: float) -> str:
     return expr if scale == 1.0 else f"{scale:g} * {expr}"
 
 
-def _once(expr: str, alias: Alias) -> str:
+def read_once(expr: str, alias: Alias) -> str:
     """``expr`` with copies of one series (``Alias.read_once``: ``copies``, and the same unit
     from several scrape jobs or targets) collapsed to one (their max), never summed."""
     return f"max without ({', '.join(check_label_name(c) for c in alias.read_once)}) ({expr})"
@@ -148,7 +148,7 @@ def duplicates_query(alias: Alias, range_s: float, selector: str = "") -> str:
 
 
 def _increase(name: str, alias: Alias, by: str, w: str, selector: str) -> str:
-    inner = _once(f"increase({series_selector(name, alias, selector)}[{w}])", alias)
+    inner = read_once(f"increase({series_selector(name, alias, selector)}[{w}])", alias)
     return f"sum by ({by}) ({inner})"
 
 
@@ -165,7 +165,7 @@ def build_query(
         expr = _increase(alias.name, alias, by, w, selector)
     elif role.kind is Kind.GAUGE:
         sel = series_selector(alias.name, alias, selector)
-        inner = _once(f"{spec.over_time}_over_time({sel}[{w}])", alias)
+        inner = read_once(f"{spec.over_time}_over_time({sel}[{w}])", alias)
         expr = f"{spec.across} by ({by}) ({inner})"
     elif spec.over_time == "quantile":
         buckets = _increase(alias.name + "_bucket", alias, by + ", le", w, selector)
