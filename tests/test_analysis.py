@@ -258,14 +258,25 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
     assert [c.key for c in g.root_causes] == ["routing_weights", "sticky_sessions",
                                               "kv_exhaustion"]
     assert g.facts.kv_consequence  # type: ignore[union-attr]
-    # the same unit preempting cannot admit its work: then throttling it comes first
+    # preempting while its queue stays flat, it still serves its load: preemption is the
+    # full pool's impact, the routing cause comes first (the simulator's long-input and
+    # dp-weight truths: preempting, queue flat, cause long_requests)
     preempting = local.with_columns(
         pl.when(pl.col("unit") == "c").then(2.0).otherwise(0.0).alias("preemptions"))
     p, kv = diagnose_frame(UnitFrame(df=preempting, level=Level.INSTANCE, window_s=10.0,
                                      source="profiler")).findings
     assert kv.kind == "kv_shortage"
-    assert p.root_causes[0].key == "kv_exhaustion"
-    assert not p.facts.kv_consequence  # type: ignore[union-attr]
+    assert p.root_causes[0].key == "routing_weights" and p.facts.kv_consequence  # type: ignore[union-attr]
+    # the same unit whose queue keeps growing cannot admit its work: throttling comes first
+    k = pl.col("window_start_s").rank("dense") - 1
+    queueing = preempting.with_columns(
+        pl.when(pl.col("unit") == "c").then(k * 3.0).otherwise(pl.col("waiting"))
+        .alias("waiting"))
+    q = next(f for f in diagnose_frame(UnitFrame(df=queueing, level=Level.INSTANCE,
+                                                 window_s=10.0, source="profiler")).findings
+             if f.kind != "kv_shortage")
+    assert q.root_causes[0].key == "kv_exhaustion"
+    assert not q.facts.kv_consequence  # type: ignore[union-attr]
     # peers touching 92% in one window each is a spike, not a service short of KV (their peak
     # median is 92%; the kv-exhaustion scenario's seed 8 was missed this way)
     w = frame.df["window_start_s"].unique().sort()

@@ -158,14 +158,13 @@ def _causes(r: HotResult, level: Level) -> list[str]:
 
 def kv_blocks_admission(r: HotResult) -> bool:
     """KV exhaustion is the cause to act on first ("throttle traffic first") only when the unit
-    cannot admit its work: it preempts, its queue grows (``queue_growth_per_window``) or its
-    batch sits at a ceiling while requests wait (``saturated_*``). A full KV pool with an
-    empty queue and no preemption is what the heavier or extra requests do to it: a
-    consequence of the weight or dispatch cause, ranked after it."""
-    admission = {"preemptions", "batch_at_ceiling", "waiting_grows_running_flat"}
-    return r.imp.kv_exhausted and bool(
-        r.imp.queue_growing or admission & set(r.kv.keys)
-        or r.hot.get("preemptions", 0.0) > 0)
+    cannot admit its work: its queue grows (``queue_growth_per_window``), its batch sits at a
+    ceiling while requests wait, or waiting grows over flat running. A full KV pool whose queue
+    stays flat is what the heavier or extra requests do to it, preemptions included (they are
+    its impact; the simulator's long-input and dp-weight runs preempt that way): a consequence
+    of the weight or dispatch cause, ranked after it."""
+    admission = {"batch_at_ceiling", "waiting_grows_running_flat"}
+    return r.imp.kv_exhausted and bool(r.imp.queue_growing or admission & set(r.kv.keys))
 
 
 def _kind_causes(kind: str | None, level: Level) -> list[str]:
