@@ -229,4 +229,6 @@ if [ "$MSM" = 1 ]; then
   done
   log "both reports read the ms-service-metric dialect"
 fi
+log "per-rank counts from Prometheus against what the load sent (within 1 %)"
+"$PY" "$E2E/exact.py" "$PROM" "$WORK/load.json" || fail "counts from Prometheus are off"
 "$PY" "$E2E/check.py" "$INSTANCE" "$WORK/prometheus.json" "$WORK/scrape.json"

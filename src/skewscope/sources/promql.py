@@ -148,7 +148,17 @@ def duplicates_query(alias: Alias, range_s: float, selector: str = "") -> str:
 
 
 def _increase(name: str, alias: Alias, by: str, w: str, selector: str) -> str:
-    inner = read_once(f"increase({series_selector(name, alias, selector)}[{w}])", alias)
+    """A counter's increase over each window, exact where it can be: the difference of the
+    last samples at or before the window's end and its start, so every increment between two
+    scrapes lands in exactly one window (``increase()`` extrapolates the samples inside a range
+    to its edges and loses the step between windows: on a real SGLang scraped every 2 s one
+    rank read 181 requests where it served 166). Only series with a sample in the window (the
+    lookback would carry a vanished one on at 0); where the counter reset, or the series has no
+    sample before the window (it just appeared), ``increase()`` answers as before."""
+    sel = series_selector(name, alias, selector)
+    exact = (f"(({sel} - {sel} offset {w}) >= 0 and count_over_time({sel}[{w}])"
+             f" unless resets({sel}[{w}]) > 0)")
+    inner = read_once(f"({exact} or increase({sel}[{w}]))", alias)
     return f"sum by ({by}) ({inner})"
 
 
