@@ -13,8 +13,8 @@ ANALYSIS = Path(skewscope.analysis.__file__).parent
 STRUCTURAL = {0, 1, -1, 2, 1000, 3600, 1e-12}  # 3600: seconds per hour
 ALLOWED: dict[str, set[float]] = {
     "compare.py": {95, 99},  # p95 / p99: the figures' names
-    "detect.py": {8},
-    "significance.py": {22},  # permutation slices of 2^22 cells: memory per copy, no verdict  # numpy sums 8 or more terms pairwise (smooth keeps its exact sums)
+    "detect.py": {8},  # numpy sums 8 or more terms pairwise (smooth keeps its exact sums)
+    "significance.py": {22},  # permutation slices of 2^22 cells: memory per copy, no verdict
     "spread.py": {0.5, 0.9, 3},  # median / p90: the spread's names; 3: the rank after 3 roles
     "timeline.py": {3},  # three bands (median, min, max)
 }
