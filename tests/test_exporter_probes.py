@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 
+from scripted_source import ScriptedSource
 from skewscope.errors import SourceError
-from skewscope.frame import Evidence
 from skewscope.monitor.exporter import serve
 from skewscope.monitor.watch import Watcher
 from skewscope.sources.profiler import load_profiler
@@ -17,32 +17,10 @@ from skewscope.sources.profiler import load_profiler
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster-skew"
 
 
-class Script:
-    """One step per run: an Evidence or an error to raise (the last step repeats)."""
-
-    description = "scripted"
-
-    def __init__(self, steps: list[Evidence | BaseException]) -> None:
-        self.steps, self.calls = steps, 0
-
-    def load(self, now: float) -> Evidence:
-        step = self.steps[min(self.calls, len(self.steps) - 1)]
-        self.calls += 1
-        if isinstance(step, BaseException):
-            raise step
-        return step
-
-    def problems(self, since: float) -> list[str]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
 def test_ready_only_once_a_good_report_exists() -> None:
     evidence = load_profiler([str(EXAMPLE)])
-    w = Watcher(Script([SourceError("Prometheus at http://p:9090 did not answer"), evidence]),
-                last_s=60, every_s=30)
+    down = SourceError("Prometheus at http://p:9090 did not answer")
+    w = Watcher(ScriptedSource([down, evidence]), last_s=60, every_s=30)
     server, url = serve(lambda: w.status, "127.0.0.1:0")
     base = url.removesuffix("/metrics")
     try:

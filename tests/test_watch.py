@@ -18,6 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from scripted_source import ScriptedSource
 from skewscope.analysis.diagnose import diagnose
 from skewscope.cli import main
 from skewscope.errors import SourceError
@@ -32,7 +33,6 @@ from skewscope.report.model import Report
 from skewscope.sources.profiler import load_profiler
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster-skew"
-Step = Evidence | BaseException
 
 
 @pytest.fixture(scope="module")
@@ -43,29 +43,6 @@ def evidence() -> Evidence:
 @pytest.fixture(scope="module")
 def report(evidence: Evidence) -> Report:
     return diagnose(evidence)
-
-
-class ScriptedSource:
-    """Plays a script of evidence or errors, one step per run (the last step repeats)."""
-
-    description = "scripted"
-
-    def __init__(self, steps: list[Step]) -> None:
-        self.steps = steps
-        self.calls = 0
-
-    def load(self, now: float) -> Evidence:
-        step = self.steps[min(self.calls, len(self.steps) - 1)]
-        self.calls += 1
-        if isinstance(step, BaseException):
-            raise step
-        return step
-
-    def problems(self, since: float) -> list[str]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
