@@ -215,6 +215,9 @@ def test_hot_unit_alert_reaches_the_webhook_with_its_labels(stack: Stack) -> Non
     assert alert["labels"]["kind"] == "count"
     assert alert["labels"]["job"] == SCENARIO
     assert "skewscope diagnose --prometheus" in alert["annotations"]["description"]
+    runbook = alert["annotations"]["runbook_url"]  # the runbook travels with the alert
+    assert runbook.endswith(f"/docs/runbooks/{HOT_ALERT}.md")
+    assert (ROOT / "docs" / "runbooks" / f"{HOT_ALERT}.md").is_file()
     for other in stack.alerts(HOT_ALERT):  # nothing but the truth's unit is called hot
         assert other["labels"]["instance"] == stack.hot_address, other["labels"]
 
