@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from profiler_fixtures import (
     BatchOptions,
@@ -22,6 +25,7 @@ from profiler_fixtures import (
 )
 from skewscope.cli import main
 from skewscope.errors import InputError
+from skewscope.sources import profiler_clock as pc
 from skewscope.sources.profiler import load_profiler
 
 T = 1_743_296_400.0  # 2025-03-30 01:00 UTC: Europe's clocks go from +1 h to +2 h here
@@ -115,3 +119,35 @@ def test_files_that_no_unit_brings_together_are_one_clean_error(tmp_path: Path) 
     with pytest.raises(InputError, match=r"instance i: its files disagree on the time "
                        r"\(kvcache.csv around 1970-01-12T.*request.csv around 2025-04-23"):
         load_profiler([str(folder)])
+
+
+# --------------------------------------------------------------------------- properties
+ZONES = st.integers(-48, 56).map(lambda q: q * 900.0)  # UTC-12 .. UTC+14 in quarter hours
+
+
+@given(st.floats(1e5, 4e9), st.sampled_from(pc.UNITS), ZONES)
+def test_unit_from_a_datetime_beside_it_is_the_true_unit(t: float, unit: float, zone: float
+                                                         ) -> None:
+    times = pl.Series([t + i * 0.5 for i in range(20)])
+    got = pc.unit_from_pair(times / unit, times + zone)
+    assert got == unit
+
+
+@given(st.floats(1e5, 4e9), ZONES, ZONES, st.integers(1, 98))
+def test_offset_segments_put_every_local_time_back_on_its_epoch(
+    t: float, before: float, after: float, change: int
+) -> None:
+    epoch = pl.Series([t + i for i in range(100)], dtype=pl.Float64)
+    zone = pl.Series([before if i < change else after for i in range(100)])
+    local = epoch + zone
+    segments = pc.offset_segments(epoch, local)
+    if before == after:
+        assert segments is None
+        return
+    assert segments is not None
+    back = pc.to_utc(local, segments)
+    # a local time that both zones show (the hour repeated when the clock goes back) takes the
+    # later offset: only those rows may differ
+    first_after = float(local.slice(change).min())  # type: ignore[arg-type]
+    ambiguous = (local >= first_after) & (pl.Series(range(100)) < change)
+    assert (((back - epoch).abs() < 1e-6) | ambiguous).all()

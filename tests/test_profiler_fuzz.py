@@ -1,7 +1,8 @@
 """Fuzz the offline reader end to end: a real-format profiler folder with one file mutated
 (truncated, bytes flipped, a cell replaced by garbage, blank, N/A, huge or negative values,
-extra columns, CRLF, other encodings, compression) must give a report or one clean error line,
-never a traceback, a multi-line or unbounded message, or a raw control character.
+extra columns, CRLF, other encodings, compression; the exporter's "not recorded" zeros, a DST
+jump, an epoch column in another unit, a line over the line limit) must give a report or one
+clean error line, never a traceback, a multi-line or unbounded message, or a raw control character.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 
 from profiler_fixtures import T0, KvSnap, simple_instance, write_kvcache, write_status
 from skewscope.cli import main
+from skewscope.sources import profiler_validate as pv
 
 FUZZ_EXAMPLES = int(os.environ.get("SKEWSCOPE_FUZZ_EXAMPLES", "60"))  # more for a campaign
 FILES = ("request.csv", "batch.csv", "kvcache.csv", "request_status.csv")
@@ -48,8 +51,18 @@ Mutation = Callable[[bytes], bytes]
 @st.composite
 def mutations(draw: st.DrawFn) -> tuple[str, Mutation]:
     kind = draw(st.sampled_from(["truncate", "flip", "cell", "column", "crlf", "encode",
-                                 "gzip", "lines"]))
+                                 "gzip", "lines", "unrecorded", "dst", "unit", "long"]))
     pos = draw(st.floats(0, 1))
+    if kind == "unrecorded":  # the exporter's "not recorded" zeros (issue 26)
+        return kind, lambda b: _set_columns(b, pos, UNRECORDED)
+    if kind == "dst":  # local datetimes jump an hour from a row on
+        hours = draw(st.sampled_from([1.0, -1.0, 0.5]))
+        return kind, lambda b: _shift_datetimes(b, pos, hours)
+    if kind == "unit":  # an epoch column in another unit (a clock near 1970 looks like this)
+        factor = draw(st.sampled_from([1e-3, 1e3, 1e-6]))
+        return kind, lambda b: _scale_epochs(b, factor)
+    if kind == "long":  # a line over the (lowered) line limit
+        return kind, lambda b: _insert_line(b, pos, b"r," + b"9" * (LONG_LINE_LIMIT + 1))
     if kind == "truncate":
         return kind, lambda b: b[: int(len(b) * pos)]
     if kind == "flip":
@@ -76,6 +89,66 @@ def mutations(draw: st.DrawFn) -> tuple[str, Mutation]:
 
 def _recode(b: bytes, enc: str) -> bytes:
     return b.decode(errors="replace").replace("r1", "r1é").encode(enc, errors="replace")
+
+
+LONG_LINE_LIMIT = 4096  # pv.LINE_MAX_BYTES while a "long" mutation is drawn
+UNRECORDED = {"queue_wait_time(ms)": "0.0", "first_token_latency(ms)": "0.0",
+              "execution_time(ms)": "", "name": "Free", "total_blocks": "0.0",
+              "used_blocks": "0.0", "free_blocks": "0.0", "blocks_allocated": "0.0"}
+EPOCHS = ("start_time(ms)", "end_time(ms)", "timestamp(ms)")
+
+
+def _rows_from(b: bytes, pos: float) -> tuple[list[str], list[str], int]:
+    lines = b.decode(errors="replace").split("\n")
+    return lines, lines[0].split(","), 1 + int((len(lines) - 1) * pos)
+
+
+def _set_columns(b: bytes, pos: float, values: dict[str, str]) -> bytes:
+    """Cells of the named columns set on every row from ``pos`` on (rows without a quoted
+    comma: the simple CSVs; batch.csv res_list rows are left alone)."""
+    lines, header, first = _rows_from(b, pos)
+    idx = {header.index(c): v for c, v in values.items() if c in header}
+    for i in range(first, len(lines)):
+        cells = lines[i].split(",")
+        if len(cells) == len(header):
+            lines[i] = ",".join(idx.get(j, c) for j, c in enumerate(cells))
+    return "\n".join(lines).encode()
+
+
+def _shift_datetimes(b: bytes, pos: float, hours: float) -> bytes:
+    from datetime import datetime, timedelta
+
+    lines, _, first = _rows_from(b, pos)
+    for i in range(first, len(lines)):
+        cells = lines[i].split(",")
+        for j, cell in enumerate(cells):
+            try:
+                t = datetime.strptime(cell, "%Y-%m-%d %H:%M:%S:%f")
+            except ValueError:
+                continue
+            cells[j] = (t + timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S:%f")
+        lines[i] = ",".join(cells)
+    return "\n".join(lines).encode()
+
+
+def _scale_epochs(b: bytes, factor: float) -> bytes:
+    lines, header, _ = _rows_from(b, 0.0)
+    cols = [header.index(c) for c in EPOCHS if c in header]
+    for i in range(1, len(lines)):
+        cells = lines[i].split(",")
+        if len(cells) != len(header):
+            continue
+        for j in cols:
+            with contextlib.suppress(ValueError):
+                cells[j] = f"{float(cells[j]) * factor:.3f}"
+        lines[i] = ",".join(cells)
+    return "\n".join(lines).encode()
+
+
+def _insert_line(b: bytes, pos: float, line: bytes) -> bytes:
+    lines = b.split(b"\n")
+    i = 1 + int((len(lines) - 1) * pos)
+    return b"\n".join([*lines[:i], line, *lines[i:]])
 
 
 def _flip(b: bytes, pos: float, byte: int, n: int) -> bytes:
@@ -129,7 +202,8 @@ def _diagnose(folder: Path) -> tuple[int, str]:
 def test_mutated_folder_gives_a_report_or_one_clean_line(
     template: Path, edits: list[tuple[str, str, tuple[str, Mutation]]]
 ) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    limit = LONG_LINE_LIMIT if any(k == "long" for _, _, (k, _) in edits) else pv.LINE_MAX_BYTES
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(pv, "LINE_MAX_BYTES", limit):
         folder = Path(tmp) / "run"
         shutil.copytree(template, folder)
         for file, inst, (_, mutate) in edits:
