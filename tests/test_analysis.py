@@ -450,3 +450,22 @@ def test_saturated_hot_unit_says_its_finished_request_ratio_is_a_lower_bound() -
     (g,) = diagnose_frame(make_frame(even(c=Spec(rate=40.0)), source="prometheus")).findings
     assert g.evidence["saturated"] is False
     assert g.evidence["count_ratio_is_lower_bound"] is False
+
+
+def test_starved_ranks_leave_the_reference_of_their_peers() -> None:
+    # issue #21: two of four DP ranks at zero requests; the leave-one-out median of ranks 0 and
+    # 1 is then a starved rank's 0 and a rank at its fair share read ~11x "its peers"
+    even_pair = {"v/dp0": Spec(), "v/dp1": Spec(), "v/dp2": Spec(until=0), "v/dp3": Spec(until=0)}
+    report = diagnose_frame(make_frame(even_pair, level=Level.DP))
+    assert report.hot_units == ()
+    assert report.starved_units == ("v/dp2", "v/dp3")
+    assert [f.units for f in report.findings] == [("v/dp2", "v/dp3")]
+    assert Note(NoteCode.STARVED_LEFT_OUT, {"units": ["v/dp2", "v/dp3"]}) in report.notes
+    assert any("judged against their non-starved peers" in n for n in report.note_lines)
+    skewed = {**even_pair, "v/dp0": Spec(rate=40.0)}
+    report = diagnose_frame(make_frame(skewed, level=Level.DP))
+    assert report.hot_units == ("v/dp0",)
+    assert report.starved_units == ("v/dp2", "v/dp3")
+    hot = next(f for f in report.findings if f.units == ("v/dp0",))
+    assert hot.kind == "count"
+    assert hot.reference_units == ("v/dp1",)

@@ -57,6 +57,7 @@ class NoteCode(StrEnum):
     DP_POOLED = "dp_pooled"  # {instances, min_requests}: too quiet alone, ranks judged together
     DP_NOT_JUDGED = "dp_not_judged"  # {instance, reason}: an auto drill-down's gate said no
     COLD_MINORITY = "cold_minority"  # {units}: most run hot, judged against these
+    STARVED_LEFT_OUT = "starved_left_out"  # {units}: starved, not in their peers' reference
     WEIGHT_BY_CHANCE = "weight_by_chance"  # {unit, input_ratio, output_ratio, p_value}
     UNEXPLAINED_PRESSURE = "unexplained_pressure"  # {units}
     SKEW_PRICE = "skew_price"  # SkewPrice's fields

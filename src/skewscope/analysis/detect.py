@@ -329,6 +329,25 @@ def detect(
     return out
 
 
+def without_starved(
+    m: SignalMatrix, heats: list[UnitHeat], th: Thresholds
+) -> dict[str, list[int]]:
+    """Per group with persistently starved units, its other units: the reference to judge the
+    group against (``detect``'s ``against``). A starved unit's zeros are no load a peer is
+    hot against: with two of four ranks idle the leave-one-out median of a rank at its fair
+    share is 0 and the floor alone stands in for its peers. A group keeps its full reference
+    when fewer than ``min_units`` are left (a unit serving everything beside one starved peer
+    is judged against the floor, as before). Starvation is read against the whole group
+    (``_starve_ratio``), so leaving these units out changes no starved finding."""
+    out: dict[str, list[int]] = {}
+    for g in dict.fromkeys(m.groups):
+        members = [h for h in heats if m.groups[h.index] == g]
+        kept = [h.index for h in members if not h.persistent_starved]
+        if len(kept) < len(members) and len(kept) >= th.min_units:
+            out[g] = kept
+    return out
+
+
 def quiet_groups(m: SignalMatrix, window_s: float, th: Thresholds) -> set[str]:
     """Groups in which no unit can be persistently hot, starved or cold, each group scored as
     when its own matrix is judged alone (every step above is per group or per unit): judging

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from skewscope.analysis.classify import Classification, classify
-from skewscope.analysis.detect import UnitHeat, detect
+from skewscope.analysis.detect import UnitHeat, detect, without_starved
 from skewscope.analysis.findings import (
     HotResult,
     chance_note,
@@ -108,14 +108,21 @@ def diagnose_frame(
             return _stalled_only(m, base, notes, reason, stalls)
         units = tuple(_unit_report(m, h.index, h, "normal", h.active) for h in heats)
         return _insufficient(base, notes, reason, units)
+    fed = without_starved(m, heats, th)
+    if fed:
+        # Starved units' zeros would drag their peers' median down: judge against the rest.
+        heats = detect(m, frame.window_s, th, against=fed)
+        starved_out = sorted(m.units[h.index] for h in heats
+                             if m.groups[h.index] in fed and h.index not in fed[m.groups[h.index]])
+        notes = (*notes, Note(NoteCode.STARVED_LEFT_OUT, {"units": starved_out}))
     hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
-    against = _cold_minorities(m, heats, th) if not hot_idx else {}
-    if against:
+    cold = _cold_minorities(m, heats, th) if not hot_idx else {}
+    if cold:
         # Most of a group runs hot, so the leave-one-out median is hot too: judge the group
-        # against its under-loaded minority instead.
-        heats = detect(m, frame.window_s, th, against=against)
+        # against its under-loaded minority instead (never starved: persistent_cold says so).
+        heats = detect(m, frame.window_s, th, against={**fed, **cold})
         hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
-        cold_units = sorted(m.units[j] for cols in against.values() for j in cols)
+        cold_units = sorted(m.units[j] for cols in cold.values() for j in cols)
         notes = (*notes, Note(NoteCode.COLD_MINORITY, {"units": cold_units}))
     starved_idx = [h.index for h in heats if h.persistent_starved and h.index not in stalled]
     results = [

@@ -343,6 +343,9 @@ _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
         f"DP ranks inside {v['instance']} not judged: {note(v['reason'])}"),
     NoteCode.COLD_MINORITY: lambda v: (
         f"most units run hot together; judged against the under-loaded {', '.join(v['units'])}"),
+    NoteCode.STARVED_LEFT_OUT: lambda v: (
+        f"{', '.join(v['units'])} starved: left out of the reference, the other units are "
+        "judged against their non-starved peers"),
     NoteCode.WEIGHT_BY_CHANCE: lambda v: (
         f"{v['unit']} ran hotter with heavier requests ({_x(v['input_ratio'])} the input, "
         f"{_x(v['output_ratio'])} the output tokens per request of its peers), but that is "
