@@ -2,6 +2,14 @@
 
     python benchmarks/bench_profiler.py --steps 200000 --batch 30 [--dir /tmp/skewscope-bench]
     python benchmarks/bench_profiler.py --steps 54000 --instances 16 --repeat 2   # the fleet
+    python benchmarks/bench_profiler.py --tiny 10000 [--repeat 2]   # 10,000 tiny folders
+
+With ``--tiny N``, N tiny instance folders (tests/profiler_fixtures.tiny_fleet: 20 requests
+each, one folder with three times as many, hard links) are timed with ``skewscope diagnose``
+and ``skewscope whatif`` against the same-run ``placed`` bare pass over them (issue 26: the
+per-folder fixed costs; docs/performance.md "A fleet of tiny folders"). The wall clock is the
+figure: the folders are read by worker processes, whose CPU and memory the child's own
+counters do not see (peak RSS is the parent's).
 
 With ``--instances N`` the instance is hard-linked N times as one fleet, and ``skewscope
 diagnose`` over it is timed against two bare lazy polars passes over the same files, measured
@@ -234,6 +242,12 @@ def _measure(kind: str, folder: Path) -> dict[str, float]:
         out = folder.parent / f"{folder.name}-report.json"
         code = cli_main(["diagnose", str(folder), "--format", "json", "-o", str(out), "--force"])
         assert code in (0, 1), code
+    elif kind == "whatif":
+        from skewscope.cli import main as cli_main
+
+        out = folder.parent / f"{folder.name}-whatif.json"
+        code = cli_main(["whatif", str(folder), "--format", "json", "-o", str(out), "--force"])
+        assert code == 0, code
     elif kind == "lazy":
         bare_pass(_folders(folder), place=False)
     elif kind == "placed":
@@ -271,10 +285,16 @@ def main() -> None:
     ap.add_argument("--instances", type=int, default=1,
                     help="read N copies of the instance (hard links) as one fleet")
     ap.add_argument("--repeat", type=int, default=1, help="best of N runs of each")
-    ap.add_argument("--measure", choices=["load", "baseline", "lazy", "placed", "diagnose"])
+    ap.add_argument("--tiny", type=int, metavar="N",
+                    help="N tiny instance folders: diagnose and whatif against the placed pass")
+    ap.add_argument("--measure",
+                    choices=["load", "baseline", "lazy", "placed", "diagnose", "whatif"])
     args = ap.parse_args()
     if args.measure:
         print(json.dumps(_measure(args.measure, args.dir)))
+        return
+    if args.tiny:
+        _tiny(args.tiny, args.dir.parent, args.repeat)
         return
     path = args.dir / "batch.csv"
     if not path.exists():
@@ -319,6 +339,34 @@ def main() -> None:
             f"{kinds[-1]} / {base_kind} ({LABELS[base_kind]}): "
             f"{full['seconds'] / base['seconds']:.2f}x wall, {full['cpu'] / base['cpu']:.2f}x CPU"
         )
+
+
+def _tiny(n: int, root: Path, repeat: int) -> None:
+    """``--tiny N``: the fleet-size case, each kind in a fresh process, interleaved."""
+    run = root / f"tiny-{n}"
+    if not run.exists():
+        sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+        from profiler_fixtures import tiny_fleet
+
+        t = time.perf_counter()
+        tiny_fleet(run, n)
+        print(f"{n} tiny folders generated in {time.perf_counter() - t:.1f} s")
+    size = sum(p.stat().st_size for p in run.glob("*/*.csv"))
+    print(f"{n} folders in {run}: {size / 1e6:.1f} MB of CSV")
+    kinds = ("placed", "diagnose", "whatif")
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    for _ in range(repeat):
+        for kind in kinds:
+            runs[kind].append(_child(kind, run))
+            print(f"  {kind}: {runs[kind][-1]['seconds']:.1f} s", flush=True)
+    best = {k: min(r["seconds"] for r in rs) for k, rs in runs.items()}
+    for kind in kinds:
+        rss = min(r["rss"] for r in runs[kind])
+        print(f"{kind:8s}: {best[kind]:7.1f} s wall (best of {repeat}), parent peak RSS "
+              f"{rss / 1e6:.0f} MB")
+    for kind in kinds[1:]:
+        print(f"{kind} / placed (bare per-rank pass over the same folders): "
+              f"{best[kind] / best['placed']:.2f}x wall")
 
 
 if __name__ == "__main__":

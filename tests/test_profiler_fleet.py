@@ -93,3 +93,19 @@ def test_whatif_replays_a_fleet_of_tiny_folders(tmp_path: Path) -> None:
     shown = text.read_text()
     assert "request shares of 200 units; the 20 largest: inst-00017" in shown
     assert "inst-00150" not in shown
+
+
+def test_reading_the_folders_shows_progress_in_a_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a terminal the one progress display prints a plain line every
+    ``[sources] progress_every_s``: the CSV megabytes read, up to the whole fleet."""
+    small = tiny_fleet(tmp_path / "run", 150)
+    total = sum(p.stat().st_size for p in small.glob("*/*.csv")) / 1e6
+    config = tmp_path / "skewscope.toml"
+    config.write_text("[sources]\nprogress_every_s = 0.000001\n")
+    out = tmp_path / "report.json"
+    assert main(["diagnose", str(small), "--config", str(config), "-o", str(out)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(line.startswith("skewscope: reading profiler CSVs: ") for line in lines)
+    assert lines[-1].endswith(f"{total:,.1f} of {total:,.1f} MB")
