@@ -6,6 +6,8 @@ replayed with the gateway's load read as one array. The same path as 10,000 fold
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,9 @@ from skewscope.config import DEFAULT_THRESHOLDS
 from skewscope.errors import SchemaError
 from skewscope.sources import profiler_pool as pool
 from skewscope.sources.profiler import load_profiler
+from skewscope.sources.profiler_instance import Instance
 from skewscope.sources.profiler_layout import discover_all
+from skewscope.sources.profiler_range import CLOCKS
 
 FLEET = 1000  # folders: well past ReadBudget.process_min_instances and table_units_max
 HOT = 613
@@ -109,3 +113,20 @@ def test_reading_the_folders_shows_progress_in_a_log(
     lines = capsys.readouterr().err.splitlines()
     assert lines and all(line.startswith("skewscope: reading profiler CSVs: ") for line in lines)
     assert lines[-1].endswith(f"{total:,.1f} of {total:,.1f} MB")
+
+
+def _dies_in_a_worker(inst: Instance) -> str:
+    """A ``finish`` whose worker process dies on one folder (as one killed for memory)."""
+    if multiprocessing.parent_process() is not None and inst.name == "inst-00100":
+        os._exit(3)
+    return inst.name
+
+
+def test_a_worker_that_dies_leaves_its_batches_to_threads(tmp_path: Path) -> None:
+    small = tiny_fleet(tmp_path / "run", 200)
+    found = discover_all([str(small)])
+    seen: list[int] = []
+    names = pool.read_all(found, CLOCKS, _dies_in_a_worker,
+                          progress=lambda done, total: seen.append(done))
+    assert names == [f.name for f in found]
+    assert seen == sorted(seen) and seen[-1] == sum(pool.csv_bytes(f) for f in found)

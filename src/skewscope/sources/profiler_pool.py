@@ -93,16 +93,19 @@ class _Told:
             progress(0, self.total)
 
     def read(self, first: int, last: int) -> None:
-        self.done += sum(self.sizes[first:last])
+        self.add(sum(self.sizes[first:last]))
+
+    def add(self, csv_bytes: int) -> None:
+        self.done += csv_bytes
         if self.progress is not None:
             self.progress(self.done, self.total)
 
 
 def _in_threads(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: Finish[T],
-                budget: ReadBudget, tell: _Told) -> list[T]:
+                budget: ReadBudget, tell: _Told, sizes: Sequence[int] | None = None) -> list[T]:
     """Up to ``workers`` reads at once within the memory budget; after a failure the reads in
-    flight are finished, no new one is started."""
-    sizes = tell.sizes
+    flight are finished, no new one is started. ``sizes``: of ``found`` (default: all)."""
+    sizes = tell.sizes if sizes is None else sizes
     got: dict[int, T] = {}
     failed: dict[int, BaseException] = {}
     with ThreadPoolExecutor(max_workers=max(1, budget.workers)) as pool:
@@ -126,7 +129,7 @@ def _in_threads(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: 
                     failed[i] = error
                     continue
                 got[i] = fut.result()
-                tell.read(i, i + 1)
+                tell.add(sizes[i])
     if failed:
         raise failed[min(failed)]
     return [got[i] for i in range(len(found))]
@@ -158,13 +161,35 @@ def _in_processes(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish
     """Batches of consecutive folders on ``workers`` processes (forkserver: forking a process
     that runs polars' thread pool can deadlock the child); batches run in folder order, so on a
     failure the batches not started are dropped and the ones before it are finished."""
-    from skewscope.workers import process_pool
+    from concurrent.futures.process import BrokenProcessPool
 
     n = len(found)
     size = max(1, min(budget.batch_instances, math.ceil(n / (budget.workers * 8))))
     starts = list(range(0, n, size))
     got: dict[int, list[T]] = {}
     failed: dict[int, Exception] = {}
+    try:
+        _run_batches(found, clocks, finish, budget, starts, size, got, failed, tell)
+    except BrokenProcessPool:
+        # a worker died (killed for memory, or a script without the ``__main__`` guard whose
+        # workers cannot start): the batches not received are read here, on threads
+        for s in starts:
+            if failed and s > min(failed):
+                break
+            if s not in got:
+                part = found[s:s + size]
+                got[s] = _in_threads(part, clocks, finish, budget, tell,
+                                     tell.sizes[s:s + len(part)])
+    if failed:
+        raise failed[min(failed)]
+    return [r for s in starts for r in got[s]]
+
+
+def _run_batches(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: Finish[T],
+                 budget: ReadBudget, starts: list[int], size: int, got: dict[int, list[T]],
+                 failed: dict[int, Exception], tell: _Told) -> None:
+    from skewscope.workers import process_pool
+
     # on SIGTERM/SIGHUP (cli.streams.Terminated) or Ctrl-C the workers are terminated at once,
     # not waited for batch by batch
     with process_pool(min(budget.workers, len(starts))) as pool:
@@ -183,6 +208,3 @@ def _in_processes(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish
                     failed[s + error[0]] = error[1]
                     for later in pending:
                         later.cancel()  # the batches after it that have not started
-    if failed:
-        raise failed[min(failed)]
-    return [r for s in starts for r in got[s]]
