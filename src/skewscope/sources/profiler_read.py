@@ -122,7 +122,9 @@ def _table(prep: ps.Prepared, res: ps.Resolved, df: pl.DataFrame, notes: list[st
     local = any(ts.is_datetime for ts in res.times.values())
     guessed = tuple(c for c, ts in res.times.items()
                     if not ts.is_datetime and ts.unit is None and c in df.columns)
-    segments = None if res.schema is ps.BATCH else ps.tz_segments(prep, res)  # small files
+    # one row per request or sample: cheap to read twice (batch.csv, forward.csv are not)
+    small = res.schema in (ps.REQUEST, ps.REQUEST_STATUS)
+    segments = ps.tz_segments(prep, res) if small else None
     return Table(df, res, local, ps.tz_offset_s(prep, res), prep.truncated, guessed, segments)
 
 
