@@ -158,3 +158,18 @@ def test_grafana_dashboard_reads_back_through_the_sdk_models(opts: DashboardOpti
     bad["panels"][1]["titel"] = "x"
     bad["templating"]["list"][1]["multii"] = True
     assert json.loads(json.dumps(Dashboard.from_json(bad), cls=JSONEncoder)) == model
+
+
+def test_prometheus_rule_reads_through_the_operators_crd_models(tmp_path: Path) -> None:
+    """A second, independent check: the PrometheusRule through the prometheus-operator CRD
+    models of PyPI ``cloudcoil-models-prometheus-operator`` (generated from the operator's
+    CRDs), round-tripped so that a field the CRD does not know would be dropped and fail."""
+    from cloudcoil.models.prometheus_operator import v1 as promop
+
+    doc = yaml.safe_load(_run(tmp_path, "rules", "--format", "prometheus-operator"))
+    model = promop.PrometheusRule.model_validate(doc)
+    assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == doc
+    typo = copy.deepcopy(doc)
+    typo["spec"]["groups"][0]["rule"] = typo["spec"]["groups"][0].pop("rules")
+    dropped = promop.PrometheusRule.model_validate(typo)
+    assert dropped.model_dump(by_alias=True, exclude_unset=True, mode="json") != typo
