@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import polars as pl
 import pytest
 
 from frame_builder import Spec, make_frame
 from skewscope.analysis.classify import decompose
 from skewscope.analysis.diagnose import QUEUE_ONLY_NOTE, diagnose, diagnose_frame
 from skewscope.config import DEFAULT_THRESHOLDS
-from skewscope.frame import Evidence, Level
+from skewscope.frame import Evidence, Level, UnitFrame
 from skewscope.report import jsonout
 from skewscope.report.facts import HotFacts, Note, NoteCode
 
@@ -114,6 +116,48 @@ def test_near_idle_service_is_insufficient_data() -> None:
     assert report.notes[0].code == NoteCode.NEAR_IDLE
     assert report.notes[0].values["requests"] < DEFAULT_THRESHOLDS.min_requests_total
     assert report.note_lines[0].startswith("near-idle service: ")
+
+
+def _long_generations(held: tuple[float, float] | None) -> UnitFrame:
+    """8 ranks of one instance, seven near-idle; i0/dp3 finishes 2 requests a window (48 in
+    the range, 65 in all) and, with ``held``, decodes long generations: (running, waiting)
+    in every window at 99 % KV."""
+    specs = {f"i0/dp{r}": Spec(rate=0.1) for r in range(8)}
+    specs["i0/dp3"] = Spec(rate=2.0, output=4000.0)
+    frame = make_frame(specs, level=Level.DP, source="prometheus")
+    if held is None:
+        return frame
+    busy = pl.col("unit") == "i0/dp3"
+    return replace(frame, df=frame.df.with_columns(
+        pl.when(busy).then(held[0]).otherwise(pl.col("running")).alias("running"),
+        pl.when(busy).then(held[1]).otherwise(pl.col("waiting")).alias("waiting"),
+        pl.when(busy).then(0.99).otherwise(pl.col("kv_usage")).alias("kv_usage"),
+        pl.when(busy).then(0.99).otherwise(pl.col("kv_usage_max")).alias("kv_usage_max"),
+    ))
+
+
+def test_a_rank_holding_long_generations_is_hot_not_insufficient_data() -> None:
+    # issue #21: ~30 running and ~19 waiting at 99 % KV while seven ranks idle; finished
+    # requests alone (65) are under the gate, finished plus held at the end (65 + 49) are not
+    quiet = diagnose_frame(_long_generations(None))
+    assert quiet.verdict == "insufficient_data" and quiet.notes[0].code == NoteCode.NEAR_IDLE
+    report = diagnose_frame(_long_generations((30.0, 19.0)))
+    assert report.verdict == "imbalanced"
+    assert report.hot_units == ("i0/dp3",)
+    assert {u.unit: u.role for u in report.units}["i0/dp3"] == "hot"
+    assert "kv_shortage" in {f.kind for f in report.findings}
+
+
+def test_a_near_idle_service_holding_nothing_stays_insufficient_data() -> None:
+    # a few requests, each finished within its window: nothing held at the end
+    frame = make_frame(even(a=Spec(rate=0.5), b=Spec(rate=0.2), c=Spec(rate=0.3),
+                            d=Spec(rate=0.1)), source="prometheus")
+    frame = replace(frame, df=frame.df.with_columns(
+        pl.lit(0.0).alias("running"), pl.lit(0.0).alias("waiting")))
+    report = diagnose_frame(frame)
+    assert report.verdict == "insufficient_data"
+    assert report.notes[0].code == NoteCode.NEAR_IDLE
+    assert report.hot_units == () and report.findings == ()
 
 
 def test_single_unit_is_insufficient_data() -> None:

@@ -125,8 +125,9 @@ def test_every_note_code_has_words_and_a_source_line_passes_through() -> None:
     assert set(phrases._NOTES) == set(NoteCode)
     assert phrases.note(Note.text("b: batch.csv missing")) == "b: batch.csv missing"
     idle = Note(NoteCode.NEAR_IDLE, {"requests": 82.0, "min_requests": 100})
-    assert phrases.note(idle) == ("near-idle service: 82 requests in the range, fewer than the "
-                                  "100 needed to call it imbalanced")
+    assert phrases.note(idle) == ("near-idle service: 82 requests in the range (finished or "
+                                  "held at its end), fewer than the 100 needed to call it "
+                                  "imbalanced")
     nested = Note(NoteCode.SKEW_NOT_JUDGED, {"reason": idle})
     assert phrases.note(nested).startswith("skew between the other units not judged: near-idle")
     assert nested.to_dict() == {"code": "skew_not_judged",

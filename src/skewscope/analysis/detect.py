@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix
+from skewscope.analysis.seen import held
 from skewscope.catalogue import HEAT_SIGNALS, LOAD_SIGNALS
 from skewscope.config import Thresholds
 
@@ -200,16 +201,22 @@ def _service_tokens_per_request(req: Array, tok: Array) -> float:
 
 
 def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
-    """(W, U) True where the unit's peer group carried enough load to judge that window."""
+    """(W, U) True where the unit's peer group carried enough load to judge that window.
+
+    Load is the requests seen in the window (``seen.py``): those finished plus those held
+    (running + waiting) by units that progress, so a group whose one busy rank decodes long
+    generations, finishing few, is not taken for idle."""
     req = m.get("requests")
     run = m.get("running")
     wait = m.get("waiting")
+    in_flight = held(m, th)
     group_arr = np.array(m.groups)
     active = np.zeros(req.shape, dtype=bool)
     for g in set(m.groups):
         cols = np.flatnonzero(group_arr == g)
         if np.isfinite(req[:, cols]).any():
-            per_unit = np.nansum(req[:, cols], axis=1) / cols.size
+            seen = np.nansum(req[:, cols], axis=1) + np.nansum(in_flight[:, cols], axis=1)
+            per_unit = seen / cols.size
             ok = per_unit >= th.min_requests_per_window
         elif np.isfinite(run[:, cols]).any():
             ok = np.nansum(run[:, cols], axis=1) / cols.size >= th.floor_running

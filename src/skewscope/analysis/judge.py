@@ -32,6 +32,7 @@ from skewscope.analysis.resource import (
     kv_shortage,
 )
 from skewscope.analysis.saturation import saturation, unplaced_link
+from skewscope.analysis.seen import requests_seen
 from skewscope.analysis.significance import weight_p_value
 from skewscope.analysis.spread import fleet_summary
 from skewscope.analysis.stall import Stall, find_stalls, no_progress_note
@@ -280,7 +281,7 @@ def _gate(m: SignalMatrix, th: Thresholds, *, request_source: bool = True) -> No
         return Note(NoteCode.FEW_WINDOWS,
                     {"windows": len(m.windows), "min_windows": th.min_windows})
     if m.has("requests"):
-        total = float(np.nansum(m.get("requests")))
+        total = requests_seen(m, th)
         if total < th.min_requests_total:
             return Note(NoteCode.NEAR_IDLE,
                         {"requests": total, "min_requests": th.min_requests_total})

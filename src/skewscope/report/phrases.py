@@ -309,7 +309,8 @@ _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
         f"only {v['windows']} time windows; at least {v['min_windows']} are needed to tell a "
         "persistent hot unit from jitter (use a shorter --window or a longer range)"),
     NoteCode.NEAR_IDLE: lambda v: (
-        f"near-idle service: {fmt.count(v['requests'])} requests in the range, fewer than the "
+        f"near-idle service: {fmt.count(v['requests'])} requests in the range (finished or "
+        f"held at its end), fewer than the "
         f"{fmt.count(v['min_requests'])} needed to call it imbalanced"),
     NoteCode.NO_REQUEST_COUNTS: lambda v: (
         "no request counts in the range, so the volume gate cannot be checked (online: each "
