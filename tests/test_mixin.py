@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,21 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
+from binaries import need
 from skewscope.cli import main
 from skewscope.config import DEFAULT_THRESHOLDS
 from skewscope.monitor.dashboard import DashboardOptions, build_dashboard
 from skewscope.monitor.mixin import DASHBOARD_FILE
 from skewscope.monitor.rules import RuleOptions, build_rules
 from skewscope.monitor.template import RULE_THRESHOLDS, used
-
-APT = "apt-get install -y --no-install-recommends"
-
-
-def need(binary: str, package: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        pytest.fail(f"{binary} not found: install it with `{APT} {package}`", pytrace=False)
-    return path
 
 
 def jsonnet(code: str, cwd: Path) -> Any:

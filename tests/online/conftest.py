@@ -18,14 +18,7 @@ import pytest
 from online_history import history, to_openmetrics, to_vm_import
 from online_servers import free_port
 
-APT = "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends"
-
-
-def need(binary: str, package: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        pytest.fail(f"{binary} not found: install it with `{APT} {package}`", pytrace=False)
-    return path
+from binaries import need
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
