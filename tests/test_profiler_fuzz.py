@@ -218,3 +218,19 @@ def test_mutated_folder_gives_a_report_or_one_clean_line(
             assert err.startswith("skewscope: error: ") and err.count("\n") == 1, err
             assert len(err) <= 420, err
             assert not any(ord(c) < 32 and c != "\n" for c in err), repr(err)
+
+
+def test_kvcache_cut_before_its_usage_column_is_read_without_usage(template: Path,
+                                                                   tmp_path: Path) -> None:
+    """Found by the campaign above: kvcache.csv cut inside its header, before
+    ``kvcache_usage_rate``, raised polars' ColumnNotFoundError (a traceback). The file has no
+    usage then: a report (or one clean line), never a traceback."""
+    folder = tmp_path / "run"
+    shutil.copytree(template, folder)
+    kv = folder / "a" / "kvcache.csv"
+    head = kv.read_bytes().split(b"\n", 1)[0]
+    cut = head.index(b"kvcache_usage_rate")
+    assert cut > 0
+    kv.write_bytes(head[:cut].rstrip(b","))
+    rc, err = _diagnose(folder)
+    assert rc == 0 or (rc == 3 and err.startswith("skewscope: error: ")), err

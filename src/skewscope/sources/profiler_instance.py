@@ -182,7 +182,10 @@ def _exec_busy(df: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
 
 
 def _usage_fraction(df: pl.DataFrame, col: str, notes: list[str]) -> pl.Expr:
-    """KV usage as a fraction; a column whose values exceed 1 was written in percent."""
+    """KV usage as a fraction; a column whose values exceed 1 was written in percent. A file
+    without the column (a truncated header, a format that writes none) has no usage (null)."""
+    if col not in df.columns:
+        return pl.lit(None, dtype=pl.Float64).alias(col)
     peak = df[col].max()
     if isinstance(peak, (int, float)) and peak > 1.0:
         notes.append(f"{col} above 1 (max {peak}): read as percent")
