@@ -108,18 +108,25 @@ def _close(got: Any, want: float) -> bool:
 def test_live_scrape_matches_truth_with_reset_and_one_target_down() -> None:
     """Two changing targets plus one dead port: per-window values equal the known truth
     (counter reset on b's rank 1 after history step 40, histogram quantiles interpolated)."""
-    interval = 0.2  # slack for two cores shared with the servers and other tests
+    interval = 0.3  # slack for two cores shared with the servers and other tests
     per_window = WINDOW // STEP  # history steps per window
     n_windows = 12  # 48 steps: past b's restart at step 40
-    with serve(stepping_handler("a:8000")) as url_a, serve(stepping_handler("b:8000")) as url_b:
-        dead = f"http://127.0.0.1:{free_port()}/metrics"
-        ev = load_scrape(
-            [url_a + "/metrics", url_b + "/metrics", dead],
-            duration_s=n_windows * per_window * interval,
-            interval_s=interval,
-            window_s=per_window * interval,
-            progress=False,
-        )
+    # The servers step their history once per scrape, so the truth holds only when no round was
+    # skipped (a round that outlasts the interval on a busy machine): such a run is repeated,
+    # at most three times, and the one that kept time is checked.
+    for _attempt in range(3):
+        with serve(stepping_handler("a:8000")) as url_a, \
+                serve(stepping_handler("b:8000")) as url_b:
+            dead = f"http://127.0.0.1:{free_port()}/metrics"
+            ev = load_scrape(
+                [url_a + "/metrics", url_b + "/metrics", dead],
+                duration_s=n_windows * per_window * interval,
+                interval_s=interval,
+                window_s=per_window * interval,
+                progress=False,
+            )
+        if not any("skipped" in n for n in ev.notes):
+            break
     names = {url_a.removeprefix("http://"): "a:8000", url_b.removeprefix("http://"): "b:8000"}
     truth = vllm_truth()
     assert any("is down" in n and dead.split("/")[2] in n for n in ev.notes)
