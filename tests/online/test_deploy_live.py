@@ -14,7 +14,6 @@ to 1 s, the one change made to the documented configuration.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import re
@@ -31,7 +30,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from online_servers import free_port
+from online_servers import Quiet, free_port
+from online_servers import serve as http_serve
 
 from conftest import need, running, wait_until
 from skewscope.frame import WINDOWS
@@ -57,7 +57,7 @@ def documented_alertmanager_config() -> dict[str, Any]:
     return doc
 
 
-class Receiver(http.server.BaseHTTPRequestHandler):
+class Receiver(Quiet):
     """Alertmanager's webhook: every notification body is kept."""
 
     got: list[dict[str, Any]]
@@ -69,9 +69,6 @@ class Receiver(http.server.BaseHTTPRequestHandler):
             self.got.append(json.loads(body))
         self.send_response(200)
         self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 @dataclass
@@ -102,63 +99,61 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("deploy-live")
     notes: list[dict[str, Any]] = []
     handler = type("Hook", (Receiver,), {"got": notes})
-    hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    with http_serve(handler) as hook_url:
 
-    config = documented_alertmanager_config()
-    (tmp / "documented.yml").write_text(yaml.safe_dump(config))
-    check = subprocess.run([amtool, "check-config", str(tmp / "documented.yml")],
-                           capture_output=True, text=True, timeout=60)
-    assert check.returncode == 0, check.stdout + check.stderr
-    for r in config["receivers"]:
-        for w in r.get("webhook_configs", []):
-            w["url"] = f"http://127.0.0.1:{hook.server_address[1]}/skewscope"
-    for route in (config["route"], *config["route"].get("routes", [])):
-        route["group_wait"] = "1s"
-        route["group_interval"] = "1s"
-    (tmp / "alertmanager.yml").write_text(yaml.safe_dump(config))
-    am_port = free_port()
-    am_url = f"http://127.0.0.1:{am_port}"
-    am_cmd = [am, f"--config.file={tmp / 'alertmanager.yml'}",
-              f"--storage.path={tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
-              "--cluster.listen-address="]
+        config = documented_alertmanager_config()
+        (tmp / "documented.yml").write_text(yaml.safe_dump(config))
+        check = subprocess.run([amtool, "check-config", str(tmp / "documented.yml")],
+                               capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0, check.stdout + check.stderr
+        for r in config["receivers"]:
+            for w in r.get("webhook_configs", []):
+                w["url"] = f"{hook_url}/skewscope"
+        for route in (config["route"], *config["route"].get("routes", [])):
+            route["group_wait"] = "1s"
+            route["group_interval"] = "1s"
+        (tmp / "alertmanager.yml").write_text(yaml.safe_dump(config))
+        am_port = free_port()
+        am_url = f"http://127.0.0.1:{am_port}"
+        am_cmd = [am, f"--config.file={tmp / 'alertmanager.yml'}",
+                  f"--storage.path={tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
+                  "--cluster.listen-address="]
 
-    result = simulate(load_scenario(SCENARIO))
-    truth = truth_dict(result)
-    window = WINDOWS.choose(result.end_s - result.start_s) / SPEED
-    (tmp / "rules.yml").write_text(render_rules(RuleOptions(dialects=("vllm",),
-                                                            window_s=window)))
-    interval = f"{round(window * 1000 / 4)}ms"
-    prom_config: dict[str, Any] = {
-        "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "rule_files": [str(tmp / "rules.yml")],
-        "alerting": {"alertmanagers": [
-            {"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-    }
-    (tmp / "prometheus.yml").write_text(json.dumps(prom_config))
-    port = free_port()
-    prom_url = f"http://127.0.0.1:{port}"
-    prom_cmd = [prom, f"--config.file={tmp / 'prometheus.yml'}", "--web.enable-lifecycle",
-                f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}"]
-    with running(am_cmd, tmp / "alertmanager.log") as amp, \
-            running(prom_cmd, tmp / "prometheus.log") as pp:
-        wait_until(lambda: amp.poll() is None and httpx.get(f"{am_url}/-/ready").status_code
-                   == 200, f"Alertmanager (log: {tmp / 'alertmanager.log'})")
-        wait_until(lambda: pp.poll() is None and httpx.get(f"{prom_url}/-/ready").status_code
-                   == 200, f"Prometheus (log: {tmp / 'prometheus.log'})")
-        cluster = serve(result, "vllm", speed=SPEED, grace_s=5.0)
-        try:
-            address = {i: u.split("//", 1)[1].split("/", 1)[0] for i, u in cluster.urls.items()}
-            prom_config["scrape_configs"] = [{"job_name": SCENARIO, "static_configs": [
-                {"targets": list(address.values())}]}]
-            (tmp / "prometheus.yml").write_text(json.dumps(prom_config))
-            assert httpx.post(f"{prom_url}/-/reload", timeout=30).status_code == 200
-            (hot_unit,) = truth["hot_units"]
-            with deployed_watch(prom_url, tmp, []) as watch:
-                yield Stack(notes, am_url, address[hot_unit], watch)
-        finally:
-            cluster.stop()
-    hook.shutdown()
+        result = simulate(load_scenario(SCENARIO))
+        truth = truth_dict(result)
+        window = WINDOWS.choose(result.end_s - result.start_s) / SPEED
+        (tmp / "rules.yml").write_text(render_rules(RuleOptions(dialects=("vllm",),
+                                                                window_s=window)))
+        interval = f"{round(window * 1000 / 4)}ms"
+        prom_config: dict[str, Any] = {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "rule_files": [str(tmp / "rules.yml")],
+            "alerting": {"alertmanagers": [
+                {"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+        }
+        (tmp / "prometheus.yml").write_text(json.dumps(prom_config))
+        port = free_port()
+        prom_url = f"http://127.0.0.1:{port}"
+        prom_cmd = [prom, f"--config.file={tmp / 'prometheus.yml'}", "--web.enable-lifecycle",
+                    f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}"]
+        with running(am_cmd, tmp / "alertmanager.log") as amp, \
+                running(prom_cmd, tmp / "prometheus.log") as pp:
+            wait_until(lambda: amp.poll() is None and httpx.get(f"{am_url}/-/ready").status_code
+                       == 200, f"Alertmanager (log: {tmp / 'alertmanager.log'})")
+            wait_until(lambda: pp.poll() is None and httpx.get(f"{prom_url}/-/ready").status_code
+                       == 200, f"Prometheus (log: {tmp / 'prometheus.log'})")
+            cluster = serve(result, "vllm", speed=SPEED, grace_s=5.0)
+            try:
+                address = {i: u.split("//", 1)[1].split("/", 1)[0] for i, u in cluster.urls.items()}
+                prom_config["scrape_configs"] = [{"job_name": SCENARIO, "static_configs": [
+                    {"targets": list(address.values())}]}]
+                (tmp / "prometheus.yml").write_text(json.dumps(prom_config))
+                assert httpx.post(f"{prom_url}/-/reload", timeout=30).status_code == 200
+                (hot_unit,) = truth["hot_units"]
+                with deployed_watch(prom_url, tmp, []) as watch:
+                    yield Stack(notes, am_url, address[hot_unit], watch)
+            finally:
+                cluster.stop()
 
 
 def deployment_args() -> list[str]:
