@@ -19,6 +19,7 @@ import pytest
 
 from frame_builder import Spec, make_frame
 from skewscope.cli import main
+from skewscope.clock import ManualClock
 from skewscope.errors import InputError
 from skewscope.frame import Evidence
 from skewscope.monitor import screen
@@ -222,10 +223,10 @@ def check_two_writers(target: str) -> None:
     ends only its own incident (one hot period is one incident per writer, never split)."""
     hot, calm = frames(d=Spec(rate=40.0)), frames()
     a = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(target),
-                clock=lambda: 1000.0, calm_runs=1)
+                clock=ManualClock(1000.0), calm_runs=1)
     assert a.run_once()
     b = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(target),
-                clock=lambda: 1010.0, calm_runs=1)
+                clock=ManualClock(1010.0), calm_runs=1)
     assert b.run_once()
     assert a.store is not None and b.store is not None
     opened = a.store.list(open_only=True)
@@ -314,14 +315,14 @@ def test_a_running_watch_closes_a_dead_writers_incidents_once_its_lease_ends(
 ) -> None:
     db = str(tmp_path / "h.sqlite")
     hot = frames(d=Spec(rate=40.0))
-    a = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(db), clock=lambda: 1000.0)
+    a = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(db),
+                clock=ManualClock(1000.0))
     assert a.run_once()  # then a dies: no _finish, its lease runs to 1000 + 3 x 30 + 120
-    now = [1010.0]
-    b = Watcher(Fixed(frames()), last_s=60, every_s=30, store=open_store(db),
-                clock=lambda: now[0])
+    now = ManualClock(1010.0)
+    b = Watcher(Fixed(frames()), last_s=60, every_s=30, store=open_store(db), clock=now)
     assert b.run_once()
     assert b.store is not None and len(b.store.list(open_only=True)) == 1  # a's, still leased
-    now[0] = 1211.0
+    now.set(1211.0)
     assert b.run_once()
     (row,) = b.store.list()
     assert (row.end_s, row.end_reason) == (1000.0, STOPPED)

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scripted_source import ScriptedSource
 from skewscope.analysis.diagnose import diagnose
 from skewscope.cli import main
+from skewscope.clock import ManualClock
 from skewscope.errors import SourceError
 from skewscope.frame import Evidence
 from skewscope.monitor import screen
@@ -205,7 +206,8 @@ HOT = ["inst-1", "inst-1/dp0", "inst-0/dp0", "inst-2/dp0"]
 def check_store(store: HistoryStore, report: Report) -> None:
     """The history contract, for SQLite and Postgres alike."""
     source = ScriptedSource([])
-    w = Watcher(source, last_s=60, every_s=30, store=store, calm_runs=1, clock=lambda: 90.0)
+    w = Watcher(source, last_s=60, every_s=30, store=store, calm_runs=1,
+                clock=ManualClock(90.0))
     for r, at in ((report, 100.0), (report, 130.0), (cooled(report), 160.0), (report, 190.0)):
         changed = w.tracker.update(r, at)
         w._record(changed, at)
@@ -278,11 +280,14 @@ def test_stop_abandons_a_run_in_flight(evidence: Evidence) -> None:
 
 
 def test_loop_runs_every_interval_and_notifies(evidence: Evidence) -> None:
-    seen: list[bool] = []
-    w = Watcher(ScriptedSource([evidence, SourceError("down")]), last_s=60, every_s=0.01,
-                on_run=lambda st, good: seen.append(good))
+    """The loop on a manual clock: each run starts one interval after the previous one, at
+    instants read from the clock (no wall-clock sleep)."""
+    seen: list[tuple[bool, float]] = []
+    clock = ManualClock(1000.0)
+    w = Watcher(ScriptedSource([evidence, SourceError("down")]), last_s=60, every_s=30,
+                on_run=lambda st, good: seen.append((good, clock.time())), clock=clock)
     w.loop(max_runs=3)
-    assert seen == [True, False, False]
+    assert seen == [(True, 1000.0), (False, 1030.0), (False, 1060.0)]
     assert w.status.errors["source"] == 2 and w.status.good_runs == 1
 
 
@@ -339,9 +344,18 @@ def test_unreachable_postgres_is_one_line_without_the_password(
 
 
 def test_live_view_shows_hot_units_kind_ratios_since_and_sparkline(evidence: Evidence) -> None:
-    clock = iter([99.0, 100.0, 101.0, 130.0, 131.0])  # start, then (begin, end) per run
-    w = Watcher(ScriptedSource([evidence]), last_s=60, every_s=30, clock=lambda: next(clock))
-    assert w.run_once() and w.run_once()
+    clock = ManualClock(99.0)
+
+    class OneSecond(ScriptedSource):  # each load takes one second of the clock
+        def load(self, now: float) -> Evidence:
+            clock.advance(1.0)
+            return super().load(now)
+
+    w = Watcher(OneSecond([evidence]), last_s=60, every_s=30, clock=clock)
+    clock.set(100.0)
+    assert w.run_once()  # 100 -> 101
+    clock.set(130.0)
+    assert w.run_once()  # 130 -> 131
     text = _text(screen.render(w.status))
     row = next(line for line in text.splitlines() if line.startswith("│ inst-1 "))
     assert "instance" in row and "count" in row and "requests 1." in row

@@ -155,6 +155,7 @@ def test_watch_shows_and_exports_the_gateway_share(prom: str) -> None:
 
     from skewscope.cli import build_parser
     from skewscope.cli.watch import build_source
+    from skewscope.clock import ManualClock
     from skewscope.monitor import screen
     from skewscope.monitor.exporter import ReportCollector
     from skewscope.monitor.watch import Watcher
@@ -163,8 +164,7 @@ def test_watch_shows_and_exports_the_gateway_share(prom: str) -> None:
                                       '{job="vllm"}', "--last", f"{SPAN}s", "--step",
                                       f"{WINDOW}s"])
     source = build_source(args, float(SPAN), float(WINDOW))
-    clock = iter([T_PS + SPAN - 1.0, T_PS + SPAN, T_PS + SPAN + 1.0])
-    w = Watcher(source, last_s=SPAN, every_s=30, clock=lambda: next(clock))
+    w = Watcher(source, last_s=SPAN, every_s=30, clock=ManualClock(T_PS + SPAN))
     assert w.run_once()
     shares = {tuple(s.labels[k] for k in ("unit", "level", "source")): s.value
               for fam in ReportCollector(lambda: w.status).collect()

@@ -151,6 +151,7 @@ def test_watch_over_a_real_prometheus_exports_what_diagnose_finds(prometheus_url
     from online_history import SPAN, T0, WINDOW
 
     from skewscope.analysis.diagnose import diagnose
+    from skewscope.clock import ManualClock
     from skewscope.monitor.exporter import serve as serve_exporter
     from skewscope.monitor.watch import PrometheusSource, Watcher
     from skewscope.sources.prometheus import load_prometheus
@@ -160,7 +161,7 @@ def test_watch_over_a_real_prometheus_exports_what_diagnose_finds(prometheus_url
                                selector='job="vllm-dp"')
 
     source = PrometheusSource("prometheus", float(SPAN), load)  # type: ignore[arg-type]
-    w = Watcher(source, last_s=float(SPAN), every_s=30, clock=lambda: float(T0 + SPAN))
+    w = Watcher(source, last_s=float(SPAN), every_s=30, clock=ManualClock(float(T0 + SPAN)))
     assert w.run_once(), w.status.last_error
     want = diagnose(load(T0, T0 + SPAN))  # type: ignore[arg-type]
     server, url = serve_exporter(lambda: w.status, "127.0.0.1:0")

@@ -11,12 +11,12 @@ recorded is dropped (the history is written by one thread at a time, under ``_re
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from skewscope.analysis.diagnose import diagnose
+from skewscope.clock import SYSTEM_CLOCK, Clock
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SkewscopeError, SourceError, one_line
 from skewscope.frame import Evidence
@@ -106,7 +106,7 @@ class Watcher:
         thresholds: Thresholds = DEFAULT_THRESHOLDS,
         store: HistoryStore | None = None,
         on_run: Callable[[WatchStatus, bool], None] | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         calm_runs: int = CALM_RUNS,
     ) -> None:
         self.source, self.level, self.thresholds = source, level, thresholds
@@ -118,7 +118,7 @@ class Watcher:
         self._lock = threading.Lock()
         self._record_lock = threading.Lock()  # the tracker and the store: one thread at a time
         self._status = WatchStatus(source=source.description, last_s=last_s, every_s=every_s)
-        self._prev_run_at = clock()
+        self._prev_run_at = clock.time()
         if store is not None:
             store.close_orphans(self._prev_run_at)
 
@@ -138,7 +138,7 @@ class Watcher:
 
     def run_once(self) -> bool:
         """One diagnosis run; True when it produced a new report."""
-        started, t0 = self.clock(), time.monotonic()
+        started, t0 = self.clock.time(), self.clock.monotonic()
         st = self.status
         errors = dict(st.errors)
         since, self._prev_run_at = self._prev_run_at, started
@@ -147,7 +147,7 @@ class Watcher:
             problems = tuple(self.source.problems(since))
             report = diagnose(self.source.load(started), level=self.level, th=self.thresholds)
         except NotReady as e:
-            self._publish(runs=st.runs + 1, duration_s=time.monotonic() - t0, last_error="",
+            self._publish(runs=st.runs + 1, duration_s=self.clock.monotonic() - t0, last_error="",
                           warming_up=str(e), problems=problems, errors=errors)
             return False
         except Exception as e:  # a run never kills the loop: count, show, keep the last report
@@ -156,11 +156,11 @@ class Watcher:
             errors[reason] += 1
             message = one_line(str(e) if isinstance(e, SkewscopeError)
                                else f"{type(e).__name__}: {e}")
-            self._publish(runs=st.runs + 1, duration_s=time.monotonic() - t0,
+            self._publish(runs=st.runs + 1, duration_s=self.clock.monotonic() - t0,
                           last_error=f"{reason}: {message}", last_error_at=started,
                           warming_up="", problems=problems, errors=errors)
             return False
-        ended = self.clock()
+        ended = self.clock.time()
         errors["target"] += len(problems)
         last_error, last_error_at = "", st.last_error_at
         try:
@@ -173,8 +173,8 @@ class Watcher:
             last_error, last_error_at = one_line(f"history: {e}"), ended
         self._publish(
             report=report, report_at=ended, runs=st.runs + 1, good_runs=st.good_runs + 1,
-            duration_s=time.monotonic() - t0, last_error=last_error, last_error_at=last_error_at,
-            warming_up="", problems=problems, errors=errors,
+            duration_s=self.clock.monotonic() - t0, last_error=last_error,
+            last_error_at=last_error_at, warming_up="", problems=problems, errors=errors,
             open_incidents=tuple(self.tracker.open.values()),
         )
         return True
@@ -209,7 +209,7 @@ class Watcher:
         loop stops is abandoned (its thread is a daemon), so stopping never waits on a query."""
         every = self.status.every_s
         runs = 0
-        next_due = time.monotonic()
+        next_due = self.clock.monotonic()
         while not self.stop_event.is_set():
             result: list[bool] = []
             worker = threading.Thread(target=self._run_into, args=(result,),
@@ -223,8 +223,8 @@ class Watcher:
             runs += 1
             if max_runs is not None and runs >= max_runs:
                 break
-            next_due = max(next_due + every, time.monotonic())
-            self.stop_event.wait(max(0.0, next_due - time.monotonic()))
+            next_due = max(next_due + every, self.clock.monotonic())
+            self.clock.sleep(max(0.0, next_due - self.clock.monotonic()), self.stop_event)
         self._finish()
 
     def _run_into(self, result: list[bool]) -> None:
