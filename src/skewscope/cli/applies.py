@@ -47,6 +47,7 @@ RULES: dict[str, Rule] = {
     "start": rule("prometheus profiler", "a scrape samples from now for --duration"),
     "end": rule("prometheus profiler", "a scrape samples from now for --duration"),
     "last": rule("prometheus profiler", "a scrape samples from now for --duration"),
+    "scheduler": rule("profiler", "runs the profiler folders' reads on a Dask cluster"),
     "timeout": rule("prometheus scrape gateway", "the deadline of every online request"),
     **{dest: rule("prometheus scrape", _ONLINE_AUTH)
        for dest in ("token_env", "token_file", "user", "password_env", "password_file",

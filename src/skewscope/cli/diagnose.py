@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from skewscope.catalogue import FailOn, Verdict
 from skewscope.cli import applies, common
+from skewscope.cli.scheduler import add_scheduler_arg, read_budget
 from skewscope.errors import GATE_EXIT_CODE, UsageError
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def register(sub: Any) -> None:
     d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"),
                    help=LEVEL_HELP)
     d.add_argument("--window", metavar="DURATION", help=window_help())
+    add_scheduler_arg(d)
     common.add_config_arg(d)
     d.add_argument("--fail-on", choices=[str(FailOn.IMBALANCED)],
                    help="exit 6 when the verdict is imbalanced (CI or canary gate)")
@@ -79,7 +81,7 @@ def _engine_evidence(args: argparse.Namespace) -> Evidence:
         with common.read_progress(common.limits_from_args(args).progress_every_s) as progress:
             return load_profiler(args.paths, window_s=window, start=start, end=end,
                                  last_s=last_s, progress=progress,
-                                 clocks=common.profiler_clocks(args))
+                                 clocks=common.profiler_clocks(args), budget=read_budget(args))
     if args.prometheus:
         return common.load_prometheus_evidence(args, window)
     return common.load_scrape_evidence(args, window)

@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from skewscope.cli import applies, common
+from skewscope.cli.scheduler import add_scheduler_arg, read_budget
 from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def register(sub: Any) -> None:
                    help="gateway access log(s) (nginx or Envoy, as for diagnose) whose session "
                    "or user keys the replayed requests keep, so sticky, consistent_hash and "
                    "cache_aware are replayed (online sources)")
+    add_scheduler_arg(w)
     w.add_argument("--jobs", type=int, metavar="N",
                    help="replays in parallel processes (default: the CPUs available)")
     common.add_output_args(w)
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         from skewscope.whatif.predict import whatif
 
         with common.read_progress() as reading:
-            log = load_request_log(args.paths, progress=reading)
+            log = load_request_log(args.paths, progress=reading, budget=read_budget(args))
         report = whatif(log, ", ".join(args.paths), policies, dp_policies, jobs=jobs,
                         progress=progress)
     render = RENDER[renderer.name]

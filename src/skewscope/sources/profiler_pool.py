@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -49,6 +49,7 @@ class ReadBudget:
     process_min_instances: int = 128
     small_bytes: int = 1 << 20
     batch_instances: int = 64
+    scheduler: str | None = None  # a Dask scheduler's address: the batches run on its workers
 
     def estimate(self, csv_bytes: int) -> float:
         return self.fixed_bytes + self.per_byte * csv_bytes
@@ -78,6 +79,8 @@ def read_all(
     ps.small_csv_chunks()  # here, before any reading thread starts (setenv races getenv)
     sizes = [csv_bytes(f) for f in found]
     tell = _Told(sizes, progress)
+    if budget.scheduler is not None:
+        return _on_dask(found, clocks, finish, budget, tell)
     if budget.in_processes(sizes):
         return _in_processes(found, clocks, finish, budget, tell)
     return _in_threads(found, clocks, finish, budget, tell)
@@ -163,13 +166,17 @@ def _in_processes(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish
     failure the batches not started are dropped and the ones before it are finished."""
     from concurrent.futures.process import BrokenProcessPool
 
-    n = len(found)
-    size = max(1, min(budget.batch_instances, math.ceil(n / (budget.workers * 8))))
-    starts = list(range(0, n, size))
+    from skewscope.workers import process_pool
+
+    size = _batch_size(len(found), budget.workers, budget)
+    starts = list(range(0, len(found), size))
     got: dict[int, list[T]] = {}
     failed: dict[int, Exception] = {}
     try:
-        _run_batches(found, clocks, finish, budget, starts, size, got, failed, tell)
+        # on SIGTERM/SIGHUP (cli.streams.Terminated) or Ctrl-C the workers are terminated at
+        # once, not waited for batch by batch
+        with process_pool(min(budget.workers, len(starts))) as pool:
+            _run_batches(pool, found, clocks, finish, starts, size, got, failed, tell)
     except BrokenProcessPool:
         # a worker died (killed for memory, or a script without the ``__main__`` guard whose
         # workers cannot start): the batches not received are read here, on threads
@@ -185,26 +192,48 @@ def _in_processes(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish
     return [r for s in starts for r in got[s]]
 
 
-def _run_batches(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: Finish[T],
-                 budget: ReadBudget, starts: list[int], size: int, got: dict[int, list[T]],
-                 failed: dict[int, Exception], tell: _Told) -> None:
-    from skewscope.workers import process_pool
+def _batch_size(n: int, workers: int, budget: ReadBudget) -> int:
+    """Eight batches a worker (a slow batch does not hold up the end), at most
+    ``batch_instances`` folders each."""
+    return max(1, min(budget.batch_instances, math.ceil(n / (workers * 8))))
 
-    # on SIGTERM/SIGHUP (cli.streams.Terminated) or Ctrl-C the workers are terminated at once,
-    # not waited for batch by batch
-    with process_pool(min(budget.workers, len(starts))) as pool:
-        futures = {pool.submit(read_batch, found[s:s + size], clocks, finish): s for s in starts}
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                if fut.cancelled():
-                    continue
-                s = futures[fut]
-                out, error = fut.result()
-                got[s] = out
-                tell.read(s, s + len(out))
-                if error is not None:
-                    failed[s + error[0]] = error[1]
-                    for later in pending:
-                        later.cancel()  # the batches after it that have not started
+
+def _on_dask(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: Finish[T],
+             budget: ReadBudget, tell: _Told) -> list[T]:
+    """Batches as tasks on a Dask cluster (``profiler_dask``): small folders batched as for
+    local processes, a large one a task of its own (a worker holds one read at a time)."""
+    from skewscope.sources.profiler_dask import dask_executor
+
+    assert budget.scheduler is not None
+    small = sum(tell.sizes) <= budget.small_bytes * len(tell.sizes)
+    size = _batch_size(len(found), max(1, budget.workers), budget) if small else 1
+    starts = list(range(0, len(found), size))
+    got: dict[int, list[T]] = {}
+    failed: dict[int, Exception] = {}
+    with dask_executor(budget.scheduler) as pool:
+        _run_batches(pool, found, clocks, finish, starts, size, got, failed, tell)
+    if failed:
+        raise failed[min(failed)]
+    return [r for s in starts for r in got[s]]
+
+
+def _run_batches(pool: Executor, found: Sequence[InstanceFiles], clocks: pr.ClockPolicy,
+                 finish: Finish[T], starts: list[int], size: int, got: dict[int, list[T]],
+                 failed: dict[int, Exception], tell: _Told) -> None:
+    """Every batch submitted to ``pool``; results kept by batch start, a bad folder's error
+    by its place, and the batches after it that have not started cancelled."""
+    futures = {pool.submit(read_batch, found[s:s + size], clocks, finish): s for s in starts}
+    pending = set(futures)
+    while pending:
+        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for fut in finished:
+            if fut.cancelled():
+                continue
+            s = futures[fut]
+            out, error = fut.result()
+            got[s] = out
+            tell.read(s, s + len(out))
+            if error is not None:
+                failed[s + error[0]] = error[1]
+                for later in pending:
+                    later.cancel()  # the batches after it that have not started
