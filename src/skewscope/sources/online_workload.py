@@ -248,7 +248,7 @@ def load_prometheus_workload(
     bucket counts over the range, and per-window means of the inter-token latency."""
     from skewscope.sources.dialects import normalise_name
     from skewscope.sources.prom_client import PromClient
-    from skewscope.sources.prometheus import matrix_to_values, plan_windows
+    from skewscope.sources.prom_matrix import matrix_to_values, plan_windows
     from skewscope.sources.promql import (
         build_query,
         duration,

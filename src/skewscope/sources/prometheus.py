@@ -10,20 +10,18 @@ the same range gives the same windows on every backend; only whole windows insid
 from __future__ import annotations
 
 import math
-import reprlib
 import threading
-from collections import defaultdict
 from collections.abc import Mapping
 from concurrent.futures import Future
-from itertools import repeat
+from dataclasses import dataclass
 from typing import Any
 
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy, bound_column
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
-from skewscope.sources.auth import HttpAuth, normalise_url, quoted
+from skewscope.sources.auth import HttpAuth, normalise_url
 from skewscope.sources.daemon_pool import DaemonPool
-from skewscope.sources.device_exporters import DeviceExporter, resolve_devices
+from skewscope.sources.device_exporters import resolve_devices
 from skewscope.sources.devices import (
     SIGNAL_OF_ROLE,
     DeviceMap,
@@ -38,15 +36,14 @@ from skewscope.sources.dialects import (
     SIGNAL_SPECS,
     SPEC_BY_SIGNAL,
     Alias,
-    combine,
     detect_dialect,
     get_dialect,
     resolve,
-    unit_of,
 )
 from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.prom_client import PromClient
 from skewscope.sources.prom_duplicates import duplicate_notes
+from skewscope.sources.prom_matrix import device_series, matrix_to_values, plan_windows
 from skewscope.sources.prom_span import empty_range_error
 from skewscope.sources.promql import (
     bound_marks,
@@ -56,117 +53,9 @@ from skewscope.sources.promql import (
     normalise_selector,
     series_selector,
 )
-from skewscope.sources.range_body import RangeSeries
 from skewscope.sources.validate import (
     parse_bound,
-    parse_number,
-    parse_points,
-    parse_timestamp,
 )
-
-
-def plan_windows(
-    start: float, end: float, window_s: float, max_windows: int = WINDOWS.max_windows
-) -> tuple[float, float, int]:
-    """(first evaluation time, last evaluation time, number of windows) for whole windows;
-    Prometheus refuses a query_range with more than ``max_windows`` points per series."""
-    first_start = math.ceil(start / window_s - 1e-9) * window_s
-    last_end = math.floor(end / window_s + 1e-9) * window_s
-    n = round((last_end - first_start) / window_s)
-    if n < 1:
-        raise UsageError(
-            f"the range {end - start:g}s holds no whole window of {window_s:g}s "
-            "(windows are aligned to multiples of the window length)"
-        )
-    if n > max_windows:
-        raise UsageError(f"{n} windows of {window_s:g}s exceed {max_windows}; use a larger step")
-    return first_start + window_s, last_end, n
-
-
-def matrix_to_values(
-    result: list[Any],
-    *,
-    window_s: float,
-    alias: Alias,
-    level: Level,
-    across: str = "sum",
-    bad: list[str],
-    where: str = "",
-) -> dict[Key, float]:
-    """Series of a range matrix (JSON, or ``range_body.RangeSeries``) ->
-    {(window_start_s, instance, dp_rank): value}.
-
-    The unit comes from ``instance`` (or the alias' unit label) and, at DP level, the DP label
-    (or the ``-rank-<n>`` suffix). Series naming no usable unit are skipped; their label sets
-    are reported through ``bad``. Series landing on the same unit (llm-d endpoints of one pod
-    at instance level) combine by ``across``. A series or point of the wrong shape is a
-    SourceError naming it (the server is not speaking the Prometheus API).
-    """
-    acc: dict[Key, list[float]] = defaultdict(list)
-    # the usual case, one well-formed series per unit, is kept whole and keyed at the end
-    whole: dict[tuple[str, int | None], tuple[tuple[float, ...], list[float]]] = {}
-    spilled: set[tuple[str, int | None]] = set()
-    starts: dict[tuple[float, ...], tuple[float, ...]] = {}  # series share one time grid
-
-    def window_starts(times: tuple[float, ...]) -> tuple[float, ...]:
-        got = starts.get(times)
-        if got is None:
-            got = starts[times] = tuple(round(t - window_s, 6) for t in times)
-        return got
-
-    for i, series in enumerate(result):
-        decoded = series if isinstance(series, RangeSeries) else None
-        labels: Any
-        points: Any
-        if decoded is not None:  # read from the answer's bytes, its points already checked
-            labels, points = decoded.labels, []
-        else:
-            labels = series.get("metric") if isinstance(series, dict) else None
-            points = series.get("values") if isinstance(series, dict) else None
-        if not isinstance(labels, dict) or not isinstance(points, list):
-            raise SourceError(f"{where} returned series {i} without metric labels and values")
-        unit_label = alias.unit_label or "instance"
-        if not isinstance(labels.get(unit_label, ""), str):
-            raise SourceError(f"{where} returned series {i} with a non-text {unit_label} label")
-        unit = unit_of(alias, labels, level)
-        if unit is None:
-            inst = labels.get(alias.unit_label or "instance", "")
-            if not inst:
-                bad.append(f"series without a {alias.unit_label or 'instance'} label")
-            else:
-                raw = inst if alias.rank_in_unit else labels.get(alias.dp_label or "", "")
-                label = alias.unit_label if alias.rank_in_unit else alias.dp_label
-                bad.append(f"{label}={quoted(repr(raw), 40)} on {inst}")
-            continue
-        inst, dp = unit
-        fast = (decoded.times, decoded.values) if decoded is not None else parse_points(points)
-        if fast is not None and (inst, dp) not in whole and (inst, dp) not in spilled:
-            whole[(inst, dp)] = (window_starts(fast[0]), fast[1])
-            continue
-        spilled.add((inst, dp))
-        kept_t, kept_v = whole.pop((inst, dp), ((), []))
-        for t, v in zip(kept_t, kept_v, strict=True):  # a second series: the first one's first
-            acc[(t, inst, dp)].append(v)
-        if fast is not None:
-            for t, v in zip(window_starts(fast[0]), fast[1], strict=True):
-                acc[(t, inst, dp)].append(v)
-            continue
-        for j, point in enumerate(points):
-            ts = value = None
-            if isinstance(point, list) and len(point) == 2:
-                ts, value = parse_timestamp(point[0]), parse_number(point[1])
-            if ts is None or value is None:
-                shown = quoted(reprlib.repr(point), 60)
-                raise SourceError(
-                    f"{where} returned series {i} ({inst}) point {j} as {shown}; expected "
-                    '[time, "number"]'
-                )
-            acc[(round(ts - window_s, 6), inst, dp)].append(value)
-    out = {k: combine(vs, across) for k, vs in acc.items()}
-    for (inst, dp), (grid, vs) in whole.items():
-        out.update(zip(zip(grid, repeat(inst), repeat(dp), strict=False), vs, strict=True))
-    return out
-
 
 Job = tuple[Level, str, Alias, str]  # (level, signal, alias, PromQL)
 
@@ -255,30 +144,6 @@ def _mark_bucket_bounds(
     return []
 
 
-def device_series(
-    result: list[Any], exporter: DeviceExporter, role: str, window_s: float, where: str
-) -> list[DeviceSeries]:
-    """Per-device series of a range matrix (labels kept: the join needs them)."""
-    out = []
-    for i, series in enumerate(result):
-        labels = series.get("metric") if isinstance(series, dict) else None
-        points = series.get("values") if isinstance(series, dict) else None
-        if not isinstance(labels, dict) or not isinstance(points, list):
-            raise SourceError(f"{where} returned series {i} without metric labels and values")
-        values: dict[float, float] = {}
-        for j, point in enumerate(points):
-            ts = value = None
-            if isinstance(point, list) and len(point) == 2:
-                ts, value = parse_timestamp(point[0]), parse_number(point[1])
-            if ts is None or value is None:
-                shown = quoted(reprlib.repr(point), 60)
-                raise SourceError(f"{where} returned device series {i} point {j} as {shown}")
-            values[round(ts - window_s, 6)] = value
-        target = str(labels.get("instance", ""))
-        out.append(DeviceSeries(exporter, target, labels, role, values))
-    return out
-
-
 def _engines(
     label_sets: list[dict[str, str]], per_level: dict[Level, Values], alias: Alias
 ) -> list[EngineInstance]:
@@ -293,28 +158,15 @@ def _engines(
     return [EngineInstance(e.instance, e.ranks, labels.get(e.instance, {})) for e in found]
 
 
-def _load_devices(
-    client: PromClient,
-    names: list[str],
-    engine_alias: Alias | None,
-    per_level: dict[Level, Values],
-    *,
-    span: tuple[float, float, float, float, float],
-    selector: str,
-    device_selector: str,
-    device_map: DeviceMap | None,
-) -> tuple[dict[str, str], list[str]]:
-    """Query device exporters, join them to the engine units and add their signals.
-
-    ``span`` = (start, end, first evaluation, last evaluation, window).
-    """
-    found = resolve_devices(names)
-    if not found or engine_alias is None:
-        return {}, []
-    start, end, first_t, last_t, w = span
+def _device_series(
+    client: PromClient, names: list[str], *, span: tuple[float, float, float], device_selector: str
+) -> tuple[list[DeviceSeries], dict[str, str]]:
+    """The device exporters' per-window series over ``span`` (first evaluation, last, window)
+    and the signal -> alias names read; ``([], {})`` when no exporter is found."""
+    first_t, last_t, w = span
     series: list[DeviceSeries] = []
     aliases: dict[str, str] = {}
-    for role, exporter, alias in found:
+    for role, exporter, alias in resolve_devices(names):
         sel = series_selector(alias.name, alias, device_selector)
         result = client.query_range(f"avg_over_time({sel}[{duration(w)}])", first_t, last_t, w)
         for got in device_series(result, exporter, role, w, client.where):
@@ -322,13 +174,174 @@ def _load_devices(
             series.append(DeviceSeries(exporter, got.target, got.labels, role, scaled))
         signal = SIGNAL_OF_ROLE[role]
         aliases[signal] = "|".join(filter(None, (aliases.get(signal), alias.name)))
+    return series, aliases
+
+
+def _join_devices(
+    client: PromClient,
+    series: list[DeviceSeries],
+    engine_alias: Alias | None,
+    per_level: dict[Level, Values],
+    *,
+    start: float,
+    end: float,
+    selector: str,
+    device_map: DeviceMap | None,
+) -> tuple[dict[Level, Values], list[str]]:
+    """The engine tables with the device signals joined to their units, and the join's notes."""
+    if not series or engine_alias is None:
+        return per_level, []
     match = series_selector(engine_alias.name, engine_alias, selector)
     engines = _engines(client.series(match, start, end), per_level, engine_alias)
     tables, notes = device_values(series, engines, device_map)
+    out = dict(per_level)
     for level, values in tables.items():
-        if level in per_level:
-            per_level[level] = merge_values(per_level[level], values)
-    return aliases, notes
+        if level in out:
+            out[level] = merge_values(out[level], values)
+    return out, notes
+
+
+@dataclass(frozen=True)
+class RangePlan:
+    """What the metric names of a range decide before any table is read: the dialect, the
+    aliases per level, the queries, and the device exporters' names. ``key`` is the same for
+    two ranges read by the same queries (an incremental watch keeps its tables while it is)."""
+
+    names: tuple[str, ...]
+    dialect: str
+    resolved: dict[Level, dict[str, Alias]]
+    levels: tuple[Level, ...]
+    jobs: tuple[Job, ...]
+    device_names: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return (self.dialect, tuple(q for *_, q in self.jobs),
+                tuple(a.name for a in self.device_aliases()))
+
+    def device_aliases(self) -> list[Alias]:
+        return [alias for _, _, alias in resolve_devices(list(self.device_names))]
+
+
+@dataclass
+class RangeTables:
+    """The per-window tables one read fetched (engine signals and bucket-bound marks per level,
+    device series), the series without a usable unit, and the read's own notes."""
+
+    per_level: dict[Level, Values]
+    devices: list[DeviceSeries]
+    device_aliases: dict[str, str]
+    bad: list[str]
+    notes: list[str]
+
+
+def plan_range(
+    client: PromClient, *, start: float, end: float, selector: str, dialect: str | None,
+    window_s: float, device_selector: str, url_note: str | None = None,
+) -> RangePlan:
+    """Read the metric names of [start, end] and decide the queries (no sample is read)."""
+    names = client.metric_names(start, end, selector)
+    try:
+        chosen = get_dialect(dialect) if dialect else get_dialect(detect_dialect(names))
+    except SourceError as e:  # none in the range: does the server hold some elsewhen?
+        raise empty_range_error(client, start, end, selector) or e from None
+    resolved = {lvl: resolve(chosen, names, lvl) for lvl in (Level.INSTANCE, Level.DP)}
+    notes = [f"dialect: {chosen.name} ({'given' if dialect else 'detected'})"]
+    if url_note:
+        notes.append(url_note)
+    levels = [Level.INSTANCE]
+    if resolved[Level.DP]:
+        levels.append(Level.DP)
+    jobs: list[Job] = []
+    for level in levels:
+        for spec in SIGNAL_SPECS:
+            alias = resolved[level].get(spec.signal)
+            if alias is None:
+                continue
+            q = build_query(spec, alias, level=level, window_s=window_s, selector=selector)
+            if q is not None:
+                jobs.append((level, spec.signal, alias, q))
+    # the engine selector does not apply to device exporters: list their names apart
+    dev_names = (client.metric_names(start, end, device_selector)
+                 if selector or device_selector else names)
+    if not resolved[Level.INSTANCE] or not resolve_devices(dev_names):
+        dev_names = []  # no engine to join devices to, or no device exporter
+    return RangePlan(tuple(names), chosen.name, resolved, tuple(levels), tuple(jobs),
+                     tuple(dev_names), tuple(notes))
+
+
+def read_tables(
+    client: PromClient, plan: RangePlan, *, span: tuple[float, float, float], selector: str,
+    device_selector: str, max_workers: int = 4, duplicates_range_s: float | None = None,
+) -> RangeTables:
+    """Fetch ``plan``'s tables for the windows of ``span`` (first evaluation, last, window).
+    With ``duplicates_range_s`` the units exported twice over that range (ending at the last
+    evaluation) are noted too, checked beside the tables."""
+    last_t = span[1]
+    first = next((alias for level, _, alias, _ in plan.jobs if level is Level.INSTANCE), None)
+    notes: list[str] = []
+    with DaemonPool(1) as side:  # beside the tables, not after them
+        dup = None if first is None or duplicates_range_s is None else side.submit(
+            duplicate_notes, client, first, last_t=last_t, range_s=duplicates_range_s,
+            selector=selector)
+        per_level, bad, bound_notes = _load_tables(
+            client, list(plan.jobs), list(plan.levels), selector=selector, span=span,
+            max_workers=max_workers,
+        )
+        notes += bound_notes + (dup.result() if dup is not None else [])
+    devices, device_aliases = _device_series(client, list(plan.device_names), span=span,
+                                             device_selector=device_selector)
+    return RangeTables(per_level, devices, device_aliases, bad, notes)
+
+
+def evidence_of(
+    client: PromClient, plan: RangePlan, tables: RangeTables, *, start: float, end: float,
+    selector: str, window_s: float, device_map: DeviceMap | None,
+) -> Evidence:
+    """The Evidence of ``tables`` (read, or kept and merged, for the range [start, end])."""
+    notes = [*plan.notes, *tables.notes]
+    if tables.bad:
+        notes.append(
+            f"skipped {len(tables.bad)} series without a usable instance or DP label "
+            f"(e.g. {sorted(set(tables.bad))[0]})"
+        )
+    if not tables.per_level[Level.INSTANCE]:
+        if not plan.names:
+            raise empty_range_error(client, start, end, selector) or SourceError(
+                f"{client.where} holds no samples in this range; widen it or check the "
+                "selector")
+        raise SourceError(
+            f"{client.where} has {plan.dialect} metric names but no samples "
+            "in whole windows of the range; widen the range or check the selector"
+        )
+    engine_alias = next(iter(plan.resolved[Level.INSTANCE].values()), None)
+    per_level, device_notes = _join_devices(
+        client, tables.devices, engine_alias, tables.per_level, start=start, end=end,
+        selector=selector, device_map=device_map)
+    notes += device_notes
+    notes.extend(dict.fromkeys(client.warnings))
+    return build_evidence(
+        per_level[Level.INSTANCE],
+        per_level.get(Level.DP),
+        resolved=plan.resolved[Level.INSTANCE],
+        dp_resolved=plan.resolved[Level.DP],
+        extra_aliases=tables.device_aliases,
+        names=plan.names,
+        window_s=window_s,
+        source="prometheus",
+        notes=notes,
+    )
+
+
+def open_client(url: str, *, auth: HttpAuth | None, timeout_s: float,
+                limits: SourceLimits) -> tuple[PromClient, str | None]:
+    """A client for ``url`` (checked) and the note on how the URL was normalised."""
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s}")
+    url, url_note = normalise_url(url, "--prometheus")
+    return PromClient(url, auth=auth, timeout_s=timeout_s,
+                      max_bytes=limits.max_query_bytes), url_note
 
 
 def load_prometheus(
@@ -352,94 +365,27 @@ def load_prometheus(
 
     The window equals the query step (default: ``windows.choose``), so windows tile the range.
     """
+    w = range_window(start, end, step_s=step_s, window_s=window_s, windows=windows)
+    first_t, last_t, _ = plan_windows(start, end, w, windows.max_windows)
+    sel, dev_sel = normalise_selector(selector), normalise_selector(device_selector)
+    client, url_note = open_client(url, auth=auth, timeout_s=timeout_s, limits=limits)
+    try:
+        plan = plan_range(client, start=start, end=end, selector=sel, dialect=dialect,
+                          window_s=w, device_selector=dev_sel, url_note=url_note)
+        tables = read_tables(client, plan, span=(first_t, last_t, w), selector=sel,
+                             device_selector=dev_sel, max_workers=max_workers,
+                             duplicates_range_s=max(last_t - first_t, w))
+        return evidence_of(client, plan, tables, start=start, end=end, selector=sel,
+                           window_s=w, device_map=device_map)
+    finally:
+        client.close()
+
+
+def range_window(start: float, end: float, *, step_s: float | None, window_s: float | None,
+                 windows: WindowPolicy = WINDOWS) -> float:
+    """The window of a read of [start, end]: the step (or window) given, else the policy's."""
     if end <= start:
         raise UsageError("end must be after start")
     if step_s is not None and window_s is not None and abs(step_s - window_s) > 1e-9:
         raise UsageError("step and window must be equal (windows must tile the range)")
-    w = window_s or step_s or windows.choose(end - start)
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s}")
-    first_t, last_t, _ = plan_windows(start, end, w, windows.max_windows)
-    sel = normalise_selector(selector)
-    url, url_note = normalise_url(url, "--prometheus")
-    client = PromClient(
-        url,
-        auth=auth,
-        timeout_s=timeout_s,
-        max_bytes=limits.max_query_bytes,
-    )
-    try:
-        names = client.metric_names(start, end, sel)
-        try:
-            chosen = get_dialect(dialect) if dialect else get_dialect(detect_dialect(names))
-        except SourceError as e:  # none in the range: does the server hold some elsewhen?
-            raise empty_range_error(client, start, end, sel) or e from None
-        resolved = {lvl: resolve(chosen, names, lvl) for lvl in (Level.INSTANCE, Level.DP)}
-        notes = [f"dialect: {chosen.name} ({'given' if dialect else 'detected'})"]
-        if url_note:
-            notes.append(url_note)
-        levels = [Level.INSTANCE]
-        if resolved[Level.DP]:
-            levels.append(Level.DP)
-        jobs: list[Job] = []
-        for level in levels:
-            for spec in SIGNAL_SPECS:
-                alias = resolved[level].get(spec.signal)
-                if alias is None:
-                    continue
-                q = build_query(spec, alias, level=level, window_s=w, selector=sel)
-                if q is not None:
-                    jobs.append((level, spec.signal, alias, q))
-        first = next((alias for level, _, alias, _ in jobs if level is Level.INSTANCE), None)
-        with DaemonPool(1) as side:  # beside the tables, not after them
-            dup = None if first is None else side.submit(
-                duplicate_notes, client, first, last_t=last_t,
-                range_s=max(last_t - first_t, w), selector=sel)
-            per_level, bad, bound_notes = _load_tables(
-                client, jobs, levels, selector=sel, span=(first_t, last_t, w),
-                max_workers=max_workers,
-            )
-            notes += bound_notes + (dup.result() if dup is not None else [])
-        if bad:
-            notes.append(
-                f"skipped {len(bad)} series without a usable instance or DP label "
-                f"(e.g. {sorted(set(bad))[0]})"
-            )
-        if not per_level[Level.INSTANCE]:
-            if not names:
-                raise empty_range_error(client, start, end, sel) or SourceError(
-                    f"{client.where} holds no samples in this range; widen it or check the "
-                    "selector")
-            raise SourceError(
-                f"{client.where} has {chosen.name} metric names but no samples "
-                "in whole windows of the range; widen the range or check the selector"
-            )
-        engine_alias = next(iter(resolved[Level.INSTANCE].values()), None)
-        dev_sel = normalise_selector(device_selector)
-        # the engine selector does not apply to device exporters: list their names apart
-        dev_names = client.metric_names(start, end, dev_sel) if sel or dev_sel else names
-        device_aliases, device_notes = _load_devices(
-            client,
-            dev_names,
-            engine_alias,
-            per_level,
-            span=(start, end, first_t, last_t, w),
-            selector=sel,
-            device_selector=dev_sel,
-            device_map=device_map,
-        )
-        notes += device_notes
-        notes.extend(dict.fromkeys(client.warnings))
-        return build_evidence(
-            per_level[Level.INSTANCE],
-            per_level.get(Level.DP),
-            resolved=resolved[Level.INSTANCE],
-            dp_resolved=resolved[Level.DP],
-            extra_aliases=device_aliases,
-            names=names,
-            window_s=w,
-            source="prometheus",
-            notes=notes,
-        )
-    finally:
-        client.close()
+    return window_s or step_s or windows.choose(end - start)
