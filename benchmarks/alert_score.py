@@ -1,0 +1,116 @@
+"""Scoring alert episodes against a day's truth.json (docs: notes/contract-day.md): an alert
+episode is a true positive when it names the episode's unit (the instance; at the DP level the
+rank too) and overlaps [start, end + grace]; one matching no truth episode is a false alert;
+delay = first matching firing - start. A group rule (no unit named) matches every unit of its
+group. Pure functions.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alert_eval import Fired
+
+
+@dataclass(frozen=True)
+class Episode:
+    id: str
+    level: str
+    instance: str
+    dp_rank: str | None
+    kind: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Truth:
+    t0: float
+    t1: float
+    step_s: float
+    dialect: str
+    episodes: tuple[Episode, ...]
+    noise: tuple[dict[str, Any], ...]
+
+
+def read_truth(path: Path) -> Truth:
+    d = json.loads(path.read_text())
+    eps = tuple(Episode(e["id"], e["level"], e["instance"],
+                        None if e.get("dp_rank") is None else str(e["dp_rank"]), e["kind"],
+                        float(e["start"]), float(e["end"])) for e in d["episodes"])
+    return Truth(float(d["t0"]), float(d["t1"]), float(d["step_s"]), d["dialect"], eps,
+                 tuple(d.get("noise", ())))
+
+
+def matches(f: Fired, e: Episode, grace_s: float) -> bool:
+    if f.level != e.level:
+        return False
+    if f.instance is not None and f.instance != e.instance:
+        return False
+    if e.level == "dp" and f.dp_rank is not None and f.dp_rank != e.dp_rank:
+        return False
+    return f.start <= e.end + grace_s and f.end >= e.start
+
+
+@dataclass(frozen=True)
+class Score:
+    source: str
+    level: str
+    episodes: int
+    alerts: int
+    tp: int  # truth episodes found
+    misses: int
+    false_alerts: int  # alert episodes matching no truth episode
+    precision: float
+    recall: float
+    f1: float
+    delay_median_s: float
+    delay_p90_s: float
+    false_per_day: float
+    kind_correct: int | None  # None: the source names no kind
+    names_unit: bool
+    missed: tuple[str, ...]
+    delays: tuple[tuple[str, float], ...]
+    kinds: tuple[tuple[str, str], ...]  # (episode id, kind named at first firing)
+
+
+def _p90(xs: list[float]) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(0.9 * (len(s) - 1)))]
+
+
+def score(source: str, level: str, fired: list[Fired], truth: Truth, grace_s: float) -> Score:
+    eps = [e for e in truth.episodes if e.level == level]
+    alerts = [f for f in fired if f.level == level]
+    found, delays, kinds = [], [], []
+    for e in eps:
+        hits = sorted((f for f in alerts if matches(f, e, grace_s)), key=lambda f: f.start)
+        if hits:
+            found.append(e)
+            first = hits[0]
+            delays.append((e.id, max(0.0, first.start - e.start)))
+            if first.kind is not None:
+                kinds.append((e.id, first.kind))
+    false = [f for f in alerts if not any(matches(f, e, grace_s) for e in eps)]
+    true_alerts = len(alerts) - len(false)
+    precision = true_alerts / len(alerts) if alerts else float("nan")
+    recall = len(found) / len(eps) if eps else float("nan")
+    f1 = (2 * precision * recall / (precision + recall)
+          if alerts and eps and precision + recall > 0 else 0.0)
+    by_id = {e.id: e for e in eps}
+    kind_ok = (sum(by_id[i].kind == k for i, k in kinds)
+               if any(f.kind is not None for f in alerts) or not alerts else None)
+    ds = [d for _, d in delays]
+    days = (truth.t1 - truth.t0) / 86400.0
+    return Score(
+        source, level, len(eps), len(alerts), len(found), len(eps) - len(found), len(false),
+        precision, recall, f1,
+        statistics.median(ds) if ds else float("nan"), _p90(ds), len(false) / days,
+        kind_ok, all(f.names_unit for f in alerts) if alerts else True,
+        tuple(e.id for e in eps if e not in found), tuple(delays), tuple(kinds))
