@@ -27,6 +27,7 @@ class Spec:
     tail_ramp_ms: float = 0.0  # e2e latency grows by this much every window
     stalled_from: int | None = None  # engine hangs from this window: holds requests, no steps
     ceiling: float | None = None  # finishes at most this many requests per window (online)
+    pool: str | None = None  # prefill/decode pool (None: aggregated serving)
 
 
 def make_frame(
@@ -66,6 +67,7 @@ def make_frame(
                     "unit": dp_unit_id(instance, rank) if rank is not None else instance,
                     "instance": instance,
                     "dp_rank": rank,
+                    "pool": s.pool,
                     "requests": float(n),
                     "prompt_tokens": prompt,
                     "generation_tokens": gen,

@@ -165,7 +165,8 @@ def test_schema_lists_the_catalogue() -> None:
     assert set(gateway["policy_class"]["enum"]) - {None} == {p.value for p in PolicyClass}
     unit_props = set(defs["unit"]["properties"])
     assert {m.key for m in METRICS} <= unit_props
-    assert unit_props - {m.key for m in METRICS} == set(defs["unit"]["required"])
+    # every non-metric field is required, but the pool (only in a prefill/decode fleet)
+    assert unit_props - {m.key for m in METRICS} - {"pool"} == set(defs["unit"]["required"])
     assert set(defs["unit"]["properties"]["load_ratios"]["propertyNames"]["enum"]) == set(
         HEAT_SIGNALS)
     assert set(defs["series"]["properties"]["values"]["propertyNames"]["enum"]) == {

@@ -33,6 +33,14 @@ class Kind(StrEnum):
     UNKNOWN = "unknown"
     STALLED = "stalled"  # holds requests, finishes none: not a skew kind, the worst hot unit
     KV_SHORTAGE = "kv_shortage"  # a hot unit out of KV blocks (method step 4 drill-down)
+    # prefill/decode disaggregation: one pool saturated while the other idles (not a unit's skew)
+    PD_IMBALANCE = "pd_imbalance"
+
+
+# The pools of a prefill/decode disaggregated fleet (UnitFrame ``pool``; sources/pools.py maps
+# the stacks' label values onto them). A pool of another name (``--role-label`` values) is
+# judged on its own too, but only these two are compared with each other.
+PREFILL, DECODE = "prefill", "decode"
 
 
 def kind_title(kind: str) -> str:
@@ -40,6 +48,8 @@ def kind_title(kind: str) -> str:
     "KV block shortage" (not skew kinds)."""
     if kind == Kind.STALLED:
         return "stalled engine"
+    if kind == Kind.PD_IMBALANCE:
+        return "prefill/decode imbalance"
     return "KV block shortage" if kind == Kind.KV_SHORTAGE else f"{kind} skew"
 
 

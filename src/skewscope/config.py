@@ -127,6 +127,17 @@ class Thresholds:
     # Fleet-wide DP pattern: the same DP rank hot in at least this many instances and this
     # share of the multi-rank instances is one dispatch policy everywhere, reported once.
     fleet_pattern_min_instances: Count = 2
+    # Prefill/decode imbalance (analysis/pools.py), per window over the pools' units: a pool is
+    # *saturated* when its mean waiting per unit reaches ``pd_min_waiting`` or its KV usage
+    # ``kv_high``, or (prefill) its mean running per unit is ``pd_running_ratio`` times decode's
+    # (llm-d's LLMDPrefillDecodeImbalance: prefill/decode running > 3 for 10 m) while it queues;
+    # the other pool *idles* when its waiting stays under ``pd_idle_waiting`` and its KV under
+    # ``pd_idle_kv``. Persistent by ``persist_share``/``min_consecutive`` of the windows both
+    # pools reported.
+    pd_running_ratio: Ratio = 3.0
+    pd_min_waiting: Positive = 1.0
+    pd_idle_waiting: Floor = 0.5
+    pd_idle_kv: Share = 0.5
     fleet_pattern_share: Share = 0.5
     # Is the device full (method step 4)? A device at or above this utilisation (DCGM /
     # npu-exporter, else the share of the window spent executing steps) is saturated; a hot
@@ -295,6 +306,20 @@ ROOT_CAUSES: dict[str, RootCause] = {
             (
                 "Unify model version, launch arguments, parallel and memory configuration.",
                 "Check device health, process state and local resource contention on the unit.",
+            ),
+        ),
+        RootCause(
+            "pd_ratio",
+            "The prefill:decode split does not fit the traffic: one pool queues while the other "
+            "has capacity to spare",
+            (
+                "Re-balance the P:D ratio: add instances to the saturated pool (scale it out, or "
+                "let the autoscaler watch its queue) and take them from the idle one.",
+                "Move instances between the pools where the engine allows it (relaunch an idle "
+                "pool's instance in the saturated pool's role).",
+                "Adjust the router's P/D selection: send short prompts straight to decode "
+                "(llm-d's pd-profile-handler threshold, Dynamo's conditional prefill) when prefill "
+                "is the bottleneck; cap the prefill share when decode is.",
             ),
         ),
         RootCause(

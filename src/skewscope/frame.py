@@ -194,6 +194,10 @@ def empty_schema() -> dict[str, object]:
         "unit": pl.Utf8,
         "instance": pl.Utf8,
         "dp_rank": pl.Int64,
+        # the unit's pool in a prefill/decode disaggregated fleet ("prefill", "decode", or a
+        # name --role-label's values give); null: one pool (aggregated serving). Units of
+        # different pools are never each other's peers (``sources/pools.py``).
+        "pool": pl.Utf8,
     }
     schema.update({name: pl.Float64 for name in (*SIGNAL_COLUMNS, *BOUND_COLUMNS)})
     return schema

@@ -25,6 +25,7 @@ from skewscope.analysis.findings import (
 )
 from skewscope.analysis.impact import gap_trend, impact
 from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, median
+from skewscope.analysis.pools import pd_findings
 from skewscope.analysis.price import price_note, skew_price
 from skewscope.analysis.resource import (
     cost_ratio,
@@ -148,6 +149,7 @@ def diagnose_frame(
           for r in results if r.kv.found),
     ]
     hot_units = (*(s.unit for s in stalls), *hot_units)
+    findings.extend(pd_findings(m, th) if frame.level == Level.INSTANCE else ())
     if starved_idx:
         starved_when = np.any(np.stack([heats[j].starved for j in starved_idx]), axis=0)
         judged = np.any(np.stack([heats[j].active for j in starved_idx]), axis=0)
@@ -285,8 +287,9 @@ def _gate(m: SignalMatrix, th: Thresholds, *, request_source: bool = True) -> No
         if total < th.min_requests_total:
             return Note(NoteCode.NEAR_IDLE,
                         {"requests": total, "min_requests": th.min_requests_total})
-    elif request_source and not any(m.groups):  # instance level: request counters are what
-        # the method stands on; the counter exists but its windows came back empty
+    elif request_source and all(r is None for r in m.dp_ranks):  # instance level: request
+        # counters are what the method stands on; the counter exists but its windows came back
+        # empty
         return Note(NoteCode.NO_REQUEST_COUNTS)
     return None
 
@@ -387,6 +390,7 @@ def _unit_report(
         load_ratios=_load_ratios(heat) if heat else {},
         heat_by_window=tuple(np.where(heat.active, heat.score, np.nan).tolist()) if heat else (),
         bounds=unit_bounds(m, j, mask),
+        pool=m.pools[j] or None if m.pools else None,
     )
 
 
@@ -396,7 +400,8 @@ def _unit_identity(
     """A unit's identity and role only (``detail=False``: a drill that may be dropped)."""
     return UnitReport(unit=m.units[j], instance=m.instances[j], dp_rank=m.dp_ranks[j],
                       role=role, hot_share=heat.hot_share if heat else math.nan,
-                      longest_hot_run=heat.hot_run if heat else 0, metrics={})
+                      longest_hot_run=heat.hot_run if heat else 0, metrics={},
+                      pool=m.pools[j] or None if m.pools else None)
 
 
 def _load_ratios(heat: UnitHeat) -> dict[str, float]:

@@ -31,12 +31,15 @@ Flags = npt.NDArray[np.bool_]
 class SignalMatrix:
     windows: Array  # window start, epoch seconds, shape (W,)
     units: tuple[str, ...]
-    groups: tuple[str, ...]  # peer group of each unit: its instance at DP level, "" otherwise
+    # peer group of each unit: its instance at DP level, its pool (prefill/decode) or "" at
+    # instance level: units of different pools are never each other's peers
+    groups: tuple[str, ...]
     instances: tuple[str, ...]  # each unit's instance (the unit itself at instance level)
     dp_ranks: tuple[int | None, ...]  # each unit's DP rank (None at instance level)
     values: dict[str, Array]  # signal -> (W, U); NaN = missing
     window_s: float = float("nan")  # window length: turns per-window totals into rates
     bounds: dict[str, Array] = field(default_factory=dict)  # percentile -> frame.BOUND_*, NaN
+    pools: tuple[str, ...] = ()  # each unit's pool ("" none); empty: no unit has one
     # summary.unit_summary's results by (unit, window mask): a fleet's reference summaries
     # repeat for every hot unit and the unit rows ask for them again (values never change;
     # not an init field, so dataclasses.replace starts a new one)
@@ -63,10 +66,13 @@ def build_matrix(
     import polars as pl
 
     windows = np.array(sorted(set(df["window_start_s"].to_list())), dtype=np.float64)
-    ident = df.select("unit", "instance", "dp_rank").unique("unit").sort("unit")
+    has_pool = "pool" in df.columns and df["pool"].is_not_null().any()
+    cols_id = ("unit", "instance", "dp_rank", *(("pool",) if has_pool else ()))
+    ident = df.select(cols_id).unique("unit").sort("unit")
     units = tuple(ident["unit"].to_list())
     instances = tuple(ident["instance"].to_list())
-    groups = instances if group_by_instance else tuple("" for _ in units)
+    pools = tuple(p or "" for p in ident["pool"].to_list()) if has_pool else ()
+    groups = instances if group_by_instance else pools or tuple("" for _ in units)
     w_index = {w: i for i, w in enumerate(windows.tolist())}
     u_index = {u: j for j, u in enumerate(units)}
     rows = np.array([w_index[w] for w in df["window_start_s"].to_list()], dtype=np.int64)
@@ -96,6 +102,7 @@ def build_matrix(
         values=values,
         window_s=window_s,
         bounds=bounds,
+        pools=pools,
     )
 
 
@@ -119,6 +126,7 @@ def sub_matrix(m: SignalMatrix, units: list[int], windows: Array) -> SignalMatri
         values={k: part(v) for k, v in m.values.items()},
         window_s=m.window_s,
         bounds=bounds,
+        pools=tuple(m.pools[j] for j in units) if m.pools else (),
     )
 
 

@@ -149,7 +149,30 @@ class FleetPatternFacts:
     type = "fleet_dp_pattern"
 
 
-FindingFacts = HotFacts | KvShortageFacts | StarvedFacts | StallFacts | FleetPatternFacts
+@dataclass(frozen=True)
+class PdFacts:
+    """One pool of a prefill/decode disaggregated fleet saturated while the other idles."""
+
+    saturated: str  # "prefill" | "decode"
+    idle: str
+    share: float  # of the windows both pools reported
+    windows: int  # windows both pools reported
+    run: int  # longest run of such windows
+    prefill_units: int
+    decode_units: int
+    running_ratio: float  # prefill / decode mean running per unit (llm-d's ratio)
+    saturated_waiting: float  # mean waiting per unit of the saturated pool
+    idle_waiting: float
+    saturated_kv: float  # mean KV usage of the saturated pool (NaN: not measured)
+    idle_kv: float
+    ttft_first_ms: float  # fleet's mean TTFT over the first / last windows (NaN: none)
+    ttft_last_ms: float
+
+    type = "pd_imbalance"
+
+
+FindingFacts = (HotFacts | KvShortageFacts | StarvedFacts | StallFacts | FleetPatternFacts
+                | PdFacts)
 
 
 def _plain(value: Any) -> Any:

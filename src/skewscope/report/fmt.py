@@ -44,6 +44,11 @@ def names(units: tuple[str, ...] | list[str]) -> str:
     return ", ".join(name(u) for u in units)
 
 
+def role(u: UnitReport) -> str:
+    """A unit's role, with its pool in a prefill/decode fleet: "normal · decode"."""
+    return f"{u.role} · {name(u.pool)}" if u.pool else u.role
+
+
 def hot_share(u: UnitReport) -> str:
     return pct(u.hot_share)
 

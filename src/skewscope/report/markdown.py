@@ -89,7 +89,7 @@ def _units(report: Report, h: str) -> list[str]:
     lines.extend([_row(cols), "|" + "---|" * 3 + "---:|" * len(fmt.UNIT_COLUMNS)])
     for u in fmt.table_units(report):
         vals = [fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for k in fmt.UNIT_COLUMNS]
-        lines.append(_row([fmt.name(u.unit), u.role, fmt.hot_share(u), *vals]))
+        lines.append(_row([fmt.name(u.unit), fmt.role(u), fmt.hot_share(u), *vals]))
     lines.append("")
     return lines
 

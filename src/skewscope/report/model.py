@@ -63,6 +63,8 @@ class UnitReport:
     # Percentile metrics that rest on histogram bucket bounds: "upper" (print "< v"), "lower"
     # ("> v", the +Inf bucket) or "mixed" ("~v"); absent = measured or interpolated.
     bounds: dict[str, str] = field(default_factory=dict)
+    # Its pool in a prefill/decode disaggregated fleet (judged only against its own pool).
+    pool: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -71,6 +73,7 @@ class UnitReport:
                 "instance": self.instance,
                 "dp_rank": self.dp_rank,
                 "role": self.role,
+                **({"pool": self.pool} if self.pool else {}),
                 "hot_share": self.hot_share,
                 "longest_hot_run": self.longest_hot_run,
                 "load_ratios": self.load_ratios,

@@ -20,6 +20,7 @@ from skewscope.report.facts import (
     KvShortageFacts,
     Note,
     NoteCode,
+    PdFacts,
     StallFacts,
     StarvedFacts,
     WhatifNoteCode,
@@ -53,6 +54,8 @@ def finding_summary(facts: FindingFacts, context: tuple[Note, ...] = ()) -> str:
         head = starved_summary(facts)
     elif isinstance(facts, StallFacts):
         head = stall_summary(facts)
+    elif isinstance(facts, PdFacts):
+        head = pd_summary(facts)
     else:
         head = fleet_pattern_summary(facts)
     return " ".join([head, *(note(n) for n in context)])
@@ -224,6 +227,22 @@ def fleet_pattern_summary(p: FleetPatternFacts) -> str:
             f"({', '.join(p.instances)}), {p.kind} skew in each: one DP dispatch policy favours "
             "this rank everywhere, a fleet-wide pattern rather than a fault of any one instance. "
             "Fix the policy once for the whole fleet.")
+
+
+def pd_summary(p: PdFacts) -> str:
+    def kv(v: float) -> str:
+        return "" if v != v else f", KV {fmt.pct(v)}"
+
+    ttft = ("" if p.ttft_first_ms != p.ttft_first_ms or p.ttft_last_ms != p.ttft_last_ms
+            else f" Mean TTFT went from {fmt.decimal(p.ttft_first_ms, 0)} ms to "
+                 f"{fmt.decimal(p.ttft_last_ms, 0)} ms over the range.")
+    return (f"The {p.saturated} pool is saturated while the {p.idle} pool idles in "
+            f"{fmt.pct(p.share)} of {p.windows} windows ({p.run} in a row): "
+            f"{fmt.decimal(p.saturated_waiting)} requests waiting per {p.saturated} instance"
+            f"{kv(p.saturated_kv)} against {fmt.decimal(p.idle_waiting)} per {p.idle} instance"
+            f"{kv(p.idle_kv)}; prefill/decode running per instance {_x(p.running_ratio)} "
+            f"(P:D = {p.prefill_units}:{p.decode_units}).{ttft} The pools are judged apart: "
+            f"this is a P:D ratio or P/D routing problem, not a hot unit.")
 
 
 # --- notes ---------------------------------------------------------------------------------

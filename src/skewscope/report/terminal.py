@@ -118,7 +118,7 @@ def _fleet(report: Report) -> RenderableType:
 
 def _unit_columns(units: tuple[UnitReport, ...]) -> list[tuple[str, list[str]]]:
     """(header, one cell per unit) for every column after the unit id."""
-    cols = [("role", [u.role for u in units]),
+    cols = [("role", [fmt.role(u) for u in units]),
             ("hot %", [fmt.hot_share(u) for u in units])]
     cols += [(fmt.short_label(k),
               [fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for u in units])

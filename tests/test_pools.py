@@ -1,0 +1,82 @@
+"""Prefill/decode disaggregation on known truth (frames built with known pools): units of
+different pools are never each other's peers, a hot unit inside a pool is found against its
+own pool, and one pool saturated while the other idles is the P/D imbalance finding."""
+
+from __future__ import annotations
+
+from tests.frame_builder import Spec, make_frame
+from tests.report_schema import assert_valid
+
+from skewscope.analysis.diagnose import diagnose_frame
+from skewscope.catalogue import Kind
+from skewscope.config import DEFAULT_THRESHOLDS
+
+
+def _fleet(pools: bool, hot_decode: bool = False) -> dict[str, Spec]:
+    """One prefill worker (every request's prompt, one output token) beside three decode
+    workers (a third of the requests each, the generation): a healthy 1:3 split."""
+    pool = (lambda p: p) if pools else (lambda p: None)
+    specs = {"p0": Spec(rate=39, prompt=2000, output=1, pool=pool("prefill"))}
+    for i in range(3):
+        rate = 26 if hot_decode and i == 1 else 13
+        specs[f"d{i}"] = Spec(rate=rate, prompt=2000, output=200, pool=pool("decode"))
+    return specs
+
+
+def test_prefill_worker_is_not_a_hot_spot_against_decode_workers() -> None:
+    # without pools the prefill worker reads as a 3x count hot spot (issue 21, 2b "Roles")
+    mixed = diagnose_frame(make_frame(_fleet(pools=False)), DEFAULT_THRESHOLDS)
+    assert mixed.hot_units == ("p0",) and mixed.findings[0].kind == "count"
+    report = diagnose_frame(make_frame(_fleet(pools=True)), DEFAULT_THRESHOLDS)
+    assert report.verdict == "balanced" and report.hot_units == ()
+    assert {u.unit: u.pool for u in report.units} == {
+        "p0": "prefill", "d0": "decode", "d1": "decode", "d2": "decode"}
+    doc = report.to_dict()
+    assert_valid(doc)
+    assert {u["unit"]: u["pool"] for u in doc["units"]}["p0"] == "prefill"
+
+
+def test_hot_decode_unit_is_found_against_its_own_pool() -> None:
+    report = diagnose_frame(make_frame(_fleet(pools=True, hot_decode=True)), DEFAULT_THRESHOLDS)
+    assert report.hot_units == ("d1",)
+    (f,) = [f for f in report.findings if f.kind != Kind.PD_IMBALANCE]
+    assert f.kind == "count" and set(f.reference_units) == {"d0", "d2"}  # never p0
+
+
+def _saturated(side: str) -> dict[str, Spec]:
+    """Two prefill and six decode instances; ``side``'s instances finish at most a fixed number
+    of requests per window (a queue builds up), the other pool has room to spare."""
+    specs = {}
+    for i in range(2):
+        specs[f"p{i}"] = Spec(rate=40, prompt=3000, output=1, pool="prefill",
+                              ceiling=30 if side == "prefill" else None)
+    for i in range(6):
+        specs[f"d{i}"] = Spec(rate=13, prompt=3000, output=50, pool="decode",
+                              ceiling=10 if side == "decode" else None)
+    return specs
+
+
+def test_prefill_pool_saturated_while_decode_idles_is_pd_imbalance() -> None:
+    report = diagnose_frame(make_frame(_saturated("prefill")), DEFAULT_THRESHOLDS)
+    (pd,) = [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
+    assert pd.units == ("p0", "p1") and len(pd.reference_units) == 6
+    assert pd.evidence["saturated_pool"] == "prefill" and pd.evidence["pd_ratio"] == "2:6"
+    assert pd.evidence["bound_share"] >= DEFAULT_THRESHOLDS.persist_share
+    assert pd.evidence["running_ratio_prefill_decode"] > DEFAULT_THRESHOLDS.pd_running_ratio
+    assert pd.root_causes[0].key == "pd_ratio"
+    assert any("P:D ratio" in a for a in pd.actions)
+    rows = {r.metric: r for r in pd.side_by_side}
+    assert rows["waiting"].hot > 10 * max(rows["waiting"].reference, 0.1)
+    assert "prefill pool is saturated while the decode pool idles" in pd.summary
+    assert_valid(report.to_dict())
+
+
+def test_decode_pool_saturated_while_prefill_idles_is_pd_imbalance() -> None:
+    report = diagnose_frame(make_frame(_saturated("decode")), DEFAULT_THRESHOLDS)
+    (pd,) = [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
+    assert pd.evidence["saturated_pool"] == "decode" and len(pd.units) == 6
+
+
+def test_balanced_split_has_no_pd_finding() -> None:
+    report = diagnose_frame(make_frame(_saturated("neither")), DEFAULT_THRESHOLDS)
+    assert not [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
