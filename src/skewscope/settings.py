@@ -158,6 +158,11 @@ class SourceLimits:
     # --scrape gives up (exit 4) when no target has answered in this many rounds from the start
     # (every connection refused or timed out), instead of waiting out the whole --duration.
     scrape_give_up_rounds: Count = 3
+    # watch --prometheus keeps the tables of windows already read and reads only the new ones;
+    # a window read less than this after it closed is read again at the next run (a scrape
+    # stamped just before its end may not have reached the server yet), so a kept window is
+    # one the server no longer changes.
+    watch_settle_s: Floor = 60.0
 
     @property
     def max_query_bytes(self) -> int:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from skewscope.sources.auth import HttpAuth
     from skewscope.sources.devices import DeviceMap
     from skewscope.sources.profiler_range import ClockPolicy
+    from skewscope.sources.prom_incremental import IncrementalPrometheus
 
 DIALECT_CHOICES = tuple(d.value for d in Dialect)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
@@ -325,6 +326,21 @@ def prometheus_loader(
                                device_map=device_map)
 
     return load
+
+
+def incremental_prometheus(
+    args: argparse.Namespace, window: float | None, debug: Callable[[str], None] | None = None
+) -> IncrementalPrometheus:
+    """watch's --prometheus reader: the same options as ``prometheus_loader``, keeping the
+    tables of the windows already read between runs (sources/prom_incremental.py)."""
+    from skewscope.sources.prom_incremental import IncrementalPrometheus
+
+    return IncrementalPrometheus(
+        args.prometheus, step_s=parse_duration(args.step, "--step") if args.step else None,
+        window_s=window, selector=args.selector, dialect=args.dialect,
+        auth=auth_from_args(args), timeout_s=parse_duration(args.timeout, "--timeout"),
+        limits=limits_from_args(args), device_selector=getattr(args, "device_selector", ""),
+        device_map=device_map_from_args(args), debug=debug)
 
 
 def with_gateway(

@@ -57,6 +57,9 @@ def register(sub: Any) -> None:
                    "tail -F: each run tallies the requests logged in its windows")
     w.add_argument("--gateway-url", metavar="URL",
                    help="sglang-router / vllm-router base URL: its live worker list each run")
+    w.add_argument("--debug", action="store_true",
+                   help="one line per run on stderr saying what it read: with --prometheus, how "
+                   "many windows were read and kept, or why the whole range was read again")
     w.add_argument("--runs", type=int, metavar="N", help="stop after N runs (default: run until "
                    "SIGINT/SIGTERM)")
     w.set_defaults(run=run)
@@ -74,8 +77,13 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
     follower = common.access_log_follower(args, keep_s=last_s + (window or 0.0) + 60.0)
     if args.prometheus:
         shown = f"prometheus {redact_url(args.prometheus)} {args.selector}".rstrip()
-        return PrometheusSource(shown, last_s, common.with_gateway(
-            args, common.prometheus_loader(args, window), follower))
+        debug = None
+        if args.debug:
+            def debug(line: str) -> None:
+                print(f"skewscope watch: debug: {line}", file=sys.stderr, flush=True)
+        reader = common.incremental_prometheus(args, window, debug)
+        return PrometheusSource(shown, last_s, common.with_gateway(args, reader.load, follower),
+                                reader.close)
     from skewscope.frame import WINDOWS
     from skewscope.monitor.sampler import RollingScraper
 

@@ -42,11 +42,14 @@ class Source(Protocol):
 
 @dataclass
 class PrometheusSource:
-    """Each run queries [now - last, now] (``load`` is e.g. a partial of load_prometheus)."""
+    """Each run loads [now - last, now] (``loader``: a full read such as a partial of
+    load_prometheus, or ``IncrementalPrometheus.load``, which reads only the windows it does not
+    keep; ``closer`` then ends its connections)."""
 
     description: str
     last_s: float
     loader: Callable[[float, float], Evidence]  # (start, end) -> Evidence
+    closer: Callable[[], None] | None = None
 
     def load(self, now: float) -> Evidence:
         return self.loader(now - self.last_s, now)
@@ -55,7 +58,8 @@ class PrometheusSource:
         return []
 
     def close(self) -> None:
-        pass
+        if self.closer is not None:
+            self.closer()
 
 
 @dataclass

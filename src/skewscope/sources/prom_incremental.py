@@ -1,0 +1,260 @@
+"""``watch --prometheus`` without re-reading the past: the per-window tables of the windows already
+read are kept, each run reads only the windows that closed since (and the few it read too soon
+after they closed), and the Evidence is built from the kept tables exactly as a full read builds
+it from the tables it fetched.
+
+Windows sit on the grid anchored to the epoch (``prom_matrix.plan_windows``), so a window once
+closed is the same window in every later range; the still open window is never read, by a full
+read or by this one. A window is kept as read once it was read ``settle_s`` after it closed
+(before that a scrape stamped just before its end may still be on its way); the newest settled
+window is read again every run and compared with the kept one. The kept tables are dropped, and
+the whole range read, when they cannot be trusted: the metric names change the queries, the
+window changes, the server restarted (``/api/v1/status/runtimeinfo``, where the server has one),
+the clock went back, nothing kept is in the range, or the window read again differs.
+
+What stays approximate (documented in docs/monitoring.md): the notes on series without a usable
+unit and on API warnings come from the windows read, and bucket-bound marks use the bucket bounds
+the histogram showed in the windows read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from skewscope.errors import SourceError
+from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy
+from skewscope.settings import DEFAULT_LIMITS, SourceLimits
+from skewscope.sources.auth import HttpAuth
+from skewscope.sources.devices import DeviceMap, DeviceSeries
+from skewscope.sources.evidence import Values
+from skewscope.sources.prom_matrix import plan_windows
+from skewscope.sources.prometheus import (
+    RangePlan,
+    RangeTables,
+    evidence_of,
+    open_client,
+    plan_range,
+    range_window,
+    read_tables,
+)
+from skewscope.sources.promql import normalise_selector
+
+EPS = 1e-6  # window times are rounded to microseconds (prom_matrix.matrix_to_values)
+
+
+@dataclass(frozen=True)
+class ReadCost:
+    """What one run read: windows fetched of the range's windows, and why it read them all."""
+
+    windows_read: int
+    windows: int
+    full_reason: str = ""  # empty: an incremental read
+
+    def line(self) -> str:
+        if self.full_reason:
+            return f"full read of {self.windows} windows: {self.full_reason}"
+        return (f"incremental read: {self.windows_read} of {self.windows} windows read, "
+                f"{self.windows - self.windows_read} kept")
+
+
+@dataclass
+class _Kept:
+    """The tables of the windows read so far, and when each window (by its end) was read."""
+
+    plan_key: tuple[object, ...]
+    window_s: float
+    server_start: str | None
+    per_level: dict[Level, Values]
+    devices: dict[tuple[object, ...], DeviceSeries]
+    read_at: dict[float, float] = field(default_factory=dict)  # window end -> instant read
+    bad: list[tuple[float, list[str]]] = field(default_factory=list)  # (last window end, bad)
+
+    @property
+    def newest_end(self) -> float:
+        return max(self.read_at)
+
+
+def _device_id(s: DeviceSeries) -> tuple[object, ...]:
+    return (s.exporter.name, s.target, tuple(sorted(s.labels.items())), s.role)
+
+
+def _window_values(per_level: dict[Level, Values], start: float) -> dict[object, float]:
+    return {(level, signal, key): v for level, values in per_level.items()
+            for signal, table in values.items() for key, v in table.items()
+            if abs(key[0] - start) < EPS}
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)  # NaN (an empty histogram window) equals NaN
+
+
+class IncrementalPrometheus:
+    """``load(start, end)`` like ``load_prometheus``, reading only what it does not keep."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        step_s: float | None = None,
+        window_s: float | None = None,
+        selector: str = "",
+        dialect: str | None = None,
+        auth: HttpAuth | None = None,
+        timeout_s: float = 30,
+        limits: SourceLimits = DEFAULT_LIMITS,
+        windows: WindowPolicy = WINDOWS,
+        max_workers: int = 4,
+        device_selector: str = "",
+        device_map: DeviceMap | None = None,
+        debug: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client, self.url_note = open_client(url, auth=auth, timeout_s=timeout_s,
+                                                 limits=limits)
+        self.step_s, self.window_s, self.windows = step_s, window_s, windows
+        self.selector, self.device_selector = (normalise_selector(selector),
+                                               normalise_selector(device_selector))
+        self.dialect, self.max_workers, self.device_map = dialect, max_workers, device_map
+        self.settle_s = limits.watch_settle_s
+        self.debug = debug
+        self.kept: _Kept | None = None
+        self.last: ReadCost | None = None
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _server_start(self) -> str | None:
+        """The server's start time, where it says (Prometheus does; others may not)."""
+        try:
+            data = self.client.get("/api/v1/status/runtimeinfo", {})
+        except SourceError:
+            return None
+        start = data.get("startTime") if isinstance(data, dict) else None
+        return start if isinstance(start, str) else None
+
+    def _read(self, plan: RangePlan, first_t: float, last_t: float, w: float,
+              dup_range_s: float) -> RangeTables:
+        return read_tables(self.client, plan, span=(first_t, last_t, w), selector=self.selector,
+                           device_selector=self.device_selector, max_workers=self.max_workers,
+                           duplicates_range_s=dup_range_s)
+
+    def _distrust(self, plan: RangePlan, w: float, server: str | None, first_t: float,
+                  last_t: float) -> str:
+        """Why the kept tables cannot serve this range ('' when they can)."""
+        kept = self.kept
+        if kept is None:
+            return "nothing kept yet"
+        if kept.window_s != w:
+            return f"the window changed ({kept.window_s:g}s -> {w:g}s)"
+        if kept.plan_key != plan.key:
+            return "the metric names in the range change the queries"
+        if kept.server_start is not None and server != kept.server_start:
+            return f"the server restarted (start time {kept.server_start} -> {server})"
+        if last_t < kept.newest_end - EPS:
+            return "the clock went back before the newest kept window"
+        if first_t > kept.newest_end + EPS:
+            return "no kept window is in the range"
+        return ""
+
+    def load(self, start: float, end: float) -> Evidence:
+        w = range_window(start, end, step_s=self.step_s, window_s=self.window_s,
+                         windows=self.windows)
+        first_t, last_t, n = plan_windows(start, end, w, self.windows.max_windows)
+        dup_range_s = max(last_t - first_t, w)
+        self.client.warnings.clear()  # a full read starts with a new client: no old warnings
+        plan = plan_range(self.client, start=start, end=end, selector=self.selector,
+                          dialect=self.dialect, window_s=w, device_selector=self.device_selector,
+                          url_note=self.url_note)
+        server = self._server_start()
+        reason = self._distrust(plan, w, server, first_t, last_t)
+        tables, read_from = None, first_t
+        if not reason:
+            assert self.kept is not None
+            read_from, verify = self._plan_reads(first_t, last_t)
+            tables = self._read(plan, read_from, last_t, w, dup_range_s)
+            if verify is not None:
+                reason = self._differs(tables, verify - w)
+        if reason:
+            read_from = first_t
+            tables = self._read(plan, first_t, last_t, w, dup_range_s)
+            self.kept = _Kept(plan.key, w, server, {lvl: {} for lvl in plan.levels}, {})
+        assert tables is not None and self.kept is not None
+        self._merge(tables, first_t, read_from, last_t, end, w)
+        self.last = ReadCost(round((last_t - read_from) / w) + 1, n, reason)
+        if self.debug is not None:
+            self.debug(self.last.line())
+        merged = RangeTables(self.kept.per_level, list(self.kept.devices.values()),
+                             tables.device_aliases, self._bad(), tables.notes)
+        return evidence_of(self.client, plan, merged, start=start, end=end,
+                           selector=self.selector, window_s=w, device_map=self.device_map)
+
+    def _plan_reads(self, first_t: float, last_t: float) -> tuple[float, float | None]:
+        """(the first window end to read, the end of the settled window read again to check
+        the kept one, or None): every window after the newest kept, every kept window read
+        too soon after it closed, and the newest settled window before those."""
+        assert self.kept is not None
+        ends = sorted(e for e in self.kept.read_at if e >= first_t - EPS)
+        soon = [e for e in ends if self.kept.read_at[e] < e + self.settle_s]
+        read_from = min(soon) if soon else self.kept.newest_end + self.kept.window_s
+        verify = max((e for e in ends if e < read_from - EPS), default=None)
+        if verify is not None:
+            read_from = verify
+        return min(read_from, last_t), verify
+
+    def _differs(self, tables: RangeTables, start: float) -> str:
+        """Why the window starting at ``start`` read again differs from the kept one ('')."""
+        assert self.kept is not None
+        kept = _window_values(self.kept.per_level, start)
+        fresh = _window_values(tables.per_level, start)
+        if kept.keys() != fresh.keys():
+            return (f"the window at {start:.0f} read again has {len(fresh)} values where "
+                    f"{len(kept)} were kept")
+        changed = sum(not _same(kept[k], fresh[k]) for k in kept)
+        if changed:
+            return f"the window at {start:.0f} read again differs in {changed} values"
+        return ""
+
+    def _merge(self, tables: RangeTables, first_t: float, read_from: float, last_t: float,
+               now: float, w: float) -> None:
+        """Drop what left the range, replace the windows read, keep the rest."""
+        kept = self.kept
+        assert kept is not None
+        lo, cut = first_t - w - EPS, read_from - w - EPS  # window starts: kept in [lo, cut)
+        for level in kept.per_level:
+            merged: Values = {}
+            new = tables.per_level.get(level, {})
+            for signal in dict.fromkeys([*kept.per_level[level], *new]):
+                table = {k: v for k, v in kept.per_level[level].get(signal, {}).items()
+                         if lo <= k[0] < cut}
+                table.update(new.get(signal, {}))
+                if table:
+                    merged[signal] = table
+            kept.per_level[level] = merged
+        fresh = {_device_id(d): d for d in tables.devices}
+        devices: dict[tuple[object, ...], DeviceSeries] = {}
+        for ident, series in [*fresh.items(), *kept.devices.items()]:
+            if ident in devices:
+                continue
+            old = kept.devices.get(ident)
+            values = {t: v for t, v in old.values.items() if lo <= t < cut} if old else {}
+            values.update(fresh[ident].values if ident in fresh else {})
+            if values:
+                devices[ident] = replace(series, values=values)
+        kept.devices = devices
+        kept.read_at = {e: at for e, at in kept.read_at.items() if first_t - EPS <= e < read_from
+                        - EPS}
+        for i in range(round((last_t - read_from) / w) + 1):
+            kept.read_at[round(read_from + i * w, 6)] = now
+        kept.bad = [(e, b) for e, b in kept.bad if e >= first_t - EPS and b]
+        if tables.bad:
+            kept.bad.append((last_t, tables.bad))
+
+    def _bad(self) -> list[str]:
+        """The series without a usable unit in the windows kept: each label set as often as the
+        read that saw it most often (a series spanning several reads is one series)."""
+        assert self.kept is not None
+        most: dict[str, int] = {}
+        for _, bad in self.kept.bad:
+            for text in set(bad):
+                most[text] = max(most.get(text, 0), bad.count(text))
+        return [text for text, n in most.items() for _ in range(n)]
