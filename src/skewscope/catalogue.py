@@ -35,6 +35,9 @@ class Kind(StrEnum):
     KV_SHORTAGE = "kv_shortage"  # a hot unit out of KV blocks (method step 4 drill-down)
     # prefill/decode disaggregation: one pool saturated while the other idles (not a unit's skew)
     PD_IMBALANCE = "pd_imbalance"
+    # a group's units take turns carrying its load: a balancer deciding on late counts
+    # (analysis/stale.py); not one unit's skew, and none of its units is a hot spot
+    STALE_LOAD = "stale_load"
 
 
 # The pools of a prefill/decode disaggregated fleet (UnitFrame ``pool``; sources/pools.py maps
@@ -50,6 +53,8 @@ def kind_title(kind: str) -> str:
         return "stalled engine"
     if kind == Kind.PD_IMBALANCE:
         return "prefill/decode imbalance"
+    if kind == Kind.STALE_LOAD:
+        return "stale-load pattern"
     return "KV block shortage" if kind == Kind.KV_SHORTAGE else f"{kind} skew"
 
 

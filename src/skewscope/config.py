@@ -100,6 +100,12 @@ class Thresholds:
     min_requests_per_window: Positive = 2.0
     min_windows: Count = 6
     min_units: Points = 2
+    # Stale load (analysis/stale.py): a group's units take turns carrying its load when, in
+    # ``persist_share`` of the windows, one of them runs ``hot_ratio`` over its peers while each
+    # unit's load is anti-correlated with the sum of its peers' at least this much (mean
+    # correlation at or below minus this): a balancer moving load on late counts, not load added
+    # (a burst on one unit, or a ramp for all, correlates them positively).
+    stale_anticorrelation: Share = 0.3
     # Trend rule (online): gap between the hot and the idle units widening while P95/P99 rises.
     trend_min_slope_share: Positive = 0.02  # per window, relative to the mean gap
     # Stalled engine: in a window it holds at least ``stalled_min_in_flight`` requests (mean
@@ -281,6 +287,19 @@ ROOT_CAUSES: dict[str, RootCause] = {
                 "load wins over cache hits on a hot unit.",
                 "Replicate the hot prefix (or its KV) on several units, or split the shared "
                 "prefix's traffic over a group of units.",
+            ),
+        ),
+        RootCause(
+            "stale_load",
+            "The balancer decides on stale load: counts published late send each burst to the "
+            "unit that looked least loaded at the last publish, so bursts rotate over the units",
+            (
+                "Publish the load counts more often (vLLM's DP coordinator, a router's polling "
+                "interval of its workers' queues).",
+                "Add the requests sent since the last publish to the published counts (local "
+                "in-flight accounting), so one stale snapshot cannot take a whole burst.",
+                "Pick by power-of-two choices over the counts instead of the single least-loaded "
+                "unit: two random candidates spread a burst even on stale counts.",
             ),
         ),
         RootCause(

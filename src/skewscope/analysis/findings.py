@@ -19,6 +19,7 @@ from skewscope.analysis.resource import (
     device_causes,
 )
 from skewscope.analysis.saturation import Saturation
+from skewscope.analysis.stale import StaleLoad
 from skewscope.analysis.stall import Stall, stall_evidence
 from skewscope.analysis.summary import (
     reference_summary,
@@ -34,6 +35,7 @@ from skewscope.report.facts import (
     Note,
     NoteCode,
     SaturationFacts,
+    StaleLoadFacts,
     StallFacts,
     StarvedFacts,
 )
@@ -349,4 +351,32 @@ def starved_finding(
         actions=cause.actions,
         root_causes=(RootCauseRef(key, cause.title),),
         side_by_side=side_by_side(starved, ref),
+    )
+
+
+def stale_load_finding(m: SignalMatrix, s: StaleLoad) -> Finding:
+    """A group whose units take turns carrying its load: one finding for the group, its units
+    compared with one another (none of them is a hot spot or a reference)."""
+    cause = ROOT_CAUSES["stale_load"]
+    units = tuple(m.units[j] for j in s.units)
+    return Finding(
+        kind=str(Kind.STALE_LOAD),
+        units=units,
+        reference_units=(),
+        severity="medium",
+        facts=StaleLoadFacts(
+            group=s.group, signal=s.signal, swing_share=s.swing_share,
+            judged_windows=int(s.judged.sum()), anticorrelation=s.anticorrelation,
+            switch_every_s=s.switch_every_s, window_s=m.window_s,
+            turns=tuple(zip(units, s.turns, strict=True)), range_ratio=s.range_ratio),
+        evidence={
+            "signal": s.signal,
+            "swing_share": s.swing_share,
+            "anticorrelation": s.anticorrelation,
+            "switch_every_s": s.switch_every_s,
+            "busiest_windows": dict(zip(units, s.turns, strict=True)),
+            "range_ratio": s.range_ratio,
+        },
+        actions=cause.actions,
+        root_causes=(RootCauseRef(cause.key, cause.title),),
     )

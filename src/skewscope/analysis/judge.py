@@ -20,6 +20,7 @@ from skewscope.analysis.findings import (
     counts_finished,
     hot_finding,
     kv_finding,
+    stale_load_finding,
     stall_findings,
     starved_finding,
 )
@@ -36,6 +37,7 @@ from skewscope.analysis.saturation import saturation, unplaced_link
 from skewscope.analysis.seen import requests_seen
 from skewscope.analysis.significance import weight_p_value
 from skewscope.analysis.spread import fleet_summary
+from skewscope.analysis.stale import StaleLoad, find_stale_load
 from skewscope.analysis.stall import Stall, find_stalls, no_progress_note
 from skewscope.analysis.summary import (
     reference_bounds,
@@ -101,6 +103,8 @@ def diagnose_frame(
         return _insufficient(base, notes, reason, units)
 
     heats = detect(m, frame.window_s, th)
+    stale = find_stale_load(m, heats, th, finished=counts_finished(frame))
+    heats = _rotating_calm(heats, stale)
     judged = int(np.any(np.stack([h.active for h in heats]), axis=0).sum())
     if judged < th.min_windows:
         reason = Note(NoteCode.FEW_JUDGED_WINDOWS, {
@@ -113,7 +117,7 @@ def diagnose_frame(
     fed = without_starved(m, heats, th)
     if fed:
         # Starved units' zeros would drag their peers' median down: judge against the rest.
-        heats = detect(m, frame.window_s, th, against=fed)
+        heats = _rotating_calm(detect(m, frame.window_s, th, against=fed), stale)
         starved_out = sorted(m.units[h.index] for h in heats
                              if m.groups[h.index] in fed and h.index not in fed[m.groups[h.index]])
         notes = (*notes, Note(NoteCode.STARVED_LEFT_OUT, {"units": starved_out}))
@@ -122,7 +126,7 @@ def diagnose_frame(
     if cold:
         # Most of a group runs hot, so the leave-one-out median is hot too: judge the group
         # against its under-loaded minority instead (never starved: persistent_cold says so).
-        heats = detect(m, frame.window_s, th, against={**fed, **cold})
+        heats = _rotating_calm(detect(m, frame.window_s, th, against={**fed, **cold}), stale)
         hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
         cold_units = sorted(m.units[j] for cols in cold.values() for j in cols)
         notes = (*notes, Note(NoteCode.COLD_MINORITY, {"units": cold_units}))
@@ -148,6 +152,7 @@ def diagnose_frame(
         *(_when(m, kv_finding(r), r.heat.hot, r.heat.active, KV_SERIES)
           for r in results if r.kv.found),
     ]
+    findings.extend(_when(m, stale_load_finding(m, s), s.swing, s.judged) for s in stale)
     hot_units = (*(s.unit for s in stalls), *hot_units)
     findings.extend(pd_findings(m, th) if frame.level == Level.INSTANCE else ())
     if starved_idx:
@@ -192,6 +197,16 @@ def diagnose_frame(
         fleet=fleet_summary(units, th) if detail else None,
         **base,  # type: ignore[arg-type]
     )
+
+
+def _rotating_calm(heats: list[UnitHeat], stale: list[StaleLoad]) -> list[UnitHeat]:
+    """The units of a stale-load group are neither hot, starved nor cold on their own: each
+    takes its turn at the bursts (the group's finding says so), none is hot over the range."""
+    rotating = {j for s in stale for j in s.units}
+    if not rotating:
+        return heats
+    return [replace(h, persistent_hot=False, transient_hot=False, persistent_starved=False,
+                    persistent_cold=False) if h.index in rotating else h for h in heats]
 
 
 def _role(h: UnitHeat, hot_units: tuple[str, ...], stalled: set[int], starved: list[int]) -> str:

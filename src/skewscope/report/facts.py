@@ -171,8 +171,25 @@ class PdFacts:
     type = "pd_imbalance"
 
 
+@dataclass(frozen=True)
+class StaleLoadFacts:
+    """A group's units taking turns carrying its load (a balancer deciding on late counts)."""
+
+    group: str  # the instance at DP level, "" at instance level
+    signal: str  # the load signal read: "requests" | "arrivals" | "running" (analysis/stale.py)
+    swing_share: float  # of the judged windows: one unit ran hot_ratio over its peers
+    judged_windows: int
+    anticorrelation: float  # mean correlation of a unit's load with its peers' sum (< 0)
+    switch_every_s: float  # how long the same unit stays the busiest
+    window_s: float
+    turns: tuple[tuple[str, int], ...]  # (unit, windows it was the busiest)
+    range_ratio: float  # the highest unit over the range against its peers (< hot_ratio)
+
+    type = "stale_load"
+
+
 FindingFacts = (HotFacts | KvShortageFacts | StarvedFacts | StallFacts | FleetPatternFacts
-                | PdFacts)
+                | PdFacts | StaleLoadFacts)
 
 
 def _plain(value: Any) -> Any:

@@ -109,6 +109,11 @@ def seconds(s: float) -> str:
     return f"{s:g} s"
 
 
+def seconds_about(s: float) -> str:
+    """A duration estimated from the data, to two significant figures ('13 s', '5.2 s')."""
+    return f"{float(f'{s:.2g}'):g} s"
+
+
 def plain(v: float) -> str:
     """A configured or exported figure as given, in its shortest form ('0.5', '3')."""
     return f"{v:g}"

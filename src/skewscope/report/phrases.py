@@ -21,6 +21,7 @@ from skewscope.report.facts import (
     Note,
     NoteCode,
     PdFacts,
+    StaleLoadFacts,
     StallFacts,
     StarvedFacts,
     WhatifNoteCode,
@@ -56,6 +57,8 @@ def finding_summary(facts: FindingFacts, context: tuple[Note, ...] = ()) -> str:
         head = stall_summary(facts)
     elif isinstance(facts, PdFacts):
         head = pd_summary(facts)
+    elif isinstance(facts, StaleLoadFacts):
+        head = stale_load_summary(facts)
     else:
         head = fleet_pattern_summary(facts)
     return " ".join([head, *(note(n) for n in context)])
@@ -211,6 +214,22 @@ def starved_summary(s: StarvedFacts) -> str:
     listing = ", ".join(f"{u} ({fmt.pct(share)} of windows)" for u, share in s.shares)
     return (f"{listing} received almost no traffic while their peers carried the load: count "
             "skew from a unit missing from the routing pool.")
+
+
+def stale_load_summary(s: StaleLoadFacts) -> str:
+    units = ", ".join(f"{u} ({n})" for u, n in s.turns)
+    what = {"requests": "requests", "running": "running requests",
+            "arrivals": "arrivals (finished + change in held requests)"}[s.signal]
+    every = (f"the busiest changing every ~{fmt.seconds_about(s.switch_every_s)}"
+             if s.switch_every_s > s.window_s else
+             f"the busiest changing from one {fmt.seconds(s.window_s)} window to the next")
+    return (f"The units{' of ' + s.group if s.group else ''} take turns carrying the load: in "
+            f"{fmt.pct(s.swing_share)} of {s.judged_windows} windows one of them ran far above "
+            f"its peers while the others carried less (their {what} anti-correlated, r = "
+            f"{fmt.decimal(s.anticorrelation)}), {every}; busiest in windows: {units}. Over the "
+            f"range none is hot (highest {_x(s.range_ratio)} its peers). A balancer deciding on "
+            "stale load (counts published late) sends each burst to the unit that looked least "
+            "loaded at the last publish: a stale-load pattern, not jitter and not a hot unit.")
 
 
 def stall_summary(s: StallFacts) -> str:

@@ -5,12 +5,20 @@ Each level has one ``Router``. Count-based policies (round robin, weighted) pick
 pointer, it yields exact weight proportions, and it compensates for requests a pin rule sent
 elsewhere — which is exactly a balancer that "counts requests, not tokens": equal request counts
 even when the long requests all land on one unit.
+
+A load-aware policy reads the units' load live unless its spec sets ``publish_s``: then it reads
+the counts as a coordinator last published them (``PublishedLoad``; vLLM's DP coordinator
+publishes its engines' counts every 100 ms to a few seconds), so every request between two
+publishes goes to the unit that was least loaded at the last one: bursts alternate between
+units (the ``stale_load`` pattern). ``local_accounting`` adds the requests the router itself
+sent since the publish, as vLLM's front-end does, which is the fix.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -77,11 +85,16 @@ class RoutingSpec:
     pin_units: tuple[int, ...] = ()
     pin_share: float = 1.0
     pin_counted: bool = True
+    publish_s: float = 0.0  # > 0: load read as published every publish_s (stale), 0: live
+    local_accounting: bool = False  # with publish_s: count own sends since the last publish
 
     def describe(self) -> str:
         s = self.policy
         if self.weights is not None:
             s += "(" + ",".join(f"{w:g}" for w in self.weights) + ")"
+        if self.publish_s > 0:
+            s += f" on load published every {self.publish_s:g}s"
+            s += " + local accounting" if self.local_accounting else ""
         if self.pin_tag:
             s += f" pin {self.pin_tag}->{list(self.pin_units)}"
         return s
@@ -105,6 +118,45 @@ class LoadView(Protocol):
     def running_requests(self, unit: int) -> int:
         """Requests in the unit's running batch."""
         ...
+
+
+class PublishedLoad:
+    """The load a coordinator last published: each unit's counts as they were at the first read
+    after a publish tick (every ``every`` s), plus, with ``local``, the requests the router sent
+    since (it knows its own sends; it does not know what finished). A LoadView."""
+
+    def __init__(self, n_units: int, every: float, local: bool) -> None:
+        self.every, self.local = every, local
+        self.at = -math.inf
+        self.counts = [(0, 0, 0)] * n_units  # (waiting, running, tokens) per unit
+        self.sent = [0] * n_units
+
+    def refresh(self, load: LoadView) -> None:
+        """Take a new snapshot when a publish tick passed since the last one."""
+        now = float(getattr(load, "now", 0.0))
+        if now < self.at + self.every:
+            return
+        self.at = math.floor(now / self.every) * self.every
+        self.counts = [(load.waiting_requests(u), load.running_requests(u),
+                        load.outstanding_tokens(u)) for u in range(len(self.counts))]
+        self.sent = [0] * len(self.counts)
+
+    def note_sent(self, unit: int) -> None:
+        if self.local:
+            self.sent[unit] += 1
+
+    def outstanding_requests(self, unit: int) -> int:
+        w, r, _ = self.counts[unit]
+        return w + r + self.sent[unit]
+
+    def outstanding_tokens(self, unit: int) -> int:
+        return self.counts[unit][2]
+
+    def waiting_requests(self, unit: int) -> int:
+        return self.counts[unit][0] + self.sent[unit]
+
+    def running_requests(self, unit: int) -> int:
+        return self.counts[unit][1]
 
 
 class Router:
@@ -132,6 +184,8 @@ class Router:
         self.ring_for: tuple[int, ...] | None = None  # the pool the ring was built for
         # ``_fewest``'s place: the pool, its fewest assigned, the position to look from
         self.fewest_at: tuple[tuple[int, ...], int, int] | None = None
+        self.published = (PublishedLoad(n_units, spec.publish_s, spec.local_accounting)
+                          if spec.publish_s > 0 else None)
 
     def choose(
         self, tag: int, session: int, avail: tuple[int, ...], load: LoadView, hint: int = -1
@@ -152,8 +206,13 @@ class Router:
                 if self.spec.pin_counted:
                     self.assigned[unit] += 1
                 return unit
+        if self.published is not None:
+            self.published.refresh(load)
+            load = self.published
         unit = self._by_policy(session, avail, load)
         self.assigned[unit] += 1
+        if self.published is not None:
+            self.published.note_sent(unit)
         return unit
 
     def _by_policy(self, session: int, avail: tuple[int, ...], load: LoadView) -> int:

@@ -50,16 +50,19 @@ class GroundTruth:
     level: str  # "instance" | "dp"
     hot_units: tuple[str, ...] = ()  # unit ids: "inst-1" or "inst-0/dp2"
     idle_units: tuple[str, ...] = ()  # units that get (almost) no traffic, e.g. failed health check
-    kind: str | None = None  # "count" | "weight" | "capability"
+    kind: str | None = None  # "count" | "weight" | "capability" | "stale_load"
     weight_side: str | None = None  # "input" | "output" for weight skew
     root_cause: str | None = None  # key of ROOT_CAUSES in skewscope.config
     kv_exhausted: bool = False  # the hot unit runs out of KV blocks
     description: str = ""
+    # units taking turns at the bursts of a balancer deciding on stale load (kind stale_load)
+    rotating_units: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["hot_units"] = list(self.hot_units)
         d["idle_units"] = list(self.idle_units)
+        d["rotating_units"] = list(self.rotating_units)
         return d
 
 

@@ -22,7 +22,7 @@ from skewscope.config import ROOT_CAUSES
 from skewscope.errors import SimulationError
 from skewscope.frame import dp_unit_id
 from skewscope.sim.limits import check_limits, units_problem
-from skewscope.sim.policies import POLICIES, RoutingSpec
+from skewscope.sim.policies import POLICIES, RoutingSpec, reads_load
 from skewscope.sim.records import GroundTruth
 from skewscope.sim.workload import (
     BUILTIN_TRACES,
@@ -37,7 +37,7 @@ from skewscope.smallfile import load_toml
 
 VERDICTS = ("imbalanced", "balanced", "insufficient_data")
 LEVELS = ("instance", "dp")
-KINDS = ("count", "weight", "capability")
+KINDS = ("count", "weight", "capability", "stale_load")
 SIDES = ("input", "output")
 ARRIVALS = ("poisson", "onoff", "trace")
 DISTS = ("lognormal", "pareto", "fixed")
@@ -356,8 +356,14 @@ def _read_routing(tbl: _Table | None, n_units: int, names: list[str]) -> Routing
     share = tbl.get("pin_share", float, 1.0)
     _require(tbl, "pin_share", 0 <= share <= 1, "must be in [0, 1]")
     counted = tbl.get("pin_counted", bool, True)
+    publish = tbl.get("publish_s", float, 0.0)
+    _require(tbl, "publish_s", math.isfinite(publish) and publish >= 0, "must be >= 0")
+    _require(tbl, "publish_s", publish == 0 or reads_load(RoutingSpec(policy)),
+             f"only for a policy that reads load (not {policy!r})")
+    local = tbl.get("local_accounting", bool, False)
+    _require(tbl, "local_accounting", not local or publish > 0, "needs publish_s > 0")
     tbl.done()
-    return RoutingSpec(policy, weights, pin_tag, tuple(pins), share, counted)
+    return RoutingSpec(policy, weights, pin_tag, tuple(pins), share, counted, publish, local)
 
 
 def _read_truth(tbl: _Table, name: str, units: set[str]) -> GroundTruth:
@@ -372,6 +378,7 @@ def _read_truth(tbl: _Table, name: str, units: set[str]) -> GroundTruth:
         root_cause=tbl.get("root_cause", str, None),
         kv_exhausted=tbl.get("kv_exhausted", bool, False),
         description=tbl.get("description", str, ""),
+        rotating_units=tbl.get("rotating_units", tuple[str, ...], ()),
     )
     tbl.done()
     _require(tbl, "verdict", t.verdict in VERDICTS, f"must be one of {', '.join(VERDICTS)}")
@@ -382,7 +389,10 @@ def _read_truth(tbl: _Table, name: str, units: set[str]) -> GroundTruth:
              "is required for kind 'weight' and only for it")
     _require(tbl, "root_cause", t.root_cause is None or t.root_cause in ROOT_CAUSES,
              f"must be one of {', '.join(ROOT_CAUSES)}")
-    for k, us in (("hot_units", t.hot_units), ("idle_units", t.idle_units)):
+    _require(tbl, "rotating_units", bool(t.rotating_units) == (t.kind == "stale_load"),
+             "is required for kind 'stale_load' and only for it")
+    for k, us in (("hot_units", t.hot_units), ("idle_units", t.idle_units),
+                  ("rotating_units", t.rotating_units)):
         bad = [u for u in us if u not in units]
         _require(tbl, k, not bad, f"unknown unit {bad[0] if bad else ''!r}")
     return t
