@@ -14,17 +14,30 @@ from hypothesis import strategies as st
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import UsageError
-from skewscope.settings import DEFAULT_LIMITS, SourceLimits, field_kinds, out_of_range
+from skewscope.settings import (
+    DEFAULT_LIMITS,
+    Range,
+    SourceLimits,
+    field_kinds,
+    out_of_range,
+)
 
 WHERE = "--config f.toml: [x]"
 DEFAULTS: list[Any] = [DEFAULT_THRESHOLDS, DEFAULT_LIMITS]
+
+
+def numeric(cls: type) -> dict[str, tuple[type, Range | None]]:
+    """The number settings (a name setting, ``role_label``, has a ``Pattern`` instead)."""
+    return {n: k for n, k in field_kinds(cls).items() if k[0] is not str}
 
 
 @pytest.mark.parametrize("default", DEFAULTS, ids=["thresholds", "sources"])
 def test_every_setting_has_a_range_and_its_default_is_in_it(default: Any) -> None:
     kinds = field_kinds(type(default))
     assert {f.name for f in dataclasses.fields(default)} == set(kinds)
-    assert [name for name, (_, rng) in kinds.items() if rng is None] == []
+    assert [name for name, (_, rng) in numeric(type(default)).items() if rng is None] == []
+    assert [n for n, (kind, _) in kinds.items() if kind is str] == (
+        ["role_label"] if default is DEFAULT_LIMITS else [])
     assert out_of_range(default) == []
     assert DEFAULT_THRESHOLDS.contradictions() == []
 
@@ -67,6 +80,9 @@ def test_every_setting_has_a_range_and_its_default_is_in_it(default: Any) -> Non
         (DEFAULT_LIMITS, {"max_query_mb": 0}, "max_query_mb: expected a number in (0, 1e9], got 0"),
         (DEFAULT_LIMITS, {"progress_every_s": -5},
          "progress_every_s: expected a number in (0, 1e9], got -5"),
+        (DEFAULT_LIMITS, {"role_label": "llm-d.ai/role"},
+         "role_label: expected a label name, got 'llm-d.ai/role'"),
+        (DEFAULT_LIMITS, {"role_label": 3}, "role_label: expected a label name, got 3"),
     ],
 )
 def test_bad_value_is_one_line_naming_the_key(
@@ -87,7 +103,7 @@ def _value(kind: type) -> st.SearchStrategy[float]:
 @settings(max_examples=300)
 def test_a_value_is_taken_exactly_when_in_range_and_consistent(data: st.DataObject) -> None:
     default = data.draw(st.sampled_from(DEFAULTS))
-    name, (kind, rng) = data.draw(st.sampled_from(sorted(field_kinds(type(default)).items())))
+    name, (kind, rng) = data.draw(st.sampled_from(sorted(numeric(type(default)).items())))
     assert rng is not None
     value = data.draw(_value(kind))
     if not rng.holds(value):
@@ -112,7 +128,7 @@ def test_any_toml_number_is_taken_or_refused_in_one_short_line(data: st.DataObje
     """Integers far past a float (TOML and tomllib take any size) and floats past every range:
     one UsageError line, never an OverflowError or a setting that allocates gigabytes."""
     default = data.draw(st.sampled_from(DEFAULTS))
-    name = data.draw(st.sampled_from(sorted(field_kinds(type(default)))))
+    name = data.draw(st.sampled_from(sorted(numeric(type(default)))))
     value = data.draw(st.integers(-(10**400), 10**400) | st.floats(allow_nan=False)
                       | st.sampled_from([10**309, -(10**309), 2**64, 10**9 + 1]))
     try:
@@ -125,7 +141,7 @@ def test_any_toml_number_is_taken_or_refused_in_one_short_line(data: st.DataObje
 
 def test_every_range_is_closed_above() -> None:
     for default in DEFAULTS:
-        for name, (_, rng) in field_kinds(type(default)).items():
+        for name, (_, rng) in numeric(type(default)).items():
             assert rng is not None and rng.high is not None, name
     highs = {name: rng.high for name, (_, rng) in field_kinds(Thresholds).items() if rng}
     assert highs["permutations"] == 100_000 and highs["smooth_windows"] == 1000

@@ -4,12 +4,16 @@ own pool, and one pool saturated while the other idles is the P/D imbalance find
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from tests.frame_builder import Spec, make_frame
 from tests.report_schema import assert_valid
 
 from skewscope.analysis.diagnose import diagnose_frame
 from skewscope.catalogue import Kind
 from skewscope.config import DEFAULT_THRESHOLDS
+from skewscope.errors import SourceError
 
 
 def _fleet(pools: bool, hot_decode: bool = False) -> dict[str, Spec]:
@@ -80,3 +84,87 @@ def test_decode_pool_saturated_while_prefill_idles_is_pd_imbalance() -> None:
 def test_balanced_split_has_no_pd_finding() -> None:
     report = diagnose_frame(make_frame(_saturated("neither")), DEFAULT_THRESHOLDS)
     assert not [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
+
+
+# --- the pool labels (sources/pools.py) --------------------------------------------------
+
+def test_each_dialect_reads_its_stacks_pool_label() -> None:
+    from skewscope.sources.pools import candidates, pools_from_labels
+
+    assert [r.label for r in candidates("ms-service-metric")] == ["role", "llm_d_ai_role"]
+    (dyn,) = candidates("dynamo")
+    assert (dyn.label, dyn.unit_label) == ("worker_type", "worker_id")
+    assert [r.label for r in candidates("vllm")] == ["llm_d_ai_role"]
+    assert [r.label for r in candidates("mindie", "pool")] == ["pool"]  # the user's only
+    sets = [({"worker_id": "7", "worker_type": "prefill"}, ""),
+            ({"worker_id": "8", "worker_type": "decode"}, ""),
+            ({"worker_id": "9", "worker_type": "aggregated"}, "")]
+    assert pools_from_labels(sets, dyn) == {"7": "prefill", "8": "decode"}  # 9: both phases
+    # the scraped target names the unit when the series do not
+    role = candidates("ms-service-metric")[0]
+    assert pools_from_labels([({"role": "Decode"}, "h:1"), ({"role": "mixed"}, "h:1")],
+                             role) == {"h:1": "decode"}
+
+
+def test_a_unit_labelled_with_two_pools_is_one_line_error() -> None:
+    from skewscope.sources.pools import candidates, pools_from_labels
+
+    role = candidates("ms-service-metric")[0]
+    sets = [({"instance": "h:1", "role": "prefill"}, ""), ({"instance": "h:1", "role": "decode"},
+                                                           "")]
+    with pytest.raises(SourceError) as err:
+        pools_from_labels(sets, role)
+    assert str(err.value) == ("unit h:1 carries role = decode and prefill on different series; "
+                              "a unit serves one pool: fix the label (or --role-label)")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--role-label", "llm-d.ai/role"],
+     "--role-label: 'llm-d.ai/role' is not a label name (letters, digits, _; e.g. role, "
+     "worker_type, llm_d_ai_role)"),
+    (["--role-label", "__name__"], "--role-label: '__name__' is not a label name"),
+])
+def test_bad_role_label_is_one_line_usage_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewscope.cli import main
+
+    # nothing listens on the URL: the name is refused before any request (exit 2, not 4)
+    assert main(["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "5m",
+                 *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_role_label_in_config_is_checked(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from skewscope.cli import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[sources]\nrole_label = "a.b"\n')
+    assert main(["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "5m",
+                 "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "[sources] role_label: expected a label name, got 'a.b'" in err[0]
+
+
+def test_pd_scenario_runs_two_pools_and_bad_split_is_one_line() -> None:
+    import tomllib
+
+    from skewscope.errors import SimulationError
+    from skewscope.sim.engine import simulate
+    from skewscope.sim.scenario import load_scenario, scenario_from_toml
+
+    sc = load_scenario("pd-imbalanced")
+    assert sc.pd is not None and sc.pd.prefill_instances == 2
+    res = simulate(sc)
+    assert res.meta["pools"] == {f"inst-{i}": "prefill" if i < 2 else "decode" for i in range(8)}
+    by = res.requests.group_by("instance").len().sort("instance")["len"].to_list()
+    # every request passes a prefill instance, then a decode instance: as many on each side
+    assert sum(by[:2]) >= sum(by[2:]) > 0.95 * sum(by[:2])
+    text = 'name = "x"\n[cluster]\ninstances = 2\n[pd]\nprefill_instances = 2\n' \
+           '[truth]\nverdict = "balanced"\n'
+    with pytest.raises(SimulationError) as err:
+        scenario_from_toml(tomllib.loads(text), "x.toml")
+    assert "\n" not in str(err.value) and "prefill_instances" in str(err.value)
+    assert "must be in [1, 1]" in str(err.value)

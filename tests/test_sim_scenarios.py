@@ -72,8 +72,9 @@ def test_builtins_cover_every_row_and_root_cause() -> None:
     # the hot finding's kv_exhaustion
     assert {sc.truth.root_cause for sc in BUILTINS.values()} >= set(ROOT_CAUSES) - {
         "engine_stalled", "prefix_affinity", "device_or_process", "scheduler_bound",
-        "kv_shortage",
+        "kv_shortage", "pd_ratio",  # pd_ratio: the prefill/decode scenarios (sim/scenarios/pd/)
     }
+    assert load_scenario("pd-imbalanced").truth.root_cause == "pd_ratio"
     assert {sc.truth.verdict for sc in BUILTINS.values()} == {
         "imbalanced", "balanced", "insufficient_data"
     }

@@ -22,6 +22,19 @@ MIB = 2**20
 
 
 @dataclass(frozen=True)
+class Pattern:
+    """The text a string setting may hold, written in its type like ``Range``."""
+
+    regex: str
+    what: str  # how the error says it ("a label name")
+
+    def holds(self, value: str) -> bool:
+        import re
+
+        return re.fullmatch(self.regex, value) is not None
+
+
+@dataclass(frozen=True)
 class Range:
     """The values a setting may take, written in its type (``Annotated[float, Range(...)]``) so
     the range sits next to the setting it guards and reads in the error."""
@@ -86,12 +99,18 @@ MAX_NESTING = 64
 
 
 def field_kinds(cls: type) -> dict[str, tuple[type, Range | None]]:
-    """Field name -> (int or float, its Range if its type carries one)."""
+    """Field name -> (int, float or str, its Range if its type carries one)."""
     out: dict[str, tuple[type, Range | None]] = {}
     for name, hint in get_type_hints(cls, include_extras=True).items():
         base, *extra = get_args(hint) if get_origin(hint) is Annotated else (hint,)
         out[name] = (base, next((r for r in extra if isinstance(r, Range)), None))
     return out
+
+
+def _pattern(cls: type, name: str) -> Pattern | None:
+    hint = get_type_hints(cls, include_extras=True)[name]
+    extra = get_args(hint)[1:] if get_origin(hint) is Annotated else ()
+    return next((p for p in extra if isinstance(p, Pattern)), None)
 
 
 def out_of_range(obj: object) -> list[tuple[str, str]]:
@@ -111,6 +130,13 @@ def override(obj: T, values: Mapping[str, object], where: str, what: str) -> T:
         if key not in kinds:
             raise UsageError(f"{where} {key}: unknown {what} (docs/configuration.md)")
         kind, rng = kinds[key]
+        if kind is str:  # a name (a label): text, and text of its pattern
+            pattern = _pattern(type(obj), key)
+            if not isinstance(value, str) or (pattern and value and not pattern.holds(value)):
+                want = pattern.what if pattern else "a string"
+                raise UsageError(f"{where} {key}: expected {want}, got {_shown(value)}")
+            clean[key] = value
+            continue
         want = "an integer" if kind is int else "a number"
         if (isinstance(value, bool) or not isinstance(value, int | float)
                 or (kind is int and not isinstance(value, int))):
@@ -163,6 +189,9 @@ class SourceLimits:
     # stamped just before its end may not have reached the server yet), so a kept window is
     # one the server no longer changes.
     watch_settle_s: Floor = 60.0
+    # The label naming each unit's prefill/decode pool, for a stack the dialects do not know
+    # (sources/pools.py); "" = the dialect's own (--role-label sets it per command).
+    role_label: Annotated[str, Pattern(r"[a-zA-Z_][a-zA-Z0-9_]*", "a label name")] = ""
 
     @property
     def max_query_bytes(self) -> int:

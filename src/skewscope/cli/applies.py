@@ -43,6 +43,7 @@ RULES: dict[str, Rule] = {
     "duration": rule("scrape", "how long /metrics is sampled"),
     "interval": rule("scrape", "how often /metrics is sampled"),
     "dialect": rule("prometheus scrape", "the metric names of an engine's /metrics"),
+    "role_label": rule("prometheus scrape", "the label naming each unit's prefill/decode pool"),
     "device_map": rule("prometheus scrape", "places device-exporter series on units"),
     "start": rule("prometheus profiler", "a scrape samples from now for --duration"),
     "end": rule("prometheus profiler", "a scrape samples from now for --duration"),

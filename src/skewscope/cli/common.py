@@ -124,6 +124,10 @@ def add_online_source_args(p: argparse.ArgumentParser, *, fixed_range: bool = Tr
     src.add_argument("--interval", default="5s", help="scrape interval (default 5s)")
     src.add_argument("--dialect", choices=DIALECT_CHOICES,
                      help="metric dialect (default: detected from the metric names)")
+    src.add_argument("--role-label", metavar="NAME",
+                     help="label naming each unit's prefill/decode pool (default: the "
+                     "dialect's: ms-service-metric role, Dynamo worker_type, llm-d "
+                     "llm_d_ai_role); docs/online.md")
     src.add_argument("--device-map", metavar="FILE",
                      help="TOML [devices] table placing device-exporter series on units where "
                      "pod and host labels do not match (docs/online.md)")
@@ -323,7 +327,7 @@ def prometheus_loader(
                                dialect=args.dialect, auth=auth, timeout_s=timeout,
                                window_s=window, limits=limits,
                                device_selector=getattr(args, "device_selector", ""),
-                               device_map=device_map)
+                               device_map=device_map, role_label=role_label_from_args(args))
 
     return load
 
@@ -442,6 +446,7 @@ def load_scrape_evidence(args: argparse.Namespace, window: float | None) -> Evid
         timeout_s=parse_duration(args.timeout, "--timeout"),
         device_map=device_map_from_args(args),
         limits=limits_from_args(args),
+        role_label=role_label_from_args(args),
     )
 
 
@@ -486,6 +491,15 @@ def add_config_arg(parser: argparse.ArgumentParser) -> None:
 def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
     """The analysis' thresholds: the defaults, or those --config FILE sets."""
     return _settings_from_args(args)[0]
+
+
+def role_label_from_args(args: argparse.Namespace) -> str:
+    """--role-label, else --config's ``[sources] role_label`` (checked), else "" (the
+    dialect's own label)."""
+    from skewscope.sources.pools import check_role_label
+
+    given = getattr(args, "role_label", None)
+    return check_role_label(given) if given else limits_from_args(args).role_label
 
 
 def limits_from_args(args: argparse.Namespace) -> SourceLimits:

@@ -97,6 +97,7 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
         timeout_s=common.parse_duration(args.timeout, "--timeout") if args.timeout else None,
         device_map=common.device_map_from_args(args),
         limits=common.limits_from_args(args),
+        role_label=common.role_label_from_args(args),
     )
     shown = f"scrape {len(args.scrape)} target(s): " + ", ".join(redact_url(u) for u in args.scrape)
     started = sampler.start()

@@ -77,6 +77,7 @@ class RollingScraper:
         timeout_s: float | None = None,
         device_map: DeviceMap | None = None,
         limits: SourceLimits = DEFAULT_LIMITS,
+        role_label: str = "",
     ) -> None:
         if not urls:
             raise UsageError("no /metrics URL given")
@@ -92,7 +93,7 @@ class RollingScraper:
         self.urls = tuple(urls)
         self.span_s, self.interval_s, self.window_s = span_s, interval_s, window_s
         self.dialect, self.auth, self.timeout_s = dialect, auth, timeout_s
-        self.device_map, self.limits = device_map, limits
+        self.device_map, self.limits, self.role_label = device_map, limits, role_label
         keep = math.ceil(span_s / interval_s) + 2
         self._buf: dict[str, deque[tuple[float, Snapshot]]] = {
             u: deque(maxlen=keep) for u in urls
@@ -184,4 +185,5 @@ class RollingScraper:
             dialect=self.dialect,
             notes=notes,
             device_map=self.device_map,
+            role_label=self.role_label,
         )

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from skewscope.errors import SimulationError
 from skewscope.frame import dp_unit_id
 from skewscope.sim.loop import PROGRESS_EVERY, route, run
+from skewscope.sim.pd import simulate_pd
 from skewscope.sim.policies import reads_load
 from skewscope.sim.rank import STEP_FIELDS, Rank, RequestState
 from skewscope.sim.records import START_S, RankInfo, SimResult, SinkFactory, StepSink
@@ -76,6 +78,13 @@ def simulate(
     duration = scenario.duration_s if duration_s is None else duration_s
     root = np.random.SeedSequence(seed)
     rng_wl, rng_route, rng_id = (np.random.default_rng(s) for s in root.spawn(3))
+    if scenario.pd is not None:  # two pools, each run as a fleet of its own (sim/pd.py)
+        if sinks is not None or on_steps is not None or not keep_steps:
+            raise SimulationError("a prefill/decode scenario runs whole: no streamed writers "
+                                  "(write its metrics from the result)")
+        wl = generate(scenario.workload, duration, rng_wl) if workload is None else workload
+        return simulate_pd(scenario, scenario.pd, simulate, seed=seed, duration=duration,
+                           workload=wl, record_members=record_members, progress=progress)
     rng_disp = [np.random.default_rng(s) for s in root.spawn(1)[0].spawn(scenario.instances)]
     wl = generate(scenario.workload, duration, rng_wl) if workload is None else workload
     rng_id_start = copy.deepcopy(rng_id)  # workers draw the same ids again

@@ -22,6 +22,7 @@ from skewscope.config import ROOT_CAUSES
 from skewscope.errors import SimulationError
 from skewscope.frame import dp_unit_id
 from skewscope.sim.limits import check_limits, units_problem
+from skewscope.sim.pd import PdSpec
 from skewscope.sim.policies import POLICIES, RoutingSpec, reads_load
 from skewscope.sim.records import GroundTruth
 from skewscope.sim.workload import (
@@ -37,7 +38,7 @@ from skewscope.smallfile import load_toml
 
 VERDICTS = ("imbalanced", "balanced", "insufficient_data")
 LEVELS = ("instance", "dp")
-KINDS = ("count", "weight", "capability", "stale_load")
+KINDS = ("count", "weight", "capability", "stale_load", "pd_imbalance")
 SIDES = ("input", "output")
 ARRIVALS = ("poisson", "onoff", "trace")
 DISTS = ("lognormal", "pareto", "fixed")
@@ -92,6 +93,7 @@ class Scenario:
     # instance DP=2, the others DP=4); () = ``dp_ranks`` everywhere. The simulator keeps an
     # instances x dp_ranks grid; ranks at or past an instance's size never get a request.
     dp_sizes: tuple[int, ...] = ()
+    pd: PdSpec | None = None  # prefill/decode disaggregated (sim/pd.py); None: aggregated
 
     def instance_name(self, i: int) -> str:
         return f"inst-{i}"
@@ -446,9 +448,17 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
         raise top.error("truth", "required table is missing")
     truth = _read_truth(tt, name, units)
     summary = top.get("summary", str, "")
+    pt, pd = top.table("pd"), None
+    if pt is not None:
+        pd = _scalars(pt, PdSpec)
+        pt.done()
+        _require(pt, "prefill_instances", 1 <= pd.prefill_instances < n_inst,
+                 f"must be in [1, {n_inst - 1}] (prefill instances first, then decode)")
+        for k in ("transfer_ms", "decode_prefill_token_ms"):
+            _require(pt, k, math.isfinite(getattr(pd, k)) and getattr(pd, k) >= 0, "must be >= 0")
     top.done()
     sc = Scenario(name, summary, truth, duration, seed, n_inst, n_dp, rank, tuple(overrides),
-                  tuple(health), gateway, dispatcher, workload, model, source)
+                  tuple(health), gateway, dispatcher, workload, model, source, pd=pd)
     check_limits(sc, keep_steps=False)  # the least a run holds; keeping its steps: the caller
     if not summary:
         sc = dataclasses.replace(sc, summary=default_summary(sc))
@@ -500,6 +510,11 @@ def load_scenario(name_or_path: str) -> Scenario:
     builtins = builtin_scenarios()
     if name_or_path in builtins:
         return builtins[name_or_path]
+    # prefill/decode scenarios (sim/pd.py): kept apart from the accuracy set, whose scoring is
+    # per hot unit; their truth is a pool finding or a unit inside one pool
+    pd_file = resources.files("skewscope.sim") / "scenarios" / "pd" / f"{name_or_path}.toml"
+    if pd_file.is_file():
+        return read_scenario_file(Path(str(pd_file)))
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
         if not path.exists():  # a FIFO, device or folder is refused by the reader, by kind

@@ -87,10 +87,12 @@ def assemble(
     window_s: float,
     source: str,
     notes: Iterable[str] = (),
+    pools: Mapping[str, str] | None = None,
 ) -> UnitFrame:
     """Build a UnitFrame: rows only where a unit has data; absent signals listed as missing.
 
     Units that are not present in every window (scale in/out, series that stop) get a note.
+    ``pools``: instance -> its prefill/decode pool (sources/pools.py), on every row of it.
     """
     import polars as pl
 
@@ -117,6 +119,8 @@ def assemble(
         "dp_rank": [k[2] for k in keys],
     }
     columns.update(columns_of())
+    if pools:
+        columns["pool"] = [pools.get(k[1]) for k in keys]
     df = pl.DataFrame(columns, schema={c: schema[c] for c in columns})  # type: ignore[misc]
     finite = [pl.when(pl.col(s).is_finite()).then(pl.col(s)).alias(s) for s in tables]
     df = conform(df.with_columns(finite) if finite else df)
@@ -172,6 +176,7 @@ def build_evidence(
     notes: Iterable[str] = (),
     dp_resolved: Mapping[str, Alias] | None = None,
     extra_aliases: Mapping[str, str] | None = None,
+    pools: Mapping[str, str] | None = None,
 ) -> Evidence:
     """Turn per-level value tables into Evidence; shared by the Prometheus and scrape paths.
 
@@ -221,11 +226,13 @@ def build_evidence(
             }
             dp_aliases.update({s: a for s, a in (extra_aliases or {}).items() if dp_values.get(s)})
             dp_frame = assemble(
-                Level.DP, dp_values, aliases=dp_aliases, window_s=window_s, source=source
+                Level.DP, dp_values, aliases=dp_aliases, window_s=window_s, source=source,
+                pools=pools,
             )
         else:
             all_notes.append("no instance shows more than one DP rank; DP level skipped")
     inst_frame = assemble(
-        Level.INSTANCE, inst_values, aliases=aliases, window_s=window_s, source=source
+        Level.INSTANCE, inst_values, aliases=aliases, window_s=window_s, source=source,
+        pools=pools,
     )
     return Evidence(instance=inst_frame, dp=dp_frame, notes=tuple(all_notes))

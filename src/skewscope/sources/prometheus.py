@@ -41,6 +41,7 @@ from skewscope.sources.dialects import (
     resolve,
 )
 from skewscope.sources.evidence import Key, Values, build_evidence
+from skewscope.sources.pools import resolve_pools
 from skewscope.sources.prom_client import PromClient
 from skewscope.sources.prom_duplicates import duplicate_notes
 from skewscope.sources.prom_matrix import device_series, matrix_to_values, plan_windows
@@ -297,9 +298,10 @@ def read_tables(
 
 def evidence_of(
     client: PromClient, plan: RangePlan, tables: RangeTables, *, start: float, end: float,
-    selector: str, window_s: float, device_map: DeviceMap | None,
+    selector: str, window_s: float, device_map: DeviceMap | None, role_label: str = "",
 ) -> Evidence:
-    """The Evidence of ``tables`` (read, or kept and merged, for the range [start, end])."""
+    """The Evidence of ``tables`` (read, or kept and merged, for the range [start, end]); each
+    unit's prefill/decode pool from the series carrying the role label (sources/pools.py)."""
     notes = [*plan.notes, *tables.notes]
     if tables.bad:
         notes.append(
@@ -320,6 +322,10 @@ def evidence_of(
         client, tables.devices, engine_alias, tables.per_level, start=start, end=end,
         selector=selector, device_map=device_map)
     notes += device_notes
+    pools, pool_notes = resolve_pools(plan.dialect, role_label, lambda role: [
+        (labels, "") for labels in client.series(
+            "{" + ",".join(p for p in (f'{role.label}!=""', selector) if p) + "}", start, end)])
+    notes += pool_notes
     notes.extend(dict.fromkeys(client.warnings))
     return build_evidence(
         per_level[Level.INSTANCE],
@@ -331,6 +337,7 @@ def evidence_of(
         window_s=window_s,
         source="prometheus",
         notes=notes,
+        pools=pools,
     )
 
 
@@ -360,10 +367,13 @@ def load_prometheus(
     max_workers: int = 4,
     device_selector: str = "",
     device_map: DeviceMap | None = None,
+    role_label: str = "",
 ) -> Evidence:
     """Load per-window, per-unit signals for [start, end] (epoch seconds) from a Prometheus API.
 
     The window equals the query step (default: ``windows.choose``), so windows tile the range.
+    ``role_label``: the label naming each unit's prefill/decode pool (default: the dialect's,
+    sources/pools.py).
     """
     w = range_window(start, end, step_s=step_s, window_s=window_s, windows=windows)
     first_t, last_t, _ = plan_windows(start, end, w, windows.max_windows)
@@ -376,7 +386,7 @@ def load_prometheus(
                              device_selector=dev_sel, max_workers=max_workers,
                              duplicates_range_s=max(last_t - first_t, w))
         return evidence_of(client, plan, tables, start=start, end=end, selector=sel,
-                           window_s=w, device_map=device_map)
+                           window_s=w, device_map=device_map, role_label=role_label)
     finally:
         client.close()
 

@@ -52,6 +52,7 @@ def load_scrape(
     limits: SourceLimits = DEFAULT_LIMITS,
     device_map: DeviceMap | None = None,
     windows: WindowPolicy = WINDOWS,
+    role_label: str = "",
 ) -> Evidence:
     """Scrape ``urls`` for ``duration_s`` and reduce to per-window, per-unit Evidence.
 
@@ -70,6 +71,7 @@ def load_scrape(
         dialect=dialect,
         notes=run.notes,
         device_map=device_map,
+        role_label=role_label,
     )
 
 

@@ -19,6 +19,7 @@ from skewscope.sources.collect import Snapshot
 from skewscope.sources.devices import DeviceMap, device_values, engines_from_keys, merge_values
 from skewscope.sources.dialects import SIGNAL_SPECS, Dialect, detect_dialect, get_dialect, resolve
 from skewscope.sources.evidence import Key, Values, build_evidence
+from skewscope.sources.pools import resolve_pools
 from skewscope.sources.scrape_series import device_series, quantile_bounds, signal_values
 from skewscope.sources.scrape_windows import window_index
 
@@ -74,6 +75,7 @@ def evidence_from_snapshots(
     dialect: str | None = None,
     notes: Iterable[str] = (),
     device_map: DeviceMap | None = None,
+    role_label: str = "",
 ) -> Evidence:
     """Reduce per-target snapshots (instance -> scrapes in time order) into Evidence.
 
@@ -144,6 +146,13 @@ def evidence_from_snapshots(
             f"(windows {_ranges(dead)}, e.g. {first_error}); its values there are missing, "
             "not zero"
         )
+    # a unit's pool does not change while it runs: its last answered scrape says it
+    last = {inst: next((s.samples for s in reversed(snaps) if s.samples), ())
+            for inst, snaps in snapshots.items()}
+    pools, pool_notes = resolve_pools(chosen.name, role_label, lambda role: [
+        (dict(labels), inst) for inst, samples in last.items() for _, labels, _ in samples
+        if any(k == role.label and v for k, v in labels)])
+    all_notes += pool_notes
     return build_evidence(
         per_level[Level.INSTANCE],
         per_level[Level.DP] if dp_wanted else None,
@@ -154,6 +163,7 @@ def evidence_from_snapshots(
         window_s=window_s,
         source="scrape",
         notes=all_notes,
+        pools=pools,
     )
 
 
@@ -191,6 +201,7 @@ def evidence_from_targets(
     dialect: str | None = None,
     notes: Iterable[str] = (),
     device_map: DeviceMap | None = None,
+    role_label: str = "",
 ) -> Evidence:
     """Per-URL scrapes -> Evidence: a target whose scrapes all failed is left out with a note,
     partial failures are noted; all targets down raises SourceError. Shared by ``load_scrape``
@@ -221,4 +232,5 @@ def evidence_from_targets(
         dialect=dialect,
         notes=all_notes,
         device_map=device_map,
+        role_label=role_label,
     )

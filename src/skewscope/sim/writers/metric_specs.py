@@ -16,6 +16,19 @@ Kind = Literal["counter", "gauge", "histogram"]
 DIALECTS: tuple[str, ...] = tuple(SIMULATED_DIALECTS)
 DEVICE_EXPORTERS: tuple[str, ...] = SIMULATED_DEVICE_EXPORTERS
 
+# The label a dialect's stack names an instance's prefill/decode pool with (a PD scenario,
+# sim/pd.py), written on every series of the instance as a scrape-time label: ms-service-metric
+# ``role``, Dynamo ``worker_type``, and llm-d's pod label ``llm-d.ai/role`` as a Prometheus that
+# maps pod labels writes it (``llm_d_ai_role``) for the engines llm-d runs; MindIE: none (a
+# ``--role-label`` case). The reader's table is sources/pools.py.
+ROLE_LABELS: dict[str, str] = {
+    "vllm": "llm_d_ai_role",
+    "ms-service-metric": "role",
+    "sglang": "llm_d_ai_role",
+    "dynamo": "worker_type",
+    "llm-d": "llm_d_ai_role",
+}
+
 # ----------------------------------------------------------------------------- buckets
 # vLLM v1 (vllm/v1/metrics/loggers.py), checked against the real captures in samples/.
 VLLM_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,

@@ -27,6 +27,7 @@ from skewscope.sim.writers.exposition import (
     format_value,
     type_name,
 )
+from skewscope.sim.writers.metric_specs import ROLE_LABELS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -52,10 +53,26 @@ def scrape_times(start_s: float, end_s: float, step_s: float) -> NDArray[np.floa
 
 
 def scrape_labels(instances: list[str], job: str,
-                   instance_labels: Mapping[str, str] | None) -> dict[str, dict[str, str]]:
+                   instance_labels: Mapping[str, str] | None,
+                   pools: Mapping[str, str] | None = None,
+                   role_label: str | None = None) -> dict[str, dict[str, str]]:
+    """Per instance, the labels a scraper adds: ``instance``, ``job`` and, in a prefill/decode
+    run, its pool under the dialect's role label (``metric_specs.ROLE_LABELS``)."""
     names = instance_labels or {}
-    return {i: {"instance": names.get(i, default_instance_label(i)), "job": job}
-            for i in instances}
+    out = {i: {"instance": names.get(i, default_instance_label(i)), "job": job}
+           for i in instances}
+    if pools and role_label:
+        for i, labels in out.items():
+            if i in pools:
+                labels[role_label] = pools[i]
+    return out
+
+
+def pool_labels(result: SimResult, dialect: str, role_label: str | None = None,
+                ) -> tuple[Mapping[str, str] | None, str | None]:
+    """(instance -> pool, the role label: ``role_label``, else the dialect's) of a run (no pools:
+    aggregated serving)."""
+    return result.meta.get("pools"), role_label or ROLE_LABELS.get(dialect)
 
 
 def series_head(s: Series, extra: Mapping[str, str]) -> str:
@@ -185,16 +202,19 @@ def _write_om(out: BinaryIO, times: NDArray[np.float64], fams: dict[str, list[Fa
 def write_openmetrics(
     result: SimResult, path: Path, dialect: str = "vllm", step_s: float = 15.0, *,
     job: str = DEFAULT_JOB, instance_labels: Mapping[str, str] | None = None,
-    devices: str | None = None,
+    devices: str | None = None, role_label: str | None = None,
 ) -> Path:
     """Write every instance's exposition sampled every ``step_s`` over the run as OpenMetrics.
 
     ``instance_labels`` maps instance name -> ``instance`` label value (default
     ``127.0.0.1:<name>``); ``devices`` adds a device exporter's series (``dcgm``,
-    ``npu-exporter``). Load it with ``promtool tsdb create-blocks-from openmetrics``.
+    ``npu-exporter``); ``role_label`` names a prefill/decode run's pool label (default: the
+    dialect's, ``metric_specs.ROLE_LABELS``). Load it with ``promtool tsdb create-blocks-from
+    openmetrics``.
     """
     times, fams = _history(result, dialect, step_s, devices)
-    extra = scrape_labels(list(fams), job, instance_labels)
+    extra = scrape_labels(list(fams), job, instance_labels, *pool_labels(result, dialect,
+                                                                       role_label))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open_binary(path) as out:  # an interrupted write leaves no truncated history
@@ -205,12 +225,13 @@ def write_openmetrics(
 def iter_import_lines(
     result: SimResult, dialect: str = "vllm", step_s: float = 15.0, *,
     job: str = DEFAULT_JOB, instance_labels: Mapping[str, str] | None = None,
-    devices: str | None = None,
+    devices: str | None = None, role_label: str | None = None,
 ) -> Iterator[str]:
     """The same samples as ``name{labels} value ts_ms`` lines (no newline) for
     VictoriaMetrics ``/api/v1/import/prometheus``."""
     times, fams = _history(result, dialect, step_s, devices)
-    extra = scrape_labels(list(fams), job, instance_labels)
+    extra = scrape_labels(list(fams), job, instance_labels, *pool_labels(result, dialect,
+                                                                       role_label))
     stamps = [str(round(t * 1000)) for t in times]
     for inst, families in fams.items():
         for fam in families:

@@ -1,0 +1,94 @@
+"""Prefill/decode pools through the real online path: the simulator's PD scenarios (sim/pd.py)
+written in dialects that label pools, backfilled into a REAL Prometheus and diagnosed. Known
+truth: the scenario says which instances are prefill and decode, which pool is saturated, and
+which decode rank is slow."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from conftest import backfill, need, serve_prometheus
+from skewscope.analysis.diagnose import diagnose
+from skewscope.catalogue import Kind
+from skewscope.errors import SourceError
+from skewscope.sim.engine import simulate
+from skewscope.sim.records import SimResult
+from skewscope.sim.scenario import load_scenario
+from skewscope.sources.prometheus import load_prometheus
+
+STEP = 5.0
+WINDOW = 15.0
+CASES = [("pd-imbalanced", "vllm"), ("pd-imbalanced", "ms-service-metric"),
+         ("pd-imbalanced", "dynamo"), ("pd-hot-decode-rank", "vllm"),
+         ("pd-imbalanced", "mindie")]
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, SimResult]:
+    return {name: simulate(load_scenario(name)) for name in {n for n, _ in CASES}}
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory, runs: dict[str, SimResult]) -> Iterator[str]:
+    from skewscope.sim.writers.openmetrics import write_openmetrics
+
+    prometheus, promtool = need("prometheus", "prometheus"), need("promtool", "prometheus")
+    tmp = tmp_path_factory.mktemp("pdprom")
+    for name, dialect in CASES:
+        om = write_openmetrics(runs[name], tmp / f"{name}-{dialect}.om", dialect, STEP,
+                               job=f"{name}-{dialect}",
+                               role_label="pool" if dialect == "mindie" else None)
+        backfill(promtool, om, tmp / "blocks")
+    with serve_prometheus(prometheus, tmp / "blocks", tmp) as url:
+        yield url
+
+
+def _load(prom: str, result: SimResult, job: str, **kw: object):  # type: ignore[no-untyped-def]
+    return load_prometheus(prom, start=result.start_s, end=result.end_s - STEP, step_s=WINDOW,
+                           selector=f'job="{job}"', **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "ms-service-metric", "dynamo"])
+def test_pd_imbalance_found_in_each_labelling_dialect(
+    prom: str, runs: dict[str, SimResult], dialect: str
+) -> None:
+    result = runs["pd-imbalanced"]
+    ev = _load(prom, result, f"pd-imbalanced-{dialect}")
+    pools = dict(ev.instance.df.select("instance", "pool").unique().iter_rows())
+    assert sorted(pools.values()).count("prefill") == 2 and len(pools) == 8
+    assert any("pools from label" in n for n in ev.notes)
+    report = diagnose(ev)
+    (pd,) = [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
+    assert pd.evidence["saturated_pool"] == "prefill" and pd.evidence["pd_ratio"] == "2:6"
+    assert len(pd.units) == 2 and all(pools[u] == "prefill" for u in pd.units)
+    # a prefill worker is no count hot spot against decode workers
+    assert not [f for f in report.findings if f.kind == "count"
+                and set(f.units) & {u for u, p in pools.items() if p == "prefill"}]
+
+
+def test_hot_decode_rank_found_inside_its_pool(prom: str, runs: dict[str, SimResult]) -> None:
+    result = runs["pd-hot-decode-rank"]
+    report = diagnose(_load(prom, result, "pd-hot-decode-rank-vllm"))
+    assert not [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
+    hot = {u for d in report.drilldown for u in d.hot_units} | set(report.hot_units)
+    assert any(u.endswith(":inst-5/dp1") for u in hot), hot
+    assert not any(":inst-0" in u or ":inst-1" in u or ":inst-2" in u for u in hot), hot
+
+
+def test_role_label_names_a_label_the_dialect_does_not_know(
+    prom: str, runs: dict[str, SimResult]
+) -> None:
+    result = runs["pd-imbalanced"]
+    job = "pd-imbalanced-mindie"  # MindIE names no pool: its history was written with "pool"
+    plain = _load(prom, result, job)
+    assert plain.instance.df["pool"].is_null().all()
+    assert not [f for f in diagnose(plain).findings if f.kind == Kind.PD_IMBALANCE]
+    ev = _load(prom, result, job, role_label="pool")
+    pools = dict(ev.instance.df.select("instance", "pool").unique().iter_rows())
+    assert sorted(pools.values()) == ["decode"] * 6 + ["prefill"] * 2
+    (pd,) = [f for f in diagnose(ev).findings if f.kind == Kind.PD_IMBALANCE]
+    assert pd.evidence["saturated_pool"] == "prefill"
+    with pytest.raises(SourceError, match=r"^--role-label worker_type: no series carries this"):
+        _load(prom, result, job, role_label="worker_type")
