@@ -344,7 +344,8 @@ def incremental_prometheus(
         window_s=window, selector=args.selector, dialect=args.dialect,
         auth=auth_from_args(args), timeout_s=parse_duration(args.timeout, "--timeout"),
         limits=limits_from_args(args), device_selector=getattr(args, "device_selector", ""),
-        device_map=device_map_from_args(args), debug=debug)
+        device_map=device_map_from_args(args), debug=debug,
+        role_label=role_label_from_args(args))
 
 
 def with_gateway(

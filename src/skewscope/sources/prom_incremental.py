@@ -108,7 +108,9 @@ class IncrementalPrometheus:
         device_selector: str = "",
         device_map: DeviceMap | None = None,
         debug: Callable[[str], None] | None = None,
+        role_label: str = "",
     ) -> None:
+        self.role_label = role_label  # the pool label (sources/pools.py), read every run
         self.client, self.url_note = open_client(url, auth=auth, timeout_s=timeout_s,
                                                  limits=limits)
         self.step_s, self.window_s, self.windows = step_s, window_s, windows
@@ -186,7 +188,8 @@ class IncrementalPrometheus:
         merged = RangeTables(self.kept.per_level, list(self.kept.devices.values()),
                              tables.device_aliases, self._bad(), tables.notes)
         return evidence_of(self.client, plan, merged, start=start, end=end,
-                           selector=self.selector, window_s=w, device_map=self.device_map)
+                           selector=self.selector, window_s=w, device_map=self.device_map,
+                           role_label=self.role_label)
 
     def _plan_reads(self, first_t: float, last_t: float) -> tuple[float, float | None]:
         """(the first window end to read, the end of the settled window read again to check
