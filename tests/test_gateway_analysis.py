@@ -175,3 +175,31 @@ def test_a_unit_kept_out_of_rotation_without_starving_is_noted() -> None:
     assert not any("gateway marked" in n
                    for n in diagnose(Evidence(instance=engines().instance,
                                              gateway=quiet)).note_lines)
+
+
+@pytest.mark.parametrize(
+    ("policy", "lead", "says"),
+    [("consistent_hash", "sticky_sessions", "stickiness, not a health check"),
+     ("cache_aware", "prefix_affinity", "prefix affinity, not a health check"),
+     ("round_robin", "routing_weights", "check the routing weights")],
+)
+def test_starved_unit_listed_healthy_in_the_pool_follows_the_routers_policy(
+    policy: str, lead: str, says: str
+) -> None:
+    """The router lists the starved unit in its pool (in_pool, unhealthy_share 0) and never
+    picks it: under a hash policy that is stickiness; the report must not say the router does
+    not list it nor blame the health check first (it did, before)."""
+    d = UNITS[3]
+    gw = gateway({u: 200.0 for u in UNITS} | {d: 0.0}, policy,
+                 **{d: {"unhealthy_share": 0.0, "breaker_open_share": 0.0}})
+    ev = Evidence(instance=engines(**{"4": Spec(until=4)}).instance, gateway=gw)
+    report = diagnose(ev)
+    f = next(f for f in report.findings if d in f.units)
+    keys = [c.key for c in f.root_causes]
+    assert keys[0] == lead and "health_check" in keys[1:], keys
+    assert f"lists {d} healthy and in its pool, yet sent it 0 requests (under {policy})" in (
+        f.summary)
+    assert says in f.summary
+    assert "does not list" not in f.summary and "not in the pool" not in f.summary
+    row = next(u for u in report.gateway.units if u.unit == d)  # type: ignore[union-attr]
+    assert row.in_pool and row.unhealthy_share == 0.0

@@ -66,6 +66,9 @@ class NoteCode(StrEnum):
     GATEWAY_DOWN = "gateway_down"  # {unit, down: [(what, share)]}: a unit not starved
     GATEWAY_MARKED_DOWN = "gateway_marked_down"  # the same, said of a starved finding's unit
     GATEWAY_NOT_LISTED = "gateway_not_listed"  # {unit, source}
+    # {unit, source, policy, policy_class, requests, router_share, lead}: in the pool, healthy,
+    # yet (almost) never chosen: its policy sent the traffic elsewhere
+    GATEWAY_LISTED_UNUSED = "gateway_listed_unused"
     # {source, policy, policy_class, upstream, router_share, engine_share, router_ratio,
     #  verdict ("more" | "not_more" | "even"), key_name, top_keys, top_keys_excess_share,
     #  request_bytes_ratio, lead_cause}

@@ -226,20 +226,45 @@ def _weight(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvi
                  {"router_ratio": ratio, **_facts_evidence(u, facts)})
 
 
+# The cause of a starved unit the router lists healthy and in its pool, by what its policy looks
+# at: a hash or sticky policy keeps its keys on other units, a prefix policy their cached
+# prefixes; a load-aware router that never picks it sees a load it does not have (stale, or not
+# yet received: Dynamo's KV router scored unregistered workers as busy, issue 7836); a
+# token-blind one (round robin, random) only skips a unit by its weight.
+UNUSED_CAUSE = {PolicyClass.STICKY: "sticky_sessions", PolicyClass.PREFIX: "prefix_affinity",
+                PolicyClass.LOAD_AWARE: "stale_load", PolicyClass.TOKEN_BLIND: "routing_weights"}
+
+
 def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFacts,
              th: Thresholds) -> Finding:
-    parts = []
+    """A starved finding ranked on the router's view of each unit: marked down or not in the
+    pool is a health check; listed healthy and in the pool, yet not chosen, is its policy's
+    doing (``UNUSED_CAUSE``), and the text says the router lists it."""
+    parts, leads = [], []
     for unit in f.units:
         u = by_unit.get(unit)
         down = [] if u is None else _down(u, th)
         if u is not None and down:
             parts.append(Note(NoteCode.GATEWAY_MARKED_DOWN, {"unit": unit, "down": down}))
-        elif u is None or not u.in_pool or (unit in facts.not_in_gateway and u.requests == 0):
+            leads.append("health_check")
+        elif u is None or not u.in_pool:
             parts.append(Note(NoteCode.GATEWAY_NOT_LISTED,
                               {"unit": unit, "source": facts.source}))
+            leads.append("health_check")
+        else:  # listed, healthy and in the pool, yet (almost) never chosen
+            pclass = PolicyClass(facts.policy_class) if facts.policy_class else None
+            lead = UNUSED_CAUSE.get(pclass) if pclass else None
+            parts.append(Note(NoteCode.GATEWAY_LISTED_UNUSED, {
+                "unit": unit, "source": facts.source, "policy": facts.policy,
+                "policy_class": facts.policy_class, "requests": u.requests,
+                "router_share": u.router_share, "lead": lead}))
+            if lead:
+                leads.append(lead)
     if not parts:
         return f
-    return _with(f, tuple(parts), "health_check", {})
+    # the cause most of the starved units point to (the first such on a tie)
+    lead = max(dict.fromkeys(leads), key=leads.count) if leads else None
+    return _with(f, tuple(parts), lead, {})
 
 
 def _facts_evidence(u: GatewayUnitFacts, facts: GatewayFacts) -> dict[str, object]:

@@ -7,6 +7,7 @@ number goes through ``fmt`` so a sentence and a table print the same figure alik
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -271,6 +272,19 @@ def _down(down: list[tuple[str, float]]) -> str:
     return " and ".join(f"{what} {fmt.pct(share)} of the range" for what, share in down)
 
 
+# Why a router skips a unit it lists healthy, by its policy class (GATEWAY_LISTED_UNUSED).
+_UNUSED = {
+    "sticky": "its hash or sticky policy keeps every key on other units: stickiness, not a "
+              "health check.",
+    "prefix": "its cache-aware policy keeps every prefix on the units that cached it: prefix "
+              "affinity, not a health check.",
+    "load_aware": "it picks by a load figure that shows this unit busier than it is (stale, or "
+                  "never received): its load view, not a health check.",
+    "token_blind": "a policy that counts requests skips a unit only by its weight: check the "
+                   "routing weights, not the health check.",
+}
+
+
 def _routed(v: Mapping[str, Any]) -> str:
     policy = f"under {v['policy']}" if v["policy"] else "(policy not exported)"
     ratio = _x(v["router_ratio"])
@@ -409,6 +423,12 @@ _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
     NoteCode.GATEWAY_NOT_LISTED: lambda v: (
         f"The gateway ({v['source']}) does not list {v['unit']} or never sent it a request: it "
         "is not in the pool (did not rejoin after a restart or scale-out)."),
+    NoteCode.GATEWAY_LISTED_UNUSED: lambda v: (
+        f"The gateway ({v['source']}) lists {v['unit']} healthy and in its pool, yet sent it "
+        f"{fmt.count(v['requests']) if math.isfinite(v['requests']) else 'almost no'} requests "
+        f"({'policy not exported' if not v['policy'] else 'under ' + v['policy']}): "
+        + _UNUSED.get(v["policy_class"] or "", "its routing, not a health check, keeps "
+                      "traffic off it.")),
     NoteCode.GATEWAY_ROUTED: _routed,
     NoteCode.TRANSIENT: _transient,
     NoteCode.KV_EXHAUSTED: lambda v: (
