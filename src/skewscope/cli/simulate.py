@@ -29,7 +29,9 @@ def register(sub: Any) -> None:
     s: argparse.ArgumentParser = sub.add_parser(
         "simulate", help="simulate a cluster and write its evidence"
     )
-    s.add_argument("scenario", nargs="?", help="built-in scenario name or a .toml file")
+    s.add_argument("scenario", nargs="?",
+                   help="built-in scenario name or a .toml file; 'day' writes a fleet's day "
+                        "(history.om + truth.json into --out, docs/simulator.md)")
     s.add_argument("--list", action="store_true", help="list the built-in scenarios")
     s.add_argument("--out", metavar="DIR", help="write msServiceProfiler folders here")
     s.add_argument("--generation", default="current",
@@ -51,6 +53,10 @@ def register(sub: Any) -> None:
     s.add_argument("--jobs", default="auto",
                    help="worker processes for a gateway that reads no load (default auto: "
                         "the usable CPUs for a run of a few million steps, else 1)")
+    s.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm",
+                   help="day: the engines' metric names (default vllm)")
+    s.add_argument("--short", action="store_true",
+                   help="day: the short day (90 min of 8 x 2 DP) instead of 6 h of 16 x 2")
     s.add_argument("--force", action="store_true",
                    help="write into a non-empty --out DIR; overwrite an --openmetrics FILE")
     s.set_defaults(run=run)
@@ -105,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.scenario:
         raise UsageError("simulate: give a SCENARIO (name or .toml file), or --list")
+    if args.scenario == "day":
+        return _day(args, MAX_PORT)
     if not (args.out or args.openmetrics or args.serve):
         raise UsageError("simulate: choose at least one output: --out DIR, --openmetrics FILE, "
                          "--serve")
@@ -155,6 +163,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote OpenMetrics history to {args.openmetrics}")
     if args.serve:
         return _serve(result, args)
+    return 0
+
+
+def _day(args: argparse.Namespace, max_port: int) -> int:
+    """``simulate day``: the fleet's day from arrays (skewscope.sim.day)."""
+    from skewscope.sim.day import DaySpec, write_day
+
+    if not args.out:
+        raise UsageError("simulate day: give --out DIR (history.om and truth.json go there)")
+    _check_args(args, max_port)
+    spec = (DaySpec.short if args.short else DaySpec.full)(
+        dialect=args.dialect, **({} if args.seed is None else {"seed": args.seed}))
+    with _atomic_out(Path(args.out)) as folder:
+        files = write_day(spec, folder)
+    print(f"wrote {files.samples:,} samples of {spec.n_instances} instances x {spec.ranks} "
+          f"ranks over {spec.hours:g} h ({spec.dialect}) and truth.json to {args.out}")
     return 0
 
 
