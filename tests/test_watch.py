@@ -444,3 +444,32 @@ def test_unit_ids_reach_the_screen_literally(report: Report) -> None:
     for shown in (table, detail):
         assert "[bold]inst-1[/bold]\\x1b[31m" in shown and "\x1b" not in shown
     assert "[red]s[/red]" in detail
+
+
+def test_rolling_sampler_windows_sit_on_the_prometheus_grid() -> None:
+    """watch --scrape and watch --prometheus judge the same windows: whole windows of
+    [latest - span, latest] on the epoch grid (prom_matrix.plan_windows), whatever the phase of
+    the scrape rounds; a counter's increase in a window is counted from the last scrape at or
+    before its start, so every increment lands in exactly one window."""
+    from skewscope.monitor.sampler import RollingScraper
+    from skewscope.sources.prom_matrix import plan_windows
+    from skewscope.sources.scrape import Snapshot, parse_exposition
+
+    def scrape(t: float) -> Snapshot:
+        text = "\n".join(
+            f'vllm:request_success_total{{finished_reason="stop"}} {rate * (t - 1000.0)}\n'
+            f"vllm:num_requests_running {running}" for rate, running in ((2.0, 3.0),))
+        return Snapshot(t, parse_exposition(text).samples)
+
+    urls = ["http://10.0.0.1:8000/metrics", "http://10.0.0.2:8000/metrics"]
+    sampler = RollingScraper(urls, span_s=60.0, interval_s=5.0, window_s=10.0)
+    for k in range(40):  # rounds at 1003, 1008, ...: never on a window boundary
+        t = 1003.0 + 5.0 * k
+        for u in urls:
+            sampler._buf[u].append((t, scrape(t)))
+    latest = 1003.0 + 5.0 * 39
+    ev = sampler.evidence()
+    first_t, _, n = plan_windows(latest - 60.0, latest, 10.0)
+    want = [first_t - 10.0 + 10.0 * k for k in range(n)]
+    assert sorted(set(ev.instance.df["window_start_s"].to_list())) == want
+    assert ev.instance.df["requests"].to_list() == [20.0] * (2 * n)  # 2/s over every 10 s

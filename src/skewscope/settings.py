@@ -188,7 +188,7 @@ class SourceLimits:
     # a window read less than this after it closed is read again at the next run (a scrape
     # stamped just before its end may not have reached the server yet), so a kept window is
     # one the server no longer changes.
-    watch_settle_s: Floor = 60.0
+    watch_settle_s: Floor = 30.0
     # The label naming each unit's prefill/decode pool, for a stack the dialects do not know
     # (sources/pools.py); "" = the dialect's own (--role-label sets it per command).
     role_label: Annotated[str, Pattern(r"[a-zA-Z_][a-zA-Z0-9_]*", "a label name")] = ""

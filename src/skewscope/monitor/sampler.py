@@ -5,6 +5,9 @@ instead of re-scraping the whole ``--last`` range (which would make every run la
 Each scrape keeps only the samples some dialect reads (a vLLM /metrics holds ~700 samples, the
 dialects read a few dozen): the buffer is ~10x smaller and each run's reduction ~10x faster.
 
+Windows sit on the grid ``watch --prometheus`` uses (multiples of the window since the epoch,
+whole windows of [latest - span, latest]), so the two paths put a scrape in the same window.
+
 Until ``span_s`` has been collected a run sees fewer windows (and says ``insufficient_data``
 while fewer than ``min_windows`` are complete): the warm-up is reported, not hidden.
 """
@@ -13,12 +16,12 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 
+from skewscope.clock import SYSTEM_CLOCK, Clock
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
@@ -78,6 +81,7 @@ class RollingScraper:
         device_map: DeviceMap | None = None,
         limits: SourceLimits = DEFAULT_LIMITS,
         role_label: str = "",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not urls:
             raise UsageError("no /metrics URL given")
@@ -94,6 +98,7 @@ class RollingScraper:
         self.span_s, self.interval_s, self.window_s = span_s, interval_s, window_s
         self.dialect, self.auth, self.timeout_s = dialect, auth, timeout_s
         self.device_map, self.limits, self.role_label = device_map, limits, role_label
+        self.clock = clock
         keep = math.ceil(span_s / interval_s) + 2
         self._buf: dict[str, deque[tuple[float, Snapshot]]] = {
             u: deque(maxlen=keep) for u in urls
@@ -116,17 +121,17 @@ class RollingScraper:
     def _loop(self) -> None:
         """Ticks on a fixed grid; a tick that could not start within half an interval of its
         time (a slow target held the previous one) is skipped rather than mis-stamped."""
-        m0 = time.monotonic()
+        m0 = self.clock.monotonic()
         k = 0
         while not self._stop.is_set():
             due = m0 + k * self.interval_s
-            lag = time.monotonic() - due
-            if lag < 0 and self._stop.wait(-lag):
+            lag = self.clock.monotonic() - due
+            if lag < 0 and self.clock.sleep(-lag, self._stop):
                 return
             if k > 0 and lag > self.interval_s / 2:
                 self.skipped += 1
             else:
-                stamp = time.time()
+                stamp = self.clock.time()
                 snaps = collect(
                     self.urls,
                     duration_s=0.0,  # one round
@@ -152,22 +157,27 @@ class RollingScraper:
         return out
 
     def evidence(self) -> Evidence:
-        """Reduce the buffered scrapes of the last ``span_s`` into whole windows ending at the
-        latest scrape round."""
+        """Reduce the buffered scrapes into the whole windows of [latest - span, latest] on the
+        epoch grid (as ``prom_matrix.plan_windows``), the latest scrape round being "now"; the
+        last scrape at or before the first window's start is its counters' baseline."""
         with self._lock:
             bufs = {u: list(b) for u, b in self._buf.items()}
         latest = max((t for b in bufs.values() for t, _ in b[-1:]), default=None)
         if latest is None:
             raise NotReady("waiting for the first scrape round")
-        first = min(t for b in bufs.values() for t, _ in b if t >= latest - self.span_s - 1e-6)
-        n_windows = math.floor((latest - first) / self.window_s + 1e-6)
+        w = self.window_s
+        first = min(t for b in bufs.values() for t, _ in b)
+        t0 = math.ceil((latest - self.span_s) / w - 1e-9) * w
+        if first > t0 + 1e-6:  # warming up: the grid from the first scrape on
+            t0 = math.ceil(first / w - 1e-9) * w
+        n_windows = math.floor((latest - t0) / w + 1e-6)
         if n_windows < 1:
             raise NotReady(
-                f"warming up: {latest - first:.0f}s scraped, one window is {self.window_s:g}s"
+                f"warming up: {latest - first:.0f}s scraped, one window is {w:g}s"
             )
-        t0 = first
+        base = max(t for b in bufs.values() for t, _ in b if t <= t0 + 1e-6)
         snaps = {
-            u: [replace(s, t=round(t - t0, 6)) for t, s in b if t >= t0 - 1e-6]
+            u: [replace(s, t=round(t - t0, 6)) for t, s in b if t >= base - 1e-6]
             for u, b in bufs.items()
         }
         notes = []
@@ -180,7 +190,7 @@ class RollingScraper:
         return evidence_from_targets(
             snaps,
             t0=t0,
-            window_s=self.window_s,
+            window_s=w,
             n_windows=n_windows,
             dialect=self.dialect,
             notes=notes,

@@ -19,6 +19,7 @@ the histogram showed in the windows read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -27,7 +28,7 @@ from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth
 from skewscope.sources.devices import DeviceMap, DeviceSeries
-from skewscope.sources.evidence import Values
+from skewscope.sources.evidence import Key, Values
 from skewscope.sources.prom_matrix import plan_windows
 from skewscope.sources.prometheus import (
     RangePlan,
@@ -41,6 +42,7 @@ from skewscope.sources.prometheus import (
 from skewscope.sources.promql import normalise_selector
 
 EPS = 1e-6  # window times are rounded to microseconds (prom_matrix.matrix_to_values)
+SAME_REL = 1e-9  # a window read again is the kept one when every value agrees to this
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class _Kept:
     plan_key: tuple[object, ...]
     window_s: float
     server_start: str | None
-    per_level: dict[Level, Values]
+    per_window: dict[Level, dict[str, ByWindow]]  # level -> signal -> window start -> values
     devices: dict[tuple[object, ...], DeviceSeries]
     read_at: dict[float, float] = field(default_factory=dict)  # window end -> instant read
     bad: list[tuple[float, list[str]]] = field(default_factory=list)  # (last window end, bad)
@@ -79,14 +81,49 @@ def _device_id(s: DeviceSeries) -> tuple[object, ...]:
     return (s.exporter.name, s.target, tuple(sorted(s.labels.items())), s.role)
 
 
-def _window_values(per_level: dict[Level, Values], start: float) -> dict[object, float]:
-    return {(level, signal, key): v for level, values in per_level.items()
-            for signal, table in values.items() for key, v in table.items()
-            if abs(key[0] - start) < EPS}
+ByWindow = dict[float, dict[Key, float]]  # one signal's table, split by window start
+
+
+def _by_window(table: dict[Key, float]) -> ByWindow:
+    out: ByWindow = {}
+    for key, v in table.items():
+        part = out.get(key[0])
+        if part is None:
+            part = out[key[0]] = {}
+        part[key] = v
+    return out
+
+
+def _split(tables: RangeTables) -> dict[Level, dict[str, ByWindow]]:
+    return {level: {signal: _by_window(table) for signal, table in values.items()}
+            for level, values in tables.per_level.items()}
+
+
+def _window(per_window: dict[Level, dict[str, ByWindow]], start: float
+            ) -> dict[tuple[Level, str, Key], float]:
+    """Every value of the window starting at ``start``, by (level, signal, key)."""
+    return {(level, signal, k): v for level, signals in per_window.items()
+            for signal, windows in signals.items() for k, v in windows.get(start, {}).items()}
+
+
+def _flat(per_window: dict[Level, dict[str, ByWindow]]) -> dict[Level, Values]:
+    """The kept tables as a read gives them: ``{level: {signal: {key: value}}}``."""
+    out: dict[Level, Values] = {}
+    for level, signals in per_window.items():
+        out[level] = {}
+        for signal, windows in signals.items():
+            table: dict[Key, float] = {}
+            for start in sorted(windows):
+                table.update(windows[start])
+            out[level][signal] = table
+    return out
 
 
 def _same(a: float, b: float) -> bool:
-    return a == b or (a != a and b != b)  # NaN (an empty histogram window) equals NaN
+    """Equal to 1e-9: a server sums the series of ``sum by`` in no fixed order, so two reads of
+    one window can differ in the last bits (seen on Prometheus with 4 ranks an instance); NaN (an
+    empty histogram window) equals NaN."""
+    return math.isclose(a, b, rel_tol=SAME_REL, abs_tol=1e-12) or (a != a and b != b)
 
 
 class IncrementalPrometheus:
@@ -169,23 +206,24 @@ class IncrementalPrometheus:
                           url_note=self.url_note)
         server = self._server_start()
         reason = self._distrust(plan, w, server, first_t, last_t)
-        tables, read_from = None, first_t
+        read_from = first_t
         if not reason:
-            assert self.kept is not None
             read_from, verify = self._plan_reads(first_t, last_t)
             tables = self._read(plan, read_from, last_t, w, dup_range_s)
+            fresh = _split(tables)
             if verify is not None:
-                reason = self._differs(tables, verify - w)
+                reason = self._differs(fresh, round(verify - w, 6))
         if reason:
             read_from = first_t
             tables = self._read(plan, first_t, last_t, w, dup_range_s)
+            fresh = _split(tables)
             self.kept = _Kept(plan.key, w, server, {lvl: {} for lvl in plan.levels}, {})
-        assert tables is not None and self.kept is not None
-        self._merge(tables, first_t, read_from, last_t, end, w)
+        assert self.kept is not None
+        self._merge(tables, fresh, first_t, read_from, last_t, end, w)
         self.last = ReadCost(round((last_t - read_from) / w) + 1, n, reason)
         if self.debug is not None:
             self.debug(self.last.line())
-        merged = RangeTables(self.kept.per_level, list(self.kept.devices.values()),
+        merged = RangeTables(_flat(self.kept.per_window), list(self.kept.devices.values()),
                              tables.device_aliases, self._bad(), tables.notes)
         return evidence_of(self.client, plan, merged, start=start, end=end,
                            selector=self.selector, window_s=w, device_map=self.device_map,
@@ -204,43 +242,42 @@ class IncrementalPrometheus:
             read_from = verify
         return min(read_from, last_t), verify
 
-    def _differs(self, tables: RangeTables, start: float) -> str:
+    def _differs(self, fresh: dict[Level, dict[str, ByWindow]], start: float) -> str:
         """Why the window starting at ``start`` read again differs from the kept one ('')."""
         assert self.kept is not None
-        kept = _window_values(self.kept.per_level, start)
-        fresh = _window_values(tables.per_level, start)
-        if kept.keys() != fresh.keys():
-            return (f"the window at {start:.0f} read again has {len(fresh)} values where "
+        kept, read = _window(self.kept.per_window, start), _window(fresh, start)
+        if kept.keys() != read.keys():
+            return (f"the window at {start:.0f} read again has {len(read)} values where "
                     f"{len(kept)} were kept")
-        changed = sum(not _same(kept[k], fresh[k]) for k in kept)
+        changed = sum(not _same(kept[k], read[k]) for k in kept)
         if changed:
             return f"the window at {start:.0f} read again differs in {changed} values"
         return ""
 
-    def _merge(self, tables: RangeTables, first_t: float, read_from: float, last_t: float,
-               now: float, w: float) -> None:
+    def _merge(self, tables: RangeTables, fresh: dict[Level, dict[str, ByWindow]],
+               first_t: float, read_from: float, last_t: float, now: float, w: float) -> None:
         """Drop what left the range, replace the windows read, keep the rest."""
         kept = self.kept
         assert kept is not None
         lo, cut = first_t - w - EPS, read_from - w - EPS  # window starts: kept in [lo, cut)
-        for level in kept.per_level:
-            merged: Values = {}
-            new = tables.per_level.get(level, {})
-            for signal in dict.fromkeys([*kept.per_level[level], *new]):
-                table = {k: v for k, v in kept.per_level[level].get(signal, {}).items()
-                         if lo <= k[0] < cut}
-                table.update(new.get(signal, {}))
-                if table:
-                    merged[signal] = table
-            kept.per_level[level] = merged
-        fresh = {_device_id(d): d for d in tables.devices}
+        for level, signals in kept.per_window.items():
+            new = fresh.get(level, {})
+            merged: dict[str, ByWindow] = {}
+            for signal in dict.fromkeys([*signals, *new]):
+                windows = {t: part for t, part in signals.get(signal, {}).items()
+                           if lo <= t < cut}
+                windows.update(new.get(signal, {}))
+                if windows:
+                    merged[signal] = windows
+            kept.per_window[level] = merged
+        read = {_device_id(d): d for d in tables.devices}
         devices: dict[tuple[object, ...], DeviceSeries] = {}
-        for ident, series in [*fresh.items(), *kept.devices.items()]:
+        for ident, series in [*read.items(), *kept.devices.items()]:
             if ident in devices:
                 continue
             old = kept.devices.get(ident)
             values = {t: v for t, v in old.values.items() if lo <= t < cut} if old else {}
-            values.update(fresh[ident].values if ident in fresh else {})
+            values.update(read[ident].values if ident in read else {})
             if values:
                 devices[ident] = replace(series, values=values)
         kept.devices = devices
