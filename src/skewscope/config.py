@@ -106,6 +106,9 @@ class Thresholds:
     # correlation at or below minus this): a balancer moving load on late counts, not load added
     # (a burst on one unit, or a ramp for all, correlates them positively).
     stale_anticorrelation: Share = 0.3
+    # ... and the unit's excess over its peers' median is at least this many Poisson sigmas
+    # (sqrt of the median): counting noise alone never makes a swing.
+    stale_noise_sigmas: Positive = 3.0
     # Trend rule (online): gap between the hot and the idle units widening while P95/P99 rises.
     trend_min_slope_share: Positive = 0.02  # per window, relative to the mean gap
     # Stalled engine: in a window it holds at least ``stalled_min_in_flight`` requests (mean

@@ -29,6 +29,8 @@ class Classification:
     capability_basis: str  # what the ratio was measured on: a metric key, "service_ms" or ""
     count_share: float  # share of the excess token load explained by more requests
     weight_share: float  # share explained by heavier requests
+    # its latency not read as capability: "overloaded" (``overloaded``), "" when it was
+    capability_not_judged: str = ""
 
     def as_evidence(self) -> dict[str, float | str | None]:
         return {
@@ -41,7 +43,21 @@ class Classification:
             "secondary_kind": self.secondary_kind,
             "excess_from_more_requests": self.count_share,
             "excess_from_heavier_requests": self.weight_share,
+            "capability_not_judged": self.capability_not_judged,
         }
+
+
+def overloaded(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> bool:
+    """The unit holds far more requests in flight than its peers (``hot_ratio`` x their running)
+    with its KV cache near exhaustion or preempting where they do not: its latency is what its
+    own load does to it (recompute, a full batch), not how fast it is, so latency at "equal
+    load" (equal arrivals, counted as they finish) is no capability test."""
+    running = safe_ratio(hot.get("running", math.nan),
+                         max(ref.get("running", math.nan), th.floor_running))
+    kv_full = _finite(hot.get("kv_usage_max", math.nan)) >= th.kv_high
+    preempts = _finite(hot.get("preemptions", math.nan)) > max(
+        0.0, _finite(ref.get("preemptions", math.nan)))
+    return _finite(running) >= th.hot_ratio and (kv_full or preempts)
 
 
 def _capability(
@@ -51,7 +67,8 @@ def _capability(
 
     Per-token execution time understates a slow unit (its queue grows, its batches get larger
     and amortise the fixed step cost), so when requests and tokens per request are about equal
-    the method's own test applies: same load, higher latency.
+    the method's own test applies: same load, higher latency — unless the unit is
+    ``overloaded``: then only the per-token execution time, measured at the batch it ran, says.
     """
     key = "cost_us_per_token"
     cost = safe_ratio(hot.get(key, math.nan), ref.get(key, math.nan))
@@ -103,7 +120,8 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
     count_share, weight_share = decompose(n_h, w_h, n_r, w_r)
     heavier = max(_finite(weight_ratio), _finite(input_ratio), _finite(output_ratio))
     equal_load = _finite(count_ratio) < th.count_ratio and heavier < th.weight_ratio
-    cap_ratio, basis = _capability(hot, ref, equal_load, th)
+    busy = overloaded(hot, ref, th)
+    cap_ratio, basis = _capability(hot, ref, equal_load and not busy, th)
 
     kind: str | None = None
     secondary: str | None = None
@@ -138,6 +156,7 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
         capability_basis=basis,
         count_share=count_share,
         weight_share=weight_share,
+        capability_not_judged="overloaded" if busy and equal_load else "",
     )
 
 

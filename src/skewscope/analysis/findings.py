@@ -288,6 +288,7 @@ def hot_facts(r: HotResult, th: Thresholds) -> HotFacts:
         device=device_causes(c.kind, r.dev, r.imp)[1],
         kv_shortage=r.kv.found,
         resource=r.imp.resource_notes,
+        overloaded=c.capability_not_judged == "overloaded",
     )
 
 

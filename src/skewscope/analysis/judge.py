@@ -345,8 +345,7 @@ def _judge_hot(
     ref = with_measured_weight(reference_summary(ref_units), ref_units, served,
                                th.weight_min_requests)
     cls = classify(hot, ref, th)
-    if cls.kind is None:
-        return None
+    unexplained = cls.kind is None
     p_value = math.nan
     if "weight" in (cls.kind, cls.secondary_kind):
         signal = "prompt_tokens" if cls.weight_side == "input" else "generation_tokens"
@@ -362,12 +361,21 @@ def _judge_hot(
     linked = unplaced if sat.saturated and unplaced_link(m, j, mask, unplaced, th) else math.nan
     lower = "" if not sat.saturated else "finished" if counts_finished else (
         "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
+    kv = kv_shortage(m, j, mask, hot, imp, sat, th)
+    if unexplained:
+        # No load or capability difference explains it; a hot unit that is short of KV
+        # blocks, or overloaded (its latency not read as capability), is still a finding, of
+        # unknown kind, not a note: a rank with 117 requests waiting at 100 % KV beside peers
+        # with none queued is not balanced (issue 21, vllm#36748). Pressure alone stays a note.
+        if not (kv.found or cls.capability_not_judged):
+            return None
+        cls = replace(cls, kind="unknown")
     return HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
                       sat, lower, linked, m.window_s, p_value, hot_bounds, ref_bounds,
                       device_state(hot, ref, th, (
                           cost_ratio(m, j, ref_cols, mask, "device_util", th),
                           cost_ratio(m, j, ref_cols, mask, "busy_ms", th))),
-                      kv_shortage(m, j, mask, hot, imp, sat, th))
+                      kv)
 
 
 def _without_weight(cls: Classification, th: Thresholds) -> Classification:

@@ -100,17 +100,23 @@ def _pattern(
     if int(judged.sum()) < th.min_windows:
         return None
     x = x_all[judged]
-    totals = x.sum(axis=0)
-    ref_tot = peer_reference(totals[None, :], tuple("" for _ in cols))[0]
-    with np.errstate(all="ignore"):
-        range_ratio = float(np.nanmax(np.where(ref_tot > 0, totals / ref_tot, np.inf)))
+    # over the range no unit is hot, on the signal read nor on tokens (heavier requests on one
+    # unit at equal counts are a weight skew, not a rotation)
+    range_ratio = _range_ratio(x)
+    if m.has("total_tokens"):
+        tokens = m.get("total_tokens")[:, cols][judged]
+        if np.isfinite(tokens).all():
+            range_ratio = max(range_ratio, _range_ratio(tokens))
     if not range_ratio < th.hot_ratio:
         return None  # a unit hot over the range is a hot spot, not a rotation
     floor = th.floor_running if sig == "running" else float(floors(m, m.window_s, th)["requests"])
     ref = peer_reference(x, tuple("" for _ in cols))
     with np.errstate(all="ignore"):
         ratio = x / np.maximum(ref, floor)
-    hot = ratio >= th.hot_ratio
+    # a swing is far beyond counting noise: Poisson counts of ~20 a window cross 1.3x their
+    # peers' median every few windows by chance; a burst sent to one unit is many sigma away
+    noise = th.stale_noise_sigmas * np.sqrt(np.maximum(ref, floor))
+    hot = (ratio >= th.hot_ratio) & (x - np.maximum(ref, floor) >= noise)
     swing_rows: Flags = np.asarray(hot.any(axis=1), dtype=bool)
     swing_share = float(swing_rows.mean())
     top = np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf), axis=1)
@@ -125,6 +131,14 @@ def _pattern(
     return StaleLoad(group, tuple(int(c) for c in cols), sig, swing, judged, swing_share, anti,
                      _switch_every(top, swing_rows) * m.window_s,
                      tuple(int(t) for t in turns), range_ratio)
+
+
+def _range_ratio(x: Array) -> float:
+    """The highest unit's total over the windows against the median of its peers' totals."""
+    totals = x.sum(axis=0)
+    ref = peer_reference(totals[None, :], tuple("" for _ in range(x.shape[1])))[0]
+    with np.errstate(all="ignore"):
+        return float(np.nanmax(np.where(ref > 0, totals / ref, np.inf)))
 
 
 def _anticorrelation(x: Array) -> float:

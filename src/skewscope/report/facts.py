@@ -90,6 +90,9 @@ class HotFacts:
     # KV near exhaustion while the unit still admits its work (no queue growth, no preemption,
     # no batch ceiling): a consequence of its load, ranked after the load's cause
     kv_consequence: bool = False
+    # far more in flight than its peers at a full KV cache or preempting: its latency was not
+    # read as capability (analysis/classify.overloaded)
+    overloaded: bool = False
 
     type = "hot"
 

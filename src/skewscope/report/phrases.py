@@ -85,6 +85,16 @@ def _kind_body(h: HotFacts) -> str:
                 f"weight skew ({h.weight_side}-heavy)")
         if h.secondary_kind == Kind.COUNT:
             body += ", mixed with more requests"
+    elif h.kind == Kind.UNKNOWN and h.count_ratio == h.count_ratio:  # counts measured
+        body = (f"it runs hotter than its peers on {h.driver.replace('_', ' ')} and it hurts, "
+                f"though it receives {_x(h.count_ratio)} the requests of its peers at "
+                f"{_x(h.weight_ratio)} tokens per request and is not measurably slower"
+                + (" per scheduled token (it is overloaded: far more requests in flight than its "
+                   "peers at a full KV cache or preempting, so its longer service is what its own "
+                   "load does to it, not a weaker unit)" if h.overloaded else "")
+                + ": no load or capability difference explains it (requests counted as they "
+                "finish understate a saturated unit's arrivals); see what keeps it from "
+                "admitting work")
     elif h.kind == Kind.UNKNOWN:
         body = (f"it runs hotter than its peers on {h.driver.replace('_', ' ')}, but the source "
                 "exports no per-unit request or token counts at this level (e.g. SGLang without "
