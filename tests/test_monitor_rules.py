@@ -27,11 +27,13 @@ def _alert(rules: dict, name: str, level: str = "instance") -> dict:  # type: ig
 def test_thresholds_are_read_not_copied() -> None:
     """Changing a threshold changes the rules: no number of the method is written twice."""
     th = dataclasses.replace(DEFAULT_THRESHOLDS, hot_ratio=1.7, persist_share=0.6,
-                             min_consecutive=4, count_ratio=1.45, floor_waiting=3.5)
+                             alert_windows=4, alert_for_windows=2, count_ratio=1.45,
+                             floor_waiting=3.5)
     rules = build_rules(RuleOptions(dialects=("vllm",), window_s=60.0, thresholds=th))
     hot = _alert(rules, HOT_ALERT)
-    assert ">= 1.7)" in hot["expr"] and ">= 0.6)" in hot["expr"]
-    assert hot["for"] == "4m"  # min_consecutive windows
+    assert ">= 1.7)" in str(rules) and ">= 0.6)" in hot["expr"]
+    assert "[4m]) >= 0.6)" in hot["expr"]  # hot in persist_share of alert_windows windows
+    assert hot["for"] == "2m"  # alert_for_windows windows
     text = str(rules)
     assert ">= 1.45" in text and "3.5" in text
     default = str(build_rules(RuleOptions(dialects=("vllm",), window_s=60.0)))
@@ -84,9 +86,9 @@ def test_rules_and_dashboard_take_the_config_file(tmp_path, capsys) -> None:  # 
     cfg.write_text("[thresholds]\nhot_ratio = 1.6\nstarved_ratio = 0.2\n")
     assert main(["rules", "--dialect", "vllm", "--config", str(cfg)]) == 0
     rules = capsys.readouterr().out
-    assert "heat:ratio{level=\"instance\", dialect=\"vllm\"} >= 1.6)" in rules
-    assert "heat:ratio{level=\"instance\", dialect=\"vllm\"} >= 1.3" not in rules
-    assert "starved_ratio{level=\"instance\", dialect=\"vllm\"} < 0.2)" in rules
+    assert "heat:ratio{level=\"instance\", dialect=\"vllm\"} >= bool 1.6)" in rules
+    assert "heat:ratio{level=\"instance\", dialect=\"vllm\"} >= bool 1.3" not in rules
+    assert "starved_ratio{level=\"instance\", dialect=\"vllm\"} < bool 0.2)" in rules
     assert main(["dashboard", "--dialect", "vllm", "--config", str(cfg)]) == 0
     panels = json.loads(capsys.readouterr().out)["panels"]
     (ratio, _) = [p for p in panels if p["title"] == "Max / median across peers"]

@@ -33,14 +33,18 @@ def test_no_literal_threshold_in_the_analysis() -> None:
 
 def test_every_threshold_is_read_by_the_analysis() -> None:
     # Thresholds hold what the analysis judges with, nothing else: a setting only a source or
-    # the command line reads belongs in settings.SourceLimits (sources never import config)
+    # the command line reads belongs in settings.SourceLimits (sources never import config).
+    # The alert rules are the same method in PromQL: what only they read (their persistence
+    # horizon) is judged with too.
     import dataclasses
 
     from skewscope.config import DEFAULT_THRESHOLDS
+    from skewscope.monitor.template import RULE_THRESHOLDS
 
     text = "\n".join(p.read_text() for p in ANALYSIS.glob("*.py"))
     read = {name for name in DEFAULT_THRESHOLDS.as_dict() if f".{name}" in text}
     if ".impact_floors" in text:  # read together, through the one mapping
         read |= {f"impact_floor_{k}" for k in DEFAULT_THRESHOLDS.impact_floors}
+    read |= set(RULE_THRESHOLDS)
     fields = {f.name for f in dataclasses.fields(DEFAULT_THRESHOLDS)}
     assert fields - read == set(), "thresholds the analysis never reads"

@@ -42,6 +42,12 @@ class Thresholds:
     # and in a run of at least ``min_consecutive`` consecutive windows.
     persist_share: Share = 0.5
     min_consecutive: Count = 3
+    # The alerts judge persistence over a horizon that fits paging, not the diagnosis' range:
+    # a unit must be hot (starved) in ``persist_share`` of its last ``alert_windows`` windows,
+    # that holding for ``alert_for_windows`` windows (the rules' default ``for``). The kind
+    # is voted over the same horizon, so a fresh skew is neither diluted nor ``unknown``.
+    alert_windows: Count = 4
+    alert_for_windows: Count = 1
     # A unit with less than this share of the peer median request rate is "starved"
     # (failed health check, missing from the pool, joined late).
     starved_ratio: Share = 0.15

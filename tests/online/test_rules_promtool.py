@@ -30,7 +30,7 @@ from skewscope.monitor.rules import (
 )
 from skewscope.sources.dialects import DIALECTS
 
-WINDOW_S = 60.0  # for = 3 windows = 3m, look-back = 24 windows = 24m
+WINDOW_S = 60.0  # horizon = 4 windows = 4m, for = 1 window = 1m, look-back = 24 windows = 24m
 
 
 def promtool() -> str:
@@ -103,8 +103,15 @@ CASES = {
                     [hot("i0", "", "vllm", alert=STARVED_ALERT)]),
     "idle": Case("vllm", [Unit(f"i{k}", req=const(0.01)) for k in range(4)]
                  + [Unit("i4", req=const(0.03), running=const(3.0))], []),
-    "burst": Case("vllm", fleet(req=burst(4.0, 2.0, 22, 28), running=burst(4.0, 2.0, 22, 28)),
-                  [], eval_min=(27, 30)),
+    # Persistence is counted in windows: a burst of half a window (a 150 s burst at the 5 min
+    # window, 30 s here) never fires ...
+    "burst": Case("vllm", fleet(req=burst(4.0, 2.0, 22, 22.5), running=burst(4.0, 2.0, 22, 22.5)),
+                  [], eval_min=(23, 24, 25, 26, 27, 30)),
+    # ... and a skew fires within the horizon (4 windows) plus two windows of its onset, not
+    # before the smoothing and the horizon's share are reached
+    "fresh-skew-early": Case("vllm", fleet(req=burst(4.0, 2.0, 20, 40)), [], eval_min=(22,)),
+    "fresh-skew-in-time": Case("vllm", fleet(req=burst(4.0, 2.0, 20, 40)),
+                               [hot("i0", "count", "vllm")], eval_min=(26, 30)),
     "balanced-two-jobs": Case("vllm", two_jobs(), []),
     "one-group-across-jobs": Case(
         "vllm", two_jobs(),
@@ -184,8 +191,8 @@ def test_promtool_annotations(tmp_path: Path) -> None:
     labels = {**hot("i0", "count", "vllm"), "severity": "warning"}
     del labels["alertname"]
     description = (
-        "instance i0 has been hot (>= 1.3x the peer median on a load or queue signal) for 3m "
-        "and in at least 0.5 of the last 24m: requests 2.00x, tokens per request 1.00x, "
+        "instance i0 has been hot (>= 1.3x the peer median on a load or queue signal) in at "
+        "least 0.5 of the last 4m, for 1m: requests 2.00x, tokens per request 1.00x, "
         "latency 1.00x its peers'. Full evidence: skewscope diagnose --prometheus  --last 24m "
         "--level instance --selector '{job=\"j\",model_name=\"m\"}'"
     )
@@ -201,8 +208,8 @@ def test_promtool_annotations(tmp_path: Path) -> None:
                 "exp_alerts": [{
                     "exp_labels": labels,
                     "exp_annotations": {
-                        "summary": "instance i0 runs hot: 2.00x the peer median on requests "
-                                   "(count skew)",
+                        "summary": "instance i0 runs hot: up to 2.00x the peer median on "
+                                   "requests (count skew)",
                         "description": description,
                         "runbook_url": f"{DEFAULT_RUNBOOK_URL_BASE}/{HOT_ALERT}.md",
                     },

@@ -63,8 +63,9 @@ def add_rule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", default="5m", metavar="DURATION",
                    help="rate window of the per-unit signals (default 5m)")
     p.add_argument("--for", dest="for_", metavar="DURATION",
-                   help="how long a unit must stay hot before an alert fires "
-                   "(default: min_consecutive windows, 15m with the 5m window)")
+                   help="how long the alert condition (hot in persist_share of the last "
+                   "alert_windows windows) must hold before it fires "
+                   "(default: alert_for_windows windows, 5m with the 5m window)")
     p.add_argument("--runbook-url-base", default=DEFAULT_RUNBOOK_URL_BASE, metavar="URL",
                    help="where the alerts' runbook_url points: URL/<alert>.md "
                    "(default: the repository's docs/runbooks)")

@@ -1,10 +1,14 @@
 """The Skewscope* alerts on the recorded series (``skewscope rules``; a contract:
 docs/monitoring.md, one runbook each in docs/runbooks/).
 
-The alerts' ``for:`` carries persistence, and a unit must also have been hot in at least
-``persist_share`` of the look-back (``WindowPolicy.target_windows`` windows, the span the
-diagnosis judges by default), so a burst never alerts. Numbers are ``monitor.template`` tokens,
-as in ``monitor.records``.
+Persistence is judged over a horizon that fits paging: a unit must have been hot (starved) in
+at least ``persist_share`` of its last ``alert_windows`` windows (the ``horizon``), and that must
+hold for ``for:`` (``alert_for_windows`` windows by default). An instant flag would let a unit
+flagged in 80 % of the evaluations restart ``for`` every few minutes; a share over the
+diagnosis' 2 h look-back would need an hour of skew before the first page. A burst shorter than
+the smoothing never makes the unit hot long enough. The look-back stays the span of the
+``diagnose`` command the alert links to. Numbers are ``monitor.template`` tokens, as in
+``monitor.records``.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ def alerts(lv: LevelRules) -> list[dict[str, Any]]:
     """The Skewscope* alerts of one dialect and level, on its recorded series."""
     th, u, p, s = lv.th, lv.U, lv.P, lv.s
     labs = (*s.by, "level", "dialect")
-    look = param("lookback")
+    horizon = param("horizon")
     for_ = param("for")
     unit = _unit_words(s)
     cmd = _diagnose_cmd(s)
@@ -85,14 +89,16 @@ def alerts(lv: LevelRules) -> list[dict[str, Any]]:
         return f"({lv.r(flag)} offset {history})"
 
     out: list[dict[str, Any]] = []
+    # the value: the highest heat over the horizon (the unit need not be hot at this very
+    # evaluation, only in most of the horizon)
     hot = (
-        f"(({lv.r('heat:ratio')} >= {th.hot_ratio})"
+        f"(max_over_time({lv.r('heat:ratio')}[{horizon}])"
         f" and on ({p}) {lv.r('group:active')}"
-        f" and on ({u}) (avg_over_time({lv.r('hot')}[{look}]) >= {share})"
+        f" and on ({u}) (avg_over_time({lv.r('hot')}[{horizon}]) >= {share})"
         f" and on ({u}) {judged('hot')}"
     )
     if "starved" in lv.have:
-        hot += f" unless on ({u}) (avg_over_time({lv.r('starved')}[{look}]) >= {share})"
+        hot += f" unless on ({u}) (avg_over_time({lv.r('starved')}[{horizon}]) >= {share})"
     hot += f") * on ({u}) group_left (kind) {lv.r('kind')}"
     if "count:ratio" in lv.have:
         why = (
@@ -110,11 +116,11 @@ def alerts(lv: LevelRules) -> list[dict[str, Any]]:
         "for": for_,
         "labels": dict(static),
         "annotations": {
-            "summary": f"{unit} runs hot: {{{{ $value | printf \"%.2f\" }}}}x the peer median "
-                       f"on {_driver(labs)} ({{{{ $labels.kind }}}} skew)",
+            "summary": f"{unit} runs hot: up to {{{{ $value | printf \"%.2f\" }}}}x the peer "
+                       f"median on {_driver(labs)} ({{{{ $labels.kind }}}} skew)",
             "description": f"{unit} has been hot (>= {th.hot_ratio}x the peer median on a "
-                           f"load or queue signal) for {for_} and in at least {share} of the "
-                           f"last {look}: {why}. Full evidence: {cmd}",
+                           f"load or queue signal) in at least {share} of the last {horizon}, "
+                           f"for {for_}: {why}. Full evidence: {cmd}",
             "runbook_url": runbook_url(HOT_ALERT),
         },
     })
@@ -122,9 +128,9 @@ def alerts(lv: LevelRules) -> list[dict[str, Any]]:
         out.append({
             "alert": STARVED_ALERT,
             "expr": (
-                f"({lv.r('requests:starved_ratio')} < {th.starved_ratio})"
+                f"avg_over_time({lv.r('requests:starved_ratio')}[{horizon}])"
                 f" and on ({p}) {lv.r('group:active')}"
-                f" and on ({u}) (avg_over_time({lv.r('starved')}[{look}]) >= {share})"
+                f" and on ({u}) (avg_over_time({lv.r('starved')}[{horizon}]) >= {share})"
                 f" and on ({u}) {judged('starved')}"
             ),
             "for": for_,
@@ -133,7 +139,8 @@ def alerts(lv: LevelRules) -> list[dict[str, Any]]:
                 "summary": f"{unit} gets {{{{ $value | printf \"%.2f\" }}}}x its peers' "
                            "requests while they are busy",
                 "description": f"{unit} has served less than {th.starved_ratio}x the peer "
-                               f"median request rate for {for_}: check its health check, "
+                               f"median request rate in at least {share} of the last "
+                               f"{horizon}, for {for_}: check its health check, "
                                f"service discovery and pool membership. Full evidence: {cmd}",
                 "runbook_url": runbook_url(STARVED_ALERT),
             },
@@ -149,11 +156,12 @@ def alerts(lv: LevelRules) -> list[dict[str, Any]]:
         out.append({
             "alert": GAP_ALERT,
             "expr": (
-                f"(deriv({gap}[{for_}]) * {w_s} / (avg_over_time({gap}[{for_}]) > 0) >= {trend})"
+                f"(deriv({gap}[{horizon}]) * {w_s} / (avg_over_time({gap}[{horizon}]) > 0)"
+                f" >= {trend})"
                 f" and on ({u}) ({lv.r('heat:ratio')} >= {th.hot_ratio})"
                 f" and on ({p}) {lv.r('group:active')}"
-                f" and on ({inst}) (deriv({tail}[{for_}]) * {w_s}"
-                f" / avg_over_time({tail}[{for_}]) >= {trend})"
+                f" and on ({inst}) (deriv({tail}[{horizon}]) * {w_s}"
+                f" / avg_over_time({tail}[{horizon}]) >= {trend})"
             ),
             "for": for_,
             "labels": dict(static),

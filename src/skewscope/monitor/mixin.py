@@ -52,7 +52,7 @@ def _config(opts: RuleOptions, dash: DashboardOptions) -> str:
         f"    selector: {json.dumps(opts.selector)},",
         "    // Filled into the templates by lib/params.libsonnet.",
         f"    windowSeconds: {opts.window_s!r},  // the rate window (rules --window)",
-        f"    forSeconds: {json.dumps(opts.for_s)},  // null: min_consecutive windows",
+        f"    forSeconds: {json.dumps(opts.for_s)},  // null: alert_for_windows windows",
         f"    lookbackWindows: {WINDOWS.target_windows},  // the look-back, in windows",
         f"    runbookUrlBase: {json.dumps(opts.runbook_url_base)},",
         f"    dashboardTitle: {json.dumps(dash.title)},",

@@ -184,11 +184,12 @@ class LevelRules:
         )
 
     def kind(self) -> None:
-        """count / weight / capability / unknown from ratios over the look-back, as the diagnosis
-        classifies over its whole range (a short span lets a saturated unit's finished-request
-        count wander and the kind label flip, which would restart the alert's ``for``)."""
+        """count / weight / capability / unknown from ratios over the alerts' horizon (the
+        diagnosis classifies over its whole range, but over a 2 h look-back a fresh 20 min skew
+        is diluted below every dead band and reads ``unknown``); the vote below keeps the label
+        from flipping with noise inside that horizon."""
         th, u = self.th, self.U
-        span = param("lookback")
+        span = param("horizon")
         sus = {}
         for name in ("requests:rate", "prompt_tokens:rate", "generation_tokens:rate",
                      "e2e_ms:mean"):
@@ -236,7 +237,7 @@ class LevelRules:
                 for kind, cond in branches
             ),
         )
-        # The alert's kind is the one named most often over the look-back: a label that flips
+        # The alert's kind is the one named most often over the horizon: a label that flips
         # with noise would restart the alert's ``for`` each time. One 0/1 vote per kind a unit
         # can get, every evaluation, so the share is over the same samples for every kind.
         zero = f"({self.r('heat:ratio')} * 0)"
@@ -249,10 +250,11 @@ class LevelRules:
                 for k in kinds
             ),
         )
-        look = param("lookback")
+        horizon = param("horizon")
         self.record(
             "kind",
-            f"count without () (topk by ({u}) (1, avg_over_time({self.r('kind:vote')}[{look}])))",
+            f"count without () (topk by ({u}) (1, avg_over_time({self.r('kind:vote')}"
+            f"[{horizon}])))",
         )
 
     def gap(self) -> None:

@@ -35,7 +35,7 @@ class RuleOptions:
     group_by: tuple[str, ...] = ("job", "model_name")
     selector: str = ""
     window_s: float = 300.0
-    for_s: float | None = None  # default: min_consecutive windows
+    for_s: float | None = None  # default: alert_for_windows windows
     thresholds: Thresholds = field(default_factory=lambda: DEFAULT_THRESHOLDS)
     runbook_url_base: str = DEFAULT_RUNBOOK_URL_BASE
 

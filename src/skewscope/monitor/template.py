@@ -18,7 +18,8 @@ from skewscope.errors import UsageError
 
 # Thresholds the rules read (each one a parameter of the same name).
 RULE_THRESHOLDS: tuple[str, ...] = (
-    "hot_ratio", "smooth_windows", "persist_share", "min_consecutive", "starved_ratio",
+    "hot_ratio", "smooth_windows", "persist_share", "alert_windows", "alert_for_windows",
+    "starved_ratio",
     "starved_busy_ratio", "floor_running", "floor_waiting", "floor_queue_wait_ms", "count_ratio",
     "weight_ratio", "capability_ratio", "explain_share", "min_requests_total",
     "min_requests_per_window", "min_windows", "min_units", "trend_min_slope_share",
@@ -63,12 +64,13 @@ def params(
     """Every parameter's text (the same arithmetic as ``lib/params.libsonnet``)."""
     th = thresholds
     out = {name: f"{getattr(th, name):g}" for name in RULE_THRESHOLDS}
-    persistence = for_s if for_s is not None else th.min_consecutive * window_s
+    persistence = for_s if for_s is not None else th.alert_for_windows * window_s
     lookback = lookback_windows * window_s
     out.update(
         window=duration(window_s),
         window_seconds=f"{window_s:g}",
         smooth=duration(th.smooth_windows * window_s),
+        horizon=duration(th.alert_windows * window_s),
         lookback=duration(lookback),
         lookback_seconds=f"{lookback:g}",
         request_floor=f"{th.min_requests_per_window / window_s:g}",

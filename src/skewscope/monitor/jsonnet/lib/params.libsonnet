@@ -40,12 +40,13 @@ local params(c) =
     window: duration(w),
     window_seconds: g(w),
     smooth: duration(th.smooth_windows * w),
+    horizon: duration(th.alert_windows * w),
     lookback: duration(look),
     lookback_seconds: g(look),
     request_floor: g(th.min_requests_per_window / w),
     history: duration(th.min_windows * w),
     runbook_url_base: std.rstripChars(c.runbookUrlBase, '/'),
-    'for': duration(if c.forSeconds == null then th.min_consecutive * w else c.forSeconds),
+    'for': duration(if c.forSeconds == null then th.alert_for_windows * w else c.forSeconds),
   };
 
 // The settings that shape the templates themselves: they were fixed when the mixin was
