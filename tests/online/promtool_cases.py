@@ -46,36 +46,38 @@ class Unit:
     copies: int = 1  # exported this many times, told apart only by the alias' copy labels
 
 
-def _minutes() -> list[float]:
-    return [k * STEP_S / 60 for k in range(N + 1)]
+def _minutes(minutes: int = MINUTES) -> list[float]:
+    return [k * STEP_S / 60 for k in range(minutes * 60 // STEP_S + 1)]
 
 
-def _cumulative(rate: Fn) -> list[float]:
+def _cumulative(rate: Fn, minutes: int = MINUTES) -> list[float]:
     out, total = [], 0.0
-    for t in _minutes():
+    for t in _minutes(minutes):
         out.append(total)
         total += rate(t) * STEP_S
     return out
 
 
-def _unit_series(u: Unit) -> dict[str, tuple[str, list[float]]]:
+def _unit_series(u: Unit, minutes: int = MINUTES) -> dict[str, tuple[str, list[float]]]:
     """role/sample key -> (sample suffix, values)."""
-    req = _cumulative(u.req)
+    def cum(rate: Fn) -> list[float]:
+        return _cumulative(rate, minutes)
+
+    req = cum(u.req)
     series = {
         "finished_requests": ("", req),
-        "prompt_tokens": ("", _cumulative(lambda t: u.req(t) * u.prompt(t))),
-        "generation_tokens": ("", _cumulative(lambda t: u.req(t) * u.gen(t))),
-        "running": ("", [u.running(t) for t in _minutes()]),
-        "waiting": ("", [u.waiting(t) for t in _minutes()]),
+        "prompt_tokens": ("", cum(lambda t: u.req(t) * u.prompt(t))),
+        "generation_tokens": ("", cum(lambda t: u.req(t) * u.gen(t))),
+        "running": ("", [u.running(t) for t in _minutes(minutes)]),
+        "waiting": ("", [u.waiting(t) for t in _minutes(minutes)]),
         "e2e:count": ("_count", req),
-        "e2e:sum": ("_sum", _cumulative(lambda t: u.req(t) * u.e2e_s(t))),
+        "e2e:sum": ("_sum", cum(lambda t: u.req(t) * u.e2e_s(t))),
         "queue_time:count": ("_count", req),
-        "queue_time:sum": ("_sum", _cumulative(lambda t: u.req(t) * u.queue_s(t))),
+        "queue_time:sum": ("_sum", cum(lambda t: u.req(t) * u.queue_s(t))),
     }
     for b in (*E2E_BOUNDS, float("inf")):
         series[f"e2e:bucket:{b}"] = (
-            "_bucket",
-            _cumulative(lambda t, b=b: u.req(t) if u.e2e_s(t) <= b else 0.0),
+            "_bucket", cum(lambda t, b=b: u.req(t) if u.e2e_s(t) <= b else 0.0),
         )
     return series
 
@@ -84,8 +86,10 @@ def _fmt(v: float) -> str:
     return f"{v:.6g}"
 
 
-def input_series(dialect: str, units: list[Unit], model: str = "m") -> list[dict[str, str]]:
-    """promtool ``input_series`` of ``units`` as ``dialect`` exposes them.
+def input_series(dialect: str, units: list[Unit], model: str = "m", minutes: int = MINUTES
+                 ) -> list[dict[str, str]]:
+    """promtool ``input_series`` of ``units`` as ``dialect`` exposes them, one sample every
+    ``STEP_S`` over ``minutes``.
 
     Series without a rank label (e.g. SGLang's tokenizer-side counters) sum their ranks.
     ms-service-metric also gets its own free-blocks gauge, which marks the instance as such.
@@ -93,7 +97,7 @@ def input_series(dialect: str, units: list[Unit], model: str = "m") -> list[dict
     roles = DIALECTS[dialect].roles
     acc: dict[str, list[float]] = {}
     for u in units:
-        for key, (suffix, values) in _unit_series(u).items():
+        for key, (suffix, values) in _unit_series(u, minutes).items():
             role = key.split(":")[0]
             if role not in roles:
                 continue
@@ -118,8 +122,18 @@ def input_series(dialect: str, units: list[Unit], model: str = "m") -> list[dict
             if u.rank is not None and alias.dp_label is not None:
                 labels[alias.dp_label] = u.rank
             body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-            acc[f"{alias.name}{{{body}}}"] = [500.0] * (N + 1)
+            acc[f"{alias.name}{{{body}}}"] = [500.0] * (minutes * 60 // STEP_S + 1)
     return [{"series": k, "values": " ".join(_fmt(v) for v in vals)} for k, vals in acc.items()]
+
+
+def to_openmetrics(series: list[dict[str, str]], t0: int) -> str:
+    """The same series as OpenMetrics text from ``t0`` (epoch s), for ``promtool tsdb
+    create-blocks-from openmetrics`` (one family per metric name, ``# EOF``)."""
+    lines = []
+    for s in sorted(series, key=lambda s: s["series"].split("{", 1)[0]):
+        lines += [f"{s['series']} {v} {t0 + k * STEP_S}"
+                  for k, v in enumerate(s["values"].split())]
+    return "\n".join(lines) + "\n# EOF\n"
 
 
 def fleet(n: int = 4, **hot: Fn) -> list[Unit]:

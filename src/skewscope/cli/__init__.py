@@ -18,7 +18,7 @@ from skewscope.errors import SkewscopeError, UsageError
 
 COMMANDS: tuple[str, ...] = (
     "diagnose", "compare", "simulate", "watch", "history", "whatif", "rules", "dashboard",
-    "mixin",
+    "mixin", "backtest",
 )
 
 
