@@ -123,12 +123,12 @@ def skewscope_rule_episodes(url: str, truth: Truth, notes: list[str]) -> list[Fi
     """The generated rules' alert episodes through the backtest evaluator; None (with a note)
     where this tree has none."""
     try:
-        from skewscope.monitor import backtest  # type: ignore[attr-defined]
+        from skewscope.monitor import backtest
     except ImportError:
         notes.append("skewscope rules: no backtest evaluator in this tree (skewscope.monitor."
                       "backtest): not evaluated")
         return None
-    episodes = backtest.evaluate(url, start=truth.t0, end=truth.t1, dialect=truth.dialect)
+    episodes = backtest.backtest_url(url, truth.t0, truth.t1, dialect=truth.dialect)
     return [Fired("rules", e.level, e.instance, e.dp_rank, e.kind, e.start, e.end)
             for e in episodes]
 
