@@ -70,6 +70,7 @@ def per_step(df: pl.DataFrame, pattern: str) -> dict[tuple[str, str | None], np.
         prev = np.concatenate([[np.nan], v[:-1]])
         inc = v - prev
         fresh = (inc < 0) | (np.isnan(prev) & ~np.isnan(v))  # a reset, a start: from 0
+        fresh[0] = False  # the day's first scrape: the engines ran before it
         inc[fresh] = v[fresh]
         out[(str(inst), None if rank is None else str(rank))] = inc
     return out
@@ -155,6 +156,7 @@ def test_scrapes_parse_with_prometheus_clients_openmetrics_parser(
 
 
 def test_counters_only_fall_at_restarts(day: tuple[dict[str, Any], pl.DataFrame, Path]) -> None:
+    """... from what the engines counted before the day, or from 0 for a unit joining."""
     truth, df, _ = day
     backs = {(n["instance"], n["back"]) for n in truth["noise"] if n["what"] == "restart"}
     cum = df.filter(pl.col("name").str.contains(r"(_total|_count|_bucket|_sum)$"))
@@ -163,6 +165,18 @@ def test_counters_only_fall_at_restarts(day: tuple[dict[str, Any], pl.DataFrame,
     seen = {(str(r["instance"]), int(r["ts"])) for r in falls.iter_rows(named=True)}
     assert seen and seen <= backs  # counters fall only at a restarted unit's first scrape back
     assert {i for i, _ in seen} == {i for i, _ in backs}  # ... and every restart shows one
+    for key in ("requests", "prompt"):
+        pattern = names(truth["dialect"])[key]
+        at_t0 = cum.filter((pl.col("ts") == truth["t0"])
+                           & pl.col("head").str.contains(pattern.replace("{", r"\{")))
+        assert len(at_t0) and at_t0["value"].min() > 0  # the engines counted before the day
+    joined = {n["instance"]: n["start"] for n in truth["noise"] if n["what"] == "scale_out"}
+    requests = names(truth["dialect"])["requests"].replace("{", r"\{")
+    first = cum.filter(pl.col("instance").is_in(list(joined))
+                       & pl.col("head").str.contains(requests)).group_by("head").agg(
+        pl.col("value").sort_by("ts").first(), pl.col("ts").min())
+    assert len(first) == 2 * truth["ranks"] and set(first["ts"]) == set(joined.values())
+    assert first["value"].max() <= 20  # from 0: the requests of its first 15 s
 
 
 def test_units_are_absent_exactly_in_their_restart_gaps(
@@ -273,7 +287,7 @@ def test_restarted_and_joining_units_warm_up_cold(
     truth, df, _ = day
     r = instance_sum(per_step(df, names(truth["dialect"])["requests"]))
     stamps = np.arange(truth["t0"], truth["t1"] + 1, truth["step_s"])
-    fleet = np.nanmedian(np.stack(list(r.values())), axis=0)
+    fleet = np.concatenate([[np.nan], np.nanmedian(np.stack(list(r.values()))[:, 1:], axis=0)])
     for n in (n for n in truth["noise"] if n["what"] in ("restart", "scale_out")):
         back = n.get("back", n["start"])
         first = (stamps > back) & (stamps <= back + 60)

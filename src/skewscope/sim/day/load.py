@@ -151,7 +151,20 @@ class DayLoad:
         pre = rng.poisson(self.done * np.clip(self.kv - 0.9, 0.0, None) * 3.0).astype(float)
         incs = {"finished": self.done, "prompt_tokens": pin, "generation_tokens": pout,
                 "preemptions": pre}
-        return {role: reset_cumsum(x, self.up) for role, x in incs.items()}
+        n0 = self.before
+        per_request = {"finished": 1.0, "prompt_tokens": IN_TOKENS,
+                       "generation_tokens": OUT_TOKENS, "preemptions": 0.001}
+        return {role: reset_cumsum(x, self.up, np.rint(n0 * per_request[role]))
+                for role, x in incs.items()}
+
+    @cached_property
+    def before(self) -> F64:
+        """Requests each unit served before the day (its counters' values at t0: the engines
+        run since yesterday); 0 for a unit not up at t0."""
+        rng = np.random.default_rng((self.spec.seed, 47))
+        n0 = rng.uniform(0.5, 1.5, self.n) * self.spec.peak_rps * 0.5 * 86_400
+        out: F64 = np.rint(n0) * self.up[:, 0]
+        return out
 
     @cached_property
     def kv(self) -> F64:
@@ -209,12 +222,16 @@ class DayLoad:
             counts[..., k] = x
             left = left - x
             prev = cdf[..., k]
-        les = reset_cumsum(np.cumsum(counts, axis=-1).transpose(0, 2, 1),
-                           self.up[:, None, :]).transpose(0, 2, 1)
         sums = {"request_prompt_tokens": self.tokens[0],
                 "request_generation_tokens": self.tokens[1]}.get(role, n * mean)
-        count = reset_cumsum(n.astype(np.float64), self.up)
-        return les, count, reset_cumsum(sums, self.up)
+        # before the day: as many observations per request as over the day, spread alike
+        total = np.maximum(n.sum(axis=1), 1.0)
+        n0 = np.rint(self.before * total / np.maximum(self.done.sum(axis=1), 1.0))
+        cum = np.cumsum(counts, axis=-1)
+        les0 = np.rint(n0[:, None] * cum.sum(axis=1) / total[:, None])
+        les = reset_cumsum(cum.transpose(0, 2, 1), self.up[:, None, :], les0).transpose(0, 2, 1)
+        count = reset_cumsum(n.astype(np.float64), self.up, n0)
+        return les, count, reset_cumsum(sums, self.up, np.rint(n0 * sums.sum(axis=1) / total))
 
     @cached_property
     def _hists(self) -> dict[tuple[str, tuple[float, ...]], tuple[F64, F64, F64]]:
@@ -227,9 +244,10 @@ _ROLE_KEY = {r: k for k, r in enumerate((
     "request_generation_tokens", "iteration_tokens"))}
 
 
-def reset_cumsum(inc: F64, up: NDArray[np.bool_]) -> F64:
+def reset_cumsum(inc: F64, up: NDArray[np.bool_], before: F64 | None = None) -> F64:
     """Counters from their increments (time on the last axis), starting again from the
-    increment of the first step back after every absence (``up`` False): a restart."""
+    increment of the first step back after every absence (``up`` False): a restart.
+    ``before`` (the shape without time) is added to a series up from the first step."""
     up = np.broadcast_to(up, inc.shape)
     x = np.where(up, inc, 0.0)
     csum = np.cumsum(x, axis=-1)
@@ -239,6 +257,9 @@ def reset_cumsum(inc: F64, up: NDArray[np.bool_]) -> F64:
     idx = np.where(start, np.arange(inc.shape[-1]), 0)
     idx = np.maximum.accumulate(idx, axis=-1)
     out: F64 = csum - np.take_along_axis(base, idx, axis=-1)
+    if before is not None:
+        first = up[..., :1] & (np.cumsum(start, axis=-1) == 1)  # the run the day starts in
+        out = out + first * before[..., None]
     return out
 
 
