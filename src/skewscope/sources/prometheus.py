@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from skewscope.errors import SourceError, UsageError
-from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy, bound_column
+from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, normalise_url
 from skewscope.sources.daemon_pool import DaemonPool
@@ -32,7 +32,6 @@ from skewscope.sources.devices import (
     merge_values,
 )
 from skewscope.sources.dialects import (
-    ROLES,
     SIGNAL_SPECS,
     SPEC_BY_SIGNAL,
     Alias,
@@ -45,20 +44,54 @@ from skewscope.sources.pools import resolve_pools
 from skewscope.sources.prom_client import PromClient
 from skewscope.sources.prom_duplicates import duplicate_notes
 from skewscope.sources.prom_matrix import device_series, matrix_to_values, plan_windows
+from skewscope.sources.prom_plan import (
+    BUCKETS,
+    COUNT,
+    SUM,
+    VALUE,
+    Job,
+    bucket_quantiles,
+    fold_instances,
+    mark_bucket_bounds,
+    mean_table,
+    plan_jobs,
+    query_scale,
+    series_rows,
+)
 from skewscope.sources.prom_span import empty_range_error
 from skewscope.sources.promql import (
-    bound_marks,
     bucket_bounds_query,
-    build_query,
     duration,
     normalise_selector,
     series_selector,
 )
-from skewscope.sources.validate import (
-    parse_bound,
-)
 
-Job = tuple[Level, str, Alias, str]  # (level, signal, alias, PromQL)
+
+def _decode(
+    client: PromClient, job: Job, result: list[Any], window_s: float
+) -> tuple[dict[Level, dict[Key, float]], list[str], set[float] | None]:
+    """(value tables per level, series without a usable unit, bucket bounds of a percentile
+    worked out here) of one job's answer (``prom_plan``)."""
+    spec = SPEC_BY_SIGNAL[job.signal]
+    bad: list[str] = []
+    where = client.where
+
+    def read(level: Level, across: str) -> dict[Key, float]:
+        return matrix_to_values(result, window_s=window_s, alias=job.alias, level=level,
+                                across=across, bad=bad, where=where)
+
+    if job.part == BUCKETS:
+        rows = series_rows(result, job.alias, where)
+        tables, les = bucket_quantiles(rows, spec, job.alias, window_s, bad)
+        return tables, bad, les
+    across = spec.across if job.part == VALUE else "sum"
+    tables = {job.level: read(job.level, across)}
+    if job.derive:
+        tables[Level.INSTANCE] = (
+            read(Level.INSTANCE, across) if job.alias.rank_in_unit else
+            fold_instances(series_rows(result, job.alias, where), job.alias, across, window_s,
+                           bad))
+    return tables, (bad if job.part != COUNT else []), None  # a mean's series noted once
 
 
 def _load_tables(
@@ -72,12 +105,13 @@ def _load_tables(
 ) -> tuple[dict[Level, Values], list[str], list[str]]:
     """(value tables per level, series without a usable unit, notes) of every job's range query.
 
-    Each worker decodes its own answer into a value table as soon as it arrives, so the
+    Each worker decodes its own answer into value tables as soon as it arrives, so the
     client's decoding overlaps the server's work on the other queries (a bare fetch is server
-    bound). Where histogram_quantile answered, ``<signal>_bound`` tables (frame.py) mark the
-    values equal to a bucket bound: one ``count by (le)`` query per histogram over the whole
-    range, sent as soon as its first quantile table is read. The check is an extra: when the
-    backend refuses it, the percentiles stay unmarked and a note says so.
+    bound). Percentiles worked out from rank-level buckets (``prom_plan``) mark the values
+    equal to a bucket bound of their answer (frame.py ``<signal>_bound``); where
+    histogram_quantile answered instead, one ``count by (le)`` query per histogram over the
+    whole range finds the bounds, sent as soon as its first quantile table is read. That check
+    is an extra: when the backend refuses it, the percentiles stay unmarked and a note says so.
     """
     first_t, last_t, w = span
     whole = max(last_t - first_t, 1.0)
@@ -85,64 +119,47 @@ def _load_tables(
     lock = threading.Lock()
     with DaemonPool(max_workers) as pool:  # a stopping watch abandons its queries
 
-        def run(job: Job) -> tuple[dict[Key, float], list[str]]:
-            level, signal, alias, query = job
-            bad: list[str] = []
-            table = matrix_to_values(
-                client.query_range_series(query, first_t, last_t, w),
-                window_s=w,
-                alias=alias,
-                level=level,
-                across=SPEC_BY_SIGNAL[signal].across,
-                bad=bad,
-                where=client.where,
-            )
-            if table and SPEC_BY_SIGNAL[signal].over_time == "quantile":
+        def run(job: Job) -> tuple[dict[Level, dict[Key, float]], list[str], set[float] | None]:
+            got = _decode(client, job, client.query_range_series(job.query, first_t, last_t, w),
+                          w)
+            if (job.part == VALUE and got[0][job.level]
+                    and SPEC_BY_SIGNAL[job.signal].over_time == "quantile"):
                 with lock:
-                    if alias.name not in bounds:
-                        q = bucket_bounds_query(alias, whole, selector)
-                        bounds[alias.name] = pool.submit(client.query_range, q, last_t, last_t,
-                                                         whole)
-            return table, bad
+                    if job.alias.name not in bounds:
+                        q = bucket_bounds_query(job.alias, whole, selector)
+                        bounds[job.alias.name] = pool.submit(client.query_range, q, last_t,
+                                                             last_t, whole)
+            return got
 
         results = [f.result() for f in [pool.submit(run, job) for job in jobs]]
-        per_level: dict[Level, Values] = {lvl: {} for lvl in levels}
+        found: dict[Level, dict[str, dict[Key, float]]] = {lvl: {} for lvl in levels}
+        parts: dict[tuple[Level, str], dict[str, dict[Key, float]]] = defaultdict(dict)
+        les: dict[tuple[Level, str], set[float]] = {}
         bad: list[str] = []
-        for (level, signal, _, _), (table, job_bad) in zip(jobs, results, strict=True):
+        for job, (tables, job_bad, job_les) in zip(jobs, results, strict=True):
             bad += job_bad
-            if table:
-                per_level[level][signal] = table
-        notes = _mark_bucket_bounds(jobs, per_level, bounds)
+            for level, table in tables.items():
+                if job.part in (SUM, COUNT):
+                    parts[(level, job.signal)][job.part] = table
+                    continue
+                found[level][job.signal] = table
+                if job_les is not None:
+                    les[(level, job.signal)] = job_les
+        for (level, signal), pair in parts.items():
+            if len(pair) == 2:
+                scale = query_scale(SPEC_BY_SIGNAL[signal], resolve_alias(jobs, signal))
+                found[level][signal] = mean_table(pair[SUM], pair[COUNT], scale)
+        per_level: dict[Level, Values] = {lvl: {} for lvl in levels}
+        for level in levels:  # the tables in signal order, as one query per table gave them
+            for spec in SIGNAL_SPECS:
+                if found[level].get(spec.signal):
+                    per_level[level][spec.signal] = found[level][spec.signal]
+        notes = mark_bucket_bounds(jobs, levels, per_level, bounds, les)
     return per_level, bad, notes
 
 
-def _mark_bucket_bounds(
-    jobs: list[Job], per_level: Mapping[Level, Values], bounds: Mapping[str, Future[list[Any]]]
-) -> list[str]:
-    """Add the ``<signal>_bound`` tables from the bucket bounds each histogram's query found."""
-    les: dict[str, set[float]] = {}
-    for level, signal, alias, _ in jobs:
-        spec = SPEC_BY_SIGNAL[signal]
-        table = per_level[level].get(signal)
-        if spec.over_time != "quantile" or not table:
-            continue
-        if alias.name not in les:
-            try:
-                result = bounds[alias.name].result()
-            except SourceError as exc:
-                return [f"histogram bucket bounds not checked ({exc}): percentiles unmarked"]
-            found = set()
-            for r in result:
-                metric = r.get("metric") if isinstance(r, dict) else None
-                raw = metric.get("le") if isinstance(metric, dict) else None
-                le = parse_bound(raw) if isinstance(raw, str) else None
-                if le is not None:
-                    found.add(le)
-            les[alias.name] = found
-        marks = bound_marks(table, les[alias.name], ROLES[spec.role].scale)
-        if marks:
-            per_level[level][bound_column(signal)] = marks
-    return []
+def resolve_alias(jobs: list[Job], signal: str) -> Alias:
+    return next(job.alias for job in jobs if job.signal == signal)
 
 
 def _engines(
@@ -218,7 +235,7 @@ class RangePlan:
 
     @property
     def key(self) -> tuple[object, ...]:
-        return (self.dialect, tuple(q for *_, q in self.jobs),
+        return (self.dialect, tuple(job.query for job in self.jobs),
                 tuple(a.name for a in self.device_aliases()))
 
     def device_aliases(self) -> list[Alias]:
@@ -240,8 +257,10 @@ class RangeTables:
 def plan_range(
     client: PromClient, *, start: float, end: float, selector: str, dialect: str | None,
     window_s: float, device_selector: str, url_note: str | None = None,
+    shared_plan: bool = True,
 ) -> RangePlan:
-    """Read the metric names of [start, end] and decide the queries (no sample is read)."""
+    """Read the metric names of [start, end] and decide the queries (no sample is read);
+    ``shared_plan=False``: the former per-level queries (``prom_plan``: the same tables)."""
     names = client.metric_names(start, end, selector)
     try:
         chosen = get_dialect(dialect) if dialect else get_dialect(detect_dialect(names))
@@ -254,15 +273,8 @@ def plan_range(
     levels = [Level.INSTANCE]
     if resolved[Level.DP]:
         levels.append(Level.DP)
-    jobs: list[Job] = []
-    for level in levels:
-        for spec in SIGNAL_SPECS:
-            alias = resolved[level].get(spec.signal)
-            if alias is None:
-                continue
-            q = build_query(spec, alias, level=level, window_s=window_s, selector=selector)
-            if q is not None:
-                jobs.append((level, spec.signal, alias, q))
+    jobs = plan_jobs(resolved, levels, window_s=window_s, selector=selector,
+                     shared=shared_plan)
     # the engine selector does not apply to device exporters: list their names apart
     dev_names = (client.metric_names(start, end, device_selector)
                  if selector or device_selector else names)
@@ -280,7 +292,8 @@ def read_tables(
     With ``duplicates_range_s`` the units exported twice over that range (ending at the last
     evaluation) are noted too, checked beside the tables."""
     last_t = span[1]
-    first = next((alias for level, _, alias, _ in plan.jobs if level is Level.INSTANCE), None)
+    first = next((plan.resolved[Level.INSTANCE][s.signal] for s in SIGNAL_SPECS
+                  if s.signal in plan.resolved[Level.INSTANCE]), None)
     notes: list[str] = []
     with DaemonPool(1) as side:  # beside the tables, not after them
         dup = None if first is None or duplicates_range_s is None else side.submit(
@@ -368,12 +381,13 @@ def load_prometheus(
     device_selector: str = "",
     device_map: DeviceMap | None = None,
     role_label: str = "",
+    shared_plan: bool = True,
 ) -> Evidence:
     """Load per-window, per-unit signals for [start, end] (epoch seconds) from a Prometheus API.
 
     The window equals the query step (default: ``windows.choose``), so windows tile the range.
     ``role_label``: the label naming each unit's prefill/decode pool (default: the dialect's,
-    sources/pools.py).
+    sources/pools.py). ``shared_plan=False`` sends the former per-level queries (``prom_plan``).
     """
     w = range_window(start, end, step_s=step_s, window_s=window_s, windows=windows)
     first_t, last_t, _ = plan_windows(start, end, w, windows.max_windows)
@@ -381,7 +395,8 @@ def load_prometheus(
     client, url_note = open_client(url, auth=auth, timeout_s=timeout_s, limits=limits)
     try:
         plan = plan_range(client, start=start, end=end, selector=sel, dialect=dialect,
-                          window_s=w, device_selector=dev_sel, url_note=url_note)
+                          window_s=w, device_selector=dev_sel, url_note=url_note,
+                          shared_plan=shared_plan)
         tables = read_tables(client, plan, span=(first_t, last_t, w), selector=sel,
                              device_selector=dev_sel, max_workers=max_workers,
                              duplicates_range_s=max(last_t - first_t, w))

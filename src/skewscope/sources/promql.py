@@ -162,6 +162,18 @@ def _increase(name: str, alias: Alias, by: str, w: str, selector: str) -> str:
     return f"sum by ({by}) ({inner})"
 
 
+def part_query(alias: Alias, part: str, *, level: Level, window_s: float,
+               selector: str = "") -> str | None:
+    """A histogram part's increase over each window, grouped at ``level``, unscaled: ``part``
+    "bucket" (grouped by ``le`` too: the buckets of ``histogram_quantile``), "sum" or "count"
+    (the two sides of a mean), for the client to combine (``prom_plan``)."""
+    by = group_labels(level, alias)
+    if by is None:
+        return None
+    by = by + ", le" if part == "bucket" else by
+    return _increase(f"{alias.name}_{part}", alias, by, duration(window_s), selector)
+
+
 def build_query(
     spec: SignalSpec, alias: Alias, *, level: Level, window_s: float, selector: str = ""
 ) -> str | None:
