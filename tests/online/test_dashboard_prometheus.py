@@ -72,11 +72,16 @@ def substitute(expr: str, values: dict[str, str]) -> str:
     return re.sub(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)", repl, expr)
 
 
-def targets(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+def targets(dashboard: dict[str, Any], pools: bool = False) -> list[tuple[str, str]]:
+    """(panel title, query) of every panel; the prefill/decode row's only with ``pools`` (it
+    has data for a disaggregated fleet only: tests/online/test_pd_pools.py)."""
+    from skewscope.monitor.pd_dashboard import PD_PANELS
+
+    skip = set() if pools else {title for title, _, _ in PD_PANELS}
     return [
         (p["title"], t["expr"])
         for p in dashboard["panels"]
-        if p["type"] != "row"
+        if p["type"] != "row" and p["title"] not in skip
         for t in p.get("targets", [])
     ]
 
@@ -130,7 +135,8 @@ def test_dashboard_shape(tmp_path: Path) -> None:
     names = [v["name"] for v in dash["templating"]["list"]]
     assert names == ["datasource", "cluster", "job", "instance"]
     rows = [p["title"] for p in dash["panels"] if p["type"] == "row"]
-    assert len(rows) == 2 and rows[0].startswith("Instances") and rows[1].startswith("DP")
+    assert len(rows) == 3 and rows[0].startswith("Instances") and rows[1].startswith("DP")
+    assert rows[2] == "Prefill / decode pools"
     titles = [p["title"] for p in dash["panels"] if p["type"] != "row"]
     for panel in PANELS:
         assert titles.count(panel.title) == 2, panel.title

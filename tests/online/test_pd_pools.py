@@ -92,3 +92,52 @@ def test_role_label_names_a_label_the_dialect_does_not_know(
     assert pd.evidence["saturated_pool"] == "prefill"
     with pytest.raises(SourceError, match=r"^--role-label worker_type: no series carries this"):
         _load(prom, result, job, role_label="worker_type")
+
+
+def test_pd_alert_fires_on_the_imbalanced_fleet_only(
+    prom: str, runs: dict[str, SimResult]
+) -> None:
+    """The generated SkewscopePDImbalance, evaluated at explicit times (every 5 s of the
+    backfilled history, its recorded series inlined), fires on the saturated prefill pool of
+    pd-imbalanced for longer than its ``for:`` and never on pd-hot-decode-rank, whose split
+    fits (its slow decode rank is a hot unit, not a pool problem)."""
+    from rule_eval import evaluate, longest_run
+
+    from skewscope.monitor.rules import PD_ALERT, RuleOptions, build_rules
+
+    window, for_s = 15.0, 45.0
+    rules = build_rules(RuleOptions(dialects=("vllm",), window_s=window, for_s=for_s))
+    fired = {}
+    for name in ("pd-imbalanced", "pd-hot-decode-rank"):
+        result = runs[name]
+        rules_job = build_rules(RuleOptions(dialects=("vllm",), window_s=window, for_s=for_s,
+                                            selector=f'job="{name}-vllm"'))
+        series = evaluate(prom, rules_job, PD_ALERT, result.start_s + 2 * window,
+                          result.end_s - STEP, STEP)
+        fired[name] = {s["metric"].get("pool"): longest_run(s["values"], STEP) for s in series}
+    assert fired["pd-hot-decode-rank"] == {}
+    assert set(fired["pd-imbalanced"]) == {"prefill"}
+    assert fired["pd-imbalanced"]["prefill"] >= for_s
+    assert rules["groups"][0]["name"] == "skewscope-vllm"
+
+
+def test_dashboard_pool_row_shows_the_saturated_pool(
+    prom: str, runs: dict[str, SimResult]
+) -> None:
+    """The dashboard's prefill/decode row, queried as Grafana would (variables at their
+    defaults, the job chosen), draws the prefill pool's queue above the decode pool's."""
+    import httpx
+    from test_dashboard_prometheus import defaults, substitute, targets
+
+    from skewscope.monitor.dashboard import DashboardOptions, build_dashboard
+
+    dash = build_dashboard(DashboardOptions(dialects=("vllm",)))
+    values = {**defaults(dash), "job": "pd-imbalanced-vllm", "__rate_interval": "15s"}
+    result = runs["pd-imbalanced"]
+    (expr,) = [e for t, e in targets(dash, pools=True) if t.startswith("Waiting requests per")]
+    got = httpx.get(f"{prom}/api/v1/query_range", params={
+        "query": substitute(expr, values), "start": result.start_s + 30,
+        "end": result.end_s - STEP, "step": 15}, timeout=60).json()["data"]["result"]
+    mean = {s["metric"]["pool"]: sum(float(v) for _, v in s["values"]) / len(s["values"])
+            for s in got}
+    assert set(mean) == {"prefill", "decode"} and mean["prefill"] > 1.0 > 10 * mean["decode"]

@@ -5,7 +5,8 @@ dashboard schema. Panels query the raw engine metrics (the recording rules need 
 each per-unit query is the ``monitor.signals`` expression of every chosen dialect joined with
 ``or``, filtered by the dashboard variables (datasource, one per peer-group label, instance).
 Rows: instances, then DP ranks (sibling ranks side by side); each row ends with max/median
-ratio panels per peer group, and the ``rules`` alerts are drawn as annotations.
+ratio panels per peer group; then, for dialects whose stack names prefill/decode pools, the
+pools side by side (``monitor.pd_dashboard``); the ``rules`` alerts are drawn as annotations.
 """
 
 from __future__ import annotations
@@ -279,6 +280,13 @@ def build_dashboard(opts: DashboardOptions) -> dict[str, Any]:
             continue
         dash = dash.with_row(Row(titles[level]))
         for panel in panels:
+            dash = dash.with_panel(panel)
+    from skewscope.monitor.pd_dashboard import ROW_TITLE, pd_panels
+
+    pools = list(pd_panels(opts, RATE_WINDOW))  # a prefill/decode fleet's pools side by side
+    if pools:
+        dash = dash.with_row(Row(ROW_TITLE))
+        for panel in pools:
             dash = dash.with_panel(panel)
     model: dict[str, Any] = json.loads(json.dumps(dash.build(), cls=JSONEncoder))
     return model

@@ -15,14 +15,20 @@ from typing import Any
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import UsageError
 from skewscope.frame import WINDOWS
-from skewscope.monitor.alerts import ALERTS, GAP_ALERT, HOT_ALERT, STARVED_ALERT, alerts
+from skewscope.monitor.alerts import ALERTS as UNIT_ALERTS
+from skewscope.monitor.alerts import GAP_ALERT, HOT_ALERT, STARVED_ALERT, alerts
+from skewscope.monitor.pd_alerts import PD_ALERT, pd_rules
 from skewscope.monitor.records import KINDS, PREFIX, LevelRules, rec
 from skewscope.monitor.signals import Scope, levels
 from skewscope.monitor.template import duration, fill, params
 from skewscope.sources.dialects import DIALECTS
 
-__all__ = ["ALERTS", "GAP_ALERT", "HOT_ALERT", "KINDS", "PREFIX", "STARVED_ALERT", "RuleOptions",
+__all__ = ["ALERTS", "GAP_ALERT", "HOT_ALERT", "KINDS", "PD_ALERT", "PREFIX", "STARVED_ALERT",
+           "RuleOptions",
            "build_rules", "build_template", "duration", "rec", "render_rules"]
+
+# Every alert the file can hold: the units' (monitor.alerts) and the pools' (monitor.pd_alerts).
+ALERTS: tuple[str, ...] = (*UNIT_ALERTS, PD_ALERT)
 
 # Where the runbooks are read by default (the repository's docs; --runbook-url-base to a copy).
 DEFAULT_RUNBOOK_URL_BASE = "https://github.com/skewscope/skewscope/blob/main/docs/runbooks"
@@ -60,6 +66,9 @@ def build_template(opts: RuleOptions) -> list[dict[str, Any]]:
             if built:
                 records += built
                 alerting += alerts(lv)
+                pd_records, pd_alerts = pd_rules(lv)  # prefill/decode pools (instance level)
+                records += pd_records
+                alerting += pd_alerts
         if records:  # a dialect without a running gauge per unit (llm-d's router) has none
             out.append({"dialect": name, "records": records, "alerts": alerting})
     if not out:

@@ -23,6 +23,7 @@ RULE_THRESHOLDS: tuple[str, ...] = (
     "starved_busy_ratio", "floor_running", "floor_waiting", "floor_queue_wait_ms", "count_ratio",
     "weight_ratio", "capability_ratio", "explain_share", "min_requests_total",
     "min_requests_per_window", "min_windows", "min_units", "trend_min_slope_share",
+    "pd_running_ratio", "pd_min_waiting", "pd_idle_waiting",
 )
 _OPEN, _CLOSE = "\u27e6", "\u27e7"  # never in PromQL, a label or an annotation we write
 _TOKEN = re.compile(f"{_OPEN}([a-z_]+){_CLOSE}")
