@@ -203,3 +203,19 @@ def test_the_schemas_name_every_note_code() -> None:
     in_compare = set(compare["properties"]["note_facts"]["items"]["properties"]["code"]["enum"])
     assert in_report | in_compare == {str(c) for c in NoteCode}
     assert not in_report & in_compare
+
+
+def test_the_price_of_dp_skew_is_said_in_the_reading_that_holds() -> None:
+    """Lockstep (MoE / DP attention): ranks wait for the busiest; plain DP of a dense model:
+    they do not, the share is capacity kept idle; not known: both, and how to say which."""
+    base = {"instance": "i", "ranks": 4, "basis": "busy_ms", "idle_share": 0.25,
+            "worst_window_idle_share": 0.5, "windows": 12, "device_hours": 1.5,
+            "devices_per_rank": 1.0, "steps": None}
+    said = {ls: phrases.note(Note(NoteCode.SKEW_PRICE, {**base, "lockstep": ls}))
+            for ls in (True, False, None)}
+    assert "step in lockstep (MoE expert parallelism / DP attention), so they idle 25%" in (
+        said[True])
+    assert "do not step in lockstep (plain DP), so none waits" in said[False]
+    assert "waiting for the busiest" not in said[False] and "capacity idle" in said[False]
+    assert said[None].startswith("price of DP skew on i: if its 4 ranks step in lockstep")
+    assert "--lockstep yes|no" in said[None]

@@ -104,6 +104,10 @@ class UnitFrame:
     # DP level, offline: each rank's load per forward iteration (instance, dp_rank, step,
     # start_s, load, step_ms; sources/profiler_forward.py), for the per-step price of DP skew
     step_loads: pl.DataFrame | None = None
+    # DP level: do the ranks step in lockstep (every rank joins each step's collective: MoE
+    # expert parallelism, DP attention)? None: not known — engine metrics do not say; the user
+    # does (diagnose --lockstep yes|no). Decides what the price of DP skew means.
+    lockstep: bool | None = None
 
     @property
     def units(self) -> list[str]:

@@ -172,4 +172,11 @@ def mismatches(doc: dict[str, Any], expect: dict[str, Any]) -> list[str]:
         out.append(f"root causes {got} (expected first one of {causes})")
     if expect.get("kv_shortage") and not any(f["kind"] == "kv_shortage" for f in findings):
         out.append("no kv_shortage finding")
+    if "lockstep" in expect:  # the price of DP skew in the reading that holds for the model
+        said = "step in lockstep (MoE" if expect["lockstep"] else "do not step in lockstep"
+        prices = [t for t, n in zip(doc["notes"], doc["note_facts"], strict=True)
+                  if n["code"] == "skew_price"]
+        if any(said not in t for t in prices) or any(
+                p["lockstep"] is not expect["lockstep"] for p in doc["skew_price"]):
+            out.append(f"price note {prices} (expected lockstep={expect['lockstep']})")
     return out

@@ -180,7 +180,7 @@ def diagnose_frame(
         for h in heats
     )
     dp_detail = frame.level == Level.DP and detail  # a brief drill's notes are dropped
-    prices = tuple(skew_price(m, frame.step_loads)) if dp_detail else ()
+    prices = tuple(skew_price(m, frame.step_loads, lockstep=frame.lockstep)) if dp_detail else ()
     hot_instances = {m.groups[j] for j in hot_idx}
     notes = (*notes, *(price_note(p) for p in prices if p.instance in hot_instances))
     return Report(

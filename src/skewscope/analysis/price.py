@@ -15,7 +15,7 @@ keeps idle by being sized for its busiest rank.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,10 +32,19 @@ STEP_BASIS = "forward_batch"
 
 
 def skew_price(
-    m: SignalMatrix, steps: pl.DataFrame | None = None, devices_per_rank: float = 1.0
+    m: SignalMatrix, steps: pl.DataFrame | None = None, devices_per_rank: float = 1.0,
+    lockstep: bool | None = None,
 ) -> list[SkewPrice]:
     """One price per instance with at least two ranks (DP matrices: groups are instances):
-    per step where ``steps`` holds the instance's per-step loads, else per window."""
+    per step where ``steps`` holds the instance's per-step loads, else per window.
+    ``lockstep``: whether the ranks step together (UnitFrame.lockstep), carried on each price so
+    the note says which reading holds."""
+    return [replace(p, lockstep=lockstep) for p in _prices(m, steps, devices_per_rank)]
+
+
+def _prices(
+    m: SignalMatrix, steps: pl.DataFrame | None, devices_per_rank: float
+) -> list[SkewPrice]:
     stepped = set() if steps is None else set(steps["instance"].unique().to_list())
     basis = next((b for b in BASES if m.has(b)), "")
     load = m.get(basis) if basis else None

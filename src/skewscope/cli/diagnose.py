@@ -51,6 +51,11 @@ def register(sub: Any) -> None:
     d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"),
                    help=LEVEL_HELP)
     d.add_argument("--window", metavar="DURATION", help=window_help())
+    d.add_argument("--lockstep", choices=("yes", "no"),
+                   help="whether the DP ranks step in lockstep (yes: MoE expert parallelism or "
+                   "DP attention, ranks wait for the busiest; no: a dense model's plain DP); "
+                   "engine metrics do not say, so without it the price of DP skew gives both "
+                   "readings")
     add_scheduler_arg(d)
     common.add_config_arg(d)
     d.add_argument("--fail-on", choices=[str(FailOn.IMBALANCED)],
@@ -62,6 +67,8 @@ def register(sub: Any) -> None:
 def load_evidence(args: argparse.Namespace) -> Evidence:
     """Engine evidence from the one source given, with the gateway's beside it when read."""
     evidence = _engine_evidence(args)
+    if getattr(args, "lockstep", None) and evidence.dp is not None:
+        evidence = replace(evidence, dp=replace(evidence.dp, lockstep=args.lockstep == "yes"))
     gateway = common.load_gateway_evidence(args, evidence)
     return replace(evidence, gateway=gateway) if gateway is not None else evidence
 

@@ -381,6 +381,10 @@ class SkewPrice:
     device_hours: float
     devices_per_rank: float
     steps: int | None = None  # forward iterations priced (per-step basis only)
+    # the ranks step in lockstep (MoE / DP attention: the idle share is time waiting for the
+    # busiest), do not (dense model, plain DP: capacity kept idle by sizing for the busiest), or
+    # None: not known (the note gives both readings)
+    lockstep: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
@@ -394,6 +398,7 @@ class SkewPrice:
                 "device_hours": self.device_hours,
                 "devices_per_rank": self.devices_per_rank,
                 "steps": self.steps,
+                "lockstep": self.lockstep,
             }
         )
 

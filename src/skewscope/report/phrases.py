@@ -352,14 +352,29 @@ _PRICE_BASIS = {
 
 
 def _price(v: Mapping[str, Any]) -> str:
+    """The price in the reading that holds: ranks in lockstep (MoE expert parallelism, DP
+    attention) wait for the busiest; a dense model's plain DP ranks do not, and the same share
+    is capacity kept idle by sizing for the busiest rank; not known: both, and how to say."""
     over = (f"{v['steps']} steps in {v['windows']} windows" if v.get("steps")
             else f"{v['windows']} windows")
-    return (f"price of DP skew on {v['instance']}: its {v['ranks']} ranks idle "
-            f"{fmt.pct(v['idle_share'])} of their time waiting for the busiest when they step in "
-            f"lockstep (1 − mean/max of {_PRICE_BASIS[v['basis']]}; worst window "
-            f"{fmt.pct(v['worst_window_idle_share'])}), about {fmt.decimal(v['device_hours'], 2)} "
-            f"device-hours over {over} ({fmt.plain(v['devices_per_rank'])} device "
-            "per rank assumed)")
+    share, ranks = fmt.pct(v["idle_share"]), f"its {v['ranks']} ranks"
+    how = (f"(1 − mean/max of {_PRICE_BASIS[v['basis']]}; worst window "
+           f"{fmt.pct(v['worst_window_idle_share'])}), about {fmt.decimal(v['device_hours'], 2)} "
+           f"device-hours over {over} ({fmt.plain(v['devices_per_rank'])} device per rank "
+           "assumed)")
+    head = f"price of DP skew on {v['instance']}: "
+    lockstep = v.get("lockstep")
+    if lockstep is True:
+        return (f"{head}{ranks} step in lockstep (MoE expert parallelism / DP attention), so "
+                f"they idle {share} of their time waiting for the busiest {how}")
+    if lockstep is False:
+        return (f"{head}{ranks} do not step in lockstep (plain DP), so none waits for the "
+                f"busiest; sized for its busiest rank the instance keeps {share} of its capacity "
+                f"idle {how}")
+    return (f"{head}if {ranks} step in lockstep (MoE expert parallelism / DP attention) they "
+            f"idle {share} of their time waiting for the busiest; with plain DP of a dense model "
+            f"they do not wait, and the same {share} is capacity kept idle by sizing for the "
+            f"busiest rank {how}; diagnose --lockstep yes|no says which holds")
 
 
 _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
