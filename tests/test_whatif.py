@@ -65,7 +65,8 @@ def test_replay_reproduces_evidence_and_the_fix_is_predicted_to_help(
         c = doc["calibration"][metric]
         close = abs(c["replayed"] - c["observed"]) <= max(
             WHATIF.calibration_max_error * abs(c["observed"]),
-            WHATIF.calibration_floor_ms if metric.endswith("_ms") else
+            WHATIF.calibration_floor_steps * doc["service_model"]["step"]["fixed_ms"]
+            if metric.endswith("_ms") else
             WHATIF.calibration_floor_ratio)
         assert close and c["ok"], (metric, c)
     assert doc["trusted"] is True

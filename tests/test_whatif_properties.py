@@ -11,29 +11,41 @@ from hypothesis import strategies as st
 
 from skewscope.config import WHATIF
 from skewscope.sources.online_workload import histogram_quantile, through_buckets
+from skewscope.sources.workload import RequestLog
 from skewscope.whatif.extract import _equal, _outputs
 from skewscope.whatif.lengths import draw_lengths
 from skewscope.whatif.replay import requests_in_system
 
-lengths = st.lists(st.tuples(st.integers(1, 5000), st.booleans()), min_size=1, max_size=60)
+lengths = st.lists(st.tuples(st.integers(1, 5000), st.booleans(), st.integers(0, 1)),
+                   min_size=1, max_size=60)
 
 
 @given(lengths)
-def test_unfinished_outputs_are_never_shortened_and_finished_ones_kept(rows: list[tuple[int, bool]]
-                                                                      ) -> None:
-    out = [o for o, _ in rows]
-    e2e = [1.0 if done else None for _, done in rows]
-    req = pl.DataFrame({"output_tokens": out, "e2e_ms": e2e},
-                       schema={"output_tokens": pl.Int64, "e2e_ms": pl.Float64})
-    got, guessed = _outputs(req, WHATIF)
-    assert guessed == (sum(not d for _, d in rows) if any(d for _, d in rows) else 0)
-    finished = {o for o, d in rows if d}
-    for (o, done), g in zip(rows, got, strict=True):
+def test_unfinished_outputs_are_never_shortened_and_finished_ones_kept(
+    rows: list[tuple[int, bool, int]]
+) -> None:
+    out = [o for o, _, _ in rows]
+    e2e = [1.0 if done else None for _, done, _ in rows]
+    req = pl.DataFrame({"output_tokens": out, "e2e_ms": e2e,
+                        "arrival_s": [float(k) for k in range(len(rows))],
+                        "ttft_ms": [None] * len(rows)},
+                       schema={"output_tokens": pl.Int64, "e2e_ms": pl.Float64,
+                               "arrival_s": pl.Float64, "ttft_ms": pl.Float64})
+    unit = np.array([u for _, _, u in rows])
+    steps = pl.DataFrame(schema={"instance": pl.String, "dp_rank": pl.Int64,
+                                 "exec_ms": pl.Float64})
+    log = RequestLog(req, steps, {"a": (0,), "b": (0,)}, 0.0, float(len(rows)))
+    got, guessed = _outputs(req, unit, np.zeros_like(unit), log, ("a", "b"), WHATIF)
+    assert guessed == (sum(not d for _, d, _ in rows) if any(d for _, d, _ in rows) else 0)
+    for (o, done, u), g in zip(rows, got, strict=True):
         assert g >= o
         if done:
             assert g == o
-        elif finished and g != o:
-            assert g in finished  # drawn from a finished request at least as long
+        elif g != o:
+            same = {x for x, d, v in rows if d and v == u and x >= o}
+            fleet = {x for x, d, _ in rows if d and x >= o}
+            # drawn from a finished request at least as long: its own unit's when it has one
+            assert g in (same or fleet)
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 100), st.floats(0, 50)),

@@ -125,7 +125,7 @@ def test_a_hot_unit_at_low_load_is_fixed_though_no_candidate_cuts_ttft(
 
 
 def result(name: str, spread: float, ttft: float, tput: float = 5.0) -> wm.PolicyResult:
-    m = wm.Metrics(None, None, None, ttft, None, tput)
+    m = wm.Metrics(None, None, None, ttft, None, None, None, tput)
     return wm.PolicyResult(name, "instance", Note(W.PLAN_GATEWAY, {"policy": name}), m, (),
                            Spread(spread, 1.0, 10.0))
 

@@ -420,8 +420,10 @@ class WhatIfSettings:
     # least the diagnosis' capability ratio over the median unit (Thresholds.capability_ratio).
     # Calibration: a replayed metric within this relative error of the observed one is good...
     calibration_max_error: float = 0.25
-    # ...or within these absolute floors (tiny waits differ by large ratios for no reason).
-    calibration_floor_ms: float = 50.0
+    # ...or within these floors, so tiny waits do not differ by large ratios for no reason: a
+    # latency within this many engine steps (the fitted fixed step time — relative to the
+    # service, not a fixed 50 ms that hides +117 % on a 3 ms-step engine), a ratio within 0.1.
+    calibration_floor_steps: float = 1.0
     calibration_floor_ratio: float = 0.1
     # Ranking (docs/whatif.md, Ranking): skew first, then tail latency. The current replay is
     # skewed when its persistent load spread reaches Thresholds.hot_ratio (held in
@@ -435,6 +437,18 @@ class WhatIfSettings:
     ttft_tolerance: float = 0.1
     large_gain: float = 0.5
     throughput_tolerance: float = 0.02
+    # A placement is correlated with request length (whatif/correlation.py) when a unit's mean
+    # log tokens per request is this many standard errors above its peers' (under any policy
+    # that ignores lengths it is ~N(0, 1): 5 is never reached by chance).
+    weight_correlation_z: float = 5.0
+    # An unfinished request's output length is drawn from its unit's requests that arrived
+    # before its first unfinished one (an uncensored sample) when there are this many.
+    min_length_sample: int = 20
+    # Error tables against ground truth (whatif/truth.py): a latency's relative error divides
+    # by at least this (a queue wait shorter than a step is no percentage to bet on); a pick is
+    # right when it is the truly best or within ``pick_margin`` of it.
+    error_floor_ms: float = 10.0
+    pick_margin: float = 0.05
     # KV blocks are 16 tokens unless told (the profiler does not record the block size).
     block_size: int = 16
     seed: int = 1

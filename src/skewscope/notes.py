@@ -110,6 +110,8 @@ class WhatifNoteCode(StrEnum):
     SESSIONS = "whatif_sessions"  # {keys, key_name, share}
     UNMATCHED_UPSTREAMS = "whatif_unmatched_upstreams"  # {upstreams}
     ONE_INSTANCE = "whatif_one_instance"  # {policy}: no instance-level choice
+    # {level, units, ratio, z, heavy_tokens, heavy, excluded}: request weight tied to the unit
+    CORRELATED = "whatif_correlated"
     # What the current routing looks like, per level (WhatIfReport.inferred):
     ROUTING_EQUAL = "whatif_routing_equal"  # equal request counts: round_robin-like
     ROUTING_WEIGHTED = "whatif_routing_weighted"  # {shares: [[unit, share], ...]}

@@ -50,6 +50,11 @@ def register(sub: Any) -> None:
     s.add_argument("--port", default="0",
                    help="live mode: first port, instance k on PORT+k (default 0 = any free)")
     s.add_argument("--seed", help="override the scenario's seed (>= 0)")
+    s.add_argument("--gateway", metavar="POLICY",
+                   help="re-run under this gateway policy instead of the scenario's (the same "
+                        "seed serves the same requests: a counterfactual run)")
+    s.add_argument("--dispatcher", metavar="POLICY",
+                   help="re-run under this DP dispatcher policy instead of the scenario's")
     s.add_argument("--jobs", default="auto",
                    help="worker processes for a gateway that reads no load (default auto: "
                         "the usable CPUs for a run of a few million steps, else 1)")
@@ -118,6 +123,13 @@ def run(args: argparse.Namespace) -> int:
                          "--serve")
     _check_args(args, MAX_PORT)
     scenario = load_scenario(args.scenario)
+    if args.gateway or args.dispatcher:
+        from skewscope.sim.counterfactual import policy_spec, rerouted
+
+        scenario = rerouted(
+            scenario,
+            gateway=policy_spec(args.gateway, "--gateway") if args.gateway else None,
+            dispatcher=policy_spec(args.dispatcher, "--dispatcher") if args.dispatcher else None)
     last_port = args.port + scenario.instances - 1
     if args.serve and args.port and last_port > MAX_PORT:
         raise UsageError(f"--port {args.port}: {scenario.instances} instances need ports up to "

@@ -98,6 +98,30 @@ def headline(r: WhatIfReport) -> str:
             f"{change(gain.get('queue_wait_p95_ms'))} against the current routing.")
 
 
+MATCH_WORDS: dict[str, str] = {"exact": "the same algorithm",
+                               "closest": "the nearest this stack ships",
+                               "none": "not available on this stack"}
+
+
+def fix_title(r: WhatIfReport) -> str:
+    """What the fix section is about: the recommended candidate and its predicted effect."""
+    if not r.fix:
+        return ""
+    g = r.gain
+    best = "To apply" if r.trusted else "To apply the best predicted (UNTRUSTED)"
+    return (f"{best} {r.recommended} — predicted: load spread "
+            f"{whatif_phrases.spread(r.ranking.current_spread)} → "
+            f"{whatif_phrases.spread(r.policy(r.recommended).spread.value)}, TTFT P99 "
+            f"{change(g.get('ttft_p99_ms'))}, queue wait P95 "
+            f"{change(g.get('queue_wait_p95_ms'))}, E2E P99 {change(g.get('e2e_p99_ms'))}:")
+
+
+def fix_rows(r: WhatIfReport) -> list[tuple[str, str, str]]:
+    """Per stack: its name (marked when the evidence came from it), the setting, the match."""
+    return [(f.stack + (" (in use)" if f.in_use else ""), f.setting or "—",
+             MATCH_WORDS[f.match]) for f in r.fix]
+
+
 def criterion_line(r: WhatIfReport) -> str:
     return whatif_phrases.criterion(r.ranking)
 
@@ -139,7 +163,8 @@ HEADER = ["policy", "level", "load spread", *(METRIC_LABELS[k] for k in TABLE_KE
 # Narrow headers for the terminal (the Markdown table keeps the full labels).
 SHORT_LABELS: dict[str, str] = {
     "max_over_median_load": "max/med", "min_over_median_load": "min/med",
-    "queue_wait_p95_ms": "queue P95", "ttft_p99_ms": "TTFT P99", "kv_peak": "KV peak",
+    "queue_wait_p95_ms": "queue P95", "ttft_p99_ms": "TTFT P99", "e2e_p50_ms": "E2E P50",
+    "e2e_p99_ms": "E2E P99", "kv_peak": "KV peak",
     "throughput_rps": "req/s",
 }
 SHORT_HEADER = ["policy", "level", "spread", *(SHORT_LABELS[k] for k in TABLE_KEYS)]
@@ -151,8 +176,14 @@ def render_markdown(r: WhatIfReport, *, width: int | None = None, color: bool = 
            "|---|---|" + "---:|" * (len(HEADER) - 2)]
     out += ["| " + " | ".join(row) + " |" for row in rows(r)]
     out += ["", "`*` recommended. " + "; ".join(f"`{p.name}`: {describe(p)}"
-                                               for p in r.policies), "",
-            "## Calibration", "", trust_line(r), ""]
+                                               for p in r.policies), ""]
+    if r.fix:
+        out += ["## The fix", "", fix_title(r), "", "| stack | setting | match |",
+                "|---|---|---|"]
+        out += [f"| {a} | `{b}` | {c} |" if b != "—" else f"| {a} | — | {c} |"
+                for a, b, c in fix_rows(r)]
+        out += [""]
+    out += ["## Calibration", "", trust_line(r), ""]
     out += [f"- {line}" for line in calibration_lines(r)]
     if r.notes:
         out += ["", "## Notes", ""] + [f"- {fmt.clean(n)}" for n in note_lines(r)]
@@ -183,6 +214,10 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
               for p in r.policies]
     for part in column_tables("policy", [row[0] for row in table], cols, w, styles):
         console.print(part)
+    if r.fix:
+        console.print(Text(fix_title(r), style="bold"))
+        for a, b, c in fix_rows(r):
+            console.print(Text(f"  {a}: {fmt.clean(b)} ({c})"))
     console.print(Text(trust_line(r), style="green" if r.trusted else "bold red"))
     for line in calibration_lines(r):
         console.print(Text(f"  {line}", style="dim" if "too far" not in line else "red"))

@@ -74,6 +74,11 @@ def _lengths(v: Mapping[str, Any]) -> str:
 
 
 def _routing(n: Note) -> str:
+    hot = n.values.get("correlated")
+    if hot:  # whatif/correlation.py: request weight tied to the unit
+        return (_routing(Note(n.code, {k: v for k, v in n.values.items() if k != "correlated"}))
+                + "; but no modelled policy: placement correlated with request length ("
+                + ", ".join(fmt.name(u) for u in hot) + " gets the long requests)")
     if n.code == W.ROUTING_EQUAL:
         return "round_robin-like (inferred: equal request counts)"
     shares = list(n.values["shares"])
@@ -162,6 +167,17 @@ WHATIF_NOTES: dict[W, Callable[[Mapping[str, Any]], str]] = {
         f"no access-log upstream matches {', '.join(v['upstreams'])} (upstreams are joined to "
         "instances on host:port): their requests carry no session"),
     W.ONE_INSTANCE: lambda v: f"{v['policy']}: one instance, no instance-level choice",
+    W.CORRELATED: lambda v: (
+        "placement is correlated with request length: the router is not round robin, or a "
+        f"client pins its long requests ({', '.join(fmt.name(u) for u in v['units'])}: "
+        f"{fmt.decimal(v['ratio'], 2)}x the tokens per request of "
+        f"{'its peers' if v['level'] == 'instance' else 'the other ranks'}, z = "
+        f"{fmt.decimal(v['z'], 1)}). The current routing is replayed as observed; "
+        + (f"{', '.join(v['excluded'])} count requests as the current router does and "
+           "are not offered as the fix; " if v['excluded'] else "")
+        + "the token- and queue-aware candidates are ranked on their worse TTFT P99 of a plain "
+        f"replay and one with the {fmt.count(v['heavy'])} requests of at least "
+        f"{fmt.count(v['heavy_tokens'])} tokens still pinned there"),
     W.ROUTING_EQUAL: lambda v: _routing(Note(W.ROUTING_EQUAL, v)),
     W.ROUTING_WEIGHTED: lambda v: _routing(Note(W.ROUTING_WEIGHTED, v)),
     W.PLAN_CURRENT: lambda v: f"replay of the observed placement: {inferred(v['inferred'])}",

@@ -266,7 +266,7 @@ def load_prometheus_workload(
     means: dict[str, dict[tuple[float, str, int | None], float]] = {}
     try:
         names = {normalise_name(n) for n in client.metric_names(start, end, sel)}
-        for role in ("prompt_length", "output_length", "ttft", "queue_time", "itl",
+        for role in ("prompt_length", "output_length", "ttft", "queue_time", "e2e", "itl",
                      "iteration_tokens"):
             alias = present_alias(dialect, role, names)
             if alias is None:
@@ -338,7 +338,7 @@ def scrape_workload(run: ScrapeRun, dialect: str | None = None) -> WorkloadEvide
     buckets: dict[str, dict[Unit, Buckets]] = {}
     means: dict[str, dict[tuple[float, str, int | None], float]] = {}
     bad: list[str] = []
-    for role in ("prompt_length", "output_length", "ttft", "queue_time", "itl",
+    for role in ("prompt_length", "output_length", "ttft", "queue_time", "e2e", "itl",
                  "iteration_tokens"):
         alias = present_alias(chosen, role, names)
         if alias is None:

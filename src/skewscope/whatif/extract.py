@@ -114,11 +114,14 @@ def rank_weights(counts: np.ndarray, layout: Layout, s: WhatIfSettings) -> tuple
 def _availability(
     arrivals: np.ndarray, inst: np.ndarray, n: int, duration: float, s: WhatIfSettings
 ) -> tuple[list[tuple[float, float]], list[Note]]:
-    """Per instance the interval it was in the pool: the whole run, unless the gap before its
-    first or after its last request would, at its share of the traffic, have held at least
-    ``absent_expected_requests`` requests (a failed health check, a late join)."""
+    """Per instance the interval it was in the pool: the whole run, unless the fleet's requests
+    before its first or after its last one would, at its share of the fleet's traffic, have
+    brought it at least ``absent_expected_requests`` (a failed health check, a late join). The
+    gap is counted in the fleet's requests, not in time: an idle tail (or head) of the whole
+    range is no unit leaving (or joining) the pool."""
     out: list[tuple[float, float]] = []
     notes: list[Note] = []
+    fleet = np.sort(arrivals)
     for i in range(n):
         mine = arrivals[inst == i]
         if mine.shape[0] == 0:
@@ -126,10 +129,11 @@ def _availability(
             notes.append(Note(W.NEVER_IN_POOL, {"instance": i}))
             continue
         first, last = float(mine[0]), float(mine[-1])
-        span = max(last - first, 1e-9)
-        rate = mine.shape[0] / span  # its own rate while in the pool
-        join = first if first * rate >= s.absent_expected_requests else 0.0
-        fail = last if (duration - last) * rate >= s.absent_expected_requests else math.inf
+        before = int(np.searchsorted(fleet, first, side="left"))
+        after = fleet.shape[0] - int(np.searchsorted(fleet, last, side="right"))
+        share = mine.shape[0] / max(fleet.shape[0] - before - after, 1)
+        join = first if before * share >= s.absent_expected_requests else 0.0
+        fail = last if after * share >= s.absent_expected_requests else math.inf
         out.append((join, fail))
     return out, notes
 
@@ -145,7 +149,7 @@ def extract(log: RequestLog, s: WhatIfSettings = WHATIF) -> Observed:
     n = arrivals.shape[0]
     duration = log.end_s - log.start_s
     rank = _place_unplaced(req, inst, rank, len(layout.instances), layout.dp_ranks)
-    outputs, n_guessed = _outputs(req, s)
+    outputs, n_guessed = _outputs(req, inst, rank, log, layout.instances, s)
     wl = Workload(
         arrival_s=arrivals,
         input_tokens=req["prompt_tokens"].to_numpy().astype(np.int64),
@@ -219,20 +223,56 @@ def _place_unplaced(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, n_ins
     return out
 
 
-def _outputs(req: pl.DataFrame, s: WhatIfSettings) -> tuple[np.ndarray, int]:
-    """Output lengths: a finished request's own; an unfinished one shows only the tokens it
-    generated so far, so its length is drawn from finished requests at least that long."""
+def _step_ms(steps: pl.DataFrame, inst: np.ndarray, rank: np.ndarray,
+             names: tuple[str, ...]) -> np.ndarray:
+    """Per request, the median step time of its unit (the fleet's where the unit has none)."""
+    out = np.full(inst.shape[0], np.nan)
+    timed = steps.drop_nulls("exec_ms").filter(pl.col("exec_ms") > 0)
+    if timed.is_empty():
+        return out
+    fleet = float(timed["exec_ms"].median())  # type: ignore[arg-type]
+    out[:] = fleet
+    for (name, d), rows in timed.group_by(["instance", "dp_rank"]):
+        if name in names:
+            mine = (inst == names.index(str(name))) & (rank == int(d))
+            out[mine] = float(rows["exec_ms"].median())  # type: ignore[arg-type]
+    return out
+
+
+def _outputs(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, log: RequestLog,
+             names: tuple[str, ...], s: WhatIfSettings) -> tuple[np.ndarray, int]:
+    """Output lengths: a finished request's own. An unfinished one shows no length, but it had
+    been decoding since its first token until the end of the capture: at its unit's median step
+    time that is some tokens already, so its length is drawn from the finished requests *of the
+    same unit* at least that long (the fleet's when the unit has none) — those that arrived
+    before its first unfinished one, all finished, when there are ``min_length_sample`` of them.
+    The unit matters: when long requests are pinned to a unit, its unfinished ones are the long
+    ones (issue 22)."""
     out = req["output_tokens"].to_numpy().astype(np.int64).copy()
     unfinished = req["e2e_ms"].is_null().to_numpy()
-    done = np.sort(out[~unfinished])
-    if not unfinished.any() or done.shape[0] == 0:
+    if not unfinished.any() or not (~unfinished).any():
         return out, 0
+    step = _step_ms(log.steps, inst, rank, names)
+    arrival = req["arrival_s"].to_numpy()
+    ttft = req["ttft_ms"].fill_null(0.0).to_numpy()
+    decoding = np.where(ttft > 0, (log.end_s - arrival) * 1000.0 - ttft, 0.0)
+    so_far = np.where(np.isfinite(step) & (step > 0), np.floor(decoding / step), 0.0)
+    floor = np.maximum(out, so_far.astype(np.int64))
+    unit = inst * 4096 + rank
     rng = np.random.default_rng(s.seed)
-    lo = np.searchsorted(done, out[unfinished])
-    has = lo < done.shape[0]
-    pick = lo + np.floor(rng.uniform(size=lo.shape[0]) * (done.shape[0] - lo)).astype(np.int64)
-    draws = np.where(has, done[np.minimum(pick, done.shape[0] - 1)], out[unfinished])
-    out[unfinished] = draws
+    fleet = np.sort(out[~unfinished])
+    # the unit's uncensored sample: requests that arrived before its first unfinished one all
+    # finished, so their lengths are not biased short (a long request is likelier unfinished)
+    first_open = {u: float(arrival[unfinished & (unit == u)].min())
+                  for u in np.unique(unit[unfinished])}
+    for k in np.flatnonzero(unfinished):
+        done = ~unfinished & (unit == unit[k])
+        early = done & (arrival < first_open[unit[k]])
+        mine = np.sort(out[early if early.sum() >= s.min_length_sample else done])
+        pool = mine[mine >= floor[k]]
+        if pool.shape[0] == 0:
+            pool = fleet[fleet >= floor[k]]
+        out[k] = pool[int(rng.integers(pool.shape[0]))] if pool.shape[0] else floor[k]
     return out, int(unfinished.sum())
 
 

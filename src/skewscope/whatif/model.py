@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from skewscope.notes import Note
+from skewscope.whatif.fixes import FixSetting
 from skewscope.whatif.spread import Spread
 
 # Metric keys in display order; every metric is "lower is better" except throughput.
@@ -17,6 +18,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "min_over_median_load",
     "queue_wait_p95_ms",
     "ttft_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p99_ms",
     "kv_peak",
     "throughput_rps",
 )
@@ -25,6 +28,8 @@ METRIC_LABELS: dict[str, str] = {
     "min_over_median_load": "min/median load",
     "queue_wait_p95_ms": "queue wait P95",
     "ttft_p99_ms": "TTFT P99",
+    "e2e_p50_ms": "E2E median",
+    "e2e_p99_ms": "E2E P99",
     "kv_peak": "KV peak",
     "throughput_rps": "throughput",
 }
@@ -37,13 +42,16 @@ def _num(v: float | None) -> float | None:
 @dataclass(frozen=True)
 class Metrics:
     """What a run did. Load = execution time per engine process (DP rank) over the run, among
-    the ranks in the pool; latencies over requests that got a first token; KV peak a fraction
-    of the pool; throughput = requests finished per second."""
+    the ranks in the pool; latencies over requests that got a first token (E2E over the
+    finished ones); KV peak a fraction of the pool; throughput = requests finished per
+    second."""
 
     max_over_median_load: float | None
     min_over_median_load: float | None
     queue_wait_p95_ms: float | None
     ttft_p99_ms: float | None
+    e2e_p50_ms: float | None
+    e2e_p99_ms: float | None
     kv_peak: float | None
     throughput_rps: float | None
 
@@ -76,11 +84,15 @@ class PolicyResult:
     predicted: Metrics
     unit_load: tuple[tuple[str, float], ...]  # rank unit id -> share of the execution time
     spread: Spread  # the persistent load spread the ranking reads
+    # With a correlated placement (whatif/correlation.py), a load-aware candidate's metrics
+    # when the heavy requests stay pinned where they were: its robustness to the correlation.
+    robust: Metrics | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "level": self.level,
                 "description_facts": self.description.to_dict(),
                 "predicted": self.predicted.to_dict(),
+                "robust": None if self.robust is None else self.robust.to_dict(),
                 "spread": {"high": _num(self.spread.high), "low": _num(self.spread.low),
                            "value": _num(self.spread.value)},
                 "unit_load": {u: round(v, 4) for u, v in self.unit_load}}
@@ -103,6 +115,10 @@ class Ranking:
     current_spread: float | None  # Spread.value of the current replay (None: not measurable)
     skewed: bool
     settings: tuple[tuple[str, float], ...]  # hot_ratio, persist_share, window_s, tolerances
+    # A correlated placement: candidates not offered as the fix (they count requests, as the
+    # current router does), and the others ranked on their worse TTFT P99 of plain and pinned.
+    excluded: tuple[str, ...] = ()
+    robust: bool = False
 
     def setting(self, key: str) -> float:
         return dict(self.settings)[key]
@@ -110,7 +126,8 @@ class Ranking:
     def to_dict(self) -> dict[str, Any]:
         return {"criterion": "spread_then_ttft", "verdict": self.verdict,
                 "current_spread": _num(self.current_spread), "skewed": self.skewed,
-                "settings": {k: _num(v) for k, v in self.settings}}
+                "settings": {k: _num(v) for k, v in self.settings},
+                "excluded": list(self.excluded), "robust": self.robust}
 
 
 @dataclass(frozen=True)
@@ -146,6 +163,8 @@ class WhatIfReport:
     ranking: Ranking
     notes: tuple[Note, ...] = ()
     dp_sizes: tuple[tuple[str, int], ...] = ()  # instance -> DP size (mixed fleets differ)
+    engine: str = ""  # the evidence's stack: its dialect online, "profiler" offline
+    fix: tuple[FixSetting, ...] = ()  # the recommended candidate as each stack's setting
 
     def policy(self, name: str) -> PolicyResult:
         return next(p for p in self.policies if p.name == name)
@@ -170,4 +189,6 @@ class WhatIfReport:
             "ranking": self.ranking.to_dict(),
             "gain": {k: _num(v) for k, v in self.gain.items()},
             "note_facts": [n.to_dict() for n in self.notes],
+            "fix": {"policy": self.recommended, "engine": self.engine,
+                    "settings": [f.to_dict() for f in self.fix]},
         }

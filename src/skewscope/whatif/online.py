@@ -165,10 +165,15 @@ def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
     if not has_sessions:
         notes.append(Note(W.NO_SESSIONS_ONLINE))
     through = tuple((key, tuple(1000.0 * b for b in sorted(_fleet(we, role))))
-                    for key, role in (("queue_wait_p95_ms", "queue_time"),
-                                      ("ttft_p99_ms", "ttft")) if _fleet(we, role))
+                    for key, role, _ in THROUGH if _fleet(we, role))
     through += (("kv_peak", (w,)),)  # the usage gauge is read as window means
     return observe(layout, wl, duration, notes, s, has_sessions, through), df, dp
+
+
+# Latency metrics the evidence gives as histograms: metric, histogram role, quantile.
+THROUGH: tuple[tuple[str, str, float], ...] = (
+    ("queue_wait_p95_ms", "queue_time", 0.95), ("ttft_p99_ms", "ttft", 0.99),
+    ("e2e_p50_ms", "e2e", 0.5), ("e2e_p99_ms", "e2e", 0.99))
 
 
 def _fleet(we: WorkloadEvidence, role: str) -> Buckets:
@@ -267,11 +272,11 @@ def seen_metrics(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame) -> Metri
     kv = df["kv_usage"].max()  # window means (a max of samples depends on the scrape interval)
     done = float(df["requests"].fill_null(0).sum())
     q = {key: histogram_quantile(qq, {1000.0 * b: c for b, c in _fleet(we, role).items()})
-         for key, role, qq in (("queue_wait_p95_ms", "queue_time", 0.95),
-                               ("ttft_p99_ms", "ttft", 0.99))}
+         for key, role, qq in THROUGH}
     return Metrics(
         max_over_median_load=hi, min_over_median_load=lo,
         queue_wait_p95_ms=q["queue_wait_p95_ms"], ttft_p99_ms=q["ttft_p99_ms"],
+        e2e_p50_ms=q["e2e_p50_ms"], e2e_p99_ms=q["e2e_p99_ms"],
         kv_peak=float(kv) if isinstance(kv, (int, float)) else None,
         throughput_rps=done / obs.duration_s if obs.duration_s > 0 else None,
     )
@@ -290,7 +295,8 @@ def whatif_online(
     seen = seen_metrics(we, obs, df)
     if obs.through:
         model = dataclasses.replace(model, notes=(*model.notes, Note(W.THROUGH_BUCKETS)))
-    report = predict(obs, model, seen, source, policies, dp_policies, s, progress, jobs)
+    report = predict(obs, model, seen, source, policies, dp_policies, s, progress, jobs,
+                     engine=we.dialect)
     extra = tuple(Note.text(n) for n in (*we.notes, *we.evidence.notes)
                   if not n.startswith("dialect"))
     return dataclasses.replace(report, notes=(*report.notes, *extra))

@@ -5,6 +5,7 @@ fair weights, take the slow unit out (and put a unit that left the pool back).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -13,8 +14,15 @@ from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import UsageError
 from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
-from skewscope.sim.policies import OBSERVED, POLICIES, SESSION_POLICIES, RoutingSpec
+from skewscope.sim.policies import (
+    OBSERVED,
+    POLICIES,
+    SESSION_POLICIES,
+    RoutingSpec,
+    reads_load,
+)
 from skewscope.whatif.calibrate import ServiceModel
+from skewscope.whatif.correlation import HEAVY, Correlation
 from skewscope.whatif.extract import Observed
 from skewscope.whatif.replay import Plan
 
@@ -24,6 +32,9 @@ DEFAULT_POLICIES: tuple[str, ...] = ("round_robin", "least_requests", "least_tok
 DEFAULT_DP_POLICIES: tuple[str, ...] = ("round_robin", "vllm_dp", "shortest_queue",
                                         "minimum_tokens")
 CANDIDATES: tuple[str, ...] = tuple(p for p in POLICIES if p not in ("weighted", "sticky"))
+# Policies that count requests: what a correlated placement's router already looks like.
+COUNT_BASED: frozenset[str] = frozenset({"round_robin", "weighted"})
+POOL_FIXES: frozenset[str] = frozenset({"restore_pool", "remove_slow_unit"})
 
 
 def parse_policies(text: str | None, default: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -112,3 +123,33 @@ def build_plans(
                           Note(W.PLAN_RESTORE_POOL),
                           cur_gw, cur_dp, full))
     return plans, notes
+
+
+def _at(plan: Plan, level: str) -> RoutingSpec:
+    return plan.gateway if level == "instance" else plan.dispatcher
+
+
+def not_the_fix(plans: list[Plan], c: Correlation | None) -> frozenset[str]:
+    """Candidates that count requests at the correlated level: the current router already
+    does, so they are no fix for a correlation they cannot see (never recommended)."""
+    if c is None:
+        return frozenset()
+    return frozenset(p.name for p in plans if p.level == c.level and p.name not in POOL_FIXES
+                     and _at(p, c.level).policy in COUNT_BASED)
+
+
+def robustness_plans(plans: list[Plan], c: Correlation) -> list[Plan]:
+    """Each load-aware candidate at the correlated level once more, with the heavy requests
+    still pinned to the units they were on (a client that keeps pinning them): how well the
+    policy balances the rest around them."""
+    out = []
+    for p in plans:
+        spec = _at(p, c.level)
+        if p.level != c.level or p.robust_of or not reads_load(spec):
+            continue
+        pinned = dataclasses.replace(spec, pin_tag=HEAVY, pin_units=c.units, pin_counted=True)
+        inst = c.level == "instance"
+        out.append(dataclasses.replace(p, name=f"{p.name}+pinned", robust_of=p.name,
+                                       gateway=pinned if inst else p.gateway,
+                                       dispatcher=p.dispatcher if inst else pinned))
+    return out

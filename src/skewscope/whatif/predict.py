@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
 
 from skewscope.config import WHATIF, WhatIfSettings
+from skewscope.frame import dp_unit_id
 from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.calibrate import ServiceModel, calibrate
+from skewscope.whatif.correlation import Correlation, detect, tagged
 from skewscope.whatif.extract import Observed, extract
+from skewscope.whatif.fixes import FixSetting, fix_settings
 from skewscope.whatif.model import (
     METRIC_KEYS,
     CalibrationRow,
@@ -20,7 +24,7 @@ from skewscope.whatif.model import (
     UnitModel,
     WhatIfReport,
 )
-from skewscope.whatif.plans import CURRENT, build_plans
+from skewscope.whatif.plans import CURRENT, build_plans, not_the_fix, robustness_plans
 from skewscope.whatif.rank import recommend
 from skewscope.whatif.replay import Plan, in_pool, observed, replayed, run_plan
 from skewscope.whatif.spread import Spread
@@ -28,7 +32,10 @@ from skewscope.whatif.spread import Spread
 RATIO_METRICS = frozenset({"max_over_median_load", "min_over_median_load", "kv_peak"})
 
 
-def calibration_rows(obs: Metrics, rep: Metrics, s: WhatIfSettings) -> list[CalibrationRow]:
+def calibration_rows(obs: Metrics, rep: Metrics, s: WhatIfSettings, step_ms: float
+                     ) -> list[CalibrationRow]:
+    """Per metric: the relative error, ok within ``calibration_max_error`` or the floor (a
+    latency within ``calibration_floor_steps`` engine steps of ``step_ms``)."""
     rows = []
     for key in METRIC_KEYS:
         o, r = obs.get(key), rep.get(key)
@@ -36,7 +43,8 @@ def calibration_rows(obs: Metrics, rep: Metrics, s: WhatIfSettings) -> list[Cali
             rows.append(CalibrationRow(key, o, r, None, True))
             continue
         err = (r - o) / o if o != 0 else None
-        floor = s.calibration_floor_ratio if key in RATIO_METRICS else s.calibration_floor_ms
+        floor = (s.calibration_floor_ratio if key in RATIO_METRICS
+                 else s.calibration_floor_steps * step_ms)
         if key == "throughput_rps":
             floor = 0.0
         ok = abs(r - o) <= floor or (err is not None and abs(err) <= s.calibration_max_error)
@@ -93,35 +101,78 @@ def whatif(
     obs = extract(log, s)
     model = calibrate(log, obs.layout, s)
     seen, _ = observed(log, obs, in_pool(obs.availability, obs.layout, obs.duration_s))
-    return predict(obs, model, seen, source, policies, dp_policies, s, progress, jobs)
+    return predict(obs, model, seen, source, policies, dp_policies, s, progress, jobs,
+                   engine="profiler")
+
+
+def prepare(
+    obs: Observed, model: ServiceModel, policies: tuple[str, ...], dp_policies: tuple[str, ...],
+    s: WhatIfSettings = WHATIF,
+) -> tuple[Observed, list[Plan], list[Note], Correlation | None]:
+    """The plans to replay: the candidates, and with a correlated placement (request weight
+    tied to the unit) its heavy requests tagged and the load-aware candidates' pinned
+    robustness replays (``robust_of``) after them."""
+    corr = detect(obs, s)
+    if corr is not None:
+        units = correlated_units(corr, obs)
+        inferred = tuple((lvl, Note(n.code, {**n.values, "correlated": units})
+                          if lvl == corr.level else n) for lvl, n in obs.inferred)
+        obs = dataclasses.replace(obs, workload=tagged(obs.workload, corr), inferred=inferred)
+    plans, notes = build_plans(obs, model, policies, dp_policies)
+    if corr is not None:
+        plans += robustness_plans(plans, corr)
+    return obs, plans, notes, corr
+
+
+def correlated_units(c: Correlation, obs: Observed) -> list[str]:
+    lay = obs.layout
+    if c.level == "instance":
+        return [lay.instances[u] for u in c.units]
+    return [dp_unit_id(lay.instances[c.instance], d) for d in c.units]
+
+
+def correlation_note(c: Correlation, obs: Observed, excluded: frozenset[str]) -> Note:
+    units = correlated_units(c, obs)
+    return Note(W.CORRELATED, {"level": c.level, "units": units, "ratio": c.ratio,
+                               "z": c.z, "heavy_tokens": c.heavy_tokens,
+                               "heavy": int(c.heavy.sum()), "excluded": sorted(excluded)})
 
 
 def predict(
     obs: Observed, model: ServiceModel, seen: Metrics, source: str,
     policies: tuple[str, ...], dp_policies: tuple[str, ...], s: WhatIfSettings = WHATIF,
-    progress: Callable[[str], None] | None = None, jobs: int = 1,
+    progress: Callable[[str], None] | None = None, jobs: int = 1, engine: str = "",
 ) -> WhatIfReport:
     """Replay every plan, check the current replay against ``seen`` (the evidence's own
     metrics), rank the candidates. Shared by the offline and online sources."""
-    plans, plan_notes = build_plans(obs, model, policies, dp_policies)
+    obs, plans, plan_notes, corr = prepare(obs, model, policies, dp_policies, s)
     units = obs.layout.rank_units()
     present = np.array(obs.layout.present())
     results: list[PolicyResult] = []
     rep_current: Metrics | None = None
     replays = _replay_all(plans, obs, model, jobs, progress)
+    robust = {plan.robust_of: m for plan, (m, *_) in zip(plans, replays, strict=True)
+              if plan.robust_of}
     for plan, (m, load, read, spread) in zip(plans, replays, strict=True):
+        if plan.robust_of:
+            continue
         if plan.name == CURRENT:
             rep_current = m if read is None else read  # as the evidence's buckets read it
         results.append(PolicyResult(plan.name, plan.level, plan.description, m,
-                                    _shares(load[present], units), spread))
+                                    _shares(load[present], units), spread,
+                                    robust.get(plan.name)))
     assert rep_current is not None
-    rows = calibration_rows(seen, rep_current, s)
+    rows = calibration_rows(seen, rep_current, s, model.base.fixed_ms)
     trusted = model.calibrated and all(r.ok for r in rows)
     notes = list(obs.notes) + list(model.notes) + plan_notes
     if not trusted:
         bad = [r.metric for r in rows if not r.ok]
         notes.insert(0, Note(W.NOT_REPRODUCED, {"metrics": bad}))
-    recommended, gain, ranking = recommend(results, s)
+    excluded = not_the_fix(plans, corr)
+    if corr is not None:
+        notes.insert(0, correlation_note(corr, obs, excluded))
+    recommended, gain, ranking = recommend(results, s, excluded=excluded)
+    fix = _fix(next(p for p in plans if p.name == recommended), obs, engine, corr)
     wl = obs.workload
     grid = len(present)
     requests = (np.bincount(wl.instance_hint * obs.layout.dp_ranks + np.maximum(
@@ -144,4 +195,16 @@ def predict(
         recommended=recommended, gain=gain, ranking=ranking, notes=tuple(notes),
         dp_sizes=tuple((name, obs.layout.size(i))
                        for i, name in enumerate(obs.layout.instances)),
+        engine=engine, fix=fix,
     )
+
+
+def _fix(plan: Plan, obs: Observed, engine: str, corr: Correlation | None
+         ) -> tuple[FixSetting, ...]:
+    """The recommended plan as each stack's setting (``whatif.fixes``)."""
+    lay = obs.layout
+    weights = plan.gateway.weights or () if plan.name == "fix_weights" else ()
+    changed = tuple(lay.instances[i] for i, (a, b) in enumerate(
+        zip(plan.availability, obs.availability, strict=True)) if a != b)
+    return fix_settings(plan.name, plan.level, engine, lay.instances, tuple(weights), changed,
+                        corr is not None and corr.level == plan.level)

@@ -36,6 +36,9 @@ class Plan:
     dispatcher: RoutingSpec
     availability: tuple[tuple[float, float], ...]
     speed_factor: tuple[float, ...] | None = None  # per rank, multiplies the calibrated speed
+    # A robustness replay of the candidate of this name (the heavy requests of a correlated
+    # placement kept pinned: whatif/correlation.py); not a candidate itself.
+    robust_of: str = ""
 
 
 def scenario_for(plan: Plan, obs: Observed, model: ServiceModel) -> Scenario:
@@ -91,13 +94,14 @@ def _pct(values: pl.Series, q: float) -> float | None:
     return None if out is None else float(out)
 
 
-def _metrics(load: np.ndarray, queue_ms: pl.Series, ttft_ms: pl.Series, kv_peak: float | None,
-             finished: int, duration: float) -> Metrics:
+def _metrics(load: np.ndarray, queue_ms: pl.Series, ttft_ms: pl.Series, e2e_ms: pl.Series,
+             kv_peak: float | None, finished: int, duration: float) -> Metrics:
     hi, lo = _ratios(load)
     return Metrics(
         max_over_median_load=hi, min_over_median_load=lo,
         queue_wait_p95_ms=_pct(queue_ms, 0.95), ttft_p99_ms=_pct(ttft_ms, 0.99),
-        kv_peak=kv_peak, throughput_rps=finished / duration if duration > 0 else None,
+        e2e_p50_ms=_pct(e2e_ms, 0.5), e2e_p99_ms=_pct(e2e_ms, 0.99), kv_peak=kv_peak,
+        throughput_rps=finished / duration if duration > 0 else None,
     )
 
 
@@ -140,12 +144,14 @@ def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool
     finished = int(rq["finish_s"].is_not_null().sum())
     queue = (started["first_scheduled_s"] - started["arrival_s"]) * 1000
     ttft = (started["first_token_s"] - started["arrival_s"]) * 1000
-    m = _metrics(load[np.array(pool)], queue, ttft, kv, finished, obs.duration_s)
+    e2e = (rq["finish_s"] - rq["arrival_s"]).drop_nulls() * 1000
+    m = _metrics(load[np.array(pool)], queue, ttft, e2e, kv, finished, obs.duration_s)
     if not obs.through:
         return m, load, None, spread
     from skewscope.sources.online_workload import histogram_quantile, through_buckets
 
-    raw = {"queue_wait_p95_ms": (queue, 0.95), "ttft_p99_ms": (ttft, 0.99)}
+    raw = {"queue_wait_p95_ms": (queue, 0.95), "ttft_p99_ms": (ttft, 0.99),
+           "e2e_p50_ms": (e2e, 0.5), "e2e_p99_ms": (e2e, 0.99)}
     read: dict[str, float | None] = {}
     for key, bounds in obs.through:
         if key == "kv_peak":  # a gauge sampled per window: the highest window mean
@@ -193,6 +199,6 @@ def observed(log: RequestLog, obs: Observed, pool: list[bool]) -> tuple[Metrics,
     rq = req.filter(pl.col("ttft_ms").is_not_null() & (pl.col("ttft_ms") > 0))
     kv = log.steps["kv_usage"].max() if not log.steps.is_empty() else None
     finished = int(req["e2e_ms"].is_not_null().sum())
-    m = _metrics(load[np.array(pool)], rq["queue_wait_ms"], rq["ttft_ms"],
+    m = _metrics(load[np.array(pool)], rq["queue_wait_ms"], rq["ttft_ms"], req["e2e_ms"],
                  float(kv) if isinstance(kv, (int, float)) else None, finished, obs.duration_s)
     return m, load
