@@ -201,3 +201,27 @@ def test_request_log_hides_what_the_profiler_does_not_show() -> None:
     done = res.requests.filter(pl.col("finish_s").is_not_null()).sort("arrival_s")
     shown = log.requests.filter(pl.col("e2e_ms").is_not_null()).sort("arrival_s")
     assert shown["output_tokens"].to_list() == done["output_tokens"].to_list()
+
+
+def test_online_load_comes_from_the_e2e_counters_when_they_are_there() -> None:
+    from skewscope.whatif.extract import Layout
+    from skewscope.whatif.online import exact_spent, spent_load
+
+    df = pl.DataFrame({"instance": ["a", "a", "b", "b"], "dp_rank": [0, 0, 0, 0],
+                       "requests": [2.0, 0.0, 4.0, 1.0], "e2e_mean_ms": [500.0, None, 250.0,
+                                                                        1000.0]})
+    assert exact_spent(df, at_start=False)
+    assert not exact_spent(df, at_start=True)  # SGLang counts requests leaving the queue
+    assert not exact_spent(df.with_columns(pl.lit(None, pl.Float64).alias("e2e_mean_ms")), False)
+    wl = request_log(simulate(dataclasses.replace(builtin_scenarios()["balanced"],
+                                                  duration_s=5.0)))
+    obs = dataclasses.replace(whatif_obs(wl), layout=Layout(("a", "b"), 1), duration_s=10.0)
+    load = spent_load(df, obs, {("a", 0): 0, ("b", 0): 0})
+    # seconds spent by the finished requests (E2E sum increases) over the 10 s run
+    assert load.tolist() == pytest.approx([0.1, 0.2])
+
+
+def whatif_obs(log: Any) -> Any:
+    from skewscope.whatif.extract import extract
+
+    return extract(log)

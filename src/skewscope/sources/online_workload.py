@@ -41,6 +41,7 @@ WORKLOAD_ALIASES: dict[str, dict[str, tuple[Alias, ...]]] = {
         "itl": (Alias("vllm:inter_token_latency_seconds", _E),),
         "ttft": (Alias("vllm:time_to_first_token_seconds", _E),),
         "queue_time": (Alias("vllm:request_queue_time_seconds", _E),),
+        "e2e": (Alias("vllm:e2e_request_latency_seconds", _E),),
         "iteration_tokens": (Alias("vllm:iteration_tokens_total", _E),),
     },
     "ms-service-metric": {
@@ -51,12 +52,14 @@ WORKLOAD_ALIASES: dict[str, dict[str, tuple[Alias, ...]]] = {
         "itl": (Alias("vllm:inter_token_latency_seconds", _E),),
         "ttft": (Alias("vllm:time_to_first_token_seconds", _E),),
         "queue_time": (Alias("vllm:request_queue_time_seconds", _E),),
+        "e2e": (Alias("vllm:e2e_request_latency_seconds", _E),),
         "iteration_tokens": (Alias("vllm:iteration_tokens_total", _E),),
     },
     "sglang": {
         "itl": (_SG,),
         "ttft": (Alias("sglang:time_to_first_token_seconds"),),
         "queue_time": (Alias("sglang:queue_time_seconds", "dp_rank"),),
+        "e2e": (Alias("sglang:e2e_request_latency_seconds"),),
     },
     "mindie": {
         "ttft": (Alias("time_to_first_token_seconds"),),
@@ -67,7 +70,7 @@ HELD = (SignalSpec("running_end", "running", "last"), SignalSpec("waiting_end", 
 # Request counters that count a request when it leaves the queue, not when it finishes (SGLang's
 # per-rank ``queue_time_seconds`` observations, read as per-rank requests by the DP level).
 AT_START_COUNTERS = ("queue_time_seconds_count",)
-SECONDS = frozenset({"itl", "ttft", "queue_time"})  # histograms in seconds (read as ms)
+SECONDS = frozenset({"itl", "ttft", "queue_time", "e2e"})  # histograms in seconds (as ms)
 # The KV pool as configured, from an info gauge's labels: vLLM's cache_config_info carries
 # ``num_gpu_blocks`` and ``block_size`` per engine (DP rank).
 CACHE_CONFIG: dict[str, Alias] = {

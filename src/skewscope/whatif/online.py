@@ -167,7 +167,37 @@ def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
     through = tuple((key, tuple(1000.0 * b for b in sorted(_fleet(we, role))))
                     for key, role, _ in THROUGH if _fleet(we, role))
     through += (("kv_peak", (w,)),)  # the usage gauge is read as window means
+    if exact_spent(df, at_start):  # load from counter deltas, not gauges sampled at window ends
+        through += tuple((key, ()) for key in SPENT_KEYS)
     return observe(layout, wl, duration, notes, s, has_sessions, through), df, dp
+
+
+SPENT_KEYS = ("max_over_median_load", "min_over_median_load")
+
+
+def exact_spent(df: pl.DataFrame, at_start: bool) -> bool:
+    """Whether each unit's time spent in the system comes from counters: the E2E histogram's
+    sum increase (mean x the finished requests) in every window with finished requests. Then
+    the load is read from it (exact counter deltas) instead of running/waiting gauges sampled
+    at window ends, which miss requests shorter than the scrape interval. SGLang counts
+    requests as they leave the queue (``at_start``), so its count is no E2E count."""
+    if at_start or "e2e_mean_ms" not in df.columns or df.is_empty():
+        return False
+    done = df.filter(pl.col("requests").fill_null(0) > 0)
+    return not done.is_empty() and done["e2e_mean_ms"].null_count() == 0
+
+
+def spent_load(df: pl.DataFrame, obs: Observed, index: dict[tuple[str, int], int]
+               ) -> np.ndarray:
+    """Per grid slot: seconds its finished requests spent in the system / the run."""
+    lay = obs.layout
+    load = np.zeros(len(lay.present()))
+    for (inst, rank), rows in df.group_by(["instance", "dp_rank"]):
+        i = lay.instances.index(str(inst))
+        spent = (rows["requests"].fill_null(0) * rows["e2e_mean_ms"].fill_null(0)).sum()
+        load[i * lay.dp_ranks + index[(str(inst), int(rank))]] = (
+            float(spent) / 1000.0 / obs.duration_s)
+    return load
 
 
 # Latency metrics the evidence gives as histograms: metric, histogram role, quantile.
@@ -255,8 +285,10 @@ def _kv_blocks(we: WorkloadEvidence, df: pl.DataFrame, index: dict[tuple[str, in
 
 def seen_metrics(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame) -> Metrics:
     """The evidence's own metrics, defined as the replay's: load = mean running + waiting per
-    engine process (requests in the system), latency percentiles from the fleet's histograms,
-    KV peak from the usage gauge, throughput from the finished counter."""
+    engine process (requests in the system) — or, from counters where the evidence has them
+    (``exact_spent``), the time its finished requests spent in the system —, latency
+    percentiles from the fleet's histograms, KV peak from the usage gauge, throughput from the
+    finished counter."""
     _, index = layout_from(df)
     lay = obs.layout
     load = np.zeros(len(lay.present()))
@@ -268,6 +300,8 @@ def seen_metrics(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame) -> Metri
     from skewscope.whatif.replay import in_pool
 
     pool = np.array(in_pool(obs.availability, lay, obs.duration_s))
+    if any(key in SPENT_KEYS for key, _ in obs.through):
+        load = spent_load(df, obs, index)
     hi, lo = _ratios(load[pool])
     kv = df["kv_usage"].max()  # window means (a max of samples depends on the scrape interval)
     done = float(df["requests"].fill_null(0).sum())
