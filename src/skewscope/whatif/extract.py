@@ -241,13 +241,15 @@ def _step_ms(steps: pl.DataFrame, inst: np.ndarray, rank: np.ndarray,
 
 def _outputs(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, log: RequestLog,
              names: tuple[str, ...], s: WhatIfSettings) -> tuple[np.ndarray, int]:
-    """Output lengths: a finished request's own. An unfinished one shows no length, but it had
-    been decoding since its first token until the end of the capture: at its unit's median step
-    time that is some tokens already, so its length is drawn from the finished requests *of the
-    same unit* at least that long (the fleet's when the unit has none) — those that arrived
-    before its first unfinished one, all finished, when there are ``min_length_sample`` of them.
-    The unit matters: when long requests are pinned to a unit, its unfinished ones are the long
-    ones (issue 22)."""
+    """Output lengths: a finished request's own. An unfinished one shows no length. One that
+    started had been decoding since its first token until the end of the capture: at its
+    unit's median step time that is some tokens already, so its length is drawn from the
+    finished requests *of the same unit* at least that long (the fleet's when the unit has
+    none) — those that arrived before its first unfinished one, all finished, when there are
+    ``min_length_sample`` of them. The unit matters: when long requests are pinned to a unit,
+    its running unfinished ones are the long ones (issue 22: the replay's queue). One that
+    never started is drawn from the fleet's finished requests (measured against ground truth,
+    drawing it from its unit's overshot the candidates' TTFT P99: docs/whatif.md)."""
     out = req["output_tokens"].to_numpy().astype(np.int64).copy()
     unfinished = req["e2e_ms"].is_null().to_numpy()
     if not unfinished.any() or not (~unfinished).any():
@@ -266,6 +268,10 @@ def _outputs(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, log: Request
     first_open = {u: float(arrival[unfinished & (unit == u)].min())
                   for u in np.unique(unit[unfinished])}
     for k in np.flatnonzero(unfinished):
+        if ttft[k] <= 0:  # never started: no sign of its length beyond the fleet's
+            pool = fleet[fleet >= floor[k]]
+            out[k] = pool[int(rng.integers(pool.shape[0]))] if pool.shape[0] else floor[k]
+            continue
         done = ~unfinished & (unit == unit[k])
         early = done & (arrival < first_open[unit[k]])
         mine = np.sort(out[early if early.sum() >= s.min_length_sample else done])
