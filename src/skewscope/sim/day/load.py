@@ -57,11 +57,10 @@ class DayLoad:
         self.plan, self.spec = plan, plan.spec
         spec = plan.spec
         rng = np.random.default_rng((spec.seed, 23))
-        self.rng = rng
-        t = (spec.times - spec.times[0]).astype(np.float64)
-        self.t = t
-        ni, nr = spec.n_instances, spec.ranks
-        self.n = ni * nr
+        self.t = t = (spec.times - spec.times[0]).astype(np.float64)
+        nr = spec.ranks
+        self.n = spec.n_instances * nr
+        self._hists: dict[tuple[str, tuple[float, ...]], tuple[F64, F64, F64]] = {}
         self.present = _presence(plan, t)  # [instance, time]
         weight = _router_weight(plan, t, self.present)
         share = weight / np.maximum(weight.sum(axis=0, keepdims=True), 1e-12)
@@ -232,10 +231,6 @@ class DayLoad:
         les = reset_cumsum(cum.transpose(0, 2, 1), self.up[:, None, :], les0).transpose(0, 2, 1)
         count = reset_cumsum(n.astype(np.float64), self.up, n0)
         return les, count, reset_cumsum(sums, self.up, np.rint(n0 * sums.sum(axis=1) / total))
-
-    @cached_property
-    def _hists(self) -> dict[tuple[str, tuple[float, ...]], tuple[F64, F64, F64]]:
-        return {}
 
 
 _COUNTERS = ("finished", "prompt_tokens", "generation_tokens", "preemptions")
