@@ -168,3 +168,45 @@ def test_pd_scenario_runs_two_pools_and_bad_split_is_one_line() -> None:
         scenario_from_toml(tomllib.loads(text), "x.toml")
     assert "\n" not in str(err.value) and "prefill_instances" in str(err.value)
     assert "must be in [1, 1]" in str(err.value)
+
+
+def _offline(name: str, tmp: Path):  # type: ignore[no-untyped-def]
+    from skewscope.analysis.diagnose import diagnose
+    from skewscope.sim.engine import simulate
+    from skewscope.sim.scenario import load_scenario
+    from skewscope.sim.writers.profiler import write_profiler
+    from skewscope.sources.profiler import load_profiler
+
+    write_profiler(simulate(load_scenario(name)), tmp)
+    ev = load_profiler([str(p) for p in sorted(tmp.iterdir()) if p.is_dir()])
+    return ev, diagnose(ev)
+
+
+def test_offline_pd_imbalance_from_the_simulators_profiler_folders(tmp_path: Path) -> None:
+    """Profiler folders carry no pool label: the prefill workers show by generating one token
+    per request, and the saturated prefill pool is the P/D finding (known truth: inst-0, 1)."""
+    ev, report = _offline("pd-imbalanced", tmp_path)
+    assert "pools inferred from output tokens: prefill 2" in ev.notes[-1]
+    pools = dict(ev.instance.df.select("instance", "pool").unique().iter_rows())
+    assert pools == {f"inst-{i}": "prefill" if i < 2 else "decode" for i in range(8)}
+    (pd,) = [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
+    assert pd.units == ("inst-0", "inst-1") and pd.evidence["saturated_pool"] == "prefill"
+    assert report.hot_units == ()  # no prefill worker a hot spot against decode workers
+
+
+def test_offline_hot_decode_rank_inside_its_pool(tmp_path: Path) -> None:
+    ev, report = _offline("pd-hot-decode-rank", tmp_path)
+    assert "pools inferred from output tokens: prefill 3" in ev.notes[-1]
+    assert not [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
+    assert report.hot_units == ("inst-5",)
+    drilled = {u: f.kind for d in report.drilldown for f in d.findings for u in f.units}
+    assert drilled == {"inst-5/dp1": "capability"}
+
+
+def test_one_kind_of_instance_is_one_pool() -> None:
+    from skewscope.sources.pools import pools_by_output
+
+    every_one = make_frame({f"u{i}": Spec(output=0.5) for i in range(3)}).df
+    assert pools_by_output(every_one) == {}  # an embedding/scoring fleet: no pools
+    mixed = make_frame({"p": Spec(output=0.9), "d0": Spec(), "d1": Spec()}).df
+    assert pools_by_output(mixed) == {"p": "prefill", "d0": "decode", "d1": "decode"}

@@ -72,9 +72,10 @@ def test_hot_decode_rank_found_inside_its_pool(prom: str, runs: dict[str, SimRes
     result = runs["pd-hot-decode-rank"]
     report = diagnose(_load(prom, result, "pd-hot-decode-rank-vllm"))
     assert not [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
-    hot = {u for d in report.drilldown for u in d.hot_units} | set(report.hot_units)
-    assert any(u.endswith(":inst-5/dp1") for u in hot), hot
-    assert not any(":inst-0" in u or ":inst-1" in u or ":inst-2" in u for u in hot), hot
+    assert [u.split(":")[-1] for u in report.hot_units] == ["inst-5"]  # a decode instance
+    drilled = {u.split(":")[-1]: f.kind for d in report.drilldown for f in d.findings
+               for u in f.units}
+    assert drilled == {"inst-5/dp1": "capability"}, drilled
 
 
 def test_role_label_names_a_label_the_dialect_does_not_know(

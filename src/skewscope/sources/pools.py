@@ -24,12 +24,18 @@ The labels, verified in each stack's source (docs/online.md, "Prefill/decode poo
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from skewscope.catalogue import DECODE, PREFILL
 from skewscope.errors import SourceError, UsageError
+from skewscope.frame import Evidence, UnitFrame
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass(frozen=True)
@@ -137,3 +143,53 @@ def resolve_pools(
         raise SourceError(f"--role-label {role_label}: no series carries this label in the "
                           "range; check the name (or leave it out)")
     return {}, []
+
+
+# A prefill worker of a disaggregated fleet generates one token per request (vLLM's and
+# llm-d's P/D proxies and Dynamo's prefill router send it with max_tokens = 1; the decode
+# worker generates the rest): the one sign of its role that profiler folders carry.
+PREFILL_OUTPUT_TOKENS = 1.0
+
+
+def pools_by_output(df: pl.DataFrame) -> dict[str, str]:
+    """Instance -> pool from what each generated (profiler folders carry no pool label): the
+    instances that generated at most ``PREFILL_OUTPUT_TOKENS`` per request are prefill, the
+    others decode — only when both kinds are there (a fleet where every instance generates one
+    token, an embedding or scoring service, is one pool)."""
+    import polars as pl
+
+    per = df.group_by("instance").agg(pl.col("requests").sum(), pl.col("generation_tokens").sum())
+    per = per.filter(pl.col("requests") > 0)
+    kinds = {i: PREFILL if g <= PREFILL_OUTPUT_TOKENS * n else DECODE
+             for i, n, g in per.select("instance", "requests", "generation_tokens").iter_rows()
+             if g == g}  # NaN: not measured
+    return kinds if len(set(kinds.values())) == 2 else {}
+
+
+def with_pools(ev: Evidence, pools: Mapping[str, str], note: str) -> Evidence:
+    """``ev`` with each frame's rows carrying their instance's pool, and ``note``."""
+    import polars as pl
+
+    def put(frame: UnitFrame | None) -> UnitFrame | None:
+        if frame is None:
+            return None
+        col = pl.col("instance").replace_strict(dict(pools), default=None,
+                                                return_dtype=pl.Utf8).alias("pool")
+        return dataclasses.replace(frame, df=frame.df.with_columns(col))
+
+    inst = put(ev.instance)
+    assert inst is not None
+    return dataclasses.replace(ev, instance=inst, dp=put(ev.dp), notes=(*ev.notes, note))
+
+
+def infer_pools(ev: Evidence) -> Evidence:
+    """Profiler evidence with pools inferred from the output tokens (``pools_by_output``),
+    noted; unchanged when the fleet shows one kind of instance."""
+    pools = pools_by_output(ev.instance.df)
+    if not pools:
+        return ev
+    counts = {p: sum(1 for v in pools.values() if v == p) for p in (PREFILL, DECODE)}
+    return with_pools(ev, pools, (
+        f"pools inferred from output tokens: prefill {counts[PREFILL]} (at most "
+        f"{PREFILL_OUTPUT_TOKENS:g} generated per request: a disaggregated prefill worker), "
+        f"decode {counts[DECODE]}; each pool judged on its own"))

@@ -23,6 +23,7 @@ import polars as pl
 from skewscope.frame import WINDOWS, Evidence, WindowPolicy
 from skewscope.sources import profiler_forward as pf
 from skewscope.sources import profiler_range as pr
+from skewscope.sources.pools import infer_pools
 from skewscope.sources.profiler_frame import DP_LEVEL, INSTANCE_LEVEL, make_grid, span, unit_frame
 from skewscope.sources.profiler_instance import FRAMES, Instance
 from skewscope.sources.profiler_layout import InstanceFiles, discover_all
@@ -107,4 +108,6 @@ def load_profiler(
     if dp_frame is not None:
         steps = pf.step_loads([(i.name, i.forward) for i in dp_instances])
         dp_frame = replace(dp_frame, step_loads=steps)
-    return Evidence(instance=instance_frame, dp=dp_frame, notes=tuple(notes + dp_notes))
+    # no pool label offline: a prefill worker shows by generating one token per request
+    return infer_pools(Evidence(instance=instance_frame, dp=dp_frame,
+                                notes=tuple(notes + dp_notes)))
