@@ -4,6 +4,7 @@ own pool, and one pool saturated while the other idles is the P/D imbalance find
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,29 @@ def test_one_kind_of_instance_is_one_pool() -> None:
     assert pools_by_output(every_one) == {}  # an embedding/scoring fleet: no pools
     mixed = make_frame({"p": Spec(output=0.9), "d0": Spec(), "d1": Spec()}).df
     assert pools_by_output(mixed) == {"p": "prefill", "d0": "decode", "d1": "decode"}
+
+
+def test_fleet_dp_pattern_is_looked_for_inside_each_pool() -> None:
+    """dp0 hot in all 3 decode instances and in none of the 4 prefill ones: 3 of 7 multi-rank
+    instances is under fleet_pattern_share, 3 of the decode pool's 3 is the pattern."""
+    from skewscope.analysis.diagnose import diagnose
+    from skewscope.frame import Evidence, Level
+
+    inst, dp = {}, {}
+    for i in range(4):
+        inst[f"p{i}"] = Spec(rate=40, output=1, pool="prefill")
+        for r in range(2):
+            dp[f"p{i}/dp{r}"] = Spec(rate=20, output=1, pool="prefill")
+    for i in range(3):
+        inst[f"d{i}"] = Spec(rate=30, output=200, pool="decode")
+        for r in range(2):
+            dp[f"d{i}/dp{r}"] = Spec(rate=20 if r == 0 else 10, output=200, pool="decode")
+    ev = Evidence(instance=make_frame(inst), dp=make_frame(dp, level=Level.DP))
+    report = diagnose(ev)
+    (pattern,) = [f for f in report.findings if "fleet_dp_pattern" in f.evidence]
+    assert pattern.evidence["fleet_dp_pattern"]["of_instances"] == 3
+    assert pattern.evidence["fleet_dp_pattern"]["instances"] == ["d0", "d1", "d2"]
+    no_pools = Evidence(instance=make_frame({k: replace(s, pool=None) for k, s in inst.items()}),
+                        dp=make_frame({k: replace(s, pool=None) for k, s in dp.items()},
+                                      level=Level.DP))
+    assert not [f for f in diagnose(no_pools).findings if "fleet_dp_pattern" in f.evidence]

@@ -61,7 +61,8 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
             unplaced=_unplaced(evidence),
         )
         if inside.verdict == "imbalanced":
-            patterns = fleet_dp_patterns(inside.findings, inside.units, len(multi), th)
+            patterns = fleet_dp_patterns(inside.findings, inside.units, len(multi), th,
+                                         _multi_by_pool(evidence.dp, multi))
             return replace(inside, findings=(*patterns, *inside.findings))
         return top
     if top.verdict != "imbalanced":
@@ -103,6 +104,7 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
         [u for d in judged for u in d.units],
         len(multi),
         th,
+        _multi_by_pool(evidence.dp, multi),
     )
     return replace(top, drilldown=kept, findings=(*top.findings, *patterns),
                    notes=(*top.notes, *pool_notes))
@@ -192,6 +194,20 @@ def _unplaced(evidence: Evidence) -> dict[str, float]:
     ).filter(pl.col("ok") & pl.col("ok_dp"))
     gap = joined.group_by("instance").agg((pl.col("n") - pl.col("n_dp")).clip(0).mean())
     return dict(zip(gap["instance"].to_list(), gap["n"].to_list(), strict=True))
+
+
+def _multi_by_pool(frame: UnitFrame, multi: list[str]) -> dict[str, int]:
+    """In a prefill/decode fleet, the multi-rank instances of each pool ("" none); {} else."""
+    if "pool" not in frame.df.columns or frame.df["pool"].is_null().all():
+        return {}
+    import polars as pl
+
+    rows = frame.df.filter(pl.col("instance").is_in(multi)).select("instance", "pool").unique(
+        "instance")
+    out: dict[str, int] = {}
+    for p in rows["pool"].to_list():
+        out[p or ""] = out.get(p or "", 0) + 1
+    return out
 
 
 def _multi_rank(frame: UnitFrame) -> list[str]:

@@ -8,7 +8,7 @@ cause, and the fix is the policy, not any one instance.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from skewscope.config import ROOT_CAUSES, Thresholds
 from skewscope.report.facts import FleetPatternFacts
@@ -22,12 +22,19 @@ def fleet_dp_patterns(
     unit_reports: Iterable[UnitReport],
     multi_rank_instances: int,
     th: Thresholds,
+    pools: Mapping[str, int] | None = None,
 ) -> list[Finding]:
     """One finding per DP rank index that is hot in enough of the multi-rank instances.
 
     ``unit_reports`` say which instance and rank each unit of the findings is (never parsed back out
-    of the unit id).
-    """
+    of the unit id). ``pools``: in a prefill/decode fleet, the multi-rank instances of each pool;
+    a pattern is then looked for in each pool apart (each runs its own engines' dispatch)."""
+    if pools:
+        reports = list(unit_reports)
+        found = list(findings)
+        return [p for pool, n in sorted(pools.items()) for p in fleet_dp_patterns(
+            [f for f in found if all(_pool(reports, u) == pool for u in f.units)],
+            [u for u in reports if (u.pool or "") == pool], n, th)]
     if multi_rank_instances < th.fleet_pattern_min_instances:
         return []
     where = {u.unit: (u.instance, u.dp_rank) for u in unit_reports if u.dp_rank is not None}
@@ -70,3 +77,7 @@ def fleet_dp_patterns(
             )
         )
     return out
+
+
+def _pool(reports: list[UnitReport], unit: str) -> str | None:
+    return next(((u.pool or "") for u in reports if u.unit == unit), None)
