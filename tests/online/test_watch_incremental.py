@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from online_history import T0, history, to_openmetrics
+from online_history import T0, Sample, history, to_openmetrics, to_vm_import
 from online_servers import free_port
 
 from binaries import need
@@ -112,6 +112,7 @@ def test_each_run_is_a_full_diagnose_at_the_same_instant(
     source.loader = lambda start, end: loaded.append(read(start, end)) or loaded[-1]
     w = Watcher(source, last_s=LAST, every_s=EVERY, clock=clock)
     found_hot = 0
+    reports: list[object] = []
     try:
         now = T0 + LAST
         while now <= T0 + 1200:
@@ -121,6 +122,7 @@ def test_each_run_is_a_full_diagnose_at_the_same_instant(
             same_evidence(loaded[-1], want)
             assert w.status.report is not None
             assert w.status.report.to_dict() == diagnose(want).to_dict()
+            reports.append(w.status.report)
             found_hot += hot_units(want) >= HOT
             now += EVERY
     finally:
@@ -135,6 +137,12 @@ def test_each_run_is_a_full_diagnose_at_the_same_instant(
     # kept ones read within 30 s (watch_settle_s) of their end, and one settled window, checked
     # against the kept one: 2 or 3 of the range's 9 or 10 windows
     assert {int(line.split()[2]) for line in seen[1:]} == {2, 3}, seen
+    # a run whose range holds the same windows, all read again unchanged, returns the very
+    # Evidence of the run before: the watch keeps its report instead of judging again
+    same = [i for i, line in enumerate(seen) if line.endswith("the previous evidence stands")]
+    assert 3 <= len(same) < len(seen) // 2, seen
+    assert all(reports[i] is reports[i - 1] for i in same)
+    assert all(reports[i] is not reports[i - 1] for i in range(1, len(seen)) if i not in same)
 
 
 def test_a_restarted_server_is_read_in_full_and_said_so(server: Server) -> None:
@@ -163,3 +171,60 @@ def test_a_restarted_server_is_read_in_full_and_said_so(server: Server) -> None:
     assert seen[1].startswith("incremental read")
     assert seen[2].startswith("full read of 10 windows: the server restarted"), seen
     assert seen[3].startswith("incremental read")
+
+
+def test_a_settled_window_that_changed_is_seen_and_the_range_read_again(
+    tmp_path: Path,
+) -> None:
+    """A real VictoriaMetrics (no runtimeinfo: the check of a settled window is its only guard)
+    holds a history where a:8000's scrapes in (T0+720, T0+750] are missing, as after a
+    scraper's outage; the watch keeps that window, settled. Then the samples arrive (a remote
+    write catching up, a backfill): the next run reads the window again, finds it changed,
+    reads the whole range and says so; its Evidence is the full read's."""
+    gap = [s for s in history()
+           if dict(s.labels).get("instance") == "a:8000" and T0 + 720 < s.t <= T0 + 750]
+    rest = [s for s in history() if s not in gap]
+    assert gap
+    vm = need("victoria-metrics", "victoria-metrics")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [vm, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
+           "-retentionPeriod=100y", "-search.disableCache"]
+
+    def imported(samples: list[Sample]) -> None:
+        r = httpx.post(f"{url}/api/v1/import/prometheus", content=to_vm_import(samples))
+        assert r.status_code == 204, r.text
+        want = sum(1 for s in samples if s.name == "vllm:num_requests_running"
+                   and dict(s.labels)["instance"] == "a:8000")
+
+        def visible() -> bool:
+            httpx.get(f"{url}/internal/force_flush")
+            r = httpx.get(f"{url}/api/v1/query", params={
+                "query": 'count_over_time(vllm:num_requests_running{instance="a:8000"}[2h])',
+                "time": T0 + 1201})
+            return sum(float(x["value"][1]) for x in r.json()["data"]["result"]) >= want
+
+        wait_until(visible, "VictoriaMetrics import")
+
+    seen: list[str] = []
+    with running(cmd, tmp_path / "vm.log") as proc:
+        wait_until(lambda: proc.poll() is None and httpx.get(f"{url}/health").status_code == 200,
+                   "VictoriaMetrics")
+        imported(rest)
+        reader = IncrementalPrometheus(url, window_s=WINDOW, selector=SELECTOR,
+                                       debug=seen.append)
+        try:
+            for now in (T0 + 720, T0 + 750, T0 + 780):
+                same_evidence(reader.load(now - LAST, now), full(url, now))
+            imported(rest + gap)
+            now = T0 + 810
+            got = reader.load(now - LAST, now)
+            same_evidence(got, full(url, now))
+        finally:
+            reader.close()
+    assert [line.split(":")[0] for line in seen] == ["full read of 10 windows",
+                                                     "incremental read", "incremental read",
+                                                     "full read of 10 windows"], seen
+    # a:8000's ranks had no sample in that window: now they have
+    assert seen[-1] == (f"full read of 10 windows: the window at {T0 + 720} read again has "
+                        "other units for instance kv_usage (2 where 1 were kept)"), seen

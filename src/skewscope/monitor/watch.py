@@ -24,6 +24,7 @@ from skewscope.monitor.history import LEASE_RUNS, LEASE_SLACK_S, HistoryStore
 from skewscope.monitor.incidents import CALM_RUNS, Incident, IncidentTracker
 from skewscope.monitor.sampler import STOP_GRACE_S, NotReady, RollingScraper
 from skewscope.monitor.status import WatchStatus
+from skewscope.report.model import Report
 
 
 class Source(Protocol):
@@ -123,6 +124,7 @@ class Watcher:
         self._record_lock = threading.Lock()  # the tracker and the store: one thread at a time
         self._status = WatchStatus(source=source.description, last_s=last_s, every_s=every_s)
         self._prev_run_at = clock.time()
+        self._judged: tuple[Evidence, Report] | None = None  # the last evidence and its report
         if store is not None:
             store.close_orphans(self._prev_run_at)
 
@@ -149,7 +151,12 @@ class Watcher:
         problems: tuple[str, ...] = ()
         try:
             problems = tuple(self.source.problems(since))
-            report = diagnose(self.source.load(started), level=self.level, th=self.thresholds)
+            evidence = self.source.load(started)
+            if self._judged is not None and evidence is self._judged[0]:
+                report = self._judged[1]  # the very evidence judged last run: the same report
+            else:
+                report = diagnose(evidence, level=self.level, th=self.thresholds)
+                self._judged = (evidence, report)
         except NotReady as e:
             self._publish(runs=st.runs + 1, duration_s=self.clock.monotonic() - t0, last_error="",
                           warming_up=str(e), problems=problems, errors=errors)
