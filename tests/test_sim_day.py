@@ -303,3 +303,17 @@ def test_cli_writes_the_short_day(tmp_path: Path) -> None:
     assert truth["dialect"] == "sglang" and truth["seed"] == 5
     assert (out / "history.om").read_text().endswith("# EOF\n")
     assert main(["simulate", "day", "--out", str(out), "--short"]) == 2  # not empty
+
+
+@pytest.mark.heavy
+def test_the_full_day_holds_the_same_truth(tmp_path: Path) -> None:
+    """The 6 h day (8.8 M samples; ~75 s to write and read back): the file checks above."""
+    files = write_day(DaySpec.full(), tmp_path)
+    full = (json.loads(files.truth.read_text()), read_history(files.history), files.history)
+    for check in (test_counters_only_fall_at_restarts,
+                  test_units_are_absent_exactly_in_their_restart_gaps,
+                  test_diurnal_ramp_is_three_from_trough_to_peak_after_a_near_idle_night,
+                  test_each_injected_unit_carries_its_skew_inside_its_episode_only,
+                  test_stale_load_ranks_alternate_at_the_publish_period,
+                  test_restarted_and_joining_units_warm_up_cold):
+        check(full)
