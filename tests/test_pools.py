@@ -237,3 +237,16 @@ def test_fleet_dp_pattern_is_looked_for_inside_each_pool() -> None:
                         dp=make_frame({k: replace(s, pool=None) for k, s in dp.items()},
                                       level=Level.DP))
     assert not [f for f in diagnose(no_pools).findings if "fleet_dp_pattern" in f.evidence]
+
+
+def test_simulate_cli_writes_a_pd_history_with_pool_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewscope.cli import main
+
+    om, out = tmp_path / "pd.om", tmp_path / "folders"
+    assert main(["simulate", "pd-imbalanced", "--openmetrics", str(om), "--metrics-interval",
+                 "15s", "--metrics-dialect", "dynamo", "--out", str(out)]) == 0
+    text = om.read_text()
+    assert 'worker_type="prefill"' in text and 'worker_type="decode"' in text
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [f"inst-{i}" for i in range(8)]

@@ -142,7 +142,10 @@ def run(args: argparse.Namespace) -> int:
     from skewscope.sim.engine import simulate
     from skewscope.sim.limits import check_limits
 
-    kept = bool(args.serve)  # live mode answers any time: it keeps the step table
+    # live mode answers any time: it keeps the step table; so does a prefill/decode run (two
+    # pools run whole, sim/pd.py), whose outputs are written from the result
+    pd = scenario.pd is not None
+    kept = bool(args.serve) or pd
     check_limits(scenario, keep_steps=kept)
     with contextlib.ExitStack() as stack:
         factories: list[SinkFactory] = []
@@ -151,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
             from skewscope.sim.writers.profiler_sink import ProfilerSinks
 
             factories.append(ProfilerSinks(folder, args.generation))
-        if args.openmetrics:
+        if args.openmetrics and not pd:
             factories.append(_history_sinks(scenario, args, stack))
         from skewscope.sim.records import Sinks
 
@@ -167,7 +170,9 @@ def run(args: argparse.Namespace) -> int:
             progress.close()
         if folder is not None:
             _write_out(result, folder, args.generation, kept)
-        if args.openmetrics:
+        if args.openmetrics and pd:
+            _write_pd_history(result, args)
+        elif args.openmetrics:
             _write_history(result, args, [o[-1] for o in result.outputs])
     if args.out:
         print(f"wrote {len(result.instances)} instance folder(s) and truth.json to {args.out}")
@@ -258,6 +263,18 @@ def _write_history(result: SimResult, args: argparse.Namespace, parts: list[Hist
                          ) from None
     finally:
         progress.close()
+
+
+def _write_pd_history(result: SimResult, args: argparse.Namespace) -> None:
+    """A prefill/decode run's history, each instance's pool in the dialect's role label."""
+    from skewscope.sim.writers.openmetrics import write_openmetrics
+
+    try:
+        write_openmetrics(result, Path(args.openmetrics), args.metrics_dialect,
+                          args.metrics_interval, devices=args.device_exporter)
+    except OSError as e:
+        raise UsageError(f"--openmetrics {args.openmetrics}: cannot write ({e.strerror})"
+                         ) from None
 
 
 def _write_out(result: SimResult, folder: Path, generation: str, kept: bool) -> None:
