@@ -38,6 +38,8 @@ class Kind(StrEnum):
     # a group's units take turns carrying its load: a balancer deciding on late counts
     # (analysis/stale.py); not one unit's skew, and none of its units is a hot spot
     STALE_LOAD = "stale_load"
+    # a unit that stopped reporting while it was hot (analysis/presence.py): never "balanced"
+    LOST = "lost"
 
 
 # The pools of a prefill/decode disaggregated fleet (UnitFrame ``pool``; sources/pools.py maps
@@ -55,6 +57,8 @@ def kind_title(kind: str) -> str:
         return "prefill/decode imbalance"
     if kind == Kind.STALE_LOAD:
         return "stale-load pattern"
+    if kind == Kind.LOST:
+        return "unit lost while hot"
     return "KV block shortage" if kind == Kind.KV_SHORTAGE else f"{kind} skew"
 
 

@@ -299,6 +299,17 @@ ROOT_CAUSES: dict[str, RootCause] = {
             ),
         ),
         RootCause(
+            "unit_lost",
+            "The unit stopped reporting while it was hot: its engine died under its load (out "
+            "of memory, a crash, a restart loop) or its metrics endpoint stopped answering",
+            (
+                "Check the engine's process and logs at the time it was lost (OOM, crash, "
+                "restart loop) and whether it still serves requests.",
+                "Its traffic now lands on its peers: watch them for the same overload, and fix "
+                "what sent it more than its share before it comes back.",
+            ),
+        ),
+        RootCause(
             "stale_load",
             "The balancer decides on stale load: counts published late send each burst to the "
             "unit that looked least loaded at the last publish, so bursts rotate over the units",

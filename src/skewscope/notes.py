@@ -74,6 +74,11 @@ class NoteCode(StrEnum):
     #  request_bytes_ratio, lead_cause}
     GATEWAY_ROUTED = "gateway_routed"
     TRANSIENT = "transient"  # {unit, windows, hot_share, hot_run, span_s, often, min_consecutive}
+    # when units came and went (analysis/presence.py): {unit, at_s}; {unit, from_s, back_s};
+    # {unit, at_s, hot}
+    UNIT_JOINED = "unit_joined"
+    UNIT_ABSENT = "unit_absent"
+    UNIT_LOST = "unit_lost"
     KV_EXHAUSTED = "kv_exhausted"  # {kv_peak, kv_high}
     KV_SERVICE_WIDE = "kv_service_wide"  # {kv_peak, reference_peak}
     PREEMPTED_HERE_ONLY = "preempted_here_only"  # {preemptions}

@@ -23,6 +23,9 @@ from typing import Any
 from online_history import Sample
 
 DIR = Path(__file__).parents[1] / "data" / "incidents"
+# Operations that are no skew (a restart, a scale-out) and one that is (a unit lost while hot),
+# written the same way (tests/online/test_operations.py)
+OPERATIONS = Path(__file__).parents[1] / "data" / "operations"
 T0 = 1_700_020_800  # a multiple of 3600
 GAUGES = ("running", "waiting", "kv")
 RATES = ("requests_per_s", "preemptions_per_s")
@@ -46,8 +49,8 @@ class Incident:
         return int(self.data.get("step_s", 15))
 
 
-def incidents() -> list[Incident]:
-    return [Incident(p.stem, tomllib.loads(p.read_text())) for p in sorted(DIR.glob("*.toml"))]
+def incidents(folder: Path = DIR) -> list[Incident]:
+    return [Incident(p.stem, tomllib.loads(p.read_text())) for p in sorted(folder.glob("*.toml"))]
 
 
 def _wobble(key: str, k: int, amp: float) -> float:
@@ -172,6 +175,9 @@ def mismatches(doc: dict[str, Any], expect: dict[str, Any]) -> list[str]:
         out.append(f"root causes {got} (expected first one of {causes})")
     if expect.get("kv_shortage") and not any(f["kind"] == "kv_shortage" for f in findings):
         out.append("no kv_shortage finding")
+    for text in expect.get("notes_contain", []):
+        if not any(text in n for n in doc["notes"]):
+            out.append(f"no note with {text!r}")
     if "lockstep" in expect:  # the price of DP skew in the reading that holds for the model
         said = "step in lockstep (MoE" if expect["lockstep"] else "do not step in lockstep"
         prices = [t for t, n in zip(doc["notes"], doc["note_facts"], strict=True)

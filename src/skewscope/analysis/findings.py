@@ -13,6 +13,7 @@ from skewscope.analysis.classify import Classification
 from skewscope.analysis.detect import UnitHeat
 from skewscope.analysis.impact import Impact, Trend
 from skewscope.analysis.matrix import SignalMatrix, load_ratio
+from skewscope.analysis.presence import LostUnit
 from skewscope.analysis.resource import (
     DeviceState,
     KvShortage,
@@ -32,6 +33,7 @@ from skewscope.report.facts import (
     Compared,
     HotFacts,
     KvShortageFacts,
+    LostFacts,
     Note,
     NoteCode,
     SaturationFacts,
@@ -378,6 +380,24 @@ def stale_load_finding(m: SignalMatrix, s: StaleLoad) -> Finding:
             "busiest_windows": dict(zip(units, s.turns, strict=True)),
             "range_ratio": s.range_ratio,
         },
+        actions=cause.actions,
+        root_causes=(RootCauseRef(cause.key, cause.title),),
+    )
+
+
+def lost_finding(m: SignalMatrix, lost: LostUnit) -> Finding:
+    """A unit that stopped reporting while hot: the worst end of a hot unit, never balanced."""
+    cause = ROOT_CAUSES["unit_lost"]
+    peers = tuple(u for k, u in enumerate(m.units)
+                  if k != lost.index and m.groups[k] == m.groups[lost.index])
+    return Finding(
+        kind=str(Kind.LOST),
+        units=(lost.unit,),
+        reference_units=peers,
+        severity="high",
+        facts=LostFacts(lost.unit, lost.lost_at_s, lost.hot_windows, lost.absent_windows),
+        evidence={"lost_at_s": lost.lost_at_s, "hot_windows_before": lost.hot_windows,
+                  "absent_windows": lost.absent_windows},
         actions=cause.actions,
         root_causes=(RootCauseRef(cause.key, cause.title),),
     )

@@ -20,6 +20,7 @@ from skewscope.analysis.findings import (
     counts_finished,
     hot_finding,
     kv_finding,
+    lost_finding,
     stale_load_finding,
     stall_findings,
     starved_finding,
@@ -27,6 +28,7 @@ from skewscope.analysis.findings import (
 from skewscope.analysis.impact import gap_trend, impact
 from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, median
 from skewscope.analysis.pools import pd_findings
+from skewscope.analysis.presence import presence
 from skewscope.analysis.price import price_note, skew_price
 from skewscope.analysis.resource import (
     cost_ratio,
@@ -153,7 +155,12 @@ def diagnose_frame(
           for r in results if r.kv.found),
     ]
     findings.extend(_when(m, stale_load_finding(m, s), s.swing, s.judged) for s in stale)
-    hot_units = (*(s.unit for s in stalls), *hot_units)
+    came_went, lost = presence(m, heats)
+    notes = (*notes, *came_went)
+    lost = [u for u in lost if u.unit not in hot_units and u.index not in stalled]
+    findings.extend(_when(m, lost_finding(m, u), heats[u.index].hot, heats[u.index].present)
+                    for u in lost)
+    hot_units = (*(s.unit for s in stalls), *hot_units, *(u.unit for u in lost))
     findings.extend(pd_findings(m, th) if frame.level == Level.INSTANCE else ())
     if starved_idx:
         starved_when = np.any(np.stack([heats[j].starved for j in starved_idx]), axis=0)
@@ -162,7 +169,8 @@ def diagnose_frame(
             _when(m, starved_finding(m, heats, starved_idx, frame.level), starved_when, judged)
         )
     transient = tuple(_transient_note(m, h, frame.window_s, th) for h in heats if h.transient_hot
-                      and h.index not in hot_idx and h.index not in stalled)
+                      and h.index not in hot_idx and h.index not in stalled
+                      and h.unit not in {u.unit for u in lost})
     lucky = {r.heat.unit for r in chance}
     unexplained = [heats[j].unit for j in hot_idx
                    if heats[j].unit not in hot_units and heats[j].unit not in lucky]

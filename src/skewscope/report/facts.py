@@ -191,8 +191,20 @@ class StaleLoadFacts:
     type = "stale_load"
 
 
+@dataclass(frozen=True)
+class LostFacts:
+    """A unit that stopped reporting while it was hot."""
+
+    unit: str
+    lost_at_s: float  # epoch s: the end of its last reported window
+    hot_windows: int  # hot windows in a row up to its last report
+    absent_windows: int  # windows its peers reported without it, to the end
+
+    type = "lost"
+
+
 FindingFacts = (HotFacts | KvShortageFacts | StarvedFacts | StallFacts | FleetPatternFacts
-                | PdFacts | StaleLoadFacts)
+                | PdFacts | StaleLoadFacts | LostFacts)
 
 
 def _plain(value: Any) -> Any:

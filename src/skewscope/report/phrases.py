@@ -19,6 +19,7 @@ from skewscope.report.facts import (
     FleetPatternFacts,
     HotFacts,
     KvShortageFacts,
+    LostFacts,
     Note,
     NoteCode,
     PdFacts,
@@ -60,6 +61,8 @@ def finding_summary(facts: FindingFacts, context: tuple[Note, ...] = ()) -> str:
         head = pd_summary(facts)
     elif isinstance(facts, StaleLoadFacts):
         head = stale_load_summary(facts)
+    elif isinstance(facts, LostFacts):
+        head = lost_summary(facts)
     else:
         head = fleet_pattern_summary(facts)
     return " ".join([head, *(note(n) for n in context)])
@@ -241,6 +244,14 @@ def stale_load_summary(s: StaleLoadFacts) -> str:
             f"range none is hot (highest {_x(s.range_ratio)} its peers). A balancer deciding on "
             "stale load (counts published late) sends each burst to the unit that looked least "
             "loaded at the last publish: a stale-load pattern, not jitter and not a hot unit.")
+
+
+def lost_summary(s: LostFacts) -> str:
+    return (f"{s.unit} was lost at {fmt.when(s.lost_at_s)} while hot: it ran hot in its last "
+            f"{s.hot_windows} reported window(s), then stopped reporting for the "
+            f"{s.absent_windows} window(s) its peers reported to the end of the range. An engine "
+            "that stops answering under its load is not a balanced unit: find out whether it "
+            "died (OOM, crash) or only its metrics went dark.")
 
 
 def stall_summary(s: StallFacts) -> str:
@@ -456,6 +467,17 @@ _NOTES: dict[NoteCode, Callable[[Mapping[str, Any]], str]] = {
                       "traffic off it.")),
     NoteCode.GATEWAY_ROUTED: _routed,
     NoteCode.TRANSIENT: _transient,
+    NoteCode.UNIT_JOINED: lambda v: (
+        f"{v['unit']} joined at {fmt.when(v['at_s'])} (no data before: judged from then on, "
+        "not as starved before it existed)"),
+    NoteCode.UNIT_ABSENT: lambda v: (
+        f"{v['unit']} was absent from {fmt.when(v['from_s'])} and back at {fmt.when(v['back_s'])}"
+        " (restarted at that time, or its metrics unreachable): the windows without it are not "
+        "judged, and its counters are read across the restart"),
+    NoteCode.UNIT_LOST: lambda v: (
+        f"{v['unit']} stopped reporting at {fmt.when(v['at_s'])}"
+        + (" while hot (see its finding)" if v["hot"] else
+           " (lost or scaled in): the windows without it are not judged")),
     NoteCode.KV_EXHAUSTED: lambda v: (
         f"KV usage peaks at {fmt.pct(v['kv_peak'])} (>= {fmt.pct(v['kv_high'])}: near "
         "exhaustion)"),
