@@ -248,8 +248,9 @@ def _outputs(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, log: Request
     none) — those that arrived before its first unfinished one, all finished, when there are
     ``min_length_sample`` of them. The unit matters: when long requests are pinned to a unit,
     its running unfinished ones are the long ones (issue 22: the replay's queue). One that
-    never started is drawn from the fleet's finished requests (measured against ground truth,
-    drawing it from its unit's overshot the candidates' TTFT P99: docs/whatif.md)."""
+    never started is a stratified draw from the fleet's finished requests (measured against
+    ground truth, drawing it from its unit's overshot the candidates' TTFT P99, plain draws
+    scattered it: docs/whatif.md)."""
     out = req["output_tokens"].to_numpy().astype(np.int64).copy()
     unfinished = req["e2e_ms"].is_null().to_numpy()
     if not unfinished.any() or not (~unfinished).any():
@@ -267,11 +268,19 @@ def _outputs(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, log: Request
     # finished, so their lengths are not biased short (a long request is likelier unfinished)
     first_open = {u: float(arrival[unfinished & (unit == u)].min())
                   for u in np.unique(unit[unfinished])}
-    for k in np.flatnonzero(unfinished):
-        if ttft[k] <= 0:  # never started: no sign of its length beyond the fleet's
-            pool = fleet[fleet >= floor[k]]
-            out[k] = pool[int(rng.integers(pool.shape[0]))] if pool.shape[0] else floor[k]
-            continue
+    never = np.flatnonzero(unfinished & (ttft <= 0))
+    # never started: no sign of its length beyond the fleet's. Stratified (each of the m draws
+    # from its own 1/m of the fleet's lengths, then shuffled): the draws hold as many long
+    # requests as the fleet does, which near saturation is what moves a candidate's tail
+    strata = (np.arange(never.shape[0]) + rng.uniform(size=never.shape[0])) / max(
+        never.shape[0], 1)
+    drawn = fleet[np.minimum((strata * fleet.shape[0]).astype(np.int64), fleet.shape[0] - 1)]
+    rng.shuffle(drawn)
+    for k, v in zip(never, drawn, strict=True):
+        pool = fleet[fleet >= floor[k]]
+        out[k] = v if v >= floor[k] else (
+            pool[int(rng.integers(pool.shape[0]))] if pool.shape[0] else floor[k])
+    for k in np.flatnonzero(unfinished & (ttft > 0)):
         done = ~unfinished & (unit == unit[k])
         early = done & (arrival < first_open[unit[k]])
         mine = np.sort(out[early if early.sum() >= s.min_length_sample else done])
