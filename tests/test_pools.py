@@ -250,3 +250,33 @@ def test_simulate_cli_writes_a_pd_history_with_pool_labels(
     text = om.read_text()
     assert 'worker_type="prefill"' in text and 'worker_type="decode"' in text
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [f"inst-{i}" for i in range(8)]
+
+
+def test_scrape_path_reads_the_pool_from_the_real_ms_service_metric_exposition() -> None:
+    """The real ms-service-metric 26.0.0 capture (``role="mixed"`` on every profiling series)
+    as three scraped targets whose role says prefill, decode, decode: the scrape path puts
+    each target in its pool; as captured (mixed) there is no pool; a target whose series say
+    both prefill and decode is one line."""
+    from skewscope.sources.scrape import Snapshot, evidence_from_snapshots, parse_exposition
+
+    samples = Path(__file__).parent / "data" / "samples"
+    name = "ms-service-metric-26.0.0-vllm-0.32-cpu-dp2-{}-load.metrics.txt"
+    texts = [(samples / name.format(w)).read_text() for w in ("rank0", "rank1")]
+
+    def snaps(role: str) -> list[Snapshot]:
+        return [Snapshot(t, tuple(parse_exposition(x.replace('role="mixed"', f'role="{role}"'))
+                                  .samples)) for t, x in ((0.0, texts[0]), (5.0, texts[1]))]
+
+    roles = {"p:8000": "prefill", "d1:8000": "decode", "d2:8000": "decode"}
+    ev = evidence_from_snapshots({t: snaps(r) for t, r in roles.items()}, t0=0.0, window_s=5.0,
+                                 n_windows=1)
+    assert dict(ev.instance.df.select("instance", "pool").iter_rows()) == roles
+    assert "pools from label role: decode 2, prefill 1; each pool judged on its own" in ev.notes
+    mixed = evidence_from_snapshots({"h:8000": snaps("mixed")}, t0=0.0, window_s=5.0,
+                                    n_windows=1)
+    assert mixed.instance.df["pool"].is_null().all()
+    both = [Snapshot(0.0, snaps("prefill")[0].samples),
+            Snapshot(5.0, snaps("prefill")[1].samples + tuple(
+                s for s in snaps("decode")[1].samples if ("role", "decode") in s[1])[:5])]
+    with pytest.raises(SourceError, match=r"^unit h:8000 carries role = decode and prefill"):
+        evidence_from_snapshots({"h:8000": both}, t0=0.0, window_s=5.0, n_windows=1)
