@@ -9,11 +9,13 @@ every source — the generated rules, ``watch``, the field's rules — with the 
   times as epoch seconds or RFC 3339 strings). A bad file is one ``InputError`` line naming
   the file and the field.
 - ``score(alerts, truth, span_s, grace_s)``: an alert episode is a true positive when it names
-  a truth episode's unit (its level and instance, and at DP level its rank) and overlaps
+  a truth episode's unit (its level and instance, and at DP level its rank; a DP episode
+  without a rank is any rank of its instance) and overlaps
   ``[start, end + grace]``; an alert episode that matches no truth episode is a false alert.
   Recall is over truth episodes, precision over alert episodes; the delay of a detected episode
   is its first matching firing minus its start; its kind is right when the earliest matching
-  alert names it (``SkewscopeStarvedUnit`` names ``starved``).
+  alert that names a kind names it (``SkewscopeStarvedUnit`` names ``starved``;
+  ``SkewscopeDPGapWidening`` none).
 """
 
 from __future__ import annotations
@@ -172,19 +174,28 @@ def overlaps(a: AlertEpisode, t: TruthEpisode, grace_s: float) -> bool:
     return a.start <= t.end + grace_s and a.end >= t.start
 
 
+def names(a: AlertEpisode, t: TruthEpisode) -> bool:
+    """The alert names the episode's unit: its level and instance, and at DP level its rank
+    (a DP-level episode without a rank, e.g. a stale-load balancer, is any rank of it)."""
+    if (a.level, a.instance) != (t.level, t.instance):
+        return False
+    return t.level != "dp" or t.dp_rank is None or a.dp_rank == t.dp_rank
+
+
 def score(alerts: list[AlertEpisode], truth: list[TruthEpisode], span_s: float,
           grace_s: float) -> Score:
     """The alerts against the truth (module docstring); ``span_s`` is the range evaluated."""
     matched: set[int] = set()
     matches = []
     for t in truth:
-        hits = [i for i, a in enumerate(alerts) if a.unit == t.unit and overlaps(a, t, grace_s)]
+        hits = [i for i, a in enumerate(alerts) if names(a, t) and overlaps(a, t, grace_s)]
         matched.update(hits)
         if not hits:
             matches.append(Match(t, None, None))
             continue
-        first = min(hits, key=lambda i: alerts[i].start)
-        matches.append(Match(t, alerts[first].start, alerts[first].kind))
+        hits.sort(key=lambda i: alerts[i].start)
+        kinds = [alerts[i].kind for i in hits if alerts[i].kind]  # a gap alert names none
+        matches.append(Match(t, alerts[hits[0]].start, kinds[0] if kinds else ""))
     false = tuple(a for i, a in enumerate(alerts) if i not in matched)
     return Score(tuple(matches), false, len(alerts), len(matched), span_s, grace_s)
 
@@ -247,8 +258,6 @@ def parse_truth(doc: Any, where: str) -> list[TruthEpisode]:
         if level not in LEVELS:
             raise InputError(f"{at}.level: expected one of {', '.join(LEVELS)}, got {level!r}")
         rank = _text(e, "dp_rank", at, optional=True)
-        if level == "dp" and rank is None:
-            raise InputError(f"{at}.dp_rank: a DP-level episode names its rank")
         start, end = _time(e.get("start"), f"{at}.start"), _time(e.get("end"), f"{at}.end")
         if end < start:
             raise InputError(f"{at}: end is before start")
