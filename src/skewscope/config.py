@@ -48,6 +48,10 @@ class Thresholds:
     # is voted over the same horizon, so a fresh skew is neither diluted nor ``unknown``.
     alert_windows: Count = 4
     alert_for_windows: Count = 1
+    # Over such a horizon chance must be ruled out window by window: in the alert rules a unit
+    # is hot on a counted signal (requests, running, waiting) only when its excess over the
+    # reference is at least this many Poisson sigmas of the reference's count.
+    hot_noise_sigmas: Positive = 3.0
     # A unit with less than this share of the peer median request rate is "starved"
     # (failed health check, missing from the pool, joined late).
     starved_ratio: Share = 0.15

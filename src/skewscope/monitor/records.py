@@ -31,6 +31,9 @@ BASE: dict[str, str] = {
     "e2e_ms:p99": "e2e_p99_ms",
     "ttft_ms:p99": "ttft_p99_ms",
 }
+# Signals that count requests (per smoothing span, or in the batch / queue): their chance
+# spread between units is Poisson, so an excess must exceed it (LevelRules.significant).
+COUNTED: tuple[str, ...] = ("requests", "running", "waiting")
 # Heat signals (as in analysis.detect): smoothed record -> its base record.
 HEAT: dict[str, str] = {
     "requests": "requests:rate",
@@ -153,7 +156,11 @@ class LevelRules:
                 )
             else:
                 ref = f"clamp_min({ref}, {floor})"
-            self.record(f"{name}:peer_ratio", f"{x} / ({ref})")
+            ratio = f"{x} / ({ref})"
+            if name in COUNTED:
+                self.record(f"{name}:peer_ref", ref)
+                ratio = self.significant(name, x, self.r(f"{name}:peer_ref"))
+            self.record(f"{name}:peer_ratio", ratio)
             parts.append(
                 f'label_replace({self.r(name + ":peer_ratio")}, "signal", "{name}", "", "")'
             )
@@ -165,6 +172,21 @@ class LevelRules:
             f"({self.r('heat:ratio')} >= bool {self.th.hot_ratio})"
             f" and on ({self.P}) {self.r('group:active')}",
         )
+
+    def significant(self, name: str, x: str, ref: str) -> str:
+        """The peer ratio of a counted signal, held at 1 where the unit's excess over its
+        reference is within ``hot_noise_sigmas`` Poisson sigmas of the reference's count
+        (requests over the smoothing span; running and waiting requests as they are): two DP
+        ranks running 13 and 9 on average over a few minutes are 1.4x apart by chance. The
+        alerts judge a horizon of a few windows, not the diagnosis' range, so chance must be
+        ruled out in each window; the series stays present so the horizon's share is over
+        every evaluation."""
+        c = param("smooth_seconds") if name == "requests" else "1"
+        u = self.U
+        ratio = f"{x} / {ref}"
+        sig = (f"(({x} - {ref}) * {c} >= {self.th.hot_noise_sigmas}"
+               f" * sqrt({ref} * {c}))")
+        return f"(({ratio}) and on ({u}) {sig}) or on ({u}) clamp_max({ratio}, 1)"
 
     def starved(self) -> None:
         if "requests:smoothed" not in self.have:

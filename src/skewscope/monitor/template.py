@@ -19,7 +19,7 @@ from skewscope.errors import UsageError
 # Thresholds the rules read (each one a parameter of the same name).
 RULE_THRESHOLDS: tuple[str, ...] = (
     "hot_ratio", "smooth_windows", "persist_share", "alert_windows", "alert_for_windows",
-    "starved_ratio",
+    "hot_noise_sigmas", "starved_ratio",
     "starved_busy_ratio", "floor_running", "floor_waiting", "floor_queue_wait_ms", "count_ratio",
     "weight_ratio", "capability_ratio", "explain_share", "min_requests_total",
     "min_requests_per_window", "min_windows", "min_units", "trend_min_slope_share",
@@ -71,6 +71,7 @@ def params(
         window=duration(window_s),
         window_seconds=f"{window_s:g}",
         smooth=duration(th.smooth_windows * window_s),
+        smooth_seconds=f"{th.smooth_windows * window_s:g}",
         horizon=duration(th.alert_windows * window_s),
         lookback=duration(lookback),
         lookback_seconds=f"{lookback:g}",

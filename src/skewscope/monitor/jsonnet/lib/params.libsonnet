@@ -40,6 +40,7 @@ local params(c) =
     window: duration(w),
     window_seconds: g(w),
     smooth: duration(th.smooth_windows * w),
+    smooth_seconds: g(th.smooth_windows * w),
     horizon: duration(th.alert_windows * w),
     lookback: duration(look),
     lookback_seconds: g(look),
