@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.monitor.incidents import CALM_RUNS
@@ -83,27 +82,31 @@ def _split_unit(unit: str, level: str) -> tuple[str, str | None]:
 
 
 def watch_episodes(url: str, dialect: str, start: float, end: float, *, last_s: float = 900.0,
-                   every_s: float = 30.0, level: str = "auto", work: Path,
+                   every_s: float = 30.0, window_s: float | None = None, level: str = "auto",
+                   work: Path,
                    thresholds: Thresholds = DEFAULT_THRESHOLDS, calm_runs: int = CALM_RUNS,
                    progress: Callable[[int, int], None] | None = None
                    ) -> tuple[list[Fired], dict[str, int]]:
-    """``watch --prometheus URL --last LAST --every EVERY --save`` over [start, end]: watch's
-    loop on a ``ManualClock`` (runs at start + last, + every, ...: explicit instants, no
-    wall-clock wait), incidents from its own tracker (calm-runs hysteresis) and store.
+    """``watch --prometheus URL --last LAST --every EVERY [--window W] --save`` over [start,
+    end]: watch's loop on a ``ManualClock`` (runs at start + last, + every, ...: explicit
+    instants, no wall-clock wait), incidents from its own tracker (calm runs) and store.
     Returns the incidents as episodes and the run error counts by reason."""
+    from skewscope.cli import build_parser
+    from skewscope.cli.watch import build_source
     from skewscope.clock import ManualClock
     from skewscope.monitor.history import open_store
-    from skewscope.monitor.watch import PrometheusSource, Watcher
-    from skewscope.sources.prometheus import load_prometheus
+    from skewscope.monitor.watch import Watcher
 
-    def load(a: float, b: float) -> Any:
-        return load_prometheus(url, start=a, end=b, dialect=dialect)
-
+    argv = ["watch", "--prometheus", url, "--dialect", dialect, "--last", f"{last_s:g}s",
+            "--every", f"{every_s:g}s", "--no-tui"]
+    if window_s is not None:
+        argv += ["--window", f"{window_s:g}s"]
+    args = build_parser().parse_args(argv)
+    source = build_source(args, last_s, window_s)  # watch's own reader (incremental)
     clock = ManualClock(start + last_s)
     db = work / "watch-history.sqlite"
     db.unlink(missing_ok=True)  # this run's incidents only
     store = open_store(str(db))
-    source = PrometheusSource(f"bench {dialect}", last_s, load)
     total = int((end - start - last_s) // every_s) + 1
     done = [0]
 
@@ -115,7 +118,10 @@ def watch_episodes(url: str, dialect: str, start: float, end: float, *, last_s: 
     watcher = Watcher(source, last_s=last_s, every_s=every_s, level=level,
                       thresholds=thresholds, store=store, clock=clock, calm_runs=calm_runs,
                       on_run=on_run)
-    watcher.loop(max_runs=total)  # watch's own loop; its sleeps move the manual clock
+    try:
+        watcher.loop(max_runs=total)  # watch's own loop; its sleeps move the manual clock
+    finally:
+        source.close()
     errors = dict(watcher.status.errors)
     incidents = store.list()
     store.close()

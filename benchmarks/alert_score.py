@@ -8,6 +8,7 @@ group. Pure functions.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ class Truth:
     t1: float
     step_s: float
     dialect: str
+    window_s: float  # the window the day's episodes are sized for
     episodes: tuple[Episode, ...]
     noise: tuple[dict[str, Any], ...]
 
@@ -42,18 +44,24 @@ def read_truth(path: Path) -> Truth:
     eps = tuple(Episode(e["id"], e["level"], e["instance"],
                         None if e.get("dp_rank") is None else str(e["dp_rank"]), e["kind"],
                         float(e["start"]), float(e["end"])) for e in d["episodes"])
-    return Truth(float(d["t0"]), float(d["t1"]), float(d["step_s"]), d["dialect"], eps,
+    return Truth(float(d["t0"]), float(d["t1"]), float(d["step_s"]), d["dialect"],
+                 float(d.get("window_s", 300)), eps,
                  tuple(d.get("noise", ())))
 
 
-def matches(f: Fired, e: Episode, grace_s: float) -> bool:
+def names(f: Fired, e: Episode) -> bool:
+    """Whether the alert names the episode's unit (a group alert: its group holds it)."""
     if f.level != e.level:
         return False
     if f.instance is not None and f.instance != e.instance:
         return False
-    if e.level == "dp" and f.dp_rank is not None and f.dp_rank != e.dp_rank:
-        return False
-    return f.start <= e.end + grace_s and f.end >= e.start
+    # an episode of a whole instance's ranks (dp_rank None) is named by any of its ranks
+    return not (e.level == "dp" and f.dp_rank is not None and e.dp_rank is not None
+                and f.dp_rank != e.dp_rank)
+
+
+def matches(f: Fired, e: Episode, grace_s: float) -> bool:
+    return names(f, e) and f.start <= e.end + grace_s and f.end >= e.start
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class Score:
     delay_median_s: float
     delay_p90_s: float
     false_per_day: float
+    false_time_share: float  # of the day, with some alert firing that matches no episode
     kind_correct: int | None  # None: the source names no kind
     names_unit: bool
     missed: tuple[str, ...]
@@ -83,6 +92,38 @@ def _p90(xs: list[float]) -> float:
         return float("nan")
     s = sorted(xs)
     return s[min(len(s) - 1, round(0.9 * (len(s) - 1)))]
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def _outside(f: Fired, windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of ``f``'s firing outside ``windows`` (sorted, may overlap)."""
+    out, cur = [], f.start
+    for a, b in sorted(windows):
+        if b < cur or a > f.end:
+            continue
+        if a > cur:
+            out.append((cur, a))
+        cur = max(cur, b)
+    if cur < f.end:
+        out.append((cur, f.end))
+    return out
+
+
+def false_time(alerts: list[Fired], eps: list[Episode], grace_s: float) -> float:
+    """Seconds of the day during which some alert fires outside [start, end + grace] of every
+    episode it could name: a rule that fires all day is charged for the quiet hours."""
+    spans: list[tuple[float, float]] = []
+    for f in alerts:
+        spans += _outside(f, [(e.start, e.end + grace_s) for e in eps if names(f, e)])
+    return _union(spans)
 
 
 def score(source: str, level: str, fired: list[Fired], truth: Truth, grace_s: float) -> Score:
@@ -112,5 +153,6 @@ def score(source: str, level: str, fired: list[Fired], truth: Truth, grace_s: fl
         source, level, len(eps), len(alerts), len(found), len(eps) - len(found), len(false),
         precision, recall, f1,
         statistics.median(ds) if ds else float("nan"), _p90(ds), len(false) / days,
-        kind_ok, all(f.names_unit for f in alerts) if alerts else True,
+        false_time(alerts, eps, grace_s) / (truth.t1 - truth.t0), kind_ok,
+        all(f.names_unit for f in alerts) if alerts else True,
         tuple(e.id for e in eps if e not in found), tuple(delays), tuple(kinds))

@@ -35,11 +35,17 @@ from alert_eval import Fired, promql_episodes, watch_episodes
 from alert_score import Score, Truth, read_truth, score
 from field_rules import field_rules
 
+from skewscope.monitor.incidents import CALM_RUNS
 from skewscope.sources.prom_client import PromClient
 
 WATCH_LAST_S = 900.0  # watch's defaults (cli/watch.py): --last 15m, --every 30s
 WATCH_EVERY_S = 30.0
+# The short day's skews last ~7 min, sized for 1 min windows: watch judges them over 6 of them
+# (its --last 15m needs a unit hot for half of 15 windows, longer than such a skew).
+SHORT_WATCH = {"last_s": 360.0, "window_s": 60.0}
 LEVELS = ("instance", "dp")
+SOURCES = ("rules", "watch", "field")
+STEP_S = 60.0  # the rules' evaluation step (the backtest's default), the field rules' too
 
 
 @dataclass(frozen=True)
@@ -119,21 +125,25 @@ def write_day(dialect: str, short: bool, seed: int | None, out: Path) -> None:
     sim_write_day(replace(spec, **changes), out)
 
 
-def skewscope_rule_episodes(url: str, truth: Truth, notes: list[str]) -> list[Fired] | None:
-    """The generated rules' alert episodes through the backtest evaluator; None (with a note)
-    where this tree has none."""
+def skewscope_rule_episodes(url: str, truth: Truth, step_s: float, notes: list[str]
+                            ) -> list[Fired] | None:
+    """The generated rules' alert episodes (``skewscope rules`` for the day's dialect, at the
+    day's window) through the backtest evaluator; None (with a note) where this tree has none."""
     try:
-        from skewscope.monitor import backtest
+        from skewscope.monitor.backtest import backtest_url
     except ImportError:
         notes.append("skewscope rules: no backtest evaluator in this tree (skewscope.monitor."
-                      "backtest): not evaluated")
+                     "backtest): not evaluated")
         return None
-    episodes = backtest.backtest_url(url, truth.t0, truth.t1, dialect=truth.dialect)
-    return [Fired("rules", e.level, e.instance, e.dp_rank, e.kind, e.start, e.end)
+    notes.append(f"rules: skewscope rules --dialect {truth.dialect} --window "
+                 f"{truth.window_s:g}s, evaluated every {step_s:g}s")
+    episodes = backtest_url(url, truth.t0, truth.t1, dialect=truth.dialect,
+                            window_s=truth.window_s, step_s=step_s)
+    return [Fired("rules", e.level, e.instance, e.dp_rank, e.kind or None, e.start, e.end)
             for e in episodes]
 
 
-def field_episodes(client: PromClient, truth: Truth) -> dict[str, list[Fired]]:
+def field_episodes(client: PromClient, truth: Truth, step_s: float) -> dict[str, list[Fired]]:
     """Each field rule's episodes; a group rule names no unit (at the DP level: the instance
     whose ranks it compares, no rank)."""
     out: dict[str, list[Fired]] = {}
@@ -141,13 +151,15 @@ def field_episodes(client: PromClient, truth: Truth) -> dict[str, list[Fired]]:
         unit = ("instance" if rule.level == "dp" else None, None)
         out.setdefault(rule.name, []).extend(
             promql_episodes(client, rule.name, rule.level, rule.expr, rule.for_s, truth.t0,
-                            truth.t1, truth.step_s, unit))
+                            truth.t1, step_s, unit))
     return out
 
 
 def run_day(day: Path, work: Path, *, grace_s: float, watch_every_s: float = WATCH_EVERY_S,
-            watch_last_s: float = WATCH_LAST_S, log: bool = True) -> DayRun:
-    """Backfill ``day`` into a fresh Prometheus and score every source on it."""
+            watch_last_s: float = WATCH_LAST_S, watch_window_s: float | None = None,
+            step_s: float = STEP_S, sources: tuple[str, ...] = SOURCES,
+            log: bool = True) -> DayRun:
+    """Backfill ``day`` into a fresh Prometheus and score ``sources`` on it."""
     truth = read_truth(day / "truth.json")
     notes: list[str] = []
     seconds: dict[str, float] = {}
@@ -160,7 +172,8 @@ def run_day(day: Path, work: Path, *, grace_s: float, watch_every_s: float = WAT
     with prometheus(blocks, work) as url:
         client = PromClient(url, timeout_s=120)
         t = time.perf_counter()
-        rules = skewscope_rule_episodes(url, truth, notes)
+        rules = (skewscope_rule_episodes(url, truth, step_s, notes) if "rules" in sources
+                 else None)
         if rules is not None:
             fired["skewscope rules"] = rules
         seconds["rules"] = time.perf_counter() - t
@@ -170,16 +183,23 @@ def run_day(day: Path, work: Path, *, grace_s: float, watch_every_s: float = WAT
                 print(f"  watch {truth.dialect}: run {k}/{n}", file=sys.stderr, flush=True)
 
         t = time.perf_counter()
-        watched, errors = watch_episodes(url, truth.dialect, truth.t0, truth.t1,
-                                         last_s=watch_last_s, every_s=watch_every_s,
-                                         work=work, progress=progress)
+        watched: list[Fired] = []
+        errors: dict[str, int] = {}
+        if "watch" in sources:
+            watched, errors = watch_episodes(url, truth.dialect, truth.t0, truth.t1,
+                                             last_s=watch_last_s, every_s=watch_every_s,
+                                             window_s=watch_window_s, work=work,
+                                             progress=progress)
+            fired["skewscope watch"] = watched
+            notes.append(f"watch: --last {watch_last_s:g}s --every {watch_every_s:g}s --window"
+                         f" {watch_window_s or 'auto'}, calm runs {CALM_RUNS}")
         seconds["watch"] = time.perf_counter() - t
-        fired["skewscope watch"] = watched
         failed = {k: v for k, v in errors.items() if v}
         if failed:
             notes.append(f"watch: failed runs by reason {failed}")
         t = time.perf_counter()
-        fired.update(field_episodes(client, truth))
+        if "field" in sources:
+            fired.update(field_episodes(client, truth, step_s))
         seconds["field rules"] = time.perf_counter() - t
         client.close()
     scores = [score(src, level, f, truth, grace_s) for src, f in fired.items() for level in LEVELS]
@@ -192,15 +212,16 @@ def _f(x: float, fmt: str = "{:.2f}") -> str:
 
 def table(run: DayRun) -> str:
     head = ("| source | level | episodes | TP | FP | misses | precision | recall | F1 | "
-            "delay median | delay p90 | false/day | kind right |")
-    rows = [head, "|" + "---|" * 13]
+            "delay median | delay p90 | false/day | false firing | kind right |")
+    rows = [head, "|" + "---|" * 14]
     for s in run.scores:
         kind = "n/a (no kind)" if s.kind_correct is None else f"{s.kind_correct}/{s.tp}"
         rows.append(
             f"| {s.source} | {s.level} | {s.episodes} | {s.tp} | {s.false_alerts} | "
             f"{s.misses} | {_f(s.precision)} | {_f(s.recall)} | {_f(s.f1)} | "
             f"{_f(s.delay_median_s / 60, '{:.1f} min')} | {_f(s.delay_p90_s / 60, '{:.1f} min')}"
-            f" | {_f(s.false_per_day, '{:.1f}')} | {kind} |")
+            f" | {_f(s.false_per_day, '{:.1f}')} | {_f(100 * s.false_time_share, '{:.0f} %')}"
+            f" | {kind} |")
     return "\n".join(rows)
 
 
@@ -225,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, help="working folder (default: a temporary one)")
     p.add_argument("--grace", type=float, default=600.0,
                    help="seconds after an episode's end an alert still counts for it")
+    p.add_argument("--short-watch", action="store_true",
+                   help="watch with the short day's look-back (with --day of a short day)")
+    p.add_argument("--sources", default=",".join(SOURCES),
+                   help="which to evaluate, of rules,watch,field (default: all)")
+    p.add_argument("--step", type=float, default=STEP_S,
+                   help="seconds between rule evaluations (generated and field rules)")
     p.add_argument("--json", type=Path, help="also write the scores as JSON")
     a = p.parse_args(argv)
     dialects = a.dialect or ["vllm", "sglang"]
@@ -243,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
             sub = work / f"eval-{dialect or 'day'}"
             sub.mkdir(exist_ok=True)
-            run = run_day(day, sub, grace_s=a.grace)
+            watch = SHORT_WATCH if (a.short or a.short_watch) else {}
+            run = run_day(day, sub, grace_s=a.grace, step_s=a.step,
+                          sources=tuple(a.sources.split(",")),
+                          watch_last_s=watch.get("last_s", WATCH_LAST_S),
+                          watch_window_s=watch.get("window_s"))
             runs.append(run)
             span_h = (run.truth.t1 - run.truth.t0) / 3600
             units = {(e.instance, e.dp_rank) for e in run.truth.episodes}

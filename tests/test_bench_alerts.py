@@ -28,7 +28,7 @@ def _truth() -> Truth:
     eps = (Episode("a", "instance", "i1", None, "count", 1000, 2000),
            Episode("b", "dp", "i2", "1", "weight", 3000, 4000),
            Episode("c", "dp", "i3", "0", "capability", 5000, 6000))
-    return Truth(0, 86400, STEP, "vllm", eps, ())
+    return Truth(0, 86400, STEP, "vllm", 300, eps, ())
 
 
 def test_score_counts_units_kinds_delays_and_false_alerts() -> None:
@@ -60,3 +60,15 @@ def test_a_group_rule_matches_every_unit_of_its_group_and_names_no_kind() -> Non
                     Fired("g", "dp", "i3", None, None, 5000, 5100)]  # c
     s = score("g", "dp", per_instance, t, grace_s=0)
     assert (s.tp, s.misses, s.false_alerts) == (1, 1, 1)
+
+
+def test_false_firing_time_charges_a_rule_for_its_quiet_hours() -> None:
+    t = _truth()
+    # fires all day: matches "a", but 86400 - (1000 + 600 grace) s of it is outside any episode
+    fleet = [Fired("g", "instance", None, None, None, 0, 86400)]
+    s = score("g", "instance", fleet, t, grace_s=600)
+    assert s.false_alerts == 0 and s.false_time_share == pytest.approx((86400 - 1600) / 86400)
+    # a unit alert inside its episode costs nothing; the sibling rank's alert its whole span
+    fired = [Fired("x", "dp", "i2", "1", "weight", 3300, 3900),
+             Fired("x", "dp", "i2", "0", "weight", 3300, 3900)]
+    assert score("x", "dp", fired, t, grace_s=600).false_time_share == pytest.approx(600 / 86400)
