@@ -69,10 +69,12 @@ def test_builtins_cover_every_row_and_root_cause() -> None:
     # device_or_process needs device-exporter evidence the simulator does not write, and no
     # scenario's truth names scheduler_bound (both: tests/test_resource.py); kv_shortage is the
     # kv-exhaustion scenario's second finding (tests/test_scenarios_offline.py), its truth names
-    # the hot finding's kv_exhaustion
+    # the hot finding's kv_exhaustion; unit_lost is an operations scenario (a hot unit that
+    # leaves: tests/data/operations/lost-while-hot.toml, tests/test_presence.py)
     assert {sc.truth.root_cause for sc in BUILTINS.values()} >= set(ROOT_CAUSES) - {
         "engine_stalled", "prefix_affinity", "device_or_process", "scheduler_bound",
-        "kv_shortage", "pd_ratio",  # pd_ratio: the prefill/decode scenarios (sim/scenarios/pd/)
+        "kv_shortage", "unit_lost",
+        "pd_ratio",  # pd_ratio: the prefill/decode scenarios (sim/scenarios/pd/)
     }
     assert load_scenario("pd-imbalanced").truth.root_cause == "pd_ratio"
     assert {sc.truth.verdict for sc in BUILTINS.values()} == {

@@ -52,6 +52,8 @@ def fake_prometheus(
             q = parse_qs(urlsplit(self.path).query)
             if self.path.startswith("/api/v1/label/"):
                 data: Any = ["vllm:num_requests_running", "vllm:request_success_total"]
+            elif self.path.startswith("/api/v1/series"):
+                data = []  # no series carries a pool label
             else:
                 start, end, step = (float(q[k][0]) for k in ("start", "end", "step"))
                 n = round((end - start) / step) + 1

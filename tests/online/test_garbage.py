@@ -33,6 +33,8 @@ def prom(result: Any = None, *, names: Any = NAMES, raw: bytes | None = None,
             return 200, raw
         if h.path.startswith("/api/v1/label/"):
             return 200, json.dumps({"status": "success", "data": names}).encode()
+        if h.path.startswith("/api/v1/series"):  # no series carries a pool label
+            return 200, json.dumps({"status": "success", "data": []}).encode()
         q = parse_qs(urlsplit(h.path).query)
         start, end, step = (float(q[k][0]) for k in ("start", "end", "step"))
         n = round((end - start) / step) + 1

@@ -29,6 +29,8 @@ def echo_prometheus(seen: list[dict[str, str]], *, in_warnings: bool = False) ->
             return 400, json.dumps(body).encode()
         if h.path.startswith("/api/v1/label/"):
             data: object = ["vllm:num_requests_running"]
+        elif h.path.startswith("/api/v1/series"):
+            data = []  # no series carries a pool label
         else:
             values = [[int(T) + 60, "1"], [int(T) + 120, "1"]]
             data = {"resultType": "matrix",

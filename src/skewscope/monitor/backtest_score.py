@@ -53,6 +53,10 @@ class AlertEpisode:
     def unit(self) -> tuple[str, str, str | None]:
         return (self.level, self.instance, self.dp_rank if self.level == "dp" else None)
 
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
 
 @dataclass(frozen=True)
 class TruthEpisode:

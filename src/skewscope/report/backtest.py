@@ -13,7 +13,7 @@ from typing import Any
 from skewscope.monitor.backtest_score import AlertEpisode, Backtest
 from skewscope.report import fmt
 
-HEAD = ("alert", "level", "unit", "kind", "start", "end", "minutes", "peak")
+HEAD = ("alert", "level", "unit", "kind", "start", "end", "lasted", "peak")
 SCORE_ROWS = (
     ("episodes", "truth episodes"), ("detected", "detected"), ("missed", "missed"),
     ("alerts", "alert episodes"), ("false_alerts", "false alerts"), ("precision", "precision"),
@@ -29,18 +29,18 @@ def _unit(a: AlertEpisode) -> str:
 
 def _row(a: AlertEpisode) -> list[str]:
     return [fmt.name(a.alert), a.level, _unit(a), fmt.name(a.kind or "—"), fmt.when(a.start),
-            fmt.when(a.end), f"{(a.end - a.start) / 60:.1f}", f"{a.peak:.2f}"]
+            fmt.when(a.end), fmt.minutes(a.duration_s), fmt.decimal(a.peak, 2)]
 
 
 def _figure(key: str, v: Any) -> str:
     if v is None:
         return "—"
     if key.endswith("_delay_s"):
-        return f"{v / 60:.1f} min"
+        return fmt.minutes(v)
     if key in ("precision", "recall", "f1"):
-        return f"{v:.3f}"
+        return fmt.decimal(v, 3)
     if key == "false_alerts_per_day":
-        return f"{v:.2f}"
+        return fmt.decimal(v, 2)
     return str(v)
 
 
@@ -67,7 +67,8 @@ def text(bt: Backtest) -> str:
         lines.append("No alert would have fired.")
     if bt.per_day:
         lines += ["", "Alert episodes per day, per group:"]
-        lines += [f"  {fmt.name(g) or '(no group labels)'}: {v:.2f}" for g, v in bt.per_day.items()]
+        lines += [f"  {fmt.name(g) or '(no group labels)'}: {fmt.decimal(v, 2)}"
+                  for g, v in bt.per_day.items()]
     pairs = _score_pairs(bt)
     if pairs:
         lines += ["", "Against the episodes file:"]
@@ -94,7 +95,8 @@ def markdown(bt: Backtest) -> str:
         out.append("No alert would have fired.")
     if bt.per_day:
         out += ["\n## Alert episodes per day, per group\n", "| group | per day |", "|---|---|"]
-        out += [f"| {md(fmt.name(g)) or '—'} | {v:.2f} |" for g, v in bt.per_day.items()]
+        out += [f"| {md(fmt.name(g)) or '—'} | {fmt.decimal(v, 2)} |"
+                for g, v in bt.per_day.items()]
     pairs = _score_pairs(bt)
     if pairs:
         out += ["\n## Against the episodes file\n", "| figure | value |", "|---|---|"]
@@ -116,7 +118,8 @@ def html_page(bt: Backtest) -> str:
                  else "<p>No alert would have fired.</p>")
     if bt.per_day:
         parts.append("<h2>Alert episodes per day, per group</h2>" + table(
-            ["group", "per day"], [[fmt.name(g), f"{v:.2f}"] for g, v in bt.per_day.items()]))
+            ["group", "per day"],
+            [[fmt.name(g), fmt.decimal(v, 2)] for g, v in bt.per_day.items()]))
     pairs = _score_pairs(bt)
     if pairs:
         parts.append("<h2>Against the episodes file</h2>"

@@ -109,6 +109,12 @@ def seconds(s: float) -> str:
     return f"{s:g} s"
 
 
+def minutes(s: float) -> str:
+    """A duration in seconds shown in minutes, one decimal ('4.4 min'): alert delays and
+    episode lengths, where seconds would be too fine to read."""
+    return f"{s / 60:.1f} min"
+
+
 def seconds_about(s: float) -> str:
     """A duration estimated from the data, to two significant figures ('13 s', '5.2 s')."""
     return f"{float(f'{s:.2g}'):g} s"
