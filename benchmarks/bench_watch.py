@@ -38,6 +38,7 @@ sys.path.insert(0, str(HERE.parent / "src"))  # this checkout's package, not an 
 from skewscope.analysis.diagnose import diagnose  # noqa: E402
 from skewscope.clock import ManualClock  # noqa: E402
 from skewscope.monitor.watch import PrometheusSource, Watcher  # noqa: E402
+from skewscope.report.document import report_document  # noqa: E402
 from skewscope.sources import prometheus as prom  # noqa: E402
 from skewscope.sources.prom_incremental import IncrementalPrometheus  # noqa: E402
 
@@ -106,8 +107,8 @@ def run(name: str, url: str, runs: int) -> None:
             url, start=t - LAST, end=t, timeout_s=TIMEOUT_S)))
         assert good and got is not None, watcher.status.last_error
         again = diagnose(prom.load_prometheus(url, start=t - LAST, end=t, timeout_s=TIMEOUT_S))
-        identical += got.to_dict() == want.to_dict()
-        twice += again.to_dict() == want.to_dict()
+        identical += report_document(got) == report_document(want)
+        twice += report_document(again) == report_document(want)
         inc_costs.append(inc)
         full_costs.append(full)
     reader.close()

@@ -14,6 +14,7 @@ from skewscope.analysis.diagnose import QUEUE_ONLY_NOTE, diagnose, diagnose_fram
 from skewscope.config import DEFAULT_THRESHOLDS
 from skewscope.frame import Evidence, Level, UnitFrame
 from skewscope.report import jsonout
+from skewscope.report.document import finding_document, lines, summary
 from skewscope.report.facts import HotFacts, Note, NoteCode
 
 FOUR = ("a", "b", "c", "d")
@@ -72,7 +73,7 @@ def test_transient_burst_is_jitter_not_a_hot_unit() -> None:
     assert report.verdict == "balanced"
     assert report.hot_units == ()
     assert all(n.code == NoteCode.TRANSIENT for n in report.transient)
-    assert any(line.startswith("a ran hot") for line in report.transient_lines)
+    assert any(line.startswith("a ran hot") for line in lines(report.transient))
 
 
 def test_unit_without_traffic_is_starved_with_health_check_cause() -> None:
@@ -115,7 +116,7 @@ def test_near_idle_service_is_insufficient_data() -> None:
     assert report.verdict == "insufficient_data"
     assert report.notes[0].code == NoteCode.NEAR_IDLE
     assert report.notes[0].values["requests"] < DEFAULT_THRESHOLDS.min_requests_total
-    assert report.note_lines[0].startswith("near-idle service: ")
+    assert lines(report.notes)[0].startswith("near-idle service: ")
 
 
 def _long_generations(held: tuple[float, float] | None) -> UnitFrame:
@@ -164,7 +165,7 @@ def test_single_unit_is_insufficient_data() -> None:
     report = diagnose_frame(make_frame({"solo": Spec()}))
     assert report.verdict == "insufficient_data"
     assert report.notes[0] == Note(NoteCode.ONE_UNIT, {"unit": "solo", "min_units": 2})
-    assert report.note_lines[0].startswith("only one unit (solo)")
+    assert lines(report.notes)[0].startswith("only one unit (solo)")
 
 
 def test_too_few_windows_is_insufficient_data() -> None:
@@ -201,7 +202,7 @@ def test_widening_gap_while_tail_rises_is_flagged() -> None:
     (f,) = report.findings
     assert f.units == ("i0/dp1",)
     assert f.evidence["gap_widening_while_tail_rises"] is True
-    assert "keeps widening while the service's P99 rises" in f.summary
+    assert "keeps widening while the service's P99 rises" in summary(f)
 
 
 def test_steady_gap_is_not_called_widening() -> None:
@@ -224,7 +225,7 @@ def test_instance_level_without_request_counts_is_insufficient_not_balanced() ->
                                       aliases={"requests": "vllm:request_success_total"}))
     assert report.verdict == "insufficient_data"
     assert report.notes[0].code == NoteCode.NO_REQUEST_COUNTS
-    assert "no request counts" in report.note_lines[0]
+    assert "no request counts" in lines(report.notes)[0]
 
 
 def test_instance_level_of_a_queue_only_source_is_judged_by_its_queues() -> None:
@@ -243,7 +244,7 @@ def test_instance_level_of_a_queue_only_source_is_judged_by_its_queues() -> None
                                       source="prometheus", aliases={"waiting": "q"}))
     assert report.verdict == "imbalanced" and report.hot_units == ("c",)
     assert QUEUE_ONLY_NOTE in report.notes
-    assert any("counts no requests" in n for n in report.note_lines)
+    assert any("counts no requests" in n for n in lines(report.notes))
     balanced = queues.with_columns(pl.lit(3.0).alias("waiting"))
     report = diagnose_frame(UnitFrame(df=balanced, level=Level.INSTANCE, window_s=10.0,
                                       source="prometheus", aliases={"waiting": "q"}))
@@ -259,7 +260,7 @@ def test_all_traffic_on_one_of_two_ranks_is_count_skew_not_unknown() -> None:
     hot = next(f for f in report.findings if f.units == ("v/dp0",))
     assert hot.kind == "count"
     assert hot.root_causes[0].key == "dp_dispatch"
-    assert "∞x the requests" in hot.summary
+    assert "∞x the requests" in summary(hot)
 
 
 def test_more_and_heavier_requests_is_a_mixed_skew_naming_both_causes() -> None:
@@ -271,8 +272,8 @@ def test_more_and_heavier_requests_is_a_mixed_skew_naming_both_causes() -> None:
     assert f.weight_side == "input"
     keys = [c.key for c in f.root_causes]
     assert keys[0] == "long_requests" and "routing_weights" in keys
-    assert "about the same request count" not in f.summary
-    assert "mixed with more requests" in f.summary
+    assert "about the same request count" not in summary(f)
+    assert "mixed with more requests" in summary(f)
 
 
 def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
@@ -289,7 +290,7 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
     assert "kv_exhaustion" not in [c.key for c in f.root_causes]
     assert isinstance(f.facts, HotFacts)
     assert [n.code for n in f.facts.resource] == [NoteCode.KV_SERVICE_WIDE]
-    resource = f.to_dict()["evidence"]["resource"]  # the JSON keeps the line
+    resource = finding_document(f)["evidence"]["resource"]  # the JSON keeps the line
     assert any("whole service is short of KV capacity" in n for n in resource)
     local = frame.df.with_columns(
         pl.when(pl.col("unit") == "c").then(0.97).otherwise(0.5).alias("kv_usage_max")
@@ -344,7 +345,7 @@ def test_majority_hot_is_judged_against_the_underloaded_minority() -> None:
     assert {f.kind for f in report.findings} == {"count"}
     assert all(f.reference_units == ("d",) for f in report.findings)
     assert Note(NoteCode.COLD_MINORITY, {"units": ["d"]}) in report.notes
-    assert any("judged against the under-loaded d" in n for n in report.note_lines)
+    assert any("judged against the under-loaded d" in n for n in lines(report.notes))
 
 
 def test_different_dp_sizes_are_noted() -> None:
@@ -352,7 +353,7 @@ def test_different_dp_sizes_are_noted() -> None:
     specs = {f"a/dp{r}": Spec() for r in range(2)} | {f"b/dp{r}": Spec() for r in range(4)}
     dp = make_frame(specs, level=Level.DP)
     report = diagnose(Evidence(instance=inst, dp=dp), level="instance")
-    assert any("different DP sizes (a: 2, b: 4, c: 1, d: 1)" in n for n in report.note_lines)
+    assert any("different DP sizes (a: 2, b: 4, c: 1, d: 1)" in n for n in lines(report.notes))
     same = diagnose(Evidence(instance=inst, dp=None), level="instance")
     assert not any(n.code == NoteCode.DP_SIZES for n in same.notes)
 
@@ -377,7 +378,7 @@ def test_stalled_engine_is_the_worst_hot_unit_not_idle(steps_measured: bool) -> 
     assert f.root_causes[0].key == "engine_stalled"
     assert f.evidence["progress_signal"] == ("steps" if steps_measured else "requests")
     assert {u.unit: u.role for u in report.units}["d"] == "stalled"
-    assert "idle" not in " ".join(report.note_lines)
+    assert "idle" not in " ".join(lines(report.notes))
 
 
 def test_stalled_engine_in_a_near_idle_service_is_flagged_not_insufficient() -> None:
@@ -390,7 +391,7 @@ def test_stalled_engine_in_a_near_idle_service_is_flagged_not_insufficient() -> 
     assert f.kind == "stalled" and f.severity == "high"
     (note,) = [n for n in report.notes if n.code == NoteCode.SKEW_NOT_JUDGED]
     assert note.values["reason"].code == NoteCode.NEAR_IDLE
-    assert any("not judged: near-idle" in n for n in report.note_lines)
+    assert any("not judged: near-idle" in n for n in lines(report.notes))
 
 
 @pytest.mark.parametrize("frozen_from", [0, 12])
@@ -403,7 +404,7 @@ def test_a_fleet_that_stops_as_a_whole_is_no_progress_not_stalled(frozen_from: i
     assert all(u.role != "stalled" for u in report.units)
     (note,) = [n for n in report.notes if n.code == NoteCode.NO_PROGRESS]
     assert note.values == {"windows": 24 - frozen_from, "of": 24}
-    assert any(n.startswith("no progress anywhere in") for n in report.note_lines)
+    assert any(n.startswith("no progress anywhere in") for n in lines(report.notes))
     if frozen_from == 0:
         assert report.verdict == "insufficient_data" and report.hot_units == ()
     else:  # the first twelve windows were even: judged as they were
@@ -457,7 +458,7 @@ def test_dp0_hot_in_every_instance_is_one_fleet_wide_pattern() -> None:
     assert report.verdict == "imbalanced"
     assert sorted(report.hot_units) == ["i0/dp0", "i1/dp0", "i2/dp0"]
     (pattern,) = [f for f in report.findings if "fleet_dp_pattern" in f.evidence]
-    assert pattern.summary.startswith("dp0 is hot in 3 of 3 instances")
+    assert summary(pattern).startswith("dp0 is hot in 3 of 3 instances")
     assert pattern.evidence["fleet_dp_pattern"]["hot_in"] == 3
     assert pattern.root_causes[0].key == "dp_dispatch"
 
@@ -489,7 +490,7 @@ def test_saturated_hot_unit_says_its_finished_request_ratio_is_a_lower_bound() -
     assert f.evidence["count_ratio"] < 1.6
     assert f.evidence["saturated"] is True
     assert f.evidence["count_ratio_is_lower_bound"] is True
-    assert "is a lower bound" in f.summary
+    assert "is a lower bound" in summary(f)
     # the same load without a ceiling is not saturated and its ratio is not called a bound
     (g,) = diagnose_frame(make_frame(even(c=Spec(rate=40.0)), source="prometheus")).findings
     assert g.evidence["saturated"] is False
@@ -505,7 +506,7 @@ def test_starved_ranks_leave_the_reference_of_their_peers() -> None:
     assert report.starved_units == ("v/dp2", "v/dp3")
     assert [f.units for f in report.findings] == [("v/dp2", "v/dp3")]
     assert Note(NoteCode.STARVED_LEFT_OUT, {"units": ["v/dp2", "v/dp3"]}) in report.notes
-    assert any("judged against their non-starved peers" in n for n in report.note_lines)
+    assert any("judged against their non-starved peers" in n for n in lines(report.notes))
     skewed = {**even_pair, "v/dp0": Spec(rate=40.0)}
     report = diagnose_frame(make_frame(skewed, level=Level.DP))
     assert report.hot_units == ("v/dp0",)

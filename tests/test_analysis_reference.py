@@ -14,6 +14,7 @@ from skewscope.analysis.diagnose import diagnose
 from skewscope.analysis.judge import _without_weight
 from skewscope.config import DEFAULT_THRESHOLDS
 from skewscope.frame import Evidence
+from skewscope.report.document import report_document
 
 
 def _report(stray_rate: float) -> dict:  # type: ignore[type-arg]
@@ -21,7 +22,7 @@ def _report(stray_rate: float) -> dict:  # type: ignore[type-arg]
         "hot": Spec(rate=40, prompt=200, output=4),
         "stray": Spec(rate=stray_rate, prompt=1, output=48),
         "idle-1": Spec(rate=0.0), "idle-2": Spec(rate=0.0)}, windows=12)
-    return diagnose(Evidence(instance=frame)).to_dict()  # type: ignore[no-any-return]
+    return report_document(diagnose(Evidence(instance=frame)))  # type: ignore[no-any-return]
 
 
 def test_a_stray_request_on_a_peer_is_no_weight_to_compare_with() -> None:
@@ -37,7 +38,7 @@ def test_a_peer_that_served_enough_requests_still_measures_weight() -> None:
     frame = make_frame({"hot": Spec(rate=20, prompt=4000, output=200),
                         **{f"p{i}": Spec(rate=20, prompt=1000, output=200) for i in range(3)}},
                        windows=12)
-    doc = diagnose(Evidence(instance=frame)).to_dict()
+    doc = report_document(diagnose(Evidence(instance=frame)))
     (finding,) = [f for f in doc["findings"] if f["units"] == ["hot"]]
     assert finding["kind"] == "weight"
 

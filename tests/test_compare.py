@@ -17,12 +17,13 @@ from skewscope.analysis.compare import compare
 from skewscope.analysis.diagnose import diagnose_frame
 from skewscope.cli import main
 from skewscope.errors import GATE_EXIT_CODE
+from skewscope.report.document import compare_document, report_document
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def run(**over: Spec) -> dict[str, object]:
-    return diagnose_frame(make_frame({u: over.get(u, Spec()) for u in "abcd"})).to_dict()
+    return report_document(diagnose_frame(make_frame({u: over.get(u, Spec()) for u in "abcd"})))
 
 
 def by_signal(c: object) -> dict[str, object]:
@@ -39,7 +40,7 @@ def test_fixed_count_skew_converges() -> None:
     assert req.before.cv > req.after.cv
     assert req.verdict == "converged"
     assert c.verdict == "converged"
-    doc = c.to_dict()
+    doc = compare_document(c)
     assert doc["verdict"] == "converged" and doc["kind"] == "compare"
     sig = {s["signal"]: s for s in doc["signals"]}["requests_per_s"]
     assert {"hot_peer_ratio", "max_median", "cv", "p95", "p99"} <= set(sig["before"])
@@ -192,7 +193,7 @@ def test_saturated_wrong_weights_fixed_converge_despite_queue_bursts(tmp_path: P
     docs = []
     for name, scenario in (("skewed", skewed), ("fixed", fixed)):
         write_profiler(simulate(scenario), tmp_path / name)
-        docs.append(diagnose(load_profiler([str(tmp_path / name)])).to_dict())
+        docs.append(report_document(diagnose(load_profiler([str(tmp_path / name)]))))
     c = compare(*docs)
     sig = by_signal(c)
     assert sig["queue_wait_mean_ms"].before.hot_peer_ratio > 10  # inst-1 queued, badly
@@ -236,7 +237,7 @@ def test_gateway_share_of_the_hot_unit_before_and_after() -> None:
         frame = make_frame({u: hot if u == "d" else Spec() for u in "abcd"}, source="prometheus")
         gw = GatewayEvidence(source="vllm-router", policy="round_robin", units=tuple(
             GatewayUnit(upstream=u, requests=w) for u, w in weights.items()))
-        return diagnose(Evidence(instance=frame, gateway=gw)).to_dict()
+        return report_document(diagnose(Evidence(instance=frame, gateway=gw)))
 
     before = side(Spec(rate=40.0), {"a": 20.0, "b": 20.0, "c": 20.0, "d": 40.0})
     after = side(Spec(), {u: 20.0 for u in "abcd"})
@@ -248,10 +249,10 @@ def test_gateway_share_of_the_hot_unit_before_and_after() -> None:
     assert compare_text.gateway_lines(c) == [line]
     assert line in compare_text.render_comparison(c, width=120)
     assert line in markdown.render_comparison(c)
-    assert c.to_dict()["gateway"] == [{"unit": "d", "before": 0.4, "after": 0.25,
+    assert compare_document(c)["gateway"] == [{"unit": "d", "before": 0.4, "after": 0.25,
                                        "source_before": "vllm-router",
                                        "source_after": "vllm-router"}]
     assert compare(run(d=Spec(rate=40.0)), run()).gateway == ()  # no gateway on either side
     from report_schema import assert_valid
 
-    assert_valid(json.loads(json.dumps(c.to_dict())), "compare")
+    assert_valid(json.loads(json.dumps(compare_document(c))), "compare")

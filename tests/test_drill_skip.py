@@ -18,6 +18,7 @@ from skewscope.analysis.matrix import build_matrix, sub_matrix
 from skewscope.analysis.summary import unit_summary
 from skewscope.config import DEFAULT_THRESHOLDS as TH
 from skewscope.frame import Evidence, Level, UnitFrame
+from skewscope.report.document import report_document
 
 RANKS = 4
 
@@ -85,7 +86,7 @@ def test_skipping_quiet_drills_keeps_the_report(seed: int, monkeypatch) -> None:
     assert "i06" in {d.units[0].instance for d in got.drilldown}
     monkeypatch.setattr(diagnose_mod, "_nothing_inside", lambda *a, **k: set())
     every = diagnose_mod.diagnose(Evidence(instance=inst, dp=dp), level="auto")
-    assert got.to_dict() == every.to_dict()
+    assert report_document(got) == report_document(every)
 
 
 def test_per_group_floors_are_each_instance_alone() -> None:

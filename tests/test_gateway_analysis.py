@@ -15,6 +15,7 @@ from skewscope.analysis.diagnose import diagnose
 from skewscope.analysis.gateway import NO_GATEWAY_NOTE
 from skewscope.frame import Evidence, GatewayEvidence, GatewayUnit
 from skewscope.report import jsonout
+from skewscope.report.document import lines, summary
 
 UNITS = ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000")
 HOT = UNITS[2]
@@ -43,7 +44,7 @@ def _norm(units: tuple[GatewayUnit, ...]) -> tuple[GatewayUnit, ...]:
 def _causes(ev: Evidence) -> tuple[list[str], str]:
     report = diagnose(ev)
     (f,) = [f for f in report.findings if HOT in f.units or f.evidence.get("starved_share")]
-    return [c.key for c in f.root_causes], f.summary
+    return [c.key for c in f.root_causes], summary(f)
 
 
 COUNT = {"3": Spec(rate=44.0)}
@@ -86,7 +87,7 @@ def test_few_keys_carrying_the_excess_is_stickiness_whatever_the_policy() -> Non
     f = report.findings[0]
     assert f.root_causes[0].key == "sticky_sessions"
     # excess over the peers' median (200): 240; the top 3 keys carried 200 of it
-    assert "3 key(s) (http_x_session_id) carried 83% of its excess" in f.summary
+    assert "3 key(s) (http_x_session_id) carried 83% of its excess" in summary(f)
     row = next(u for u in report.gateway.units if u.upstream == HOT)  # type: ignore[union-attr]
     assert row.top_keys_excess_share == pytest.approx(200 / 240)
     doc = jsonout.render_text(report)
@@ -127,7 +128,7 @@ def test_starved_unit_missing_from_the_router_is_not_in_the_pool() -> None:
                   gateway=gateway(sent, "round_robin", absent=(d,)))
     report = diagnose(ev)
     f = next(f for f in report.findings if d in f.units)
-    assert "it is not in the pool" in f.summary and f.root_causes[0].key == "health_check"
+    assert "it is not in the pool" in summary(f) and f.root_causes[0].key == "health_check"
     assert report.gateway is not None and report.gateway.not_in_gateway == (d,)
 
 
@@ -144,7 +145,7 @@ def test_facts_carry_both_shares_and_unjoined_upstreams_are_noted() -> None:
     assert rows["10.9.9.9:1"].unit is None and math.isnan(rows["10.9.9.9:1"].engine_share)
     assert sum(r.engine_share for r in rows.values() if r.unit) == pytest.approx(1.0)
     assert rows[HOT].router_share == pytest.approx(200 / 805)
-    assert any("10.9.9.9:1 match no engine unit" in n for n in report.note_lines)
+    assert any("10.9.9.9:1 match no engine unit" in n for n in lines(report.notes))
     assert report.gateway.policy_class == "token_blind"
 
 
@@ -168,13 +169,13 @@ def test_a_unit_kept_out_of_rotation_without_starving_is_noted() -> None:
                  **{b: {"unhealthy_share": 0.02, "breaker_open_share": 0.2}})
     report = diagnose(Evidence(instance=engines().instance, gateway=gw))
     assert report.verdict == "balanced"
-    (note,) = [n for n in report.note_lines if n.startswith("the gateway marked")]
+    (note,) = [n for n in lines(report.notes) if n.startswith("the gateway marked")]
     assert note.startswith(f"the gateway marked {b} circuit-open 20% of the range while")
     # below gateway_down_share: nothing said
     quiet = gateway({u: 200.0 for u in UNITS}, "round_robin", **{b: {"unhealthy_share": 0.04}})
     assert not any("gateway marked" in n
-                   for n in diagnose(Evidence(instance=engines().instance,
-                                             gateway=quiet)).note_lines)
+                   for n in lines(diagnose(Evidence(instance=engines().instance,
+                                                    gateway=quiet)).notes))
 
 
 @pytest.mark.parametrize(
@@ -198,8 +199,8 @@ def test_starved_unit_listed_healthy_in_the_pool_follows_the_routers_policy(
     keys = [c.key for c in f.root_causes]
     assert keys[0] == lead and "health_check" in keys[1:], keys
     assert f"lists {d} healthy and in its pool, yet sent it 0 requests (under {policy})" in (
-        f.summary)
-    assert says in f.summary
-    assert "does not list" not in f.summary and "not in the pool" not in f.summary
+        summary(f))
+    assert says in summary(f)
+    assert "does not list" not in summary(f) and "not in the pool" not in summary(f)
     row = next(u for u in report.gateway.units if u.unit == d)  # type: ignore[union-attr]
     assert row.in_pool and row.unhealthy_share == 0.0

@@ -11,6 +11,7 @@ from skewscope.analysis.diagnose import diagnose
 from skewscope.catalogue import EPP_POLICY, Level
 from skewscope.frame import Evidence, GatewayEvidence, GatewayUnit
 from skewscope.report import fmt
+from skewscope.report.document import footer_notes, report_document, summary
 from skewscope.report.model import Report
 
 HOSTS = ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000")
@@ -59,7 +60,7 @@ def test_dp_aware_workers_join_dp_ranks() -> None:
     assert joined == {f"{inst}@{r}": f"{inst}/dp{r}" for r in range(4)}
     (f,) = [f for f in report.findings if f"{inst}/dp2" in f.units]
     assert f.root_causes[0].key == "sticky_sessions"
-    assert "The gateway (sglang-router) sent" in f.summary
+    assert "The gateway (sglang-router) sent" in summary(f)
 
 
 def test_per_window_shares_say_when_routing_diverged() -> None:
@@ -76,9 +77,9 @@ def test_per_window_shares_say_when_routing_diverged() -> None:
     assert hot.share_series[0] == 0.25 and math.isclose(hot.share_series[-1], 0.5)
     assert hot.diverged_from == T0 + 8 * WINDOW_S
     assert all(u.diverged_from is None for u in report.gateway.units if u is not hot)
-    text = "\n".join(fmt.footer_notes(report))
+    text = "\n".join(footer_notes(report))
     assert f"{HOT} diverged from its peers' from {fmt.when(T0 + 8 * WINDOW_S)}" in text
-    doc = report.to_dict()
+    doc = report_document(report)
     assert doc["gateway"]["window_starts"][8] == T0 + 8 * WINDOW_S
 
 
@@ -115,7 +116,7 @@ def test_stale_load_is_noted_when_the_router_view_lags_the_engine_queue() -> Non
     (stale,) = [s for s in report.gateway.stale_load if s.unit == HOT]
     assert stale.lag_windows == lag and stale.gap >= 0.5
     assert all(s.unit == HOT for s in report.gateway.stale_load)
-    text = "\n".join(fmt.footer_notes(report))
+    text = "\n".join(footer_notes(report))
     assert f"stale load: llm-d-epp under {EPP_POLICY} saw {HOT}'s queue off by" in text
     assert f"agreed best {lag} window(s) (20 s) later" in text
 
@@ -124,7 +125,7 @@ def test_no_stale_load_note_when_the_router_sees_the_engine_queue() -> None:
     waiting = _engine_waiting()
     report = _epp_report(dict(waiting))
     assert report.gateway is not None and report.gateway.stale_load == ()
-    assert "stale load" not in "\n".join(fmt.footer_notes(report))
+    assert "stale load" not in "\n".join(footer_notes(report))
 
 
 def test_no_stale_load_note_for_token_blind_or_unpolled_load() -> None:

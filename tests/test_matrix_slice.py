@@ -12,6 +12,7 @@ from frame_builder import Spec, make_frame
 from skewscope.analysis.diagnose import diagnose, diagnose_frame
 from skewscope.analysis.matrix import build_matrix, sub_matrix
 from skewscope.frame import Evidence, Level
+from skewscope.report.document import report_document
 
 
 def _dp_fleet() -> pl.DataFrame:
@@ -49,4 +50,4 @@ def test_auto_drilldown_from_slices_is_the_per_instance_report() -> None:
     for drill in report.drilldown:
         only = dp.df["instance"] == drill.units[0].instance
         alone = diagnose_frame(replace(dp, df=dp.df.filter(only), notes=()))
-        assert drill.to_dict() == alone.to_dict()
+        assert report_document(drill) == report_document(alone)

@@ -9,6 +9,7 @@ import polars as pl
 from frame_builder import Spec, make_frame
 from skewscope.analysis.diagnose import diagnose
 from skewscope.frame import Evidence, Level
+from skewscope.report.document import summary
 
 UNITS = [f"i/dp{r}" for r in range(4)]
 
@@ -37,10 +38,10 @@ def test_an_overloaded_rank_is_not_called_capability() -> None:
     report = diagnose(overloaded_rank(), level="dp")
     assert report.hot_units == (UNITS[0],)
     (f,) = [f for f in report.findings if f.units == (UNITS[0],) and f.kind != "kv_shortage"]
-    assert f.kind == "unknown", f.summary
+    assert f.kind == "unknown", summary(f)
     assert f.evidence["capability_not_judged"] == "overloaded"
     assert "capability" not in [c.key for c in f.root_causes][:1]
-    assert "overload" in f.summary
+    assert "overload" in summary(f)
 
 
 def test_an_overloaded_rank_slower_per_token_is_still_capability() -> None:
@@ -48,6 +49,6 @@ def test_an_overloaded_rank_slower_per_token_is_still_capability() -> None:
     tells a weaker rank under overload (1.8x here)."""
     report = diagnose(overloaded_rank(cost=1.8), level="dp")
     (f,) = [f for f in report.findings if f.units == (UNITS[0],) and f.kind != "kv_shortage"]
-    assert f.kind == "capability", f.summary
+    assert f.kind == "capability", summary(f)
     assert f.evidence["capability_basis"] == "cost_us_per_token"
-    assert "execution time per scheduled token" in f.summary
+    assert "execution time per scheduled token" in summary(f)

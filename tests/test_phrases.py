@@ -20,6 +20,7 @@ from skewscope.analysis.classify import classify
 from skewscope.analysis.diagnose import diagnose_frame
 from skewscope.config import DEFAULT_THRESHOLDS
 from skewscope.report import fmt, phrases
+from skewscope.report.document import finding_document
 from skewscope.report.facts import (
     Compared,
     HotFacts,
@@ -165,7 +166,7 @@ def test_a_report_says_what_its_facts_hold() -> None:
                                         "d": Spec()}))
     (f,) = report.findings
     assert isinstance(f.facts, HotFacts) and f.facts.kind == "count"
-    doc = f.to_dict()
+    doc = finding_document(f)
     assert doc["facts"]["type"] == "hot"
     assert doc["facts"]["count_ratio"] == doc["evidence"]["count_ratio"]  # one number, twice
     assert doc["summary"] == phrases.finding_summary(f.facts, f.context)

@@ -15,6 +15,7 @@ from skewscope.analysis.diagnose import diagnose_frame
 from skewscope.catalogue import Kind
 from skewscope.config import DEFAULT_THRESHOLDS
 from skewscope.errors import SourceError
+from skewscope.report.document import report_document, summary
 
 
 def _fleet(pools: bool, hot_decode: bool = False) -> dict[str, Spec]:
@@ -36,7 +37,7 @@ def test_prefill_worker_is_not_a_hot_spot_against_decode_workers() -> None:
     assert report.verdict == "balanced" and report.hot_units == ()
     assert {u.unit: u.pool for u in report.units} == {
         "p0": "prefill", "d0": "decode", "d1": "decode", "d2": "decode"}
-    doc = report.to_dict()
+    doc = report_document(report)
     assert_valid(doc)
     assert {u["unit"]: u["pool"] for u in doc["units"]}["p0"] == "prefill"
 
@@ -72,8 +73,8 @@ def test_prefill_pool_saturated_while_decode_idles_is_pd_imbalance() -> None:
     assert any("P:D ratio" in a for a in pd.actions)
     rows = {r.metric: r for r in pd.side_by_side}
     assert rows["waiting"].hot > 10 * max(rows["waiting"].reference, 0.1)
-    assert "prefill pool is saturated while the decode pool idles" in pd.summary
-    assert_valid(report.to_dict())
+    assert "prefill pool is saturated while the decode pool idles" in summary(pd)
+    assert_valid(report_document(report))
 
 
 def test_decode_pool_saturated_while_prefill_idles_is_pd_imbalance() -> None:

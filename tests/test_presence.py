@@ -12,6 +12,7 @@ import pytest
 from frame_builder import Spec, make_frame
 from skewscope.analysis.diagnose import diagnose
 from skewscope.frame import Evidence
+from skewscope.report.document import report_document
 
 UNITS = ("a", "b", "c", "d")
 
@@ -22,7 +23,7 @@ def report(specs: dict[str, Spec], absent: tuple[str, int, int]) -> dict:  # typ
     unit, lo, hi = absent
     w = (pl.col("window_start_s") - frame.df["window_start_s"].min()) / frame.window_s
     df = frame.df.filter(~((pl.col("unit") == unit) & (w >= lo) & (w < hi)))
-    return diagnose(Evidence(instance=replace(frame, df=df))).to_dict()
+    return report_document(diagnose(Evidence(instance=replace(frame, df=df))))
 
 
 EVEN = {u: Spec() for u in UNITS}

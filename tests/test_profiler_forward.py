@@ -17,6 +17,7 @@ import pytest
 from profiler_fixtures import set_cell
 from skewscope.analysis.diagnose import diagnose
 from skewscope.cli import main
+from skewscope.report.document import lines, report_document
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
 from skewscope.sim.scenario import builtin_scenarios
@@ -81,7 +82,7 @@ def test_the_price_of_dp_skew_is_taken_per_step(tmp_path: Path) -> None:
     assert math.isclose(price.idle_share, want, rel_tol=1e-3)
     hours = float((common["share"] * common["ms"]).sum()) * 4 / 3.6e6
     assert math.isclose(price.device_hours, hours, rel_tol=1e-3)
-    assert any("the batch of each forward step" in n for n in report.note_lines), report.notes
+    assert any("the batch of each forward step" in n for n in lines(report.notes)), report.notes
 
 
 @pytest.mark.parametrize(
@@ -102,7 +103,7 @@ def test_a_slow_unit_is_told_device_from_host_by_its_forward_cost(
     fwd = pl.read_csv(f, infer_schema=False)
     during = (pl.col("during_time(ms)").cast(pl.Float64) * forward_scale).round(3)
     fwd.with_columns(during.cast(pl.Utf8).alias("during_time(ms)")).write_csv(f, null_value="")
-    doc = diagnose(load_profiler([str(tmp_path)])).to_dict()
+    doc = report_document(diagnose(load_profiler([str(tmp_path)])))
     (finding,) = doc["findings"]
     assert finding["units"] == ["inst-1"] and finding["kind"] == "capability"
     assert finding["root_causes"][0]["key"] == cause

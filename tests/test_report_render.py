@@ -10,6 +10,7 @@ from rich.console import Console
 from frame_builder import Spec, make_frame
 from skewscope.analysis.diagnose import diagnose_frame
 from skewscope.report import jsonout, markdown, terminal
+from skewscope.report.document import report_document, summary
 
 HOT = diagnose_frame(make_frame({u: Spec(rate=44.0) if u == "c" else Spec() for u in "abcd"}))
 BALANCED = diagnose_frame(make_frame({u: Spec() for u in "abcd"}))
@@ -51,7 +52,7 @@ def test_markdown_has_headline_finding_table_and_units() -> None:
 def test_json_equals_model_and_has_no_nan() -> None:
     text = jsonout.render(HOT)
     doc = json.loads(text)
-    assert doc == json.loads(json.dumps(HOT.to_dict()))
+    assert doc == json.loads(json.dumps(report_document(HOT)))
     assert "NaN" not in text
     assert doc["findings"][0]["units"] == ["c"]
 
@@ -72,7 +73,7 @@ def test_infinite_ratio_is_the_same_number_in_tables_summary_and_json() -> None:
     assert jhot["evidence"]["count_ratio"] == "inf"
     jrow = next(r for r in jhot["side_by_side"] if r["metric"] == "requests_per_s")
     assert jrow["ratio"] == "inf"
-    assert "∞x the requests" in hot.summary
+    assert "∞x the requests" in summary(hot)
     text = _terminal(report)
     assert "∞x" in text
     assert "∞x" in markdown.render(report)
@@ -99,8 +100,8 @@ def test_bucket_bounded_percentiles_are_marked_and_never_form_a_ratio() -> None:
     assert (row.hot_bound, row.reference_bound) == ("lower", "upper")
     assert row.ratio != row.ratio  # NaN: no ratio from bounds
     assert f.evidence["impact_ratios"]["ttft_p99_ms"] != f.evidence["impact_ratios"]["ttft_p99_ms"]
-    assert "TTFT p99" not in f.summary.split("Histogram bucket bounds")[0]
-    assert "TTFT p99 > 10,000 ms vs < 300 ms" in f.summary
+    assert "TTFT p99" not in summary(f).split("Histogram bucket bounds")[0]
+    assert "TTFT p99 > 10,000 ms vs < 300 ms" in summary(f)
     units = {u.unit: u for u in report.units}
     assert units["c"].bounds == {"ttft_p99_ms": "lower"}
     assert units["a"].bounds == {"ttft_p99_ms": "upper"}
@@ -141,7 +142,7 @@ def test_a_fleet_lists_its_hot_units_first_and_summarises_the_rest() -> None:
     assert report.fleet.roles == {"hot": 1, "normal": 29}
     lo, med, p90, hi = report.fleet.spread["requests_per_s"]
     assert lo <= med <= p90 < hi == report.units[17].metrics["requests_per_s"]
-    assert report.to_dict()["fleet"]["shown"][0] == "i17"
+    assert report_document(report)["fleet"]["shown"][0] == "i17"
     md = markdown.render(report)
     listed = [u.unit for u in report.units if f"| {u.unit} |" in md]
     assert sorted(listed) == sorted(report.fleet.shown)
@@ -151,4 +152,4 @@ def test_a_fleet_lists_its_hot_units_first_and_summarises_the_rest() -> None:
     table = text.split("Per-unit load")[1].split("└")[0]
     assert {u.unit for u in report.units if f" {u.unit} " in table} == set(report.fleet.shown)
     few = diagnose_frame(make_frame(dict(list(specs.items())[:6])), th)
-    assert few.fleet is None and few.to_dict()["fleet"] is None
+    assert few.fleet is None and report_document(few)["fleet"] is None

@@ -20,6 +20,7 @@ from skewscope.cli import main
 from skewscope.config import ROOT_CAUSES
 from skewscope.frame import Evidence, GatewayEvidence, GatewayUnit, Level
 from skewscope.report import jsonout
+from skewscope.report.document import compare_document, report_document
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "cluster-skew"
 EVEN = {u: Spec() for u in "abcd"}
@@ -176,7 +177,7 @@ def test_schema_lists_the_catalogue() -> None:
 
 
 def _run(**over: Spec) -> dict[str, Any]:
-    return diagnose_frame(make_frame({u: over.get(u, Spec()) for u in "abcd"})).to_dict()
+    return report_document(diagnose_frame(make_frame({u: over.get(u, Spec()) for u in "abcd"})))
 
 
 @pytest.mark.parametrize(
@@ -193,7 +194,7 @@ def test_compare_reports_are_valid(before: dict[str, Spec], after: dict[str, Spe
                                    verdict: str) -> None:
     from skewscope.analysis.compare import compare
 
-    doc = json.loads(json.dumps(compare(_run(**before), _run(**after)).to_dict()))
+    doc = json.loads(json.dumps(compare_document(compare(_run(**before), _run(**after)))))
     assert doc["verdict"] == verdict
     assert_valid(doc, "compare")
     doc["signals"][0]["before"]["hot_peer"] = doc["signals"][0]["before"].pop("hot_peer_ratio")

@@ -14,6 +14,7 @@ import pytest
 from frame_builder import Spec, make_frame
 from skewscope.analysis.diagnose import diagnose, diagnose_frame
 from skewscope.report import fmt, markdown, terminal
+from skewscope.report.document import report_document
 from skewscope.report.facts import Note
 from skewscope.report.model import Report
 from skewscope.sources.profiler import load_profiler
@@ -130,7 +131,7 @@ def test_markdown_escapes_pipes_newlines_and_markup_in_cells() -> None:
 @pytest.mark.parametrize("name", sorted(REPORTS))
 def test_table_ratios_are_the_json_ratios(name: str) -> None:
     report = REPORTS[name]()
-    doc = report.to_dict()
+    doc = report_document(report)
     for r, d in zip(_all_reports(report), _all_dicts(doc), strict=True):
         for f, jf in zip(r.findings, d["findings"], strict=True):
             for row, jrow in zip(f.side_by_side, jf["side_by_side"], strict=True):

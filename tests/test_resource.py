@@ -14,6 +14,7 @@ from skewscope.analysis.diagnose import diagnose_frame
 from skewscope.analysis.matrix import build_matrix
 from skewscope.analysis.price import skew_price
 from skewscope.frame import Level, UnitFrame
+from skewscope.report.document import finding_document, lines, report_document, summary
 
 FOUR = ("a", "b", "c", "d")
 
@@ -51,7 +52,7 @@ def test_capability_skew_names_the_device_only_when_it_is_busier(
     assert f.root_causes[0].key == first
     assert f.evidence["device_basis"] == "device_util"
     assert f.evidence["device_busier"] is (hot_util == 0.95)
-    assert ("device or the process on it is slower" in f.summary) is (hot_util == 0.95)
+    assert ("device or the process on it is slower" in summary(f)) is (hot_util == 0.95)
     assert f.evidence["host_bound"] is (hot_util == 0.5)
     assert math.isclose(f.evidence["step_cost_ratio"], 1.9, rel_tol=0.1)
 
@@ -92,7 +93,7 @@ def test_queue_growing_on_an_unsaturated_device_is_scheduler_or_kv_bound() -> No
     (f,) = report.findings
     assert f.units == ("d",) and f.evidence["queue_growing"]
     assert "scheduler_bound" in [c.key for c in f.root_causes]
-    assert "KV capacity or the scheduler limits it, not compute" in f.summary
+    assert "KV capacity or the scheduler limits it, not compute" in summary(f)
     # the queue symptoms hold, but without a KV symptom there is no KV shortage finding
     assert f.evidence["kv_shortage"] == ["batch_at_ceiling", "waiting_grows_running_flat"]
     # the same queue on a saturated device is compute-bound: no scheduler cause
@@ -110,13 +111,13 @@ def test_kv_shortage_is_a_finding_of_its_own_with_the_fixes_in_order() -> None:
     assert kv.root_causes[0].key == "kv_shortage"
     assert kv.actions[0].startswith("Move traffic off the unit first")
     assert "prefix caching" in kv.actions[-1]
-    assert "KV usage peaks at 99%" in kv.summary
-    assert kv.to_dict()["kind"] == "kv_shortage"
+    assert "KV usage peaks at 99%" in summary(kv)
+    assert finding_document(kv)["kind"] == "kv_shortage"
     # the hot finding itself points at it, and KV exhaustion (not the scheduler) comes first
     hot = report.findings[0]
     assert hot.root_causes[0].key == "kv_exhaustion"
     assert "scheduler_bound" not in [c.key for c in hot.root_causes]
-    assert "see the kv_shortage finding" in hot.summary
+    assert "see the kv_shortage finding" in summary(hot)
 
 
 def test_kv_shortage_from_free_blocks_offline() -> None:
@@ -136,7 +137,7 @@ def test_kv_shortage_from_free_blocks_offline() -> None:
                                       source="profiler"))
     kv = next(f for f in report.findings if f.kind == "kv_shortage")
     assert {"kv_high", "alloc_outpaces_free", "batch_at_ceiling"} <= set(kv.evidence["symptoms"])
-    assert "free KV blocks fall to 10 (of up to 900 free)" in kv.summary
+    assert "free KV blocks fall to 10 (of up to 900 free)" in summary(kv)
 
 
 def dp_frame(busy: dict[int, float], windows: int = 12, window_s: float = 30.0) -> UnitFrame:
@@ -174,16 +175,17 @@ def test_price_is_in_the_dp_report_and_its_json() -> None:
     report = diagnose_frame(frame)
     (p,) = report.skew_price
     assert p.instance == "i" and 0.1 < p.idle_share < 0.5
-    doc = report.to_dict()
+    doc = report_document(report)
     assert doc["skew_price"][0]["idle_share"] == pytest.approx(p.idle_share, abs=1e-6)
-    assert any(n.startswith("price of DP skew on i:") for n in report.note_lines)
+    assert any(n.startswith("price of DP skew on i:") for n in lines(report.notes))
     assert not math.isnan(doc["skew_price"][0]["device_hours"])
     assert diagnose_frame(make_frame(even())).skew_price == ()  # instance level: no price
 
 
 def test_renderers_and_watch_name_the_kv_shortage_without_calling_it_a_skew() -> None:
     from skewscope.monitor.units import hot_units
-    from skewscope.report.fmt import finding_title, headline
+    from skewscope.report.document import headline
+    from skewscope.report.fmt import finding_title
 
     report = diagnose_frame(saturated(util=0.4, kv_peak=0.99, preempt=3.0))
     assert headline(report).endswith("(count skew).")
@@ -194,5 +196,5 @@ def test_renderers_and_watch_name_the_kv_shortage_without_calling_it_a_skew() ->
 
 def test_a_hurting_unit_is_not_also_said_to_have_no_impact() -> None:
     (f, _) = diagnose_frame(saturated(util=0.4, kv_peak=0.99, preempt=3.0)).findings
-    assert "Impact against its peers:" in f.summary
-    assert "No measurable queueing or latency impact yet" not in f.summary
+    assert "Impact against its peers:" in summary(f)
+    assert "No measurable queueing or latency impact yet" not in summary(f)

@@ -12,6 +12,7 @@ from frame_builder import Spec, make_frame
 from skewscope.analysis.diagnose import diagnose, diagnose_frame
 from skewscope.catalogue import SERIES
 from skewscope.report import jsonout, markdown, terminal
+from skewscope.report.document import report_document
 from skewscope.sources.profiler import load_profiler
 
 T0 = 1_745_000_000.0  # make_frame's first window
@@ -35,7 +36,7 @@ def test_finding_timeline_has_onset_end_and_longest_run() -> None:
     assert t.end_s == T0 + 24 * WINDOW
     assert t.longest is not None and t.longest.windows >= 13
     assert t.hot_windows == sum(r.windows for r in t.runs)
-    d = report.to_dict()["findings"][0]["timeline"]
+    d = report_document(report)["findings"][0]["timeline"]
     assert d["onset"].endswith("Z") and d["onset_s"] == t.onset_s
     assert d["longest_run"]["windows"] == t.longest.windows
     assert "When: " in terminal.render_text(report) and "When: " in markdown.render_text(report)

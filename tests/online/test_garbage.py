@@ -14,6 +14,7 @@ from online_servers import free_port, json_handler, serve
 from test_scrape import static_handler
 
 from skewscope.errors import SourceError
+from skewscope.report.document import lines
 from skewscope.sources.collect import Snapshot
 from skewscope.sources.exposition import parse_exposition
 from skewscope.sources.prometheus import load_prometheus
@@ -215,7 +216,7 @@ def test_hot_target_that_dies_half_way_is_still_found_hot() -> None:
     report = diagnose(ev, level="instance")
     assert report.verdict == "imbalanced" and report.hot_units[0] == "h0:1"
     assert any("target h0:1 answered no scrape in 10 of 20 windows" in n
-               for n in report.note_lines)
+               for n in lines(report.notes))
 
 
 @pytest.mark.timeout(120)

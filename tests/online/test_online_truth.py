@@ -13,6 +13,7 @@ from online_servers import free_port
 
 from conftest import backfill, need, running, serve_prometheus, wait_until
 from skewscope.analysis.diagnose import diagnose
+from skewscope.report.document import report_document
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
 from skewscope.sim.scenario import builtin_scenarios
@@ -110,7 +111,7 @@ def _diagnose(url: str, job: str, result: SimResult) -> dict:  # type: ignore[ty
 
     evidence = load_prometheus(url, start=result.start_s, end=result.end_s,
                                selector=f'{{job="{job}"}}')
-    return diagnose(evidence).to_dict()
+    return report_document(diagnose(evidence))
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

@@ -25,6 +25,7 @@ from online_history import (
 )
 
 from skewscope.frame import Level
+from skewscope.report.document import report_document
 from skewscope.sources.prometheus import load_prometheus
 
 
@@ -189,7 +190,7 @@ def test_dynamo_workers_are_units_named_by_worker_id(backend: str) -> None:
     assert ev.dp.aliases["waiting"] == "dynamo_frontend_worker_num_requests_waiting"
     assert ev.dp.aliases["running"] == "dynamo_frontend_worker_request_active_slots"
     assert ev.instance.aliases["running"] == "dynamo_component_inflight_requests"
-    doc = diagnose(ev, level="dp").to_dict()
+    doc = report_document(diagnose(ev, level="dp"))
     assert doc["verdict"] == "imbalanced" and doc["hot_units"] == ["7587888160958628/dp0"], doc
 
 
@@ -209,11 +210,11 @@ def test_llmd_endpoint_queue_splits_pods_into_ranks(backend: str) -> None:
     assert all(r["waiting"] == 13.0 for r in inst["vllm-a"])
     # a queue is no request count, yet pods are judged by their summed queues (13 against 4),
     # and the auto level drills into the hot pod
-    doc = diagnose(ev).to_dict()
+    doc = report_document(diagnose(ev))
     assert doc["verdict"] == "imbalanced" and doc["hot_units"] == ["vllm-a"], doc
     assert [d["hot_units"] for d in doc["drilldown"]] == [["vllm-a/dp0"]]
     assert any("counts no requests" in n for n in doc["notes"])
-    doc = diagnose(ev, level="dp").to_dict()
+    doc = report_document(diagnose(ev, level="dp"))
     assert doc["verdict"] == "imbalanced" and doc["hot_units"] == ["vllm-a/dp0"]
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import backfill, need, serve_prometheus
 from skewscope.analysis.diagnose import diagnose
+from skewscope.report.document import report_document
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
 from skewscope.sim.scenario import builtin_scenarios
@@ -58,7 +59,7 @@ def _diagnose(url: str, result: SimResult, job: str) -> tuple[Any, dict[str, Any
     sel = f'{{job="{job}"}}'
     ev = load_prometheus(url, start=result.start_s, end=result.end_s, selector=sel,
                          device_selector=sel)
-    return ev, diagnose(ev).to_dict()
+    return ev, report_document(diagnose(ev))
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

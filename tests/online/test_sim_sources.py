@@ -12,6 +12,7 @@ import pytest
 
 from conftest import backfill, need, serve_prometheus
 from skewscope.frame import dp_unit_id
+from skewscope.report.document import report_document
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
 from skewscope.sim.scenario import load_scenario
@@ -125,7 +126,7 @@ def test_sglang_dp_skew_is_classified_from_per_rank_counters(
         sim_prometheus, start=result.start_s, end=result.end_s, selector=f'job="{scenario}-sglang"'
     )
     assert ev.dp is not None and "requests" not in ev.dp.missing
-    doc = diagnose(ev).to_dict()
+    doc = report_document(diagnose(ev))
     assert doc["verdict"] == "imbalanced"
     assert doc["level"] == "dp"
     assert [u.removeprefix("127.0.0.1:") for u in doc["hot_units"]] == list(result.truth.hot_units)

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import backfill, need, serve_prometheus
 from skewscope.analysis.diagnose import diagnose
+from skewscope.report.document import report_document
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
 from skewscope.sim.scenario import load_scenario
@@ -47,7 +48,7 @@ def test_rotating_bursts_are_one_stale_load_finding_online(
     result = runs[name]
     ev = load_prometheus(prom, start=result.start_s, end=result.end_s, step_s=WINDOW,
                          selector=f'job="{name}"')
-    doc = diagnose(ev).to_dict()
+    doc = report_document(diagnose(ev))
     assert doc["level"] == "dp" and doc["hot_units"] == [], doc["findings"]
     if name == "fixed":
         assert doc["verdict"] == "balanced", doc["findings"]

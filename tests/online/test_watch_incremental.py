@@ -25,6 +25,7 @@ from skewscope.cli.watch import build_source
 from skewscope.clock import ManualClock
 from skewscope.frame import Evidence
 from skewscope.monitor.watch import PrometheusSource, Watcher
+from skewscope.report.document import report_document
 from skewscope.sources.prom_incremental import IncrementalPrometheus
 from skewscope.sources.prometheus import load_prometheus
 
@@ -121,7 +122,7 @@ def test_each_run_is_a_full_diagnose_at_the_same_instant(
             want = full(server.url, now)
             same_evidence(loaded[-1], want)
             assert w.status.report is not None
-            assert w.status.report.to_dict() == diagnose(want).to_dict()
+            assert report_document(w.status.report) == report_document(diagnose(want))
             reports.append(w.status.report)
             found_hot += hot_units(want) >= HOT
             now += EVERY
@@ -165,7 +166,8 @@ def test_a_restarted_server_is_read_in_full_and_said_so(server: Server) -> None:
             clock.set(now)
             assert w.run_once(), w.status.last_error
             assert w.status.report is not None
-            assert w.status.report.to_dict() == diagnose(full(server.url, now)).to_dict()
+            want = report_document(diagnose(full(server.url, now)))
+            assert report_document(w.status.report) == want
     finally:
         reader.close()
     assert seen[1].startswith("incremental read")

@@ -1,8 +1,8 @@
 """Did the fix converge? Two reports (before and after), signal by signal.
 
-Both sides are read in their JSON form (``Report.to_dict()``), so a report diagnosed now and one
-saved earlier with ``--format json``, compare the same way. The figures come from the per-window
-series the analysis put in each report:
+Both sides are read in their JSON form (``report.document.report_document``), so a report
+diagnosed now and one saved earlier with ``--format json``, compare the same way. The figures
+come from the per-window series the analysis put in each report:
 
 - hot/peer ratio: a focus unit (the before side's hot or starved units; when it had none, the
   after side's) against the median of its peers *in the same window*, floored as step 1 scores

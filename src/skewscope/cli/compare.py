@@ -64,8 +64,9 @@ def register(sub: Any) -> None:
 def _report(
     args: argparse.Namespace, path: str | None, side: str, th: Thresholds
 ) -> dict[str, Any]:
-    """One side as a report dict (``Report.to_dict()`` form)."""
+    """One side as a report dict (the JSON report's form, ``document.report_document``)."""
     from skewscope.analysis.diagnose import diagnose
+    from skewscope.report.document import report_document
 
     window = common.parse_duration(args.window, "--window") if args.window else None
     if args.prometheus:
@@ -74,7 +75,7 @@ def _report(
         if end <= start:
             raise UsageError(f"--{side}-end must be after --{side}-start")
         evidence = common.prometheus_loader(args, window)(start, end)
-        return diagnose(evidence, level=args.level, th=th).to_dict()
+        return report_document(diagnose(evidence, level=args.level, th=th))
     assert path is not None
     p = Path(path)
     if p.exists() and not p.is_dir():  # a file, or a FIFO/device the reader refuses
@@ -82,7 +83,7 @@ def _report(
     from skewscope.sources.profiler import load_profiler
 
     evidence = load_profiler([path], window_s=window, clocks=common.profiler_clocks(args))
-    return diagnose(evidence, level=args.level, th=th).to_dict()
+    return report_document(diagnose(evidence, level=args.level, th=th))
 
 
 def load_json_report(path: Path) -> dict[str, Any]:

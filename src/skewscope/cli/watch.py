@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
     from skewscope.monitor import screen
     from skewscope.monitor.watch import Watcher
+    from skewscope.report.document import report_document
 
     last_s = common.parse_duration(args.last, "--last")
     every_s = common.parse_duration(args.every, "--every")
@@ -153,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
 
         def on_run(st: WatchStatus, good: bool) -> None:
             if args.json_lines and good and st.report is not None:
-                sys.stdout.write(json.dumps(st.report.to_dict(), separators=(",", ":")) + "\n")
+                line = json.dumps(report_document(st.report), separators=(",", ":"))
+                sys.stdout.write(line + "\n")
                 sys.stdout.flush()
             if not tui:
                 print(screen.log_line(st, time.time()), file=log, flush=True)

@@ -19,7 +19,7 @@ from skewscope.errors import one_line
 from skewscope.monitor.incidents import Incident
 from skewscope.monitor.status import WatchStatus
 from skewscope.monitor.units import gateway_shares, hot_units
-from skewscope.report import fmt
+from skewscope.report import document, fmt
 from skewscope.report.facts import NoteCode
 from skewscope.report.terminal import VERDICT_STYLE
 
@@ -79,7 +79,7 @@ def render(st: WatchStatus) -> RenderableType:
     if st.report is None:
         head = Text("waiting for the first good run", style="yellow")
     else:
-        head = Text(fmt.headline(st.report), style=VERDICT_STYLE.get(st.report.verdict, ""))
+        head = Text(document.headline(st.report), style=VERDICT_STYLE.get(st.report.verdict, ""))
     sub = Group(head, Text(one_line(st.source), style="dim"), _state_line(st))
     parts.append(Panel(sub, title="skewscope watch"))
     if st.last_error:
@@ -112,7 +112,7 @@ def render(st: WatchStatus) -> RenderableType:
         if any(n.code == NoteCode.NO_PROGRESS for n in st.report.notes):
             parts.append(Text("no progress anywhere: the whole service stopped or its metrics "
                               "froze (not skew)", style="yellow"))
-        for note in fmt.footer_notes(st.report)[:3]:
+        for note in document.footer_notes(st.report)[:3]:
             parts.append(Text(f"note: {one_line(note)}", style="dim"))
     return Group(*parts)
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from skewscope.catalogue import LOAD_SIGNALS
+from skewscope.report import document
 from skewscope.report.model import Finding, Report, UnitReport
 
 
@@ -68,7 +69,7 @@ def hot_units(report: Report) -> list[HotUnit]:
                     level=r.level,
                     kind=f.kind if f else "unknown",
                     ratio=load_ratio(u),
-                    summary=f.summary if f else "",
+                    summary=document.summary(f) if f else "",
                     report=u,
                 )
             )

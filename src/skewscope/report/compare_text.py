@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from skewscope.catalogue import SERIES_BY_KEY
-from skewscope.report import fmt
+from skewscope.report import document, fmt
 from skewscope.report.comparison import Comparison, Figures, Side, SignalComparison
 
 VERDICT_STYLE = {"converged": "bold green", "improved": "bold cyan", "unchanged": "yellow",
@@ -96,6 +96,6 @@ def render_comparison(c: Comparison, *, width: int | None = None, color: bool = 
         Text(f"hot/peer follows: {fmt.names(c.focus_units) or '—'}", style="dim"),
         *(Text(line, style="dim") for line in gateway_lines(c)),
     ), title="skewscope compare"), spread, tail]
-    parts.extend(Text(f"note: {fmt.clean(n)}", style="yellow") for n in c.note_lines)
+    parts.extend(Text(f"note: {fmt.clean(n)}", style="yellow") for n in document.lines(c.notes))
     console.print(Group(*parts))  # type: ignore[arg-type]
     return console.export_text(styles=color)

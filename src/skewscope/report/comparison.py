@@ -1,14 +1,14 @@
-"""The Comparison (``skewscope compare BEFORE AFTER``): frozen data every renderer reads.
-``to_dict`` is its JSON contract (docs/json-report.md, *compare*); renderers only format."""
+"""The Comparison (``skewscope compare BEFORE AFTER``): frozen data every renderer reads; no
+words (its notes are facts): ``document.compare_document`` builds its JSON contract
+(docs/json-report.md, *compare*) from it, renderers only format."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from skewscope.report import phrases
 from skewscope.report.facts import Note
-from skewscope.report.model import SCHEMA_VERSION, _clean, utc
+from skewscope.report.model import _clean, utc
 
 
 @dataclass(frozen=True)
@@ -94,21 +94,3 @@ class Comparison:
     signals: tuple[SignalComparison, ...]
     notes: tuple[Note, ...] = ()
     gateway: tuple[GatewayShare, ...] = ()  # per followed unit, when either side had a gateway
-
-    @property
-    def note_lines(self) -> tuple[str, ...]:
-        return tuple(phrases.note(n) for n in self.notes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": "compare",
-            "verdict": self.verdict,
-            "before": self.before.to_dict(),
-            "after": self.after.to_dict(),
-            "focus_units": list(self.focus_units),
-            "signals": [s.to_dict() for s in self.signals],
-            "gateway": [g.to_dict() for g in self.gateway],
-            "notes": list(self.note_lines),
-            "note_facts": [n.to_dict() for n in self.notes],
-        }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from typing import TYPE_CHECKING
 
 from skewscope.catalogue import (
     BOUND_PREFIX,
@@ -14,11 +13,8 @@ from skewscope.catalogue import (
     kind_title,
 )
 from skewscope.errors import one_line
-from skewscope.report import gateway_text
 from skewscope.report.facts import rounded
-
-if TYPE_CHECKING:  # the model phrases itself through phrases.py, which formats through here
-    from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport
+from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport
 
 KV_SHORTAGE = str(Kind.KV_SHORTAGE)
 
@@ -89,9 +85,9 @@ def ratio(r: float, missing: str = NOT_MEASURED) -> str:
     return f"{r:,.0f}x" if r >= 100 else f"{r:.2f}x"
 
 
-def pct(share: float, missing: str = NOT_MEASURED) -> str:
-    """A share (of windows, of time, of requests) as a whole percentage."""
-    return f"{share:.0%}" if math.isfinite(share) else missing
+def pct(share: float, missing: str = NOT_MEASURED, digits: int = 0) -> str:
+    """A share (of windows, of time, of requests) as a percentage, whole unless ``digits``."""
+    return f"{share:.{digits}%}" if math.isfinite(share) else missing
 
 
 def count(n: float) -> str:
@@ -185,29 +181,6 @@ def episode_line(e: Episode) -> str:
             f"{peak}{impact})")
 
 
-def headline(report: Report) -> str:
-    """One sentence that answers 'is there a hot unit?'."""
-    if report.verdict == "insufficient_data":
-        return "Insufficient data: " + (clean(report.note_lines[0]) if report.notes else
-                                        "nothing to judge")
-    if report.verdict == "balanced":
-        return f"Balanced: no persistent hot {report.level} unit across {len(report.units)} units."
-    findings = report.all_findings()
-    kinds = sorted({f.kind for f in findings if f.kind != KV_SHORTAGE})
-    short = [u for f in findings if f.kind == KV_SHORTAGE for u in f.units]
-    parts = []
-    if report.hot_units:
-        parts.append("hot " + names(report.hot_units))
-    if report.starved_units:
-        parts.append("starved " + names(report.starved_units))
-    if short:
-        parts.append("KV block shortage on " + names(tuple(dict.fromkeys(short))))
-    return (
-        f"Imbalanced at {report.level} level: {'; '.join(parts) or 'see findings'} "
-        f"({' + '.join(kind_title(k) for k in kinds)})."
-    )
-
-
 def scope(report: Report) -> str:
     return (
         f"source {name(report.source)} · level {report.level} · {len(report.units)} units · "
@@ -247,17 +220,6 @@ def fleet_rows(report: Report) -> list[list[str]]:
 def finding_title(f: Finding) -> str:
     side = f" ({f.weight_side}-heavy)" if f.weight_side else ""
     return f"[{f.severity.upper()}] {kind_title(f.kind)}{side} — {names(f.units)}"
-
-
-def footer_notes(report: Report) -> list[str]:
-    """Notes shown under a report: what was missing, placed or estimated."""
-    notes = [clean(n) for n in report.note_lines]
-    if report.placed_share is not None:
-        notes.append(f"{report.placed_share:.1%} of requests were placed on a DP rank")
-    if report.missing:
-        notes.append("missing: " + names(report.missing))
-    notes.extend(clean(n) for n in gateway_text.gateway_notes(report.gateway))
-    return notes  # the online sources already note that percentiles are bucket estimates
 
 
 # The thresholds a report's footer always names (the JSON carries all of them).

@@ -2,20 +2,15 @@
 load, the router's pool). The analysis computes the figures (``GatewayFacts``); the words are
 the report's, shared by the terminal, Markdown and HTML forms, every number through ``fmt``.
 
-A report-side module of its own rather than part of ``phrases``: these sentences are read from
-the model's gateway facts by ``fmt``'s footer, and ``phrases`` imports ``fmt``, so folding them
-in would make the two import each other."""
+A module of its own: ``fmt`` formats the gateway table, ``document.footer_notes`` reads these
+sentences under it, and ``phrases`` (the findings' and notes' words) stays about those."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-# fmt imports this module for its footer: each reads the other's functions at call time only
 from skewscope.report import fmt
-
-if TYPE_CHECKING:  # model -> phrases -> fmt -> here: the model is not loaded yet at import
-    from skewscope.report.model import GatewayFacts, StaleLoad
+from skewscope.report.model import GatewayFacts, StaleLoad
 
 
 def divergence_lines(g: GatewayFacts) -> list[str]:

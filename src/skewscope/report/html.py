@@ -1,8 +1,9 @@
 """Self-contained HTML report: one file that opens offline.
 
 The page inlines its styles, its script and the uPlot charting library (vendored from the npm
-package ``uplot``, see ``vendor/README.md``), and embeds the JSON report (``Report.to_dict()``)
-that the charts are drawn from, so nothing is fetched when it is viewed. Every label, unit name
+package ``uplot``, see ``vendor/README.md``), and embeds the JSON report
+(``document.report_document``) that the charts are drawn from, so nothing is fetched when it is
+viewed. Every label, unit name
 and path goes through jinja2's autoescape or, in the script, ``textContent``; the embedded JSON
 escapes ``<``, ``>`` and ``&`` so no value can close its ``<script>`` element.
 """
@@ -19,7 +20,7 @@ import jinja2
 from markupsafe import Markup
 
 from skewscope.catalogue import SERIES
-from skewscope.report import compare_text, fmt
+from skewscope.report import compare_text, document, fmt
 from skewscope.report.comparison import Comparison
 from skewscope.report.model import Report
 
@@ -58,6 +59,7 @@ def environment() -> jinja2.Environment:
     env.tests["finite"] = lambda v: isinstance(v, int | float) and math.isfinite(v)
     env.globals.update(
         fmt=fmt,
+        document=document,
         series_catalogue=SERIES,
         series_meta=script_json({m.key: {"label": m.label, "unit": m.unit} for m in SERIES}),
         uplot_js=_inline("vendor", VENDOR_JS),
@@ -77,8 +79,10 @@ def page(template: str, title: str, doc: dict[str, Any], **context: Any) -> str:
 
 
 def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
-    return page("report.html.j2", "skewscope report", report.to_dict(), report=report)
+    return page("report.html.j2", "skewscope report", document.report_document(report),
+                report=report)
 
 
 def render_comparison(c: Comparison, *, width: int | None = None, color: bool = False) -> str:
-    return page("compare.html.j2", "skewscope compare", c.to_dict(), c=c, ct=compare_text)
+    return page("compare.html.j2", "skewscope compare", document.compare_document(c), c=c,
+                ct=compare_text)

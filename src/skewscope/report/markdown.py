@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from skewscope.report import compare_text, fmt
+from skewscope.report import compare_text, document, fmt
 from skewscope.report.comparison import Comparison
 from skewscope.report.model import Finding, Report
 
@@ -16,7 +16,7 @@ def render_text(report: Report, *, width: int | None = None, color: bool = False
 
 
 def render(report: Report, heading: str = "#") -> str:
-    out = [f"{heading} skewscope report", "", f"**{_text(fmt.headline(report))}**", "",
+    out = [f"{heading} skewscope report", "", f"**{_text(document.headline(report))}**", "",
            _text(fmt.scope(report)), ""]
     for f in report.findings:
         out.extend(_finding(f, heading + "#"))
@@ -34,9 +34,9 @@ def render(report: Report, heading: str = "#") -> str:
         out.append("")
     if report.transient:
         out.append(f"{heading}# Dismissed as jitter")
-        out.extend(f"- {_text(fmt.clean(t))}" for t in report.transient_lines)
+        out.extend(f"- {_text(fmt.clean(t))}" for t in document.lines(report.transient))
         out.append("")
-    notes = fmt.footer_notes(report)
+    notes = document.footer_notes(report)
     if notes:
         out.append(f"{heading}# Notes")
         out.extend(f"- {_text(n)}" for n in notes)
@@ -61,9 +61,9 @@ def _row(cells: list[str]) -> str:
 
 def _finding(f: Finding, h: str) -> list[str]:
     when = [_text(fmt.finding_when(f)), ""] if f.timeline else []
-    lines = [f"{h} {_text(fmt.finding_title(f))}", "", _text(fmt.clean(f.summary)), "", *when,
-             _text("Likely cause: " + "; or ".join(fmt.clean(c.title) for c in f.root_causes)),
-             "", "Actions:"]
+    cause = "Likely cause: " + "; or ".join(fmt.clean(c.title) for c in f.root_causes)
+    lines = [f"{h} {_text(fmt.finding_title(f))}", "", _text(fmt.clean(document.summary(f))), "",
+             *when, _text(cause), "", "Actions:"]
     lines.extend(f"- {_text(fmt.clean(a))}" for a in f.actions)
     if f.side_by_side:  # a fleet-wide pattern has no single hot unit to put side by side
         lines.extend(["", _row(["metric", fmt.names(f.units), "peers (median)", "unit / peers"]),
@@ -109,5 +109,5 @@ def render_comparison(c: Comparison, *, width: int | None = None, color: bool = 
                  for v in pair]
         out.append(_row([ct.signal_label(s), *pairs, s.verdict]))
     if c.notes:
-        out.extend(["", "## Notes", *(f"- {_text(fmt.clean(n))}" for n in c.note_lines)])
+        out.extend(["", "## Notes", *(f"- {_text(fmt.clean(n))}" for n in document.lines(c.notes))])
     return "\n".join(out) + "\n"

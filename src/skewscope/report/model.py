@@ -1,6 +1,8 @@
-"""The Report: frozen data every renderer reads. ``to_dict`` is the JSON contract
-(docs/json-report.md, ``schema_version`` 2); renderers never compute, they only format.
-A finding's summary and the notes are phrased here from their facts (``report/phrases.py``)."""
+"""The Report: frozen data every renderer reads; renderers never compute, they only format.
+
+Data only, no words: a finding carries its facts, the report its notes (``report/facts.py``);
+``report/document.py`` words them (through ``report/phrases.py``) and builds the JSON document
+(docs/json-report.md, ``schema_version`` 2) from these parts' ``to_dict`` figures."""
 
 from __future__ import annotations
 
@@ -9,14 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from skewscope.report import phrases
-from skewscope.report.facts import (
-    FindingFacts,
-    HotFacts,
-    Note,
-    clean,
-    facts_dict,
-)
+from skewscope.report.facts import FindingFacts, Note, clean
 
 SCHEMA_VERSION = 2  # 2: per-second rates replace the per-window ones
 Verdict = str  # "imbalanced" | "balanced" | "insufficient_data"
@@ -224,7 +219,7 @@ class Finding:
     units: tuple[str, ...]
     reference_units: tuple[str, ...]  # the idle/normal peers they were compared against
     severity: str  # "high" | "medium" | "low"
-    facts: FindingFacts  # what the summary says, as numbers and keys (report/phrases.py)
+    facts: FindingFacts  # what the summary says, as numbers and keys (worded: report/document.py)
     evidence: dict[str, Any]
     actions: tuple[str, ...]
     root_causes: tuple[RootCauseRef, ...]
@@ -233,36 +228,6 @@ class Finding:
     timeline: Timeline | None = None
     peer_bands: dict[str, Band] = field(default_factory=dict)  # series key -> peers' band
     context: tuple[Note, ...] = ()  # what other evidence (the gateway) adds to the summary
-
-    @property
-    def summary(self) -> str:
-        """The finding in plain words, phrased from its facts."""
-        return phrases.finding_summary(self.facts, self.context)
-
-    def to_dict(self) -> dict[str, Any]:
-        evidence = self.evidence
-        if isinstance(self.facts, HotFacts):  # its worded fields, as lines (their facts beside)
-            evidence = {**evidence,
-                        "capability_basis": phrases.CAPABILITY_BASIS[self.facts.capability_basis],
-                        "resource": [phrases.note(n) for n in self.facts.resource]}
-        return _clean(  # type: ignore[no-any-return]
-            {
-                "kind": self.kind,
-                "weight_side": self.weight_side,
-                "units": list(self.units),
-                "reference_units": list(self.reference_units),
-                "severity": self.severity,
-                "summary": self.summary,
-                "facts": facts_dict(self.facts),
-                "context": [n.to_dict() for n in self.context],
-                "root_causes": [c.to_dict() for c in self.root_causes],
-                "actions": list(self.actions),
-                "evidence": evidence,
-                "side_by_side": [row._asdict() for row in self.side_by_side],
-                "timeline": self.timeline.to_dict() if self.timeline else None,
-                "peer_bands": {k: b.to_dict() for k, b in self.peer_bands.items()},
-            }
-        )
 
 
 @dataclass(frozen=True)
@@ -417,7 +382,8 @@ class Report:
     units: tuple[UnitReport, ...]
     findings: tuple[Finding, ...]
     transient: tuple[Note, ...] = ()  # short bursts seen and dismissed as jitter
-    notes: tuple[Note, ...] = ()  # the sources' lines and the analysis' notes, in order
+    # The sources' lines and the analysis' notes, in order; insufficient_data: the first is why.
+    notes: tuple[Note, ...] = ()
     missing: tuple[str, ...] = ()
     placed_share: float | None = None
     drilldown: tuple[Report, ...] = ()  # DP-level reports of hot instances (auto level)
@@ -431,48 +397,6 @@ class Report:
     # those set away from their defaults (--config).
     thresholds: dict[str, float] = field(default_factory=dict)
     thresholds_overridden: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return _clean(  # type: ignore[no-any-return]
-            {
-                "schema_version": SCHEMA_VERSION,
-                "verdict": self.verdict,
-                "level": self.level,
-                "source": self.source,
-                "window_s": self.window_s,
-                "windows": self.windows,
-                "start_s": self.start_s,
-                "end_s": self.end_s,
-                "hot_units": list(self.hot_units),
-                "starved_units": list(self.starved_units),
-                "units": [u.to_dict() for u in self.units],
-                "findings": [f.to_dict() for f in self.findings],
-                "transient": list(self.transient_lines),
-                "transient_facts": [n.to_dict() for n in self.transient],
-                "episodes": [e.to_dict() for e in self.episodes],
-                "notes": list(self.note_lines),
-                "note_facts": [n.to_dict() for n in self.notes],
-                "missing": list(self.missing),
-                "placed_share": self.placed_share,
-                "aliases": self.aliases,
-                "drilldown": [d.to_dict() for d in self.drilldown],
-                "series": self.series.to_dict() if self.series else None,
-                "gateway": self.gateway.to_dict() if self.gateway else None,
-                "skew_price": [p.to_dict() for p in self.skew_price],
-                "fleet": self.fleet.to_dict() if self.fleet else None,
-                "thresholds": self.thresholds,
-                "thresholds_overridden": list(self.thresholds_overridden),
-            }
-        )
-
-    @property
-    def note_lines(self) -> tuple[str, ...]:
-        """The notes in plain words; for ``insufficient_data`` the first is the reason."""
-        return tuple(phrases.note(n) for n in self.notes)
-
-    @property
-    def transient_lines(self) -> tuple[str, ...]:
-        return tuple(phrases.note(n) for n in self.transient)
 
     def all_findings(self) -> list[Finding]:
         """Findings of this level and of every drill-down, in report order."""

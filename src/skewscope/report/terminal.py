@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from skewscope.report import fmt
+from skewscope.report import document, fmt
 from skewscope.report.model import Finding, Report, UnitReport
 
 VERDICT_STYLE = {"imbalanced": "bold red", "balanced": "bold green", "insufficient_data": "yellow"}
@@ -47,7 +47,7 @@ def render_text(report: Report, *, width: int | None = None, color: bool = False
 
 def _body(report: Report, width: int, nested: bool = False) -> Group:
     parts: list[RenderableType] = []
-    title = Text(fmt.headline(report), style=VERDICT_STYLE.get(report.verdict, ""))
+    title = Text(document.headline(report), style=VERDICT_STYLE.get(report.verdict, ""))
     parts.append(Panel(Group(title, Text(fmt.scope(report), style="dim")),
                        title="skewscope" if not nested else "DP drill-down"))
     for f in report.findings:
@@ -60,9 +60,9 @@ def _body(report: Report, width: int, nested: bool = False) -> Group:
         parts.append(_gateway(report))
     for e in report.episodes:
         parts.append(Text(f"episode: {fmt.episode_line(e)}", style="dim"))
-    for line in report.transient_lines:
+    for line in document.lines(report.transient):
         parts.append(Text(f"· {fmt.clean(line)}", style="dim"))
-    for line in fmt.footer_notes(report):
+    for line in document.footer_notes(report):
         parts.append(Text(f"note: {line}", style="yellow"))
     for d in report.drilldown:
         parts.append(_body(d, width, nested=True))
@@ -100,8 +100,9 @@ def _finding(f: Finding) -> Panel:
     causes = Text("\n".join(x for x in (fmt.finding_when(f), "Likely cause: " + "; or ".join(
         fmt.clean(c.title) for c in f.root_causes)) if x))
     actions = Text("\n".join(f"→ {fmt.clean(a)}" for a in f.actions), style="green")
+    summary = Text(fmt.clean(document.summary(f)))
     return Panel(
-        Group(Text(fmt.clean(f.summary)), causes, actions, *([table] if table.rows else [])),
+        Group(summary, causes, actions, *([table] if table.rows else [])),
         title=Text(fmt.finding_title(f), style=SEVERITY_STYLE.get(f.severity, "")),
         title_align="left",
     )
