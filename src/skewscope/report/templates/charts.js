@@ -1,4 +1,4 @@
-/* skewscope HTML report: draws the charts from the embedded JSON report (Report.to_dict()).
+/* skewscope HTML report: draws the charts from the embedded JSON report (report_document).
    Values are only read, never computed: series, peer bands and hot runs come from the analysis.
    Text from the report (unit names, labels) is set with textContent, never as HTML. */
 (function () {

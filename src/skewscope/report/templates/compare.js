@@ -1,5 +1,5 @@
 /* skewscope compare HTML page: one before/after chart per signal, drawn from the embedded JSON
-   (Comparison.to_dict()); runs after charts.js (which finds nothing of a diagnose report here).
+   (compare_document); runs after charts.js (which finds nothing of a diagnose report here).
    Values are only read; names from the report are set with textContent, never as HTML. */
 (function () {
   "use strict";
