@@ -22,8 +22,8 @@ from skewscope.sources.profiler_instance import Instance
 from skewscope.sources.profiler_layout import discover_all
 from skewscope.sources.profiler_range import CLOCKS
 
-FLEET = 500  # folders: well past ReadBudget.process_min_instances and table_units_max
-HOT = 313
+FLEET = 200  # folders: past ReadBudget.process_min_instances (128) and table_units_max (20)
+HOT = 137
 
 
 @pytest.fixture(scope="module")

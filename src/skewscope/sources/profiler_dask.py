@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
 from concurrent.futures import Executor
+from urllib.parse import urlsplit
 
 from skewscope.errors import SourceError, UsageError
 
@@ -34,6 +36,25 @@ def scheduler_address(given: str | None) -> str | None:
     return address or None
 
 
+def refused(address: str) -> bool:
+    """A ``tcp://`` scheduler whose port refuses connections: Dask's client would retry it for
+    the whole ``CONNECT_TIMEOUT_S``; a refusal is final, so it is said at once."""
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if parts.scheme != "tcp" or parts.hostname is None:
+        return False
+    try:
+        port = parts.port or 8786
+    except ValueError:
+        return False  # Dask's own parser says what is wrong with it
+    try:
+        socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False  # unresolved, unreachable, timed out: Dask's client tries and says
+    return False
+
+
 @contextlib.contextmanager
 def dask_executor(address: str) -> Iterator[Executor]:
     """A ``concurrent.futures`` executor whose tasks run on the cluster at ``address``."""
@@ -42,6 +63,9 @@ def dask_executor(address: str) -> Iterator[Executor]:
     except ImportError:
         raise UsageError(
             "--scheduler needs Dask's distributed: pip install 'skewscope[dask]'") from None
+    if refused(address):
+        raise SourceError(f"--scheduler {address}: cannot reach the Dask scheduler "
+                          "(connection refused)")
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError) as error:
