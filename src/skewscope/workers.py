@@ -12,13 +12,32 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import signal
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from multiprocessing import forkserver
 from typing import Any
 
 # A worker still alive this long after its SIGTERM is killed (a replay or simulation part
 # holds no resource a kill could corrupt: its results go nowhere once the run is abandoned).
 STOP_GRACE_S = 5.0
+# The stops a run turns into an exception (cli.streams' SIGTERM/SIGHUP, and Ctrl-C)
+DEFERRED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class _Pool(ProcessPoolExecutor):
+    """``submit`` may start a worker: the forkserver forks it, then the pool records its pid. A
+    stop landing between the two left a worker the pool did not know — not terminated, it took
+    a task and replayed on for minutes while the parent waited for it. The stop signals wait
+    until ``submit`` returns (the forkserver is started before, so it and the workers it forks
+    never inherit the blocked mask)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED_SIGNALS)
+        try:
+            return super().submit(fn, *args, **kwargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager
@@ -30,8 +49,9 @@ def process_pool(max_workers: int, grace_s: float = STOP_GRACE_S,
     on any exception its workers are terminated — killed after ``grace_s`` — and joined before
     the exception goes on."""
     ctx = multiprocessing.get_context("forkserver")
-    ex = ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx, initializer=initializer,
-                             initargs=initargs)
+    forkserver.ensure_running()  # with the stop signals unblocked (see _Pool)
+    ex = _Pool(max_workers=max_workers, mp_context=ctx, initializer=initializer,
+               initargs=initargs)
     try:
         yield ex
     except BaseException:
