@@ -121,8 +121,8 @@ def test_no_device_is_placed_on_two_instances(devs: list[int], ports: list[int],
 
 def test_watch_sampler_keeps_device_exporter_samples() -> None:
     """watch --scrape keeps only the samples some alias table reads: device exporters' too."""
-    from skewscope.monitor.sampler import keep_read
     from skewscope.sources.collect import Snapshot
+    from skewscope.sources.sampler import keep_read
 
     snap = Snapshot(0.0, (("DCGM_FI_DEV_GPU_UTIL", (("gpu", "0"),), 50.0),
                           ("go_gc_duration_seconds", (), 1.0)))

@@ -377,7 +377,7 @@ def test_sparkline_scales_to_the_series_and_leaves_gaps() -> None:
                                      "vllm-0.32-cpu-single.metrics.txt"])
 def test_sampler_drops_only_samples_no_dialect_reads(capture: str) -> None:
     """The rolling sampler keeps a fraction of each scrape; the evidence must not change."""
-    from skewscope.monitor.sampler import keep_read
+    from skewscope.sources.sampler import keep_read
     from skewscope.sources.scrape import Snapshot, evidence_from_targets, parse_exposition
 
     text = (Path(__file__).parent / "data" / "samples" / capture).read_text()
@@ -451,8 +451,8 @@ def test_rolling_sampler_windows_sit_on_the_prometheus_grid() -> None:
     [latest - span, latest] on the epoch grid (prom_matrix.plan_windows), whatever the phase of
     the scrape rounds; a counter's increase in a window is counted from the last scrape at or
     before its start, so every increment lands in exactly one window."""
-    from skewscope.monitor.sampler import RollingScraper
     from skewscope.sources.prom_matrix import plan_windows
+    from skewscope.sources.sampler import RollingScraper
     from skewscope.sources.scrape import Snapshot, parse_exposition
 
     def scrape(t: float) -> Snapshot:

@@ -133,7 +133,8 @@ def test_unusable_scrape_urls_are_usage_errors(
 
 
 def test_collect_fetches_scheme_less_urls_over_http() -> None:
-    """watch's rolling sampler calls ``collect`` directly, without load_scrape's URL check."""
+    """watch's rolling sampler scrapes through ``collect``'s round scraper, without load_scrape's
+    URL check."""
     from skewscope.sources.collect import collect
 
     with serve(static_handler(PINNED.read_text())) as url:
@@ -141,3 +142,37 @@ def test_collect_fetches_scheme_less_urls_over_http() -> None:
         got = collect([bare], duration_s=0.0, interval_s=1.0, progress=False)
     (snap,) = got.snaps[bare]
     assert snap.error == "" and snap.samples and len(snap.samples) == 673
+
+
+def test_rolling_sampler_stamps_each_round_with_its_nominal_tick() -> None:
+    """watch's sampler ticks as ``collect`` does (``sources.ticker``): each scrape takes 7 s of a
+    ManualClock on a 5 s grid, so every other round starts 2 s late (stamped on the grid all
+    the same, as diagnose --scrape stamps it) and every third tick is skipped."""
+    import time
+
+    from online_servers import Quiet
+
+    from skewscope.clock import ManualClock
+    from skewscope.sources.sampler import RollingScraper
+
+    clock = ManualClock(1000.0)
+    body = PINNED.read_bytes()
+
+    class Slow(Quiet):
+        def do_GET(self) -> None:
+            clock.advance(7.0)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with serve(Slow) as url:
+        sampler = RollingScraper([url + "/metrics"], span_s=600.0, interval_s=5.0,
+                                 window_s=10.0, clock=clock).start()
+        deadline = time.monotonic() + 20
+        while len(sampler._buf[url + "/metrics"]) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sampler.stop()
+    stamps = [t for t, _ in sampler._buf[url + "/metrics"]][:5]
+    assert stamps == [1000.0, 1005.0, 1015.0, 1020.0, 1030.0]
+    assert sampler.skipped >= 2

@@ -85,7 +85,7 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
         return PrometheusSource(shown, last_s, common.with_gateway(args, reader.load, follower),
                                 reader.close)
     from skewscope.frame import WINDOWS
-    from skewscope.monitor.sampler import RollingScraper
+    from skewscope.sources.sampler import RollingScraper
 
     sampler = RollingScraper(
         args.scrape,

@@ -22,9 +22,9 @@ from skewscope.errors import SkewscopeError, SourceError, one_line
 from skewscope.frame import Evidence
 from skewscope.monitor.history import LEASE_RUNS, LEASE_SLACK_S, HistoryStore
 from skewscope.monitor.incidents import CALM_RUNS, Incident, IncidentTracker
-from skewscope.monitor.sampler import STOP_GRACE_S, NotReady, RollingScraper
 from skewscope.monitor.status import WatchStatus
 from skewscope.report.model import Report
+from skewscope.sources.sampler import STOP_GRACE_S, NotReady, RollingScraper
 
 
 class Source(Protocol):

@@ -9,12 +9,12 @@ terminal, otherwise one plain line every ``SourceLimits.progress_every_s``.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx
 
+from skewscope.clock import SYSTEM_CLOCK, Clock
 from skewscope.errors import SourceError
 from skewscope.progress import Progress
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
@@ -22,6 +22,7 @@ from skewscope.sources.auth import HttpAuth, has_scheme
 from skewscope.sources.daemon_pool import DaemonPool
 from skewscope.sources.exposition import Sample, parse_exposition
 from skewscope.sources.fetch import bounded_get, make_client
+from skewscope.sources.ticker import Ticker
 
 ACCEPT = "text/plain; version=0.0.4"  # plain text: keeps colons in names (client_python #1177)
 
@@ -87,13 +88,35 @@ def fetch_snapshot(
 MAX_PARALLEL = 32  # fetches of one round in flight at once
 
 
-def scrape_round(pool: DaemonPool, client: httpx.Client, urls: Sequence[str], t: float, *,
-                 deadline_s: float, max_bytes: int) -> list[Snapshot]:
-    """One scrape of every target in parallel; the pool's daemon threads let a process that
-    stops (SIGTERM, Ctrl-C) abandon a round in flight instead of waiting out its deadline."""
-    futures = [pool.submit(fetch_snapshot, client, url, t, deadline_s=deadline_s,
-                           max_bytes=max_bytes) for url in urls]
-    return [f.result() for f in futures]
+class RoundScraper:
+    """One HTTP client and one pool of fetch threads for a loop's rounds (``collect``, the
+    rolling sampler). The pool's daemon threads let a process that stops (SIGTERM, Ctrl-C)
+    abandon a round in flight instead of waiting out its deadline."""
+
+    def __init__(self, urls: Sequence[str], *, interval_s: float, auth: HttpAuth | None = None,
+                 timeout_s: float | None = None, limits: SourceLimits = DEFAULT_LIMITS) -> None:
+        self.urls = tuple(urls)
+        self.deadline_s = timeout_s if timeout_s is not None else max(0.5, min(interval_s, 10.0))
+        self.max_bytes = limits.max_scrape_bytes
+        self._client = make_client(auth.without_ambient() if auth else None, self.deadline_s)
+        self._pool = DaemonPool(min(MAX_PARALLEL, len(self.urls)), name="skewscope-scrape")
+
+    def round(self, t: float) -> list[Snapshot]:
+        """One scrape of every target in parallel, stamped ``t``: a whole round, or none."""
+        futures = [self._pool.submit(fetch_snapshot, self._client, url, t,
+                                     deadline_s=self.deadline_s, max_bytes=self.max_bytes)
+                   for url in self.urls]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)  # fetches abandoned by a stop end by their deadline
+        self._client.close()
+
+    def __enter__(self) -> RoundScraper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def collect(
@@ -106,54 +129,43 @@ def collect(
     progress: bool = True,
     limits: SourceLimits = DEFAULT_LIMITS,
     give_up_rounds: int | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Collected:
-    """Scrape all targets every ``interval_s`` for ``duration_s``.
+    """Scrape all targets every ``interval_s`` for ``duration_s``, on ``ticker.Ticker``'s grid.
 
     Snapshot times are the nominal tick times, as offsets from ``Collected.t0``; a tick that
     could not start within half an interval of its time (a slow target held the previous one)
     is skipped rather than mis-stamped. Ctrl-C stops the loop: the complete rounds so far are
     returned with ``interrupted_at`` set. An ambient token is never sent (``auth`` module doc).
     When no target has answered in the first ``give_up_rounds`` rounds (every connection
-    refused or timed out), a SourceError ends it then, not after ``duration_s`` (a rolling
-    sampler, which calls it for one round at a time, never gives up).
+    refused or timed out), a SourceError ends it then, not after ``duration_s``.
     """
     n_ticks = math.floor(duration_s / interval_s + 1e-9)
-    deadline_s = timeout_s if timeout_s is not None else max(0.5, min(interval_s, 10.0))
-    max_bytes = limits.max_scrape_bytes
-    out = Collected(t0=time.time(), snaps={u: [] for u in urls})
+    ticker = Ticker(interval_s, clock)
+    out = Collected(t0=ticker.t0, snaps={u: [] for u in urls})
     bar = Progress(f"scraping {len(urls)} target(s)", duration_s, "s",
                    every_s=limits.progress_every_s, enabled=progress)
     ok = failed = 0
-    m0 = time.monotonic()
-    client = make_client(auth.without_ambient() if auth else None, deadline_s)
-    pool = DaemonPool(min(MAX_PARALLEL, len(urls)), name="skewscope-scrape")
+    scraper = RoundScraper(urls, interval_s=interval_s, auth=auth, timeout_s=timeout_s,
+                           limits=limits)
     try:
-        for k in range(n_ticks + 1):
-            due = m0 + k * interval_s
-            lag = time.monotonic() - due
-            if lag < 0:
-                time.sleep(-lag)
-            late = k > 0 and lag > interval_s / 2
-            out.skipped += late
-            if not late:
-                round_ = scrape_round(pool, client, urls, k * interval_s, deadline_s=deadline_s,
-                                      max_bytes=max_bytes)  # a whole round, or none of it
-                for url, snap in zip(urls, round_, strict=True):
-                    out.snaps[url].append(snap)
-                out.rounds += 1
-                bad = sum(s.samples is None for s in round_)
-                ok, failed = ok + len(round_) - bad, failed + bad
-                if give_up_rounds is not None:
-                    _give_up_unanswered(out, round_, give_up_rounds, time.monotonic() - m0)
-            bar.update(time.monotonic() - m0, f"{ok} scrapes ok, {failed} failed")  # each tick
+        for t in ticker.ticks(n_ticks + 1):
+            round_ = scraper.round(t)
+            for url, snap in zip(urls, round_, strict=True):
+                out.snaps[url].append(snap)
+            out.rounds += 1
+            bad = sum(s.samples is None for s in round_)
+            ok, failed = ok + len(round_) - bad, failed + bad
+            if give_up_rounds is not None:
+                _give_up_unanswered(out, round_, give_up_rounds, ticker.elapsed())
+            bar.update(ticker.elapsed(), f"{ok} scrapes ok, {failed} failed")
     except KeyboardInterrupt:
-        out.interrupted_at = time.monotonic() - m0
+        out.interrupted_at = ticker.elapsed()
     finally:
+        out.skipped = ticker.skipped
         bar.close()
-        pool.shutdown(wait=False)  # fetches abandoned by Ctrl-C end by their deadline
-        client.close()
+        scraper.close()
     return out
-
 
 
 def _give_up_unanswered(got: Collected, last: list[Snapshot], rounds: int, elapsed_s: float

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from skewscope.clock import SYSTEM_CLOCK, Clock
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import WINDOWS, Evidence, WindowPolicy
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
@@ -53,16 +54,18 @@ def load_scrape(
     device_map: DeviceMap | None = None,
     windows: WindowPolicy = WINDOWS,
     role_label: str = "",
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Evidence:
     """Scrape ``urls`` for ``duration_s`` and reduce to per-window, per-unit Evidence.
 
     One target down gives a note and a partial result; all down raises SourceError. Ctrl-C
     stops the collection: the whole windows gathered so far are diagnosed, with a note. An
-    ambient token (``auth.token_ambient``) is never sent to /metrics targets.
+    ambient token (``auth.token_ambient``) is never sent to /metrics targets. ``clock`` times
+    the rounds (a test's ManualClock runs them back to back).
     """
     run = scrape_targets(urls, duration_s=duration_s, interval_s=interval_s, progress=progress,
                          window_s=window_s, auth=auth, timeout_s=timeout_s, limits=limits,
-                         windows=windows)
+                         windows=windows, clock=clock)
     return evidence_from_targets(
         run.snaps,
         t0=run.t0,
@@ -97,6 +100,7 @@ def scrape_targets(
     timeout_s: float | None = None,
     limits: SourceLimits = DEFAULT_LIMITS,
     windows: WindowPolicy = WINDOWS,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> ScrapeRun:
     """Collect whole windows of scrapes (``load_scrape`` reduces them to Evidence; a what-if
     replay also reads their histograms)."""
@@ -131,6 +135,7 @@ def scrape_targets(
         progress=progress,
         limits=limits,
         give_up_rounds=limits.scrape_give_up_rounds,
+        clock=clock,
     )
     if got.skipped:
         notes.append(f"{got.skipped} scrape rounds were skipped because targets answered slowly")

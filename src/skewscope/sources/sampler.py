@@ -5,8 +5,10 @@ instead of re-scraping the whole ``--last`` range (which would make every run la
 Each scrape keeps only the samples some dialect reads (a vLLM /metrics holds ~700 samples, the
 dialects read a few dozen): the buffer is ~10x smaller and each run's reduction ~10x faster.
 
-Windows sit on the grid ``watch --prometheus`` uses (multiples of the window since the epoch,
-whole windows of [latest - span, latest]), so the two paths put a scrape in the same window.
+Rounds tick on ``ticker.Ticker``'s grid and are stamped with their nominal tick time, as
+``collect`` (``diagnose --scrape``) stamps them. Windows sit on the grid ``watch --prometheus``
+uses (multiples of the window since the epoch, whole windows of [latest - span, latest]), so the
+two paths put a scrape in the same window.
 
 Until ``span_s`` has been collected a run sees fewer windows (and says ``insufficient_data``
 while fewer than ``min_windows`` are complete): the warm-up is reported, not hidden.
@@ -26,10 +28,12 @@ from skewscope.errors import UsageError
 from skewscope.frame import Evidence
 from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth
+from skewscope.sources.collect import RoundScraper, Snapshot
 from skewscope.sources.device_exporters import DEVICE_EXPORTERS
 from skewscope.sources.devices import DeviceMap
 from skewscope.sources.dialects import DIALECTS, ROLES, Kind, normalise_name
-from skewscope.sources.scrape import Snapshot, collect, evidence_from_targets, instance_of
+from skewscope.sources.scrape_evidence import evidence_from_targets, instance_of
+from skewscope.sources.ticker import Ticker
 
 STOP_GRACE_S = 1.0  # how long stop() lets a round in flight finish before abandoning it
 
@@ -119,32 +123,17 @@ class RollingScraper:
         self._thread.join(timeout=STOP_GRACE_S)
 
     def _loop(self) -> None:
-        """Ticks on a fixed grid; a tick that could not start within half an interval of its
-        time (a slow target held the previous one) is skipped rather than mis-stamped."""
-        m0 = self.clock.monotonic()
-        k = 0
-        while not self._stop.is_set():
-            due = m0 + k * self.interval_s
-            lag = self.clock.monotonic() - due
-            if lag < 0 and self.clock.sleep(-lag, self._stop):
-                return
-            if k > 0 and lag > self.interval_s / 2:
-                self.skipped += 1
-            else:
-                stamp = self.clock.time()
-                snaps = collect(
-                    self.urls,
-                    duration_s=0.0,  # one round
-                    interval_s=self.interval_s,
-                    auth=self.auth,
-                    timeout_s=self.timeout_s,
-                    progress=False,
-                    limits=self.limits,
-                ).snaps
+        """Rounds on ``ticker.Ticker``'s grid (as ``collect``), each stamped with its nominal
+        tick time; one client and fetch pool for the sampler's life."""
+        ticker = Ticker(self.interval_s, self.clock)
+        with RoundScraper(self.urls, interval_s=self.interval_s, auth=self.auth,
+                          timeout_s=self.timeout_s, limits=self.limits) as scraper:
+            for t in ticker.ticks(until=self._stop):
+                round_ = scraper.round(t)
                 with self._lock:
-                    for url in self.urls:
-                        self._buf[url].append((stamp, keep_read(snaps[url][0])))
-            k += 1
+                    for url, snap in zip(self.urls, round_, strict=True):
+                        self._buf[url].append((ticker.t0 + t, keep_read(snap)))
+                self.skipped = ticker.skipped
 
     def failing_targets(self, since: float) -> list[str]:
         """Targets none of whose scrapes after ``since`` (epoch s) succeeded, with the error."""
