@@ -74,6 +74,10 @@ class Thresholds:
     # reference's tokens per request, and with none left the weight is not measured.
     weight_min_requests: Count = 20
     capability_ratio: Ratio = 1.3  # execution time per scheduled token (or TTFT at equal load)
+    # An overloaded unit at equal arrivals (``classify.overloaded``: its latency is no capability
+    # test) is judged by its execution time per scheduled token alone, which its larger batches
+    # understate (they amortise the step's fixed cost): its bar is this lower one.
+    overloaded_capability_ratio: Ratio = 1.2
     # A cause is named only when it explains at least this share of the excess token load.
     explain_share: Share = 0.5
     # In a mixed skew the smaller of the two parts (more / heavier requests) is named too, as

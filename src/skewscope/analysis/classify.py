@@ -137,7 +137,8 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
         kind = "count"
     elif weight_flag and not _finite(count_share) > th.explain_share:
         kind = "weight"
-    elif _finite(cap_ratio) >= th.capability_ratio:
+    elif _finite(cap_ratio) >= (th.overloaded_capability_ratio if busy and equal_load
+                                else th.capability_ratio):
         kind = "capability"
     elif _finite(count_ratio) >= th.count_ratio:
         kind = "count"

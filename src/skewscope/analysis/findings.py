@@ -153,9 +153,9 @@ def _causes(r: HotResult, level: Level) -> list[str]:
         causes += [c for c in _kind_causes(r.cls.secondary_kind, level) if c not in causes]
     first, _ = device_causes(r.cls.kind, r.dev, r.imp)
     causes = [*first, *(c for c in causes if c not in first)]
-    if kv_blocks_admission(r):
+    if kv_blocks_admission(r) and r.cls.kind != "capability":
         causes.insert(0, "kv_exhaustion")
-    elif r.imp.kv_exhausted:
+    elif r.imp.kv_exhausted:  # (a slower unit's queue fills its KV: its slowness comes first)
         causes.append("kv_exhaustion")
     return causes
 
