@@ -119,6 +119,15 @@ SIMULATED_DIALECTS: tuple[str, ...] = (
 SIMULATED_DEVICE_EXPORTERS: tuple[str, ...] = ("dcgm", "npu-exporter")
 
 
+class MetricType(StrEnum):
+    """A Prometheus metric family's type (the exposition's ``# TYPE``): how a role's series
+    are read (sources/dialects.py) and written (sim/writers/metric_specs.py)."""
+
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    HISTOGRAM = "histogram"
+
+
 class Generation(StrEnum):
     """msServiceProfiler CSV header generations."""
 

@@ -13,13 +13,14 @@ import math
 from dataclasses import dataclass
 
 from skewscope.analysis.matrix import safe_ratio
+from skewscope.catalogue import Kind
 from skewscope.config import Thresholds
 
 
 @dataclass(frozen=True)
 class Classification:
-    kind: str | None  # "count" | "weight" | "capability" | "unknown" | None (unexplained)
-    secondary_kind: str | None  # the other of count/weight when the skew is mixed
+    kind: Kind | None  # COUNT, WEIGHT, CAPABILITY or UNKNOWN; None: unexplained
+    secondary_kind: Kind | None  # the other of count/weight when the skew is mixed
     weight_side: str | None  # "input" | "output" for weight skew
     count_ratio: float
     weight_ratio: float
@@ -123,28 +124,29 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
     busy = overloaded(hot, ref, th)
     cap_ratio, basis = _capability(hot, ref, equal_load and not busy, th)
 
-    kind: str | None = None
-    secondary: str | None = None
+    kind: Kind | None = None
+    secondary: Kind | None = None
     count_flag = _finite(count_ratio) >= th.count_ratio
     weight_flag = heavier >= th.weight_ratio
     side = "input" if _finite(input_ratio) >= _finite(output_ratio) else "output"
     if count_flag and weight_flag and math.isfinite(count_share):
         # mixed: name the larger part, keep the other when it explains a real share too
-        kind = "count" if count_share >= weight_share else "weight"
+        kind = Kind.COUNT if count_share >= weight_share else Kind.WEIGHT
         minor = min(count_share, weight_share)
-        secondary = ("weight" if kind == "count" else "count") if minor >= th.mixed_share else None
+        other = Kind.WEIGHT if kind == Kind.COUNT else Kind.COUNT
+        secondary = other if minor >= th.mixed_share else None
     elif count_flag and not _finite(weight_share) > th.explain_share:
-        kind = "count"
+        kind = Kind.COUNT
     elif weight_flag and not _finite(count_share) > th.explain_share:
-        kind = "weight"
+        kind = Kind.WEIGHT
     elif _finite(cap_ratio) >= (th.overloaded_capability_ratio if busy and equal_load
                                 else th.capability_ratio):
-        kind = "capability"
+        kind = Kind.CAPABILITY
     elif _finite(count_ratio) >= th.count_ratio:
-        kind = "count"
+        kind = Kind.COUNT
     elif math.isnan(count_ratio):
-        kind = "unknown"  # hot, but the source has no per-unit request counts to tell why
-    uses_weight = "weight" in (kind, secondary)
+        kind = Kind.UNKNOWN  # hot, but the source has no per-unit request counts to tell why
+    uses_weight = Kind.WEIGHT in (kind, secondary)
     return Classification(
         kind=kind,
         secondary_kind=secondary,

@@ -189,7 +189,7 @@ def _typical_ratios(grid: Array, groups: tuple[str, ...], floor: float) -> list[
     return out
 
 
-def _verdict(b: Figures, a: Figures, th: Thresholds) -> str:
+def _verdict(b: Figures, a: Figures, th: Thresholds) -> CompareVerdict:
     if math.isfinite(a.worst_ratio) and a.worst_ratio < th.hot_ratio:
         return CompareVerdict.CONVERGED
     lb, la = _log(b.worst_ratio), _log(a.worst_ratio)
@@ -208,7 +208,9 @@ def _log(r: float) -> float:
     return math.log(r) if r > 0 and math.isfinite(r) else math.inf
 
 
-def _overall(signals: list[SignalComparison], after: Mapping[str, Any], th: Thresholds) -> str:
+def _overall(
+    signals: list[SignalComparison], after: Mapping[str, Any], th: Thresholds
+) -> CompareVerdict:
     verdicts = {s.verdict for s in signals}
     if not signals:
         return CompareVerdict.UNCHANGED

@@ -17,6 +17,7 @@ from skewscope.analysis.gateway import join_gateway, missing_gateway_note
 from skewscope.analysis.judge import QUEUE_ONLY_NOTE, diagnose_frame
 from skewscope.analysis.matrix import SignalMatrix, build_matrix, sub_matrix
 from skewscope.analysis.stall import find_stalls
+from skewscope.catalogue import Verdict
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence, Level, UnitFrame
@@ -53,19 +54,19 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     if evidence.dp is None:
         return top
     multi = _multi_rank(evidence.dp)
-    if top.verdict == "balanced":
+    if top.verdict == Verdict.BALANCED:
         inside = diagnose_frame(
             evidence.dp,
             th,
             extra_notes=(*notes, Note(NoteCode.DP_WITHIN_INSTANCES)),
             unplaced=_unplaced(evidence),
         )
-        if inside.verdict == "imbalanced":
+        if inside.verdict == Verdict.IMBALANCED:
             patterns = fleet_dp_patterns(inside.findings, inside.units, len(multi), th,
                                          _multi_by_pool(evidence.dp, multi))
             return replace(inside, findings=(*patterns, *inside.findings))
         return top
-    if top.verdict != "imbalanced":
+    if top.verdict != Verdict.IMBALANCED:
         return top
     # Every multi-rank instance is drilled into, not only the hot ones: a DP skew inside a
     # normal instance, or the same rank hot everywhere, is invisible at instance level.
@@ -88,14 +89,14 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     skip = _nothing_inside(whole, evidence.dp, th) - set(top.hot_units)
     parts = _by_instance(evidence.dp, [i for i in multi if i not in skip])
     drills = [(i, drill(i, i in top.hot_units)) for i in parts]
-    drills = [(i, d if i in top.hot_units or d.verdict != "imbalanced" else drill(i, True))
+    drills = [(i, d if i in top.hot_units or d.verdict != Verdict.IMBALANCED else drill(i, True))
               for i, d in drills]
     pooled, pool_notes = _pool_quiet_drills(drills, parts, whole, columns, unplaced, th)
     if pooled is not None:
         small = {u.instance for u in pooled.units}
         drills = [(i, d) for i, d in drills if i not in small]
-    kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == "imbalanced")
-    if pooled is not None and (pooled.verdict == "imbalanced"
+    kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == Verdict.IMBALANCED)
+    if pooled is not None and (pooled.verdict == Verdict.IMBALANCED
                                or {u.instance for u in pooled.units} & set(top.hot_units)):
         kept = (*kept, pooled)
     judged = [d for _, d in drills] + ([pooled] if pooled is not None else [])
@@ -145,7 +146,7 @@ def _pool_quiet_drills(
 
 def _not_judged(report: Report) -> NoteCode | None:
     """Why a drill's skew was not judged (its gate's note code), None when it was."""
-    if report.verdict != "insufficient_data" or not report.notes:
+    if report.verdict != Verdict.INSUFFICIENT_DATA or not report.notes:
         return None
     return NoteCode(report.notes[0].code)
 

@@ -26,7 +26,7 @@ from skewscope.analysis.summary import (
     reference_summary,
     unit_summary,
 )
-from skewscope.catalogue import METRIC_BY_KEY, Kind
+from skewscope.catalogue import METRIC_BY_KEY, Kind, Severity
 from skewscope.config import ROOT_CAUSES, Thresholds
 from skewscope.frame import Level, UnitFrame
 from skewscope.report.facts import (
@@ -116,10 +116,10 @@ def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
         ref = reference_summary([unit_summary(m, k, every) for k in peers])
         out.append(
             Finding(
-                kind="stalled",
+                kind=Kind.STALLED,
                 units=(s.unit,),
                 reference_units=tuple(m.units[k] for k in peers),
-                severity="high",
+                severity=Severity.HIGH,
                 facts=StallFacts(s.unit, s.in_flight, s.progress, s.progress_signal,
                                  s.stalled_share,
                                  int(np.isfinite(m.get("running")[:, s.index]).sum()),
@@ -171,12 +171,12 @@ def kv_blocks_admission(r: HotResult) -> bool:
     return r.imp.kv_exhausted and bool(r.imp.queue_growing or admission & set(r.kv.keys))
 
 
-def _kind_causes(kind: str | None, level: Level) -> list[str]:
-    if kind == "count":
+def _kind_causes(kind: Kind | None, level: Level) -> list[str]:
+    if kind == Kind.COUNT:
         causes = ["dp_dispatch"] if level == Level.DP else ["routing_weights", "sticky_sessions"]
-    elif kind == "weight":
+    elif kind == Kind.WEIGHT:
         causes = ["long_requests"]
-    elif kind == "capability":
+    elif kind == Kind.CAPABILITY:
         causes = ["capability_mismatch"]
     elif level == Level.DP:
         causes = ["dp_dispatch", "long_requests", "capability_mismatch"]
@@ -185,15 +185,15 @@ def _kind_causes(kind: str | None, level: Level) -> list[str]:
     return causes
 
 
-def _severity(r: HotResult, th: Thresholds) -> str:
+def _severity(r: HotResult, th: Thresholds) -> Severity:
     """High when tails double, KV runs out, or the peers got nothing at all (every request of
     the group lands here and the rest of its capacity is wasted)."""
     tail = [r.imp.ratios.get(k, math.nan) for k in TAIL_METRICS]
     if r.imp.kv_exhausted or any(math.isfinite(t) and t >= th.severe_tail_ratio for t in tail):
-        return "high"
+        return Severity.HIGH
     if r.cls.count_ratio == math.inf:
-        return "high"
-    return "medium" if r.imp.hurting else "low"
+        return Severity.HIGH
+    return Severity.MEDIUM if r.imp.hurting else Severity.LOW
 
 
 def hot_finding(r: HotResult, level: Level, th: Thresholds) -> Finding:
@@ -225,7 +225,7 @@ def hot_finding(r: HotResult, level: Level, th: Thresholds) -> Finding:
         "kv_shortage": list(r.kv.keys),
     }
     return Finding(
-        kind=str(r.cls.kind),
+        kind=r.cls.kind or Kind.UNKNOWN,  # a hot result always has one (judge._hot_result)
         weight_side=r.cls.weight_side,
         units=(r.heat.unit,),
         reference_units=r.ref_units,
@@ -263,7 +263,7 @@ def hot_facts(r: HotResult, th: Thresholds) -> HotFacts:
     decomposed = math.isfinite(c.count_share) and c.kind in (Kind.COUNT, Kind.WEIGHT)
     return HotFacts(
         unit=r.heat.unit,
-        kind=str(c.kind),
+        kind=c.kind or Kind.UNKNOWN,
         secondary_kind=c.secondary_kind,
         weight_side=c.weight_side,
         hot_share=r.heat.hot_share,
@@ -299,10 +299,10 @@ def kv_finding(r: HotResult) -> Finding:
     cause = ROOT_CAUSES["kv_shortage"]
     severe = {"preemptions", "waiting_grows_running_flat"} & set(r.kv.keys)
     return Finding(
-        kind=str(Kind.KV_SHORTAGE),
+        kind=Kind.KV_SHORTAGE,
         units=(r.heat.unit,),
         reference_units=r.ref_units,
-        severity="high" if severe or r.imp.kv_exhausted else "medium",
+        severity=Severity.HIGH if severe or r.imp.kv_exhausted else Severity.MEDIUM,
         facts=KvShortageFacts(
             unit=r.heat.unit,
             symptoms=r.kv.keys,
@@ -345,10 +345,10 @@ def starved_finding(
     key = "health_check" if level == Level.INSTANCE else "dp_dispatch"
     cause = ROOT_CAUSES[key]
     return Finding(
-        kind="count",
+        kind=Kind.COUNT,
         units=units,
         reference_units=tuple(m.units[k] for k in ref_cols),
-        severity="high",
+        severity=Severity.HIGH,
         facts=StarvedFacts(tuple(shares.items())),
         evidence={"starved_share": shares},
         actions=cause.actions,
@@ -363,10 +363,10 @@ def stale_load_finding(m: SignalMatrix, s: StaleLoad) -> Finding:
     cause = ROOT_CAUSES["stale_load"]
     units = tuple(m.units[j] for j in s.units)
     return Finding(
-        kind=str(Kind.STALE_LOAD),
+        kind=Kind.STALE_LOAD,
         units=units,
         reference_units=(),
-        severity="medium",
+        severity=Severity.MEDIUM,
         facts=StaleLoadFacts(
             group=s.group, signal=s.signal, swing_share=s.swing_share,
             judged_windows=int(s.judged.sum()), anticorrelation=s.anticorrelation,
@@ -391,10 +391,10 @@ def lost_finding(m: SignalMatrix, lost: LostUnit) -> Finding:
     peers = tuple(u for k, u in enumerate(m.units)
                   if k != lost.index and m.groups[k] == m.groups[lost.index])
     return Finding(
-        kind=str(Kind.LOST),
+        kind=Kind.LOST,
         units=(lost.unit,),
         reference_units=peers,
-        severity="high",
+        severity=Severity.HIGH,
         facts=LostFacts(lost.unit, lost.lost_at_s, lost.hot_windows, lost.absent_windows),
         evidence={"lost_at_s": lost.lost_at_s, "hot_windows_before": lost.hot_windows,
                   "absent_windows": lost.absent_windows},

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from skewscope.catalogue import Kind, Severity
 from skewscope.config import ROOT_CAUSES, Thresholds
 from skewscope.report.facts import FleetPatternFacts
 from skewscope.report.model import Finding, RootCauseRef, UnitReport
 
-SEVERITY_ORDER = ("low", "medium", "high")
+SEVERITY_ORDER = (Severity.LOW, Severity.MEDIUM, Severity.HIGH)
 
 
 def fleet_dp_patterns(
@@ -40,7 +41,7 @@ def fleet_dp_patterns(
     where = {u.unit: (u.instance, u.dp_rank) for u in unit_reports if u.dp_rank is not None}
     by_rank: dict[int, list[tuple[str, str, Finding]]] = defaultdict(list)
     for f in findings:
-        if f.kind == "stalled" or f.evidence.get("starved_share") is not None:
+        if f.kind == Kind.STALLED or f.evidence.get("starved_share") is not None:
             continue  # hung engines and starved ranks are local matters
         for unit in f.units:
             if unit in where:

@@ -28,7 +28,7 @@ from skewscope.analysis.gateway_series import (
     share_series,
     stale_load,
 )
-from skewscope.catalogue import POLICY_CLASS, POLLED_LOAD_CLASSES, Level, PolicyClass
+from skewscope.catalogue import POLICY_CLASS, POLLED_LOAD_CLASSES, Kind, Level, PolicyClass
 from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
 from skewscope.frame import GatewayEvidence, GatewayUnit, split_rank
 from skewscope.report.facts import Note, NoteCode
@@ -46,7 +46,7 @@ NO_GATEWAY_NOTE = Note(NoteCode.NO_GATEWAY)
 def missing_gateway_note(report: Report) -> Report:
     """Without gateway evidence the report says which evidence would settle a count finding."""
     if report.level != Level.INSTANCE or not any(
-        f.kind in ("count", "weight", "unknown") for f in report.findings
+        f.kind in (Kind.COUNT, Kind.WEIGHT, Kind.UNKNOWN) for f in report.findings
     ):
         return report
     return replace(report, notes=(*report.notes, NO_GATEWAY_NOTE))
@@ -164,11 +164,11 @@ def _rank(f: Finding, facts: GatewayFacts, gw: GatewayEvidence, th: Thresholds) 
     by_unit = {u.unit: u for u in facts.units if u.unit is not None}
     if "starved_share" not in f.evidence and any(math.isnan(u.requests) for u in facts.units):
         return f  # a worker list without request counts cannot weigh routing shares
-    if f.kind in ("count", "unknown") and f.units and f.units[0] in by_unit and not (
+    if f.kind in (Kind.COUNT, Kind.UNKNOWN) and f.units and f.units[0] in by_unit and not (
         f.evidence.get("starved_share")
     ):
         return _count(f, by_unit[f.units[0]], facts, gw, th)
-    if f.kind == "weight" and f.units and f.units[0] in by_unit:
+    if f.kind == Kind.WEIGHT and f.units and f.units[0] in by_unit:
         return _weight(f, by_unit[f.units[0]], facts, gw, th)
     if "starved_share" in f.evidence:
         return _starved(f, by_unit, facts, th)

@@ -49,7 +49,7 @@ from skewscope.analysis.summary import (
     with_measured_weight,
 )
 from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
-from skewscope.catalogue import KV_SERIES, SERIES_BY_KEY
+from skewscope.catalogue import KV_SERIES, SERIES_BY_KEY, Kind, Role, Verdict
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.frame import Level, UnitFrame
 from skewscope.report.facts import Note, NoteCode
@@ -100,7 +100,7 @@ def diagnose_frame(
     if reason is not None:
         if stalls:
             return _stalled_only(m, base, notes, reason, stalls)
-        units = tuple(_unit_report(m, j, None, "normal", np.ones(len(m.windows), bool))
+        units = tuple(_unit_report(m, j, None, Role.NORMAL, np.ones(len(m.windows), bool))
                       for j in range(len(m.units)))
         return _insufficient(base, notes, reason, units)
 
@@ -114,7 +114,7 @@ def diagnose_frame(
             "min_requests_per_window": th.min_requests_per_window})
         if stalls:
             return _stalled_only(m, base, notes, reason, stalls)
-        units = tuple(_unit_report(m, h.index, h, "normal", h.active) for h in heats)
+        units = tuple(_unit_report(m, h.index, h, Role.NORMAL, h.active) for h in heats)
         return _insufficient(base, notes, reason, units)
     fed = without_starved(m, heats, th)
     if fed:
@@ -192,7 +192,7 @@ def diagnose_frame(
     hot_instances = {m.groups[j] for j in hot_idx}
     notes = (*notes, *(price_note(p) for p in prices if p.instance in hot_instances))
     return Report(
-        verdict="imbalanced" if findings else "balanced",
+        verdict=Verdict.IMBALANCED if findings else Verdict.BALANCED,
         skew_price=prices,
         hot_units=hot_units,
         starved_units=tuple(m.units[j] for j in starved_idx),
@@ -217,12 +217,12 @@ def _rotating_calm(heats: list[UnitHeat], stale: list[StaleLoad]) -> list[UnitHe
                     persistent_cold=False) if h.index in rotating else h for h in heats]
 
 
-def _role(h: UnitHeat, hot_units: tuple[str, ...], stalled: set[int], starved: list[int]) -> str:
+def _role(h: UnitHeat, hot_units: tuple[str, ...], stalled: set[int], starved: list[int]) -> Role:
     if h.index in stalled:
-        return "stalled"
+        return Role.STALLED
     if h.unit in hot_units:
-        return "hot"
-    return "starved" if h.index in starved else "normal"
+        return Role.HOT
+    return Role.STARVED if h.index in starved else Role.NORMAL
 
 
 def _stalled_only(
@@ -236,11 +236,11 @@ def _stalled_only(
     stalled = {s.index for s in stalls}
     every = np.ones(len(m.windows), dtype=bool)
     units = tuple(
-        _unit_report(m, j, None, "stalled" if j in stalled else "normal", every)
+        _unit_report(m, j, None, Role.STALLED if j in stalled else Role.NORMAL, every)
         for j in range(len(m.units))
     )
     return Report(
-        verdict="imbalanced",
+        verdict=Verdict.IMBALANCED,
         hot_units=tuple(s.unit for s in stalls),
         starved_units=(),
         units=units,
@@ -280,7 +280,7 @@ def _insufficient(
     units: tuple[UnitReport, ...] = (),
 ) -> Report:
     return Report(
-        verdict="insufficient_data",
+        verdict=Verdict.INSUFFICIENT_DATA,
         hot_units=(),
         starved_units=(),
         units=units,
@@ -355,7 +355,7 @@ def _judge_hot(
     cls = classify(hot, ref, th)
     unexplained = cls.kind is None
     p_value = math.nan
-    if "weight" in (cls.kind, cls.secondary_kind):
+    if Kind.WEIGHT in (cls.kind, cls.secondary_kind):
         signal = "prompt_tokens" if cls.weight_side == "input" else "generation_tokens"
         p_value = weight_p_value(m, j, ref_cols, mask, signal, th)
         if p_value >= th.weight_p_value:
@@ -377,7 +377,7 @@ def _judge_hot(
         # with none queued is not balanced (issue 21, vllm#36748). Pressure alone stays a note.
         if not (kv.found or cls.capability_not_judged):
             return None
-        cls = replace(cls, kind="unknown")
+        cls = replace(cls, kind=Kind.UNKNOWN)
     return HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
                       sat, lower, linked, m.window_s, p_value, hot_bounds, ref_bounds,
                       device_state(hot, ref, th, (
@@ -389,10 +389,10 @@ def _judge_hot(
 def _without_weight(cls: Classification, th: Thresholds) -> Classification:
     """Heavier requests consistent with chance: keep the count part (named as secondary, or
     more requests on their own past ``count_ratio``), else no kind (noted)."""
-    more = cls.secondary_kind == "count" or cls.count_ratio >= th.count_ratio  # NaN: False
-    if cls.kind == "weight" and more:
-        return replace(cls, kind="count", secondary_kind=None, weight_side=None)
-    if cls.kind == "weight":
+    more = cls.secondary_kind == Kind.COUNT or cls.count_ratio >= th.count_ratio  # NaN: False
+    if cls.kind == Kind.WEIGHT and more:
+        return replace(cls, kind=Kind.COUNT, secondary_kind=None, weight_side=None)
+    if cls.kind == Kind.WEIGHT:
         return replace(cls, kind=None, secondary_kind=None, weight_side=None)
     return replace(cls, secondary_kind=None, weight_side=None)
 
@@ -408,7 +408,7 @@ def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Threshold
 
 
 def _unit_report(
-    m: SignalMatrix, j: int, heat: UnitHeat | None, role: str, mask: Flags
+    m: SignalMatrix, j: int, heat: UnitHeat | None, role: Role, mask: Flags
 ) -> UnitReport:
     return UnitReport(
         unit=m.units[j],
@@ -426,7 +426,7 @@ def _unit_report(
 
 
 def _unit_identity(
-    m: SignalMatrix, j: int, heat: UnitHeat | None, role: str, mask: Flags
+    m: SignalMatrix, j: int, heat: UnitHeat | None, role: Role, mask: Flags
 ) -> UnitReport:
     """A unit's identity and role only (``detail=False``: a drill that may be dropped)."""
     return UnitReport(unit=m.units[j], instance=m.instances[j], dp_rank=m.dp_ranks[j],

@@ -20,7 +20,7 @@ from skewscope.analysis.findings import side_by_side
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix, nanmean
 from skewscope.analysis.summary import reference_summary, unit_summary
 from skewscope.analysis.timeline import timeline
-from skewscope.catalogue import DECODE, PREFILL, Kind
+from skewscope.catalogue import DECODE, PREFILL, Kind, Severity
 from skewscope.config import ROOT_CAUSES, Thresholds
 from skewscope.report.facts import PdFacts
 from skewscope.report.model import Finding, RootCauseRef
@@ -124,7 +124,7 @@ def _finding(
         kind=Kind.PD_IMBALANCE,
         units=tuple(m.units[int(j)] for j in cols[sat]),
         reference_units=tuple(m.units[int(j)] for j in cols[idl]),
-        severity="high" if rising else "medium",
+        severity=Severity.HIGH if rising else Severity.MEDIUM,
         facts=facts,
         evidence=evidence,
         actions=cause.actions,

@@ -27,6 +27,7 @@ import numpy as np
 from skewscope.analysis.impact import Impact, trend_slope
 from skewscope.analysis.matrix import Flags, SignalMatrix
 from skewscope.analysis.saturation import Saturation
+from skewscope.catalogue import Kind
 from skewscope.config import Thresholds
 from skewscope.report.facts import DeviceFacts
 
@@ -125,7 +126,7 @@ def cost_ratio(
 
 
 def device_causes(
-    kind: str | None, dev: DeviceState, imp: Impact
+    kind: Kind | None, dev: DeviceState, imp: Impact
 ) -> tuple[list[str], DeviceFacts | None]:
     """(root-cause keys to put first, what the device state says) for a hot finding."""
     if not dev.basis:
@@ -133,11 +134,11 @@ def device_causes(
     # Only a device measurement tells device from configuration: a slower unit at equal load
     # always spends more of its time in steps, so its busy share says nothing about why.
     capability = ""  # why a capability skew is slower, when the device evidence says
-    if kind == "capability" and dev.busier and dev.basis == "device_util":
+    if kind == Kind.CAPABILITY and dev.busier and dev.basis == "device_util":
         capability = "busier"
-    elif kind == "capability" and dev.slower_device:
+    elif kind == Kind.CAPABILITY and dev.slower_device:
         capability = "slower_device"
-    elif kind == "capability" and dev.host_bound:
+    elif kind == Kind.CAPABILITY and dev.host_bound:
         capability = "host_bound"
     causes = {"busier": ["device_or_process"], "slower_device": ["device_or_process"],
               "host_bound": ["scheduler_bound"]}.get(capability, [])

@@ -8,11 +8,11 @@ import math
 
 import numpy as np
 
-from skewscope.catalogue import UNIT_COLUMNS
+from skewscope.catalogue import UNIT_COLUMNS, Role
 from skewscope.config import Thresholds
 from skewscope.report.model import FleetSummary, UnitReport
 
-_ROLE_ORDER = {"stalled": 0, "hot": 1, "starved": 2}
+_ROLE_ORDER = {Role.STALLED: 0, Role.HOT: 1, Role.STARVED: 2}
 
 
 def _heat(u: UnitReport) -> float:
@@ -25,7 +25,7 @@ def fleet_summary(units: tuple[UnitReport, ...], th: Thresholds) -> FleetSummary
     if len(units) <= th.table_units_max:
         return None
     order = sorted(units, key=lambda u: (_ROLE_ORDER.get(u.role, 3), -_heat(u), u.unit))
-    roles: dict[str, int] = {}
+    roles: dict[Role, int] = {}
     for u in units:
         roles[u.role] = roles.get(u.role, 0) + 1
     spread: dict[str, tuple[float, float, float, float]] = {}

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skewscope.catalogue import SIMULATED_DEVICE_EXPORTERS, SIMULATED_DIALECTS
+from skewscope.catalogue import SIMULATED_DEVICE_EXPORTERS, SIMULATED_DIALECTS, Generation
 from skewscope.cli import common
 from skewscope.errors import UsageError
 
@@ -34,8 +34,8 @@ def register(sub: Any) -> None:
                         "(history.om + truth.json into --out, docs/simulator.md)")
     s.add_argument("--list", action="store_true", help="list the built-in scenarios")
     s.add_argument("--out", metavar="DIR", help="write msServiceProfiler folders here")
-    s.add_argument("--generation", default="current",
-                   choices=("current", "dec2025", "cann2025", "mindie"),
+    s.add_argument("--generation", default=Generation.CURRENT.value,
+                   choices=tuple(g.value for g in Generation),
                    help="profiler CSV header generation")
     s.add_argument("--openmetrics", metavar="FILE", help="write an OpenMetrics history file")
     s.add_argument("--metrics-interval", default="5s",

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skewscope.catalogue import Level
 from skewscope.errors import InputError
 
-LEVELS = ("instance", "dp")
+LEVELS: tuple[Level, ...] = tuple(Level)
 STARVED_KIND = "starved"
 
 
@@ -51,7 +52,7 @@ class AlertEpisode:
 
     @property
     def unit(self) -> tuple[str, str, str | None]:
-        return (self.level, self.instance, self.dp_rank if self.level == "dp" else None)
+        return (self.level, self.instance, self.dp_rank if self.level == Level.DP else None)
 
     @property
     def duration_s(self) -> float:
@@ -70,7 +71,7 @@ class TruthEpisode:
 
     @property
     def unit(self) -> tuple[str, str, str | None]:
-        return (self.level, self.instance, self.dp_rank if self.level == "dp" else None)
+        return (self.level, self.instance, self.dp_rank if self.level == Level.DP else None)
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def names(a: AlertEpisode, t: TruthEpisode) -> bool:
     (a DP-level episode without a rank, e.g. a stale-load balancer, is any rank of it)."""
     if (a.level, a.instance) != (t.level, t.instance):
         return False
-    return t.level != "dp" or t.dp_rank is None or a.dp_rank == t.dp_rank
+    return t.level != Level.DP or t.dp_rank is None or a.dp_rank == t.dp_rank
 
 
 def score(alerts: list[AlertEpisode], truth: list[TruthEpisode], span_s: float,

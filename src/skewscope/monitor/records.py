@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from skewscope.catalogue import Kind
 from skewscope.frame import Level
 from skewscope.monitor.signals import Scope, unit_expr
 from skewscope.monitor.template import THRESHOLD_TOKENS, param
 
 PREFIX = "skewscope"
-KINDS: tuple[str, ...] = ("count", "weight", "capability", "unknown")
+# The kinds the rules can name (the kind label); the analysis names more (catalogue.Kind).
+KINDS: tuple[Kind, ...] = (Kind.COUNT, Kind.WEIGHT, Kind.CAPABILITY, Kind.UNKNOWN)
 
 # Per-unit base records: record name -> canonical signal (its PromQL from monitor.signals).
 BASE: dict[str, str] = {
@@ -217,7 +219,7 @@ class LevelRules:
                      "e2e_ms:mean"):
             if name in self.have:
                 sus[name] = f"avg_over_time({self.r(name)}[{span}])"
-        branches: list[tuple[str, str]] = []
+        branches: list[tuple[Kind, str]] = []
         if {"requests:rate", "prompt_tokens:rate", "generation_tokens:rate"} <= set(sus):
             n, pi, po = sus["requests:rate"], sus["prompt_tokens:rate"], sus[
                 "generation_tokens:rate"]
@@ -237,21 +239,21 @@ class LevelRules:
             self.record("count:share", f"({c} - 1) / (({c} * on ({u}) {k} - 1) > 0)")
             share, hv = self.r("count:share"), self.r("tokens_per_request:ratio")
             branches += [
-                ("count", f"{c} >= {th.count_ratio} and on ({u}) "
-                          f"({share} >= {th.explain_share} or {c} == +Inf)"),
-                ("weight", f"{hv} >= {th.weight_ratio} unless on ({u}) "
-                           f"({share} > {th.explain_share})"),
+                (Kind.COUNT, f"{c} >= {th.count_ratio} and on ({u}) "
+                             f"({share} >= {th.explain_share} or {c} == +Inf)"),
+                (Kind.WEIGHT, f"{hv} >= {th.weight_ratio} unless on ({u}) "
+                              f"({share} > {th.explain_share})"),
             ]
             if "e2e_ms:mean" in sus:
                 lat = sus["e2e_ms:mean"]
                 self.record("latency:ratio", f"({lat}) / ({self.peer_ref(lat)})")
                 branches.append(
-                    ("capability", f"{self.r('latency:ratio')} >= {th.capability_ratio}"
-                                   f" and on ({u}) {c} < {th.count_ratio}"
-                                   f" and on ({u}) {hv} < {th.weight_ratio}")
+                    (Kind.CAPABILITY, f"{self.r('latency:ratio')} >= {th.capability_ratio}"
+                                      f" and on ({u}) {c} < {th.count_ratio}"
+                                      f" and on ({u}) {hv} < {th.weight_ratio}")
                 )
-            branches.append(("count", f"{c} >= {th.count_ratio}"))
-        branches.append(("unknown", self.r("heat:ratio")))
+            branches.append((Kind.COUNT, f"{c} >= {th.count_ratio}"))
+        branches.append((Kind.UNKNOWN, self.r("heat:ratio")))
         self.record(
             "kind:now",
             f" or on ({u}) ".join(

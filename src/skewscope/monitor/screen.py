@@ -15,6 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from skewscope.catalogue import Kind
 from skewscope.errors import one_line
 from skewscope.monitor.incidents import Incident
 from skewscope.monitor.status import WatchStatus
@@ -152,7 +153,7 @@ def _duration(seconds: float) -> str:
 
 def peak_text(i: Incident) -> str:
     """An incident's peak ratio; a stalled unit has none (it finished nothing to compare)."""
-    if i.kind == "stalled" and not math.isfinite(i.peak_ratio):
+    if i.kind == Kind.STALLED and not math.isfinite(i.peak_ratio):
         return "stalled"
     return fmt.ratio(i.peak_ratio)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skewscope.catalogue import MetricType
 from skewscope.errors import UsageError
 from skewscope.frame import Level
 from skewscope.sources.dialects import (
@@ -25,8 +26,7 @@ from skewscope.sources.dialects import (
     ROLES,
     SIGNAL_SPECS,
     Alias,
-    Dialect,
-    Kind,
+    DialectSpec,
     SignalSpec,
     name_regex,
     required_samples,
@@ -68,7 +68,7 @@ def parse_group_by(text: str) -> tuple[str, ...]:
     return labels
 
 
-def levels(dialect: Dialect) -> tuple[Level, ...]:
+def levels(dialect: DialectSpec) -> tuple[Level, ...]:
     """Instance level always; DP level when the dialect names a rank label."""
     return (Level.INSTANCE, Level.DP) if dialect.rank_label else (Level.INSTANCE,)
 
@@ -78,7 +78,7 @@ class Scope:
     """Where a per-unit expression looks: one dialect, one level, the peer-group labels and
     the user's extra matchers (a PromQL selector or Grafana variable matchers)."""
 
-    dialect: Dialect
+    dialect: DialectSpec
     level: Level
     group_by: tuple[str, ...]
     selector: str = ""
@@ -102,7 +102,7 @@ class Scope:
         return (*self.group_by, *self.unit_labels)
 
 
-def _names(d: Dialect) -> set[str]:
+def _names(d: DialectSpec) -> set[str]:
     return {
         s
         for role, aliases in d.roles.items()
@@ -153,9 +153,9 @@ def _alias_expr(scope: Scope, spec: SignalSpec, alias: Alias, window: str) -> st
     def agg(sample: str, fn: str, how: str = "sum", extra: tuple[str, ...] = ()) -> str:
         return f"{how} by ({', '.join((*scope.by, *extra))}) ({inner(sample, fn)})"
 
-    if role.kind is Kind.COUNTER:
+    if role.kind is MetricType.COUNTER:
         expr = agg(alias.name, "rate")
-    elif role.kind is Kind.GAUGE:
+    elif role.kind is MetricType.GAUGE:
         expr = agg(alias.name, f"{spec.over_time}_over_time", spec.across)
     elif spec.over_time == "quantile":  # ">= 0" drops the NaN of a window without requests
         buckets = agg(alias.name + "_bucket", "rate", extra=("le",))

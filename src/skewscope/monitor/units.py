@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from skewscope.catalogue import LOAD_SIGNALS
+from skewscope.catalogue import LOAD_SIGNALS, Kind
 from skewscope.report import document
 from skewscope.report.model import Finding, Report, UnitReport
 
@@ -18,8 +18,8 @@ from skewscope.report.model import Finding, Report, UnitReport
 @dataclass(frozen=True)
 class HotUnit:
     unit: str
-    level: str
-    kind: str  # the finding's kind: count, weight, capability or unknown
+    level: str  # a catalogue.Level (incidents key on it with levels read back from JSON)
+    kind: Kind  # its finding's kind (unknown: none)
     ratio: float  # its load ratio, see ``load_ratio``
     summary: str  # the finding's one-paragraph summary
     report: UnitReport
@@ -67,7 +67,7 @@ def hot_units(report: Report) -> list[HotUnit]:
                 HotUnit(
                     unit=name,
                     level=r.level,
-                    kind=f.kind if f else "unknown",
+                    kind=f.kind if f else Kind.UNKNOWN,
                     ratio=load_ratio(u),
                     summary=document.summary(f) if f else "",
                     report=u,

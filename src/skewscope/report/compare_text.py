@@ -12,19 +12,19 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from skewscope.catalogue import SERIES_BY_KEY
+from skewscope.catalogue import SERIES_BY_KEY, CompareVerdict
 from skewscope.report import document, fmt
 from skewscope.report.comparison import Comparison, Figures, Side, SignalComparison
 
-VERDICT_STYLE = {"converged": "bold green", "improved": "bold cyan", "unchanged": "yellow",
-                 "worse": "bold red"}
+VERDICT_STYLE = {CompareVerdict.CONVERGED: "bold green", CompareVerdict.IMPROVED: "bold cyan",
+                 CompareVerdict.UNCHANGED: "yellow", CompareVerdict.WORSE: "bold red"}
 DEFAULT_WIDTH = 140
 
 
 def headline(c: Comparison) -> str:
     """One sentence: did the fix converge?"""
     counts = {v: sum(1 for s in c.signals if s.verdict == v)
-              for v in ("converged", "improved", "unchanged", "worse")}
+              for v in CompareVerdict}
     tally = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     return f"{c.verdict.capitalize()}: {tally or 'no signal on both sides'} " \
            f"(after: {c.after.verdict})."

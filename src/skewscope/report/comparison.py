@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from skewscope.catalogue import CompareVerdict
 from skewscope.report.facts import Note
 from skewscope.report.model import _clean, utc
 
@@ -34,7 +35,7 @@ class SignalComparison:
     signal: str  # a catalogue.SERIES key
     before: Figures
     after: Figures
-    verdict: str  # catalogue.CompareVerdict
+    verdict: CompareVerdict
 
     def to_dict(self) -> dict[str, Any]:
         return {"signal": self.signal, "before": self.before.to_dict(),
@@ -46,7 +47,7 @@ class Side:
     """What one side of the comparison was: the report it came from, in brief."""
 
     label: str  # the path or range given on the command line
-    verdict: str
+    verdict: str  # as the report's JSON document says (a saved report is read back too)
     level: str
     source: str
     window_s: float
@@ -87,7 +88,7 @@ class GatewayShare:
 
 @dataclass(frozen=True)
 class Comparison:
-    verdict: str  # catalogue.CompareVerdict
+    verdict: CompareVerdict
     before: Side
     after: Side
     focus_units: tuple[str, ...]  # the units whose hot/peer ratio is followed

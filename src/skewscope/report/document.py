@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from skewscope.catalogue import kind_title
+from skewscope.catalogue import Verdict, kind_title
 from skewscope.report import fmt, gateway_text, phrases
 from skewscope.report.comparison import Comparison
 from skewscope.report.facts import HotFacts, Note, clean, facts_dict
@@ -30,10 +30,10 @@ def summary(f: Finding) -> str:
 
 def headline(report: Report) -> str:
     """One sentence that answers 'is there a hot unit?'."""
-    if report.verdict == "insufficient_data":  # the first note says why
+    if report.verdict == Verdict.INSUFFICIENT_DATA:  # the first note says why
         return "Insufficient data: " + (fmt.clean(phrases.note(report.notes[0])) if report.notes
                                         else "nothing to judge")
-    if report.verdict == "balanced":
+    if report.verdict == Verdict.BALANCED:
         return f"Balanced: no persistent hot {report.level} unit across {len(report.units)} units."
     findings = report.all_findings()
     kinds = sorted({f.kind for f in findings if f.kind != fmt.KV_SHORTAGE})

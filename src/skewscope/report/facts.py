@@ -13,6 +13,7 @@ from typing import Any
 
 # The note type and the JSON cleaning are neutral ground (``skewscope.notes``): what-if speaks
 # in the same notes and may not import the report. Re-exported here for the report's modules.
+from skewscope.catalogue import Kind
 from skewscope.notes import JSON_DECIMALS, Note, NoteCode, WhatifNoteCode, clean, rounded
 
 __all__ = ["JSON_DECIMALS", "Note", "NoteCode", "WhatifNoteCode", "clean", "rounded"]
@@ -61,7 +62,7 @@ class HotFacts:
     """A persistent hot spot: how hot, why (the kind and its ratios), and what it costs."""
 
     unit: str
-    kind: str  # catalogue.Kind
+    kind: Kind
     secondary_kind: str | None
     weight_side: str | None
     hot_share: float

@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from skewscope.catalogue import Kind, Level, Role, Severity, Verdict
 from skewscope.report.facts import FindingFacts, Note, clean
 
 SCHEMA_VERSION = 2  # 2: per-second rates replace the per-window ones
-Verdict = str  # "imbalanced" | "balanced" | "insufficient_data"
 
 _clean = clean  # comparison.py cleans its numbers the same way
 
@@ -29,7 +29,7 @@ class FleetSummary:
     """
 
     units: int
-    roles: dict[str, int]
+    roles: dict[Role, int]
     shown: tuple[str, ...]
     spread: dict[str, tuple[float, float, float, float]]
 
@@ -46,7 +46,7 @@ class UnitReport:
     unit: str
     instance: str
     dp_rank: int | None
-    role: str  # "hot" | "stalled" | "starved" | "normal"
+    role: Role
     hot_share: float  # share of judged windows in which the unit was hot
     longest_hot_run: int  # consecutive hot windows
     metrics: dict[str, float]
@@ -215,10 +215,10 @@ class Series:
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # "count" | "weight" | "capability" | "unknown" | "stalled"
+    kind: Kind
     units: tuple[str, ...]
     reference_units: tuple[str, ...]  # the idle/normal peers they were compared against
-    severity: str  # "high" | "medium" | "low"
+    severity: Severity
     facts: FindingFacts  # what the summary says, as numbers and keys (worded: report/document.py)
     evidence: dict[str, Any]
     actions: tuple[str, ...]
@@ -371,7 +371,7 @@ class SkewPrice:
 @dataclass(frozen=True)
 class Report:
     verdict: Verdict
-    level: str  # "instance" | "dp"
+    level: Level
     source: str
     window_s: float
     windows: int

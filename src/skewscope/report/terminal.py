@@ -18,12 +18,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from skewscope.catalogue import Role, Severity, Verdict
 from skewscope.report import document, fmt
 from skewscope.report.model import Finding, Report, UnitReport
 
-VERDICT_STYLE = {"imbalanced": "bold red", "balanced": "bold green", "insufficient_data": "yellow"}
-SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
-ROLE_STYLE = {"hot": "red", "stalled": "bold red", "starved": "blue"}
+VERDICT_STYLE = {Verdict.IMBALANCED: "bold red", Verdict.BALANCED: "bold green",
+                 Verdict.INSUFFICIENT_DATA: "yellow"}
+SEVERITY_STYLE = {Severity.HIGH: "bold red", Severity.MEDIUM: "yellow", Severity.LOW: "cyan"}
+ROLE_STYLE = {Role.HOT: "red", Role.STALLED: "bold red", Role.STARVED: "blue"}
 
 DEFAULT_WIDTH = 140  # when the output is not a terminal that tells its width
 MIN_WIDTH = 40  # narrower consoles are laid out as if this wide

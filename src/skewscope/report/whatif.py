@@ -12,12 +12,10 @@ from typing import Any
 
 from skewscope.report import fmt, phrases, whatif_phrases
 from skewscope.whatif.model import (
-    BALANCED,
-    LATENCY_ONLY,
     METRIC_KEYS,
     METRIC_LABELS,
-    NO_FIX,
     PolicyResult,
+    RankingVerdict,
     WhatIfReport,
 )
 
@@ -76,18 +74,18 @@ def headline(r: WhatIfReport) -> str:
     g, gain = r.ranking, r.gain
     cur = whatif_phrases.spread(g.current_spread)
     hot = fmt.decimal(g.setting("hot_ratio"), 2)
-    if g.verdict == BALANCED:
+    if g.verdict == RankingVerdict.BALANCED:
         return (f"{untrusted}Nothing to fix: the load is balanced (spread {cur}, under the hot "
                 f"ratio {hot}) and no candidate cuts TTFT P99 by "
                 f"{fmt.pct(g.setting('large_gain'))} or more.")
-    if g.verdict == NO_FIX:
+    if g.verdict == RankingVerdict.NO_FIX:
         return (f"{untrusted}No candidate fixes the skew: none cuts the load spread ({cur}) by "
                 f"{fmt.pct(g.setting('min_spread_gain'))} without raising TTFT P99 by more "
                 f"than {fmt.pct(g.setting('ttft_tolerance'))}; keep the routing and fix the "
                 "cause the diagnosis names.")
     best = "Recommended" if r.trusted else "Best predicted"
     new = whatif_phrases.spread(r.policy(r.recommended).spread.value)
-    if g.verdict == LATENCY_ONLY:
+    if g.verdict == RankingVerdict.LATENCY_ONLY:
         return (f"{untrusted}The load is balanced (spread {cur}, under the hot ratio {hot}): no "
                 f"skew to fix. {best} for tail latency only: {r.recommended} — TTFT P99 "
                 f"{change(gain.get('ttft_p99_ms'))} (at least "

@@ -46,11 +46,11 @@ class GroundTruth:
     """What a correct diagnosis of this run must say (written beside the output as truth.json)."""
 
     scenario: str
-    verdict: str  # "imbalanced" | "balanced" | "insufficient_data"
-    level: str  # "instance" | "dp"
+    verdict: str  # a catalogue.Verdict, as the scenario's TOML spells it
+    level: str  # a catalogue.Level
     hot_units: tuple[str, ...] = ()  # unit ids: "inst-1" or "inst-0/dp2"
     idle_units: tuple[str, ...] = ()  # units that get (almost) no traffic, e.g. failed health check
-    kind: str | None = None  # "count" | "weight" | "capability" | "stale_load"
+    kind: str | None = None  # a catalogue.Kind (scenario.KINDS)
     weight_side: str | None = None  # "input" | "output" for weight skew
     root_cause: str | None = None  # key of ROOT_CAUSES in skewscope.config
     kv_exhausted: bool = False  # the hot unit runs out of KV blocks

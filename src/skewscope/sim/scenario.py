@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from skewscope.catalogue import Kind, Level, Verdict
 from skewscope.config import ROOT_CAUSES
 from skewscope.errors import SimulationError
 from skewscope.frame import dp_unit_id
@@ -36,9 +37,11 @@ from skewscope.sim.workload import (
 )
 from skewscope.smallfile import load_toml
 
-VERDICTS = ("imbalanced", "balanced", "insufficient_data")
-LEVELS = ("instance", "dp")
-KINDS = ("count", "weight", "capability", "stale_load", "pd_imbalance")
+VERDICTS: tuple[Verdict, ...] = tuple(Verdict)
+LEVELS: tuple[Level, ...] = tuple(Level)
+# The kinds a scenario's truth may name: those a simulated cause produces.
+KINDS: tuple[Kind, ...] = (Kind.COUNT, Kind.WEIGHT, Kind.CAPABILITY, Kind.STALE_LOAD,
+                           Kind.PD_IMBALANCE)
 SIDES = ("input", "output")
 ARRIVALS = ("poisson", "onoff", "trace")
 DISTS = ("lognormal", "pareto", "fixed")
@@ -372,7 +375,7 @@ def _read_truth(tbl: _Table, name: str, units: set[str]) -> GroundTruth:
     t = GroundTruth(
         scenario=name,
         verdict=tbl.get("verdict", str),
-        level=tbl.get("level", str, "instance"),
+        level=tbl.get("level", str, Level.INSTANCE),
         hot_units=tbl.get("hot_units", tuple[str, ...], ()),
         idle_units=tbl.get("idle_units", tuple[str, ...], ()),
         kind=tbl.get("kind", str, None),
@@ -387,11 +390,11 @@ def _read_truth(tbl: _Table, name: str, units: set[str]) -> GroundTruth:
     _require(tbl, "level", t.level in LEVELS, f"must be one of {', '.join(LEVELS)}")
     _require(tbl, "kind", t.kind in (None, *KINDS), f"must be one of {', '.join(KINDS)}")
     _require(tbl, "weight_side", t.weight_side in (None, *SIDES), "must be 'input' or 'output'")
-    _require(tbl, "weight_side", (t.weight_side is not None) == (t.kind == "weight"),
+    _require(tbl, "weight_side", (t.weight_side is not None) == (t.kind == Kind.WEIGHT),
              "is required for kind 'weight' and only for it")
     _require(tbl, "root_cause", t.root_cause is None or t.root_cause in ROOT_CAUSES,
              f"must be one of {', '.join(ROOT_CAUSES)}")
-    _require(tbl, "rotating_units", bool(t.rotating_units) == (t.kind == "stale_load"),
+    _require(tbl, "rotating_units", bool(t.rotating_units) == (t.kind == Kind.STALE_LOAD),
              "is required for kind 'stale_load' and only for it")
     for k, us in (("hot_units", t.hot_units), ("idle_units", t.idle_units),
                   ("rotating_units", t.rotating_units)):
@@ -422,8 +425,8 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
         rank = _read_rank(rt, rank)
         rt.done()
     names = [f"inst-{i}" for i in range(n_inst)]
-    probe = Scenario(name, "", GroundTruth(name, "balanced", "instance"), instances=n_inst,
-                     dp_ranks=n_dp)
+    probe = Scenario(name, "", GroundTruth(name, Verdict.BALANCED, Level.INSTANCE),
+                     instances=n_inst, dp_ranks=n_dp)
     units = probe.unit_ids()
     overrides: list[tuple[str, RankSpec]] = []
     for ot in cl.tables("override"):
@@ -478,7 +481,7 @@ def _override_base(unit: str, overrides: list[tuple[str, RankSpec]], rank: RankS
 
 def default_summary(sc: Scenario) -> str:
     t = sc.truth
-    what = t.verdict if t.verdict != "imbalanced" else f"{t.kind or ''} skew".strip()
+    what = t.verdict if t.verdict != Verdict.IMBALANCED else f"{t.kind or ''} skew".strip()
     return (f"{sc.instances}x{sc.dp_ranks} units, {sc.workload.describe()}, "
             f"{sc.duration_s:g} s: {what}")
 

@@ -15,18 +15,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-from skewscope.catalogue import Dialect as CatalogueDialect
+from skewscope.catalogue import Dialect, MetricType
 from skewscope.errors import SourceError
 from skewscope.frame import SIGNAL_COLUMNS, Level
 from skewscope.sources.validate import parse_rank
-
-
-class Kind(StrEnum):
-    COUNTER = "counter"
-    GAUGE = "gauge"
-    HISTOGRAM = "histogram"
 
 
 @dataclass(frozen=True)
@@ -120,31 +113,31 @@ def unit_of(
 
 
 @dataclass(frozen=True)
-class Role:
-    kind: Kind
+class MetricRole:
+    kind: MetricType
     scale: float = 1.0  # multiply values by this (seconds -> ms)
     maybe_percent: bool = False  # values > 1 in a series mean the series is in percent
 
 
 # Roles and their kinds (the unit conversion belongs to the role, not to a dialect).
-ROLES: dict[str, Role] = {
-    "finished_requests": Role(Kind.COUNTER),
-    "prompt_tokens": Role(Kind.COUNTER),
-    "generation_tokens": Role(Kind.COUNTER),
-    "running": Role(Kind.GAUGE),
-    "waiting": Role(Kind.GAUGE),
-    "kv_usage": Role(Kind.GAUGE, maybe_percent=True),
-    "free_blocks": Role(Kind.GAUGE),
-    "ttft": Role(Kind.HISTOGRAM, scale=1000.0),
-    "e2e": Role(Kind.HISTOGRAM, scale=1000.0),
-    "queue_time": Role(Kind.HISTOGRAM, scale=1000.0),
-    "batch": Role(Kind.HISTOGRAM),
-    "steps": Role(Kind.COUNTER),
-    "scheduled_tokens": Role(Kind.COUNTER),
-    "busy": Role(Kind.COUNTER, scale=1000.0),
-    "preemptions": Role(Kind.COUNTER),
+ROLES: dict[str, MetricRole] = {
+    "finished_requests": MetricRole(MetricType.COUNTER),
+    "prompt_tokens": MetricRole(MetricType.COUNTER),
+    "generation_tokens": MetricRole(MetricType.COUNTER),
+    "running": MetricRole(MetricType.GAUGE),
+    "waiting": MetricRole(MetricType.GAUGE),
+    "kv_usage": MetricRole(MetricType.GAUGE, maybe_percent=True),
+    "free_blocks": MetricRole(MetricType.GAUGE),
+    "ttft": MetricRole(MetricType.HISTOGRAM, scale=1000.0),
+    "e2e": MetricRole(MetricType.HISTOGRAM, scale=1000.0),
+    "queue_time": MetricRole(MetricType.HISTOGRAM, scale=1000.0),
+    "batch": MetricRole(MetricType.HISTOGRAM),
+    "steps": MetricRole(MetricType.COUNTER),
+    "scheduled_tokens": MetricRole(MetricType.COUNTER),
+    "busy": MetricRole(MetricType.COUNTER, scale=1000.0),
+    "preemptions": MetricRole(MetricType.COUNTER),
     # read by what-if replays only (sources/online_workload.py names their metrics)
-    "itl": Role(Kind.HISTOGRAM, scale=1000.0),
+    "itl": MetricRole(MetricType.HISTOGRAM, scale=1000.0),
 }
 
 
@@ -199,7 +192,7 @@ assert {s.role for s in SIGNAL_SPECS} <= set(ROLES)
 
 
 @dataclass(frozen=True)
-class Dialect:
+class DialectSpec:
     name: str
     roles: dict[str, tuple[Alias, ...]] = field(
         default_factory=dict
@@ -387,18 +380,18 @@ def _merge(
 
 # Detection order matters only on ties: ms-service-metric is a superset of vLLM, so plain vLLM
 # wins unless profiling names are present.
-DIALECTS: dict[str, Dialect] = {
+DIALECTS: dict[str, DialectSpec] = {
     d.name: d
     for d in (
-        Dialect("vllm", _VLLM_ROLES, "engine"),
-        Dialect("ms-service-metric", _merge(_VLLM_ROLES, _MS_EXTRA), "dp"),
-        Dialect("sglang", _SGLANG_ROLES, "dp_rank"),
-        Dialect("mindie", _MINDIE_ROLES),
-        Dialect("dynamo", _DYNAMO_ROLES),
-        Dialect("llm-d", _LLMD_ROLES),
+        DialectSpec("vllm", _VLLM_ROLES, "engine"),
+        DialectSpec("ms-service-metric", _merge(_VLLM_ROLES, _MS_EXTRA), "dp"),
+        DialectSpec("sglang", _SGLANG_ROLES, "dp_rank"),
+        DialectSpec("mindie", _MINDIE_ROLES),
+        DialectSpec("dynamo", _DYNAMO_ROLES),
+        DialectSpec("llm-d", _LLMD_ROLES),
     )
 }
-assert set(DIALECTS) == {d.value for d in CatalogueDialect}
+assert set(DIALECTS) == {d.value for d in Dialect}
 
 
 def normalise_name(name: str) -> str:
@@ -412,9 +405,11 @@ def name_regex(name: str) -> str:
     return "[:_]".join(re.escape(part) for part in name.split(":"))
 
 
-def required_samples(alias: Alias, kind: Kind, over_time: str | None = None) -> tuple[str, ...]:
+def required_samples(
+    alias: Alias, kind: MetricType, over_time: str | None = None
+) -> tuple[str, ...]:
     """Sample names that must exist for ``alias`` to provide a reducer (any reducer if None)."""
-    if kind is not Kind.HISTOGRAM:
+    if kind is not MetricType.HISTOGRAM:
         return (alias.name,)
     if over_time == "quantile":
         return (alias.name + "_bucket",)
@@ -445,7 +440,7 @@ def detect_dialect(metric_names: Iterable[str]) -> str:
     return best
 
 
-def get_dialect(name: str) -> Dialect:
+def get_dialect(name: str) -> DialectSpec:
     """The dialect called ``name`` (user override), or SourceError listing the known ones."""
     try:
         return DIALECTS[name]
@@ -455,7 +450,7 @@ def get_dialect(name: str) -> Dialect:
 
 
 def resolve(
-    dialect: Dialect, metric_names: Iterable[str], level: Level = Level.INSTANCE
+    dialect: DialectSpec, metric_names: Iterable[str], level: Level = Level.INSTANCE
 ) -> dict[str, Alias]:
     """Signal -> the first alias of its role whose samples are present (absent signals omitted).
 

@@ -13,6 +13,7 @@ import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 
+from skewscope.catalogue import MetricType
 from skewscope.frame import (
     SIGNAL_COLUMNS,
     Evidence,
@@ -22,7 +23,7 @@ from skewscope.frame import (
     dp_unit_id,
     empty_schema,
 )
-from skewscope.sources.dialects import ROLES, SIGNAL_SPECS, Alias, Kind, present_spellings
+from skewscope.sources.dialects import ROLES, SIGNAL_SPECS, Alias, present_spellings
 
 Key = tuple[float, str, int | None]
 Values = dict[str, dict[Key, float]]
@@ -148,7 +149,7 @@ def nonfinite_notes(values: Values, level: Level) -> list[str]:
     """
     only_bad: dict[str, list[str]] = defaultdict(list)
     for spec in SIGNAL_SPECS:
-        if ROLES[spec.role].kind is Kind.HISTOGRAM or spec.signal not in values:
+        if ROLES[spec.role].kind is MetricType.HISTOGRAM or spec.signal not in values:
             continue
         if all(map(math.isfinite, values[spec.signal].values())):
             continue  # the usual case, checked in one C loop

@@ -27,7 +27,7 @@ from skewscope.sources.profiler_prepare import prepare as prepare
 
 # "blob": long text only ever searched (res_list); NA cells become null, other cells are
 # passed through unstripped (stripping would copy every multi-KB cell).
-Kind = Literal["text", "blob", "number", "time"]
+ColumnType = Literal["text", "blob", "number", "time"]  # how a cell is parsed
 
 # Cells that mean "no value" (pandas writes NaN/None as empty; the profiler writes N/A; pandas'
 # nullable integers print <NA>).
@@ -47,7 +47,7 @@ class Col:
 
     canon: str
     aliases: tuple[str, ...]
-    kind: Kind
+    kind: ColumnType
     required: bool = False
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from skewscope.catalogue import MetricType
 from skewscope.errors import SourceError
 from skewscope.frame import Level, bound_column
 from skewscope.sources.auth import quoted
@@ -40,7 +41,6 @@ from skewscope.sources.dialects import (
     ROLES,
     SIGNAL_SPECS,
     Alias,
-    Kind,
     SignalSpec,
     combine,
     unit_of,
@@ -72,10 +72,10 @@ def _derivable(spec: SignalSpec, alias: Alias) -> bool:
     """Whether the instance level of ``spec`` follows exactly from its rank-level answer."""
     kind = ROLES[spec.role].kind
     if alias.rank_in_unit:  # the same query at both levels: read its answer twice
-        return kind is not Kind.HISTOGRAM
-    if kind is Kind.COUNTER:
+        return kind is not MetricType.HISTOGRAM
+    if kind is MetricType.COUNTER:
         return True
-    if kind is Kind.GAUGE:
+    if kind is MetricType.GAUGE:
         return spec.across in ("sum", "max", "min")
     return True  # histogram: buckets, or sum and count
 
@@ -114,7 +114,7 @@ def plan_jobs(
 def _shared_jobs(spec: SignalSpec, alias: Alias, selector: str, window_s: float) -> list[Job]:
     """A derived signal's rank-level queries: its value, its buckets, or its sum and count."""
     parts = [VALUE]
-    if ROLES[spec.role].kind is Kind.HISTOGRAM:
+    if ROLES[spec.role].kind is MetricType.HISTOGRAM:
         parts = [BUCKETS] if spec.over_time == "quantile" else [SUM, COUNT]
     jobs = []
     for part in parts:

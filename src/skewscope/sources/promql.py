@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 
+from skewscope.catalogue import MetricType
 from skewscope.errors import UsageError
 from skewscope.frame import BOUND_LOWER, BOUND_UPPER, Level
-from skewscope.sources.dialects import ROLES, Alias, Kind, Matcher, SignalSpec, name_regex
+from skewscope.sources.dialects import ROLES, Alias, Matcher, SignalSpec, name_regex
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -183,9 +184,9 @@ def build_query(
         return None
     role = ROLES[spec.role]
     w = duration(window_s)
-    if role.kind is Kind.COUNTER:
+    if role.kind is MetricType.COUNTER:
         expr = _increase(alias.name, alias, by, w, selector)
-    elif role.kind is Kind.GAUGE:
+    elif role.kind is MetricType.GAUGE:
         sel = series_selector(alias.name, alias, selector)
         inner = read_once(f"{spec.over_time}_over_time({sel}[{w}])", alias)
         expr = f"{spec.across} by ({by}) ({inner})"

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 
+from skewscope.catalogue import MetricType
 from skewscope.clock import SYSTEM_CLOCK, Clock
 from skewscope.errors import UsageError
 from skewscope.frame import Evidence
@@ -31,7 +32,7 @@ from skewscope.sources.auth import HttpAuth
 from skewscope.sources.collect import RoundScraper, Snapshot
 from skewscope.sources.device_exporters import DEVICE_EXPORTERS
 from skewscope.sources.devices import DeviceMap
-from skewscope.sources.dialects import DIALECTS, ROLES, Kind, normalise_name
+from skewscope.sources.dialects import DIALECTS, ROLES, normalise_name
 from skewscope.sources.scrape_evidence import evidence_from_targets, instance_of
 from skewscope.sources.ticker import Ticker
 
@@ -51,7 +52,7 @@ def read_names() -> frozenset[str]:
     for dialect in DIALECTS.values():
         for role, aliases in dialect.roles.items():
             for alias in aliases:
-                hist = ROLES[role].kind is Kind.HISTOGRAM
+                hist = ROLES[role].kind is MetricType.HISTOGRAM
                 suffixes = ("_bucket", "_sum", "_count") if hist else ("",)
                 out.update(normalise_name(alias.name + sfx) for sfx in suffixes)
     return frozenset(out)

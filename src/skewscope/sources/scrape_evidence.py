@@ -17,7 +17,13 @@ from skewscope.frame import Evidence, Level, bound_column
 from skewscope.sources.auth import quoted
 from skewscope.sources.collect import Snapshot
 from skewscope.sources.devices import DeviceMap, device_values, engines_from_keys, merge_values
-from skewscope.sources.dialects import SIGNAL_SPECS, Dialect, detect_dialect, get_dialect, resolve
+from skewscope.sources.dialects import (
+    SIGNAL_SPECS,
+    DialectSpec,
+    detect_dialect,
+    get_dialect,
+    resolve,
+)
 from skewscope.sources.evidence import Key, Values, build_evidence
 from skewscope.sources.pools import resolve_pools
 from skewscope.sources.scrape_series import device_series, quantile_bounds, signal_values
@@ -84,7 +90,7 @@ def evidence_from_snapshots(
     other windows; its units are missing (null, not 0) in those windows, with a note.
     """
     names = {s[0] for snaps in snapshots.values() for snap in snaps for s in snap.samples or ()}
-    chosen: Dialect = get_dialect(dialect or detect_dialect(names))
+    chosen: DialectSpec = get_dialect(dialect or detect_dialect(names))
     resolved = {lvl: resolve(chosen, names, lvl) for lvl in (Level.INSTANCE, Level.DP)}
     all_notes = [f"dialect: {chosen.name} ({'given' if dialect else 'detected'})", *notes]
     dp_wanted = bool(resolved[Level.DP])

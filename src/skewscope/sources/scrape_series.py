@@ -12,12 +12,13 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
+from skewscope.catalogue import MetricType
 from skewscope.frame import Level
 from skewscope.sources.auth import quoted
 from skewscope.sources.collect import Snapshot
 from skewscope.sources.device_exporters import resolve_devices
 from skewscope.sources.devices import SIGNAL_OF_ROLE, DeviceSeries
-from skewscope.sources.dialects import ROLES, Alias, Kind, SignalSpec, normalise_name, unit_of
+from skewscope.sources.dialects import ROLES, Alias, SignalSpec, normalise_name, unit_of
 from skewscope.sources.exposition import Labels
 from skewscope.sources.scrape_windows import (
     ACROSS,
@@ -108,9 +109,9 @@ def signal_values(
     role = ROLES[spec.role]
     lost = [s.t for s in snaps if s.samples is None]
     inc = lambda pts: counter_increases(pts, 0.0, w, lost)  # noqa: E731
-    if role.kind is Kind.COUNTER:
+    if role.kind is MetricType.COUNTER:
         vals = _combine(_grouped(snaps, alias.name, alias, level, inc, bad), "sum")
-    elif role.kind is Kind.GAUGE:
+    elif role.kind is MetricType.GAUGE:
         red = lambda pts: gauge_reduce(pts, 0.0, w, spec.over_time)  # noqa: E731
         vals = _combine(_grouped(snaps, alias.name, alias, level, red, bad), spec.across)
     elif spec.over_time == "quantile":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from enum import StrEnum
 from typing import Any
 
 from skewscope.notes import Note
@@ -98,11 +99,13 @@ class PolicyResult:
                 "unit_load": {u: round(v, 4) for u, v in self.unit_load}}
 
 
-# Ranking.verdict: why the recommendation is what it is (worded by report/whatif_phrases).
-FIXES_SKEW = "fixes_skew"  # skewed, and the pick cuts the spread without costing tail latency
-NO_FIX = "no_fix"  # skewed, and no candidate cuts it within the latency tolerance
-BALANCED = "balanced"  # not skewed, and no candidate's latency gain is large: nothing to fix
-LATENCY_ONLY = "latency_only"  # not skewed, but the pick's tail-latency gain is large
+class RankingVerdict(StrEnum):
+    """Ranking.verdict: why the recommendation is what it is (worded by report/whatif_phrases)."""
+
+    FIXES_SKEW = "fixes_skew"  # skewed, and the pick cuts the spread without costing tail latency
+    NO_FIX = "no_fix"  # skewed, and no candidate cuts it within the latency tolerance
+    BALANCED = "balanced"  # not skewed, and no candidate's latency gain is large: nothing to fix
+    LATENCY_ONLY = "latency_only"  # not skewed, but the pick's tail-latency gain is large
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ class Ranking:
     skew first — the current replay's persistent spread against the hot ratio — then TTFT P99,
     with the thresholds used."""
 
-    verdict: str  # FIXES_SKEW, NO_FIX, BALANCED, LATENCY_ONLY
+    verdict: RankingVerdict
     current_spread: float | None  # Spread.value of the current replay (None: not measurable)
     skewed: bool
     settings: tuple[tuple[str, float], ...]  # hot_ratio, persist_share, window_s, tolerances

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds, WhatIfSettings
 from skewscope.whatif.model import (
-    BALANCED,
-    FIXES_SKEW,
-    LATENCY_ONLY,
     METRIC_KEYS,
-    NO_FIX,
     Metrics,
     PolicyResult,
     Ranking,
+    RankingVerdict,
 )
 
 
@@ -59,13 +56,13 @@ def recommend(results: list[PolicyResult], s: WhatIfSettings,
                 if r.spread.value is not None and r.spread.value < spread
                 and r.spread.value <= spread * (1 - s.min_spread_gain)  # (inf: idle unit kept)
                 and _keeps(r.predicted, cur, s, s.ttft_tolerance)]
-        verdict = FIXES_SKEW if fits else NO_FIX
+        verdict = RankingVerdict.FIXES_SKEW if fits else RankingVerdict.NO_FIX
     else:
         fits = [r for r in offered
                 if cur.ttft_p99_ms is not None and r.spread.value is not None
                 and r.spread.value < th.hot_ratio
                 and _keeps(r.predicted, cur, s, -s.large_gain)]
-        verdict = LATENCY_ONLY if fits else BALANCED
+        verdict = RankingVerdict.LATENCY_ONLY if fits else RankingVerdict.BALANCED
     chosen = min(fits, key=_ttft) if fits else current
     gain: dict[str, float | None] = {}
     for key in METRIC_KEYS:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from skewscope.catalogue import Level, Verdict
 from skewscope.config import DEFAULT_THRESHOLDS, WHATIF
 from skewscope.frame import WINDOWS, dp_unit_id
 from skewscope.notes import Note
@@ -52,7 +53,7 @@ def scenario_for(plan: Plan, obs: Observed, model: ServiceModel) -> Scenario:
         for i, (lo, hi) in enumerate(plan.availability)
         if (lo > 0 or math.isfinite(hi)) and lo < hi
     )
-    truth = GroundTruth("whatif", "balanced", "instance")
+    truth = GroundTruth("whatif", Verdict.BALANCED, Level.INSTANCE)
     return Scenario(
         name=f"whatif-{plan.name}", summary=f"what-if replay: {plan.name}", truth=truth,
         duration_s=obs.duration_s, seed=WHATIF.seed, instances=len(lay.instances),

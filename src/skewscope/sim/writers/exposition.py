@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from skewscope.catalogue import MetricType
 from skewscope.sim.writers.families import family_values
 from skewscope.sim.writers.metric_specs import (
     DEVICE_AVERAGE_S,
@@ -336,7 +337,8 @@ class RankModel:
         return busy
 
     def value(self, spec: MetricSpec, t: F64) -> F64:
-        if spec.kind == "counter" or (spec.kind == "gauge" and spec.role in self.counters):
+        if spec.kind is MetricType.COUNTER or (
+                spec.kind is MetricType.GAUGE and spec.role in self.counters):
             return self.counters[spec.role].at(t)
         return self.gauge(spec.role, t)
 
@@ -470,12 +472,12 @@ class InstanceModel:
                       ) -> list[list[tuple[str, Labels]]]:
         """The label groups one rank group of ``spec`` exposes (several for split/parts)."""
         labels = self._labels(spec, rank)
-        if spec.kind == "histogram":
+        if spec.kind is MetricType.HISTOGRAM:
             les = [format_value(b) for b in spec.buckets] + ["+Inf"]
             return [[(spec.name + "_bucket", _sorted({**labels, "le": le})) for le in les]
                     + [(spec.name + "_count", _sorted(labels)),
                        (spec.name + "_sum", _sorted(labels))]]
-        sample = spec.name + ("_total" if spec.kind == "counter" else "")
+        sample = spec.name + ("_total" if spec.kind is MetricType.COUNTER else "")
         if spec.parts is not None:
             key, roles = spec.parts
             return [[(sample, _sorted({**labels, key: v}))] for v, _role in roles]
@@ -556,7 +558,7 @@ def format_labels(labels: Iterable[tuple[str, str]]) -> str:
 
 def type_name(spec: MetricSpec, openmetrics: bool) -> str:
     """Family name on ``# TYPE``: text format keeps ``_total`` on counters, OpenMetrics drops it."""
-    return spec.name + ("_total" if spec.kind == "counter" and not openmetrics else "")
+    return spec.name + ("_total" if spec.kind is MetricType.COUNTER and not openmetrics else "")
 
 
 def render_text(families: Iterable[Family], index: int = 0,

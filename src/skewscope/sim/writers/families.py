@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from skewscope.catalogue import MetricType
+
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
@@ -52,7 +54,7 @@ def roles_read(specs: list[MetricSpec]) -> set[str]:
 
 def _family(spec: MetricSpec, src: RankSource, n_dp: int, t: F64) -> F64:
     units = src.n if spec.per_rank else src.n // n_dp  # a row group per rank or per instance
-    if spec.kind == "histogram":
+    if spec.kind is MetricType.HISTOGRAM:
         b, c, s = src.hist(spec.role, spec.buckets, t)
         if not spec.per_rank:
             b, c, s = (_sum_dp(x, n_dp) for x in (b, c, s))
@@ -79,7 +81,8 @@ def _family(spec: MetricSpec, src: RankSource, n_dp: int, t: F64) -> F64:
 
 def _scalar(spec: MetricSpec, src: RankSource, n_dp: int, t: F64) -> F64:
     """[unit, time]: per rank, or summed over each instance's ranks (KV usage pooled)."""
-    if spec.kind == "counter" or (spec.kind == "gauge" and src.is_counter(spec.role)):
+    if spec.kind is MetricType.COUNTER or (
+            spec.kind is MetricType.GAUGE and src.is_counter(spec.role)):
         v = src.counter(spec.role, t)
     elif spec.role == "kv_usage" and not spec.per_rank and n_dp > 1:  # pooled, not averaged
         used = _sum_dp(src.gauge("used_blocks", t), n_dp)

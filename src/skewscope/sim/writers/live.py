@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from skewscope.catalogue import MetricType
 from skewscope.sim.writers.exposition import CONTENT_TYPE, ClusterModel, Family, render_text
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ class Routed:
         """The families with the routed counts added to the first rank's series."""
         for fam in fams:
             role = fam.spec.role
-            if role not in _ROUTED_ROLES or fam.spec.kind == "histogram" or not fam.metrics:
+            hist = fam.spec.kind is MetricType.HISTOGRAM
+            if role not in _ROUTED_ROLES or hist or not fam.metrics:
                 continue
             extra = getattr(self, role)
             carrier = fam.spec.split

@@ -8,11 +8,11 @@ change of a name is one edit. ``exposition`` evaluates the families at simulated
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from skewscope.catalogue import SIMULATED_DEVICE_EXPORTERS, SIMULATED_DIALECTS
+from skewscope.catalogue import SIMULATED_DEVICE_EXPORTERS, SIMULATED_DIALECTS, MetricType
 
-Kind = Literal["counter", "gauge", "histogram"]
+# The table below spells the types short.
+COUNTER, GAUGE, HISTOGRAM = MetricType.COUNTER, MetricType.GAUGE, MetricType.HISTOGRAM
 DIALECTS: tuple[str, ...] = tuple(SIMULATED_DIALECTS)
 DEVICE_EXPORTERS: tuple[str, ...] = SIMULATED_DEVICE_EXPORTERS
 
@@ -80,7 +80,7 @@ class MetricSpec:
     """
 
     name: str
-    kind: Kind
+    kind: MetricType
     role: str
     help: str
     rank_label: str | None = None
@@ -132,42 +132,42 @@ def _vllm_specs(max_model_len: int) -> list[MetricSpec]:
     e = "engine"
     tokens = buckets_1_2_5(max_model_len)
     return [
-        MetricSpec("vllm:num_requests_running", "gauge", "running",
+        MetricSpec("vllm:num_requests_running", GAUGE, "running",
                    "Number of requests in model execution batches.", e),
-        MetricSpec("vllm:num_requests_waiting", "gauge", "waiting",
+        MetricSpec("vllm:num_requests_waiting", GAUGE, "waiting",
                    "Number of requests waiting to be processed.", e),
-        MetricSpec("vllm:kv_cache_usage_perc", "gauge", "kv_usage",
+        MetricSpec("vllm:kv_cache_usage_perc", GAUGE, "kv_usage",
                    "KV-cache usage. 1 means 100 percent usage.", e),
-        MetricSpec("vllm:cache_config_info", "gauge", "cache_config",
+        MetricSpec("vllm:cache_config_info", GAUGE, "cache_config",
                    "Information of the LLMEngine CacheConfig", e, labels=_VLLM_CACHE_CONFIG,
                    model_label=False),
-        MetricSpec("vllm:request_prompt_tokens", "histogram", "request_prompt_tokens",
+        MetricSpec("vllm:request_prompt_tokens", HISTOGRAM, "request_prompt_tokens",
                    "Number of prefill tokens processed.", e, buckets=tokens),
-        MetricSpec("vllm:request_generation_tokens", "histogram", "request_generation_tokens",
+        MetricSpec("vllm:request_generation_tokens", HISTOGRAM, "request_generation_tokens",
                    "Number of generation tokens processed.", e, buckets=tokens),
-        MetricSpec("vllm:iteration_tokens_total", "histogram", "iteration_tokens",
+        MetricSpec("vllm:iteration_tokens_total", HISTOGRAM, "iteration_tokens",
                    "Histogram of number of tokens per engine_step.", e,
                    buckets=VLLM_ITERATION_TOKENS),
-        MetricSpec("vllm:time_to_first_token_seconds", "histogram", "ttft",
+        MetricSpec("vllm:time_to_first_token_seconds", HISTOGRAM, "ttft",
                    "Histogram of time to first token in seconds.", e, buckets=VLLM_TTFT),
-        MetricSpec("vllm:inter_token_latency_seconds", "histogram", "itl",
+        MetricSpec("vllm:inter_token_latency_seconds", HISTOGRAM, "itl",
                    "Histogram of inter-token latency in seconds.", e, buckets=VLLM_ITL),
-        MetricSpec("vllm:request_time_per_output_token_seconds", "histogram", "tpot",
+        MetricSpec("vllm:request_time_per_output_token_seconds", HISTOGRAM, "tpot",
                    "Histogram of time_per_output_token_seconds per request.", e,
                    buckets=VLLM_ITL),
-        MetricSpec("vllm:e2e_request_latency_seconds", "histogram", "e2e",
+        MetricSpec("vllm:e2e_request_latency_seconds", HISTOGRAM, "e2e",
                    "Histogram of e2e request latency in seconds.", e,
                    buckets=VLLM_REQUEST_LATENCY),
-        MetricSpec("vllm:request_queue_time_seconds", "histogram", "queue",
+        MetricSpec("vllm:request_queue_time_seconds", HISTOGRAM, "queue",
                    "Histogram of time spent in WAITING phase for request.", e,
                    buckets=VLLM_REQUEST_LATENCY),
-        MetricSpec("vllm:num_preemptions", "counter", "preemptions",
+        MetricSpec("vllm:num_preemptions", COUNTER, "preemptions",
                    "Cumulative number of preemption from the engine.", e),
-        MetricSpec("vllm:prompt_tokens", "counter", "prompt_tokens",
+        MetricSpec("vllm:prompt_tokens", COUNTER, "prompt_tokens",
                    "Number of prefill tokens processed.", e),
-        MetricSpec("vllm:generation_tokens", "counter", "generation_tokens",
+        MetricSpec("vllm:generation_tokens", COUNTER, "generation_tokens",
                    "Number of generation tokens processed.", e),
-        MetricSpec("vllm:request_success", "counter", "finished",
+        MetricSpec("vllm:request_success", COUNTER, "finished",
                    "Count of successfully processed requests.", e,
                    split=("finished_reason", ("stop", "length", "abort", "error", "repetition"),
                           "stop")),
@@ -181,63 +181,63 @@ _SGL_SCHED = (("engine_type", "unified"), ("moe_ep_rank", "0"), ("pp_rank", "0")
 def _sglang_specs() -> list[MetricSpec]:
     d = "dp_rank"
 
-    def sched(name: str, kind: Kind, role: str, help_: str, **kw: object) -> MetricSpec:
+    def sched(name: str, kind: MetricType, role: str, help_: str, **kw: object) -> MetricSpec:
         return MetricSpec(name, kind, role, help_, d, rank_label_single=False,
                           labels=_SGL_SCHED, **kw)  # type: ignore[arg-type]
 
     return [
-        sched("sglang:num_running_reqs", "gauge", "running", "The number of running requests."),
-        sched("sglang:num_queue_reqs", "gauge", "waiting",
+        sched("sglang:num_running_reqs", GAUGE, "running", "The number of running requests."),
+        sched("sglang:num_queue_reqs", GAUGE, "waiting",
               "The number of requests in the waiting queue."),
-        sched("sglang:token_usage", "gauge", "kv_usage", "The token usage."),
-        sched("sglang:max_total_num_tokens", "gauge", "kv_capacity_tokens",
+        sched("sglang:token_usage", GAUGE, "kv_usage", "The token usage."),
+        sched("sglang:max_total_num_tokens", GAUGE, "kv_capacity_tokens",
               "Maximum total number of tokens in the KV cache pool."),
-        sched("sglang:num_retracted_requests", "counter", "preemptions",
+        sched("sglang:num_retracted_requests", COUNTER, "preemptions",
               "The number of retracted requests."),
         # observed when a request leaves the waiting queue, so its _count is a per-rank
         # request rate (collector.py, sgl-project/sglang@00ae9c1590d2)
-        sched("sglang:queue_time_seconds", "histogram", "queue_at_schedule",
+        sched("sglang:queue_time_seconds", HISTOGRAM, "queue_at_schedule",
               "Histogram of queueing time in seconds.", buckets=SGLANG_QUEUE),
-        sched("sglang:realtime_tokens", "counter", "realtime_tokens",
+        sched("sglang:realtime_tokens", COUNTER, "realtime_tokens",
               "Total number of tokens processed (updated on each log interval). "
               "mode: prefill_compute, prefill_cache, decode.",
               parts=("mode", (("prefill_compute", "prompt_tokens"), ("prefill_cache", ""),
                               ("decode", "generation_tokens")))),
-        MetricSpec("sglang:prompt_tokens", "counter", "prompt_tokens",
+        MetricSpec("sglang:prompt_tokens", COUNTER, "prompt_tokens",
                    "Number of prefill tokens processed."),
-        MetricSpec("sglang:generation_tokens", "counter", "generation_tokens",
+        MetricSpec("sglang:generation_tokens", COUNTER, "generation_tokens",
                    "Number of generation tokens processed."),
-        MetricSpec("sglang:num_requests", "counter", "finished",
+        MetricSpec("sglang:num_requests", COUNTER, "finished",
                    "Number of requests processed."),
-        MetricSpec("sglang:time_to_first_token_seconds", "histogram", "ttft",
+        MetricSpec("sglang:time_to_first_token_seconds", HISTOGRAM, "ttft",
                    "Histogram of time to first token in seconds.", buckets=SGLANG_TTFT),
-        MetricSpec("sglang:inter_token_latency_seconds", "histogram", "itl",
+        MetricSpec("sglang:inter_token_latency_seconds", HISTOGRAM, "itl",
                    "Histogram of inter-token latency in seconds.", buckets=SGLANG_ITL),
-        MetricSpec("sglang:e2e_request_latency_seconds", "histogram", "e2e",
+        MetricSpec("sglang:e2e_request_latency_seconds", HISTOGRAM, "e2e",
                    "Histogram of End-to-end request latency in seconds", buckets=SGLANG_E2E),
     ]
 
 
 def _mindie_specs() -> list[MetricSpec]:
     return [
-        MetricSpec("num_requests_running", "gauge", "running", "Number of running requests."),
-        MetricSpec("num_requests_waiting", "gauge", "waiting", "Number of waiting requests."),
+        MetricSpec("num_requests_running", GAUGE, "running", "Number of running requests."),
+        MetricSpec("num_requests_waiting", GAUGE, "waiting", "Number of waiting requests."),
         # MindIE reports NPU KV usage in percent (0-100), unlike vLLM's fraction.
-        MetricSpec("npu_cache_usage_perc", "gauge", "kv_usage", "NPU KV-cache usage in percent.",
+        MetricSpec("npu_cache_usage_perc", GAUGE, "kv_usage", "NPU KV-cache usage in percent.",
                    scale=100.0),
-        MetricSpec("prompt_tokens", "counter", "prompt_tokens",
+        MetricSpec("prompt_tokens", COUNTER, "prompt_tokens",
                    "Number of prefill tokens processed."),
-        MetricSpec("generation_tokens", "counter", "generation_tokens",
+        MetricSpec("generation_tokens", COUNTER, "generation_tokens",
                    "Number of generation tokens processed."),
-        MetricSpec("request_success", "counter", "finished",
+        MetricSpec("request_success", COUNTER, "finished",
                    "Count of successfully processed requests."),
-        MetricSpec("num_preemptions", "counter", "preemptions",
+        MetricSpec("num_preemptions", COUNTER, "preemptions",
                    "Cumulative number of preemption from the engine."),
-        MetricSpec("time_to_first_token_seconds", "histogram", "ttft",
+        MetricSpec("time_to_first_token_seconds", HISTOGRAM, "ttft",
                    "Histogram of time to first token in seconds.", buckets=VLLM_TTFT),
-        MetricSpec("time_per_output_token_seconds", "histogram", "itl",
+        MetricSpec("time_per_output_token_seconds", HISTOGRAM, "itl",
                    "Histogram of time per output token in seconds.", buckets=VLLM_ITL),
-        MetricSpec("e2e_request_latency_seconds", "histogram", "e2e",
+        MetricSpec("e2e_request_latency_seconds", HISTOGRAM, "e2e",
                    "Histogram of end to end request latency in seconds.",
                    buckets=VLLM_REQUEST_LATENCY),
     ]
@@ -247,25 +247,25 @@ def _ms_service_specs(max_model_len: int) -> list[MetricSpec]:
     """msServiceProfiler's ms_service_metric: ``vllm_profiling_*`` on top of vLLM's own."""
     tokens = buckets_1_2_5(max_model_len)
 
-    def core(name: str, kind: Kind, role: str, help_: str, **kw: object) -> MetricSpec:
+    def core(name: str, kind: MetricType, role: str, help_: str, **kw: object) -> MetricSpec:
         return MetricSpec(name, kind, role, help_, "dp", model_label=False,
                           **kw)  # type: ignore[arg-type]
 
     def api(name: str, role: str, help_: str, buckets: tuple[float, ...]) -> MetricSpec:
-        return MetricSpec(name, "histogram", role, help_, "engine", buckets=buckets)
+        return MetricSpec(name, HISTOGRAM, role, help_, "engine", buckets=buckets)
 
     return [
         *_vllm_specs(max_model_len),
-        core("vllm_profiling_free_kvcache_blocks", "gauge", "free_blocks",
+        core("vllm_profiling_free_kvcache_blocks", GAUGE, "free_blocks",
              "Free KV cache blocks."),
-        core("vllm_profiling_total_kvcache_blocks", "gauge", "total_blocks",
+        core("vllm_profiling_total_kvcache_blocks", GAUGE, "total_blocks",
              "Total KV cache blocks."),
-        core("vllm_profiling_allocated_kvcache_blocks", "gauge", "used_blocks",
+        core("vllm_profiling_allocated_kvcache_blocks", GAUGE, "used_blocks",
              "Allocated KV cache blocks."),
         # type unconfirmed in the real tool; exposed as a cumulative gauge (no _total suffix)
-        core("vllm_profiling_running_to_waiting_count", "gauge", "preemptions",
+        core("vllm_profiling_running_to_waiting_count", GAUGE, "preemptions",
              "Requests moved from running back to waiting (preemptions), cumulative."),
-        core("vllm_profiling_scheduler:phase_scheduled_tokens", "histogram", "iteration_tokens",
+        core("vllm_profiling_scheduler:phase_scheduled_tokens", HISTOGRAM, "iteration_tokens",
              "Tokens scheduled per scheduler step.", buckets=VLLM_ITERATION_TOKENS),
         api("vllm_profiling_batch_size", "batch_size", "Running batch size per step.",
             BATCH_SIZE),
@@ -290,26 +290,26 @@ _DYN_HIERARCHY = (("dynamo_component", "backend"), ("dynamo_namespace", "dynamo"
 
 
 def _dynamo_specs() -> list[MetricSpec]:
-    def component(name: str, kind: Kind, role: str, help_: str, endpoint: bool) -> MetricSpec:
+    def component(name: str, kind: MetricType, role: str, help_: str, endpoint: bool) -> MetricSpec:
         labels = _DYN_HIERARCHY + ((("dynamo_endpoint", "generate"),) if endpoint else ())
         return MetricSpec(name, kind, role, help_, labels=labels, unit_label="worker_id",
                           model_label=endpoint)
 
     def frontend(name: str, role: str, help_: str) -> MetricSpec:
-        return MetricSpec(name, "gauge", role, help_, "dp_rank",
+        return MetricSpec(name, GAUGE, role, help_, "dp_rank",
                           labels=(("worker_type", "decode"),), unit_label="worker_id",
                           model_label=False)
 
     return [
-        component("dynamo_component_requests", "counter", "finished",
+        component("dynamo_component_requests", COUNTER, "finished",
                   "Total number of requests processed by work handler", True),
-        component("dynamo_component_inflight_requests", "gauge", "running",
+        component("dynamo_component_inflight_requests", GAUGE, "running",
                   "Number of requests currently being processed by work handler", True),
-        component("dynamo_component_kvstats_active_blocks", "gauge", "used_blocks",
+        component("dynamo_component_kvstats_active_blocks", GAUGE, "used_blocks",
                   "Number of active KV cache blocks currently in use", False),
-        component("dynamo_component_kvstats_total_blocks", "gauge", "total_blocks",
+        component("dynamo_component_kvstats_total_blocks", GAUGE, "total_blocks",
                   "Total number of KV cache blocks available", False),
-        component("dynamo_component_kvstats_gpu_cache_usage_percent", "gauge", "kv_usage",
+        component("dynamo_component_kvstats_gpu_cache_usage_percent", GAUGE, "kv_usage",
                   "GPU cache usage as a percentage (0.0-1.0)", False),
         frontend("dynamo_frontend_worker_active_decode_blocks", "used_blocks",
                  "Active KV cache decode blocks per worker"),
@@ -326,7 +326,7 @@ def _llmd_specs() -> list[MetricSpec]:
     """llm-d endpoint picker (llm-d/llm-d-router pkg/epp/metrics/llm_d_router_metrics.go): the
     model server queue per endpoint, ``<pod>-rank-<n>`` for the ranks of a DP pod."""
     return [
-        MetricSpec("llm_d_router_epp_per_endpoint_queue_size", "gauge", "waiting",
+        MetricSpec("llm_d_router_epp_per_endpoint_queue_size", GAUGE, "waiting",
                    "[ALPHA] The total number of requests pending in the model server queue for "
                    "each underlying endpoint.", labels=(("name", "pool"),),
                    unit_label="model_server_endpoint", rank_in_unit=True, model_label=False),
@@ -346,7 +346,7 @@ def device_specs(exporter: str) -> list[MetricSpec]:
     """The device families of ``exporter`` ("dcgm" or "npu-exporter")."""
     if exporter == "dcgm":
         def dcgm(name: str, role: str, help_: str, scale: float = 1.0) -> MetricSpec:
-            return MetricSpec(name, "gauge", role, help_, "gpu", labels=(
+            return MetricSpec(name, GAUGE, role, help_, "gpu", labels=(
                 ("DCGM_FI_DRIVER_VERSION", "550.54.15"), ("modelName", "NVIDIA A100-SXM4-80GB")),
                 model_label=False, scale=scale, host_label="Hostname")
 
@@ -358,7 +358,7 @@ def device_specs(exporter: str) -> list[MetricSpec]:
         ]
     if exporter == "npu-exporter":
         def npu(name: str, role: str, help_: str, scale: float = 1.0) -> MetricSpec:
-            return MetricSpec(name, "gauge", role, help_, "id", model_label=False, scale=scale)
+            return MetricSpec(name, GAUGE, role, help_, "id", model_label=False, scale=scale)
 
         return [
             npu("npu_chip_info_utilization", "device_util", "the ai core utilization", 100.0),

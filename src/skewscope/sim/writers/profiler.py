@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import polars as pl
 
+from skewscope.catalogue import Generation
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -31,7 +33,7 @@ class StepTables(Protocol):
     steps: pl.DataFrame
     members: pl.DataFrame | None
 
-GENERATIONS: tuple[str, ...] = ("current", "dec2025", "cann2025", "mindie")
+GENERATIONS: tuple[str, ...] = tuple(g.value for g in Generation)
 
 # Asia/Shanghai has no DST: a fixed offset reproduces the profiler's local timestamps.
 LOCAL_OFFSET_S = 8 * 3600
@@ -41,17 +43,17 @@ LOCAL_OFFSET_S = 8 * 3600
 SCHED_SLICE_S = 0.0002
 
 REQUEST_HEADERS: dict[str, tuple[str, ...]] = {
-    "current": ("http_rid", "start_datetime", "recv_token_size", "reply_token_size",
+    Generation.CURRENT: ("http_rid", "start_datetime", "recv_token_size", "reply_token_size",
                 "execution_time(ms)", "queue_wait_time(ms)", "first_token_latency(ms)",
                 "cache_hit_rate", "start_time(ms)"),
-    "dec2025": ("http_rid", "start_time", "start_datetime", "recv_token_size",
+    Generation.DEC2025: ("http_rid", "start_time", "start_datetime", "recv_token_size",
                 "reply_token_size", "execution_time(ms)", "queue_wait_time(ms)",
                 "first_token_latency(ms)", "cache_hit_rate"),
-    "cann2025": ("http_rid", "start_time(ms)", "recv_token_size", "reply_token_size",
+    Generation.CANN2025: ("http_rid", "start_time(ms)", "recv_token_size", "reply_token_size",
                  "execution_time(ms)", "queue_wait_time(ms)", "first_token_latency(ms)",
                  "cache_hit_rate"),
 }
-REQUEST_HEADERS["mindie"] = REQUEST_HEADERS["current"]
+REQUEST_HEADERS[Generation.MINDIE] = REQUEST_HEADERS[Generation.CURRENT]
 
 _KV_COLUMNS = ("total_blocks", "used_blocks", "free_blocks", "blocks_allocated",
                "blocks_freed", "kvcache_usage_rate")
@@ -62,20 +64,20 @@ _BATCH_CURRENT = ("name", "res_list", "start_datetime", "end_datetime", "during_
 _DEC2025_RENAMES = {"start_datetime": "start_time", "end_datetime": "end_time",
                     "batch_size": "total_batch_size"}
 BATCH_HEADERS: dict[str, tuple[str, ...]] = {
-    "current": _BATCH_CURRENT,
-    "dec2025": tuple(_DEC2025_RENAMES.get(c, c) for c in _BATCH_CURRENT),
-    "cann2025": ("name", "res_list", "start_time(ms)", "end_time(ms)", "during_time(ms)",
+    Generation.CURRENT: _BATCH_CURRENT,
+    Generation.DEC2025: tuple(_DEC2025_RENAMES.get(c, c) for c in _BATCH_CURRENT),
+    Generation.CANN2025: ("name", "res_list", "start_time(ms)", "end_time(ms)", "during_time(ms)",
                  "batch_type", "prof_id", "total_batch_size", "Prefill_batch_size",
                  "Decode_batch_size", "Prefill_scheduled_tokens", "Decode_scheduled_tokens",
                  "total_scheduled_tokens"),
-    "mindie": tuple(c for c in _BATCH_CURRENT if c not in _KV_COLUMNS),
+    Generation.MINDIE: tuple(c for c in _BATCH_CURRENT if c not in _KV_COLUMNS),
 }
 KVCACHE_HEADERS: dict[str, tuple[str, ...]] = {
-    "current": ("name", "start_time", *_KV_COLUMNS),
-    "mindie": ("rid", "name", "start_time", "device_kvcache_left", "kvcache_usage_rate"),
+    Generation.CURRENT: ("name", "start_time", *_KV_COLUMNS),
+    Generation.MINDIE: ("rid", "name", "start_time", "device_kvcache_left", "kvcache_usage_rate"),
 }
-KVCACHE_HEADERS["dec2025"] = KVCACHE_HEADERS["current"]
-KVCACHE_HEADERS["cann2025"] = KVCACHE_HEADERS["current"]
+KVCACHE_HEADERS[Generation.DEC2025] = KVCACHE_HEADERS[Generation.CURRENT]
+KVCACHE_HEADERS[Generation.CANN2025] = KVCACHE_HEADERS[Generation.CURRENT]
 
 _FORWARD_CURRENT = ("name", "relative_start_time(ms)", "start_datetime", "end_datetime",
                     "during_time(ms)", "bubble_time(ms)", "batch_size", "batch_type",
@@ -85,21 +87,23 @@ _FORWARD_CURRENT = ("name", "relative_start_time(ms)", "start_datetime", "end_da
 # Cztk5380/msserviceprofiler): Dec 2025 renames the datetimes to start_time/end_time and has no
 # epoch columns; CANN 2025 has the epoch ms columns only.
 FORWARD_HEADERS: dict[str, tuple[str, ...]] = {
-    "current": _FORWARD_CURRENT,
-    "dec2025": ("name", "relative_start_time(ms)", "start_time", "end_time", "during_time(ms)",
-                "bubble_time(ms)", "batch_size", "batch_type", "forward_iter", "dp_rank",
-                "prof_id", "hostname"),
-    "cann2025": ("name", "relative_start_time(ms)", "start_time(ms)", "end_time(ms)",
+    Generation.CURRENT: _FORWARD_CURRENT,
+    Generation.DEC2025: ("name", "relative_start_time(ms)", "start_time", "end_time",
+                         "during_time(ms)", "bubble_time(ms)", "batch_size", "batch_type",
+                         "forward_iter", "dp_rank", "prof_id", "hostname"),
+    Generation.CANN2025: ("name", "relative_start_time(ms)", "start_time(ms)", "end_time(ms)",
                  "during_time(ms)", "bubble_time(ms)", "batch_size", "batch_type",
                  "forward_iter", "dp_rank", "prof_id", "hostname"),
-    "mindie": _FORWARD_CURRENT,
+    Generation.MINDIE: _FORWARD_CURRENT,
 }
 
 # (scheduling row name, execution row name) per generation.
-_STEP_NAMES = {"current": ("batchFrameworkProcessing", "modelExec"),
-               "dec2025": ("batchFrameworkProcessing", "modelExec"),
-               "cann2025": ("batchFrameworkProcessing", "modelExec"),
-               "mindie": ("BatchSchedule", "Execute")}
+_STEP_NAMES: dict[str, tuple[str, str]] = {
+    Generation.CURRENT: ("batchFrameworkProcessing", "modelExec"),
+    Generation.DEC2025: ("batchFrameworkProcessing", "modelExec"),
+    Generation.CANN2025: ("batchFrameworkProcessing", "modelExec"),
+    Generation.MINDIE: ("BatchSchedule", "Execute"),
+}
 _RES_KEYS_VLLM = ("rid", "iter", "type", "num_scheduled_tokens", "num_prompt_tokens",
                   "num_computed_tokens")
 _RES_KEYS_MINDIE = ("rid", "iter")
@@ -218,7 +222,7 @@ def batch_table(
 ) -> pl.DataFrame:
     """batch.csv rows: a scheduling row and an execution row per step, in time order."""
     steps = _instance_steps(result, instance)
-    keys = _RES_KEYS_MINDIE if generation == "mindie" else _RES_KEYS_VLLM
+    keys = _RES_KEYS_MINDIE if generation == Generation.MINDIE else _RES_KEYS_VLLM
     if result.members is not None:
         ids = steps.get_column("step_id")
         res = res_list_frame(result.members.filter(pl.col("step_id").is_in(ids.implode())),
@@ -229,7 +233,7 @@ def batch_table(
     sched_name, exec_name = _STEP_NAMES[generation]
     sched_end = pl.col("start_s") + pl.min_horizontal(
         pl.lit(SCHED_SLICE_S), (pl.col("end_s") - pl.col("start_s")) * 0.5)
-    cann = generation == "cann2025"
+    cann = generation == Generation.CANN2025
 
     def rows(kind: int, name: str, start: pl.Expr, end: pl.Expr) -> pl.DataFrame:
         kv = kind == 0
@@ -273,7 +277,7 @@ def kvcache_table(result: StepTables, instance: str, generation: str) -> pl.Data
     """kvcache.csv: pool snapshots of the instance after each scheduling step (no DP column)."""
     steps = _instance_steps(result, instance)
     usage = (pl.col("used_blocks") / pl.col("total_blocks")).round(6)
-    if generation != "mindie":
+    if generation != Generation.MINDIE:
         return steps.select(
             pl.lit("KVCacheStatus").alias("name"), datetime_expr(pl.col("start_s"))
             .alias("start_time"), *[pl.col(c) for c in _KV_COLUMNS[:-1]],
@@ -290,7 +294,9 @@ def kvcache_table(result: StepTables, instance: str, generation: str) -> pl.Data
         pl.col("free_blocks").alias("device_kvcache_left"), usage.alias("kvcache_usage_rate"))
 
 
-def forward_table(result: StepTables, instance: str, generation: str = "current") -> pl.DataFrame:
+def forward_table(
+    result: StepTables, instance: str, generation: str = Generation.CURRENT
+) -> pl.DataFrame:
     """forward.csv: one forward pass per step and device, times really in ms.
 
     As ms_service_profiler/exporters/exporter_forward.py writes it: ``forward_iter`` counts each
@@ -314,7 +320,7 @@ def forward_table(result: StepTables, instance: str, generation: str = "current"
         "start_time(ms)": _ms(pl.col("start_s")),
         "end_time(ms)": _ms(pl.col("end_s")),
     }
-    if generation == "dec2025":  # FORWARD_REMAME_COLUMNS: datetimes under the epoch names
+    if generation == Generation.DEC2025:  # FORWARD_REMAME_COLUMNS: datetimes under the epoch names
         cols["start_time"], cols["end_time"] = cols["start_datetime"], cols["end_datetime"]
     header = FORWARD_HEADERS[generation]
     out = steps.select(*(cols[c].alias(c) for c in header), pl.col("start_s").alias("_t"))
@@ -338,7 +344,8 @@ def request_status_table(result: StepTables, instance: str) -> pl.DataFrame:
 
 # ----------------------------------------------------------------------------- writer
 def write_profiler(
-    result: SimResult, out_dir: Path, generation: str = "current", *, rid_suffix: bool = False,
+    result: SimResult, out_dir: Path, generation: str = Generation.CURRENT, *,
+    rid_suffix: bool = False,
 ) -> list[Path]:
     """Write one msServiceProfiler output folder per instance: ``out_dir/<instance>/*.csv``.
 
@@ -358,7 +365,7 @@ def write_profiler(
             "kvcache.csv": kvcache_table(result, instance, generation),
         }
         tables["forward.csv"] = forward_table(result, instance, generation)
-        if generation == "current":
+        if generation == Generation.CURRENT:
             tables["request_status.csv"] = request_status_table(result, instance)
         for name, table in tables.items():
             path = folder / name

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from skewscope.catalogue import Generation
 from skewscope.sim.records import START_S
 from skewscope.sim.tables import steps_frame
 from skewscope.sim.writers.profiler import (
@@ -57,7 +58,7 @@ class ProfilerSinks:
     """Factory of the groups' sinks (picklable: workers make their own)."""
 
     out_dir: Path
-    generation: str = "current"
+    generation: str = Generation.CURRENT
     rid_suffix: bool = False
 
     def __call__(self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo],
@@ -93,7 +94,7 @@ class ProfilerSink:
             self._append(folder / "batch.csv",
                          batch_table(view, inst, f.generation, rid_suffix=f.rid_suffix))
             self._append(folder / "kvcache.csv", kvcache_table(view, inst, f.generation))
-            if f.generation == "current":
+            if f.generation == Generation.CURRENT:
                 self._append(folder / "request_status.csv", request_status_table(view, inst))
             mine = view.steps.filter(pl.col("instance") == inst).select(_FORWARD)
             with (folder / ".forward.f64").open("ab") as out:
