@@ -158,8 +158,8 @@ def test_a_rules_file_is_backtested_as_written(prom: str, capsys: pytest.Capture
 
 
 @pytest.mark.parametrize("extra, code, message", [
-    (["--episodes", "/nonexistent/truth.json"], 3, "/nonexistent/truth.json: no such file"),
-    (["--rules", "/nonexistent/r.yml"], 3, "/nonexistent/r.yml: no such file"),
+    (["--episodes", "/nonexistent/truth.json"], 3, "/nonexistent/truth.json: cannot read (No such"),
+    (["--rules", "/nonexistent/r.yml"], 3, "/nonexistent/r.yml: cannot read (No such"),
     (["--step", "soon"], 2, "--step"),
 ])
 def test_bad_input_is_one_line(prom: str, capsys: pytest.CaptureFixture[str],

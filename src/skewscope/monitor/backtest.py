@@ -120,20 +120,17 @@ def parse_rules(doc: Any, where: str) -> RuleSet:
 
 
 def load_rules(path: str | Path) -> RuleSet:
+    """The rules of a Prometheus rule file (one InputError line naming the file on any fault)."""
     import yaml
 
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{p}: cannot read ({e})") from None
+    from skewscope.smallfile import read_small
+
+    text = read_small(path, str(path))
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise InputError(f"{p}: not YAML ({str(e).splitlines()[0]})") from None
-    return parse_rules(doc, str(p))
+        raise InputError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
+    return parse_rules(doc, str(path))
 
 
 # -- levels ---------------------------------------------------------------------------------

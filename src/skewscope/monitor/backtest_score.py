@@ -21,7 +21,6 @@ every source — the generated rules, ``watch``, the field's rules — with the 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,18 +275,9 @@ def parse_truth(doc: Any, where: str) -> list[TruthEpisode]:
 
 def load_truth(path: str | Path) -> list[TruthEpisode]:
     """The truth episodes of a truth file (one InputError line naming the file on any fault)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{p}: cannot read ({e})") from None
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise InputError(f"{p}: not JSON ({e})") from None
-    return parse_truth(doc, str(p))
+    from skewscope.smallfile import load_json
+
+    return parse_truth(load_json(path, str(path)), str(path))
 
 
 @dataclass(frozen=True)
