@@ -21,6 +21,25 @@ from skewscope.sources.range_body import RangeSeries
 from skewscope.sources.validate import parse_number, parse_points, parse_timestamp
 
 
+def checked_points(points: list[Any], named: str) -> tuple[tuple[float, ...], list[float]]:
+    """A range series' (times, values), read at once when every point has the shape, else
+    point by point: the first bad point is the SourceError ``named`` + its index and text."""
+    fast = parse_points(points)
+    if fast is not None:
+        return tuple(fast[0]), fast[1]
+    times: list[float] = []
+    values: list[float] = []
+    for j, point in enumerate(points):
+        ts = value = None
+        if isinstance(point, list) and len(point) == 2:
+            ts, value = parse_timestamp(point[0]), parse_number(point[1])
+        if ts is None or value is None:
+            shown = quoted(reprlib.repr(point), 60)
+            raise SourceError(f'{named} point {j} as {shown}; expected [time, "number"]')
+        times.append(ts)
+        values.append(value)
+    return tuple(times), values
+
 def plan_windows(
     start: float, end: float, window_s: float, max_windows: int = WINDOWS.max_windows
 ) -> tuple[float, float, int]:
@@ -107,16 +126,8 @@ def matrix_to_values(
             for t, v in zip(window_starts(fast[0]), fast[1], strict=True):
                 acc[(t, inst, dp)].append(v)
             continue
-        for j, point in enumerate(points):
-            ts = value = None
-            if isinstance(point, list) and len(point) == 2:
-                ts, value = parse_timestamp(point[0]), parse_number(point[1])
-            if ts is None or value is None:
-                shown = quoted(reprlib.repr(point), 60)
-                raise SourceError(
-                    f"{where} returned series {i} ({inst}) point {j} as {shown}; expected "
-                    '[time, "number"]'
-                )
+        for ts, value in zip(*checked_points(points, f"{where} returned series {i} ({inst})"),
+                             strict=True):
             acc[(round(ts - window_s, 6), inst, dp)].append(value)
     out = {k: combine(vs, across) for k, vs in acc.items()}
     for (inst, dp), (grid, vs) in whole.items():

@@ -24,7 +24,6 @@ the equality test, and for a source without a DP level nothing changes).
 from __future__ import annotations
 
 import math
-import reprlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -46,10 +45,11 @@ from skewscope.sources.dialects import (
     unit_of,
 )
 from skewscope.sources.evidence import Key, Values
+from skewscope.sources.prom_matrix import checked_points
 from skewscope.sources.prom_quantile import histogram_quantile
 from skewscope.sources.promql import bound_marks, build_query, group_labels, part_query
 from skewscope.sources.range_body import RangeSeries
-from skewscope.sources.validate import parse_bound, parse_number, parse_points, parse_timestamp
+from skewscope.sources.validate import parse_bound
 
 # how a job's answer is read: one value per group, or a histogram's parts at rank level
 VALUE, BUCKETS, SUM, COUNT = "value", "bucket", "sum", "count"
@@ -146,23 +146,9 @@ def series_rows(result: list[Any], alias: Alias, where: str) -> list[Row]:
             raise SourceError(f"{where} returned series {i} without metric labels and values")
         if not isinstance(labels.get(unit_label, ""), str):
             raise SourceError(f"{where} returned series {i} with a non-text {unit_label} label")
-        fast = parse_points(points)
-        if fast is None:
-            times: list[float] = []
-            values: list[float] = []
-            for j, point in enumerate(points):
-                ts = value = None
-                if isinstance(point, list) and len(point) == 2:
-                    ts, value = parse_timestamp(point[0]), parse_number(point[1])
-                if ts is None or value is None:
-                    shown = quoted(reprlib.repr(point), 60)
-                    raise SourceError(
-                        f"{where} returned series {i} ({labels.get(unit_label, '')}) point {j} "
-                        f'as {shown}; expected [time, "number"]')
-                times.append(ts)
-                values.append(value)
-            fast = (tuple(times), values)
-        rows.append((labels, tuple(fast[0]), fast[1]))
+        times, values = checked_points(
+            points, f"{where} returned series {i} ({labels.get(unit_label, '')})")
+        rows.append((labels, times, values))
     return rows
 
 
