@@ -123,6 +123,8 @@ def _same_report(a: str, b: str) -> bool:
     for x, y in zip(_FIGURE.finditer(a), _FIGURE.finditer(b), strict=True):
         if x.group() != y.group():
             digits = len(x.group(1) or "")
+            if not digits or digits != len(y.group(1) or ""):  # names, counts: exact
+                return False
             va, vb = (float(m.group().replace(",", "")) for m in (x, y))
             if abs(va - vb) > 1.01 * 10 ** -digits:
                 return False
