@@ -17,7 +17,8 @@ import yaml
 from binaries import need
 from skewscope.cli import main
 from skewscope.config import DEFAULT_THRESHOLDS
-from skewscope.monitor.dashboard import DashboardOptions, build_dashboard
+from skewscope.monitor.dashboard import build_dashboard
+from skewscope.monitor.dashboard_options import DashboardOptions
 from skewscope.monitor.mixin import DASHBOARD_FILE
 from skewscope.monitor.rules import RuleOptions, build_rules
 from skewscope.monitor.template import RULE_THRESHOLDS, used

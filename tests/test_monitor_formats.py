@@ -19,7 +19,8 @@ import yaml
 
 from skewscope.cli import main
 from skewscope.config import DEFAULT_THRESHOLDS
-from skewscope.monitor.dashboard import DashboardOptions, build_dashboard, variable_labels
+from skewscope.monitor.dashboard import build_dashboard, variable_labels
+from skewscope.monitor.dashboard_options import DashboardOptions
 from skewscope.monitor.rules import OPERATOR_API, RuleOptions, build_rules
 
 DATA = Path(__file__).parent / "data"

@@ -20,7 +20,8 @@ import pytest
 from conftest import backfill, need, serve_prometheus
 from skewscope.catalogue import SIMULATED_DIALECTS
 from skewscope.cli import main
-from skewscope.monitor.dashboard import PANELS, DashboardOptions, build_dashboard
+from skewscope.monitor.dashboard import PANELS, build_dashboard
+from skewscope.monitor.dashboard_options import DashboardOptions
 from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import load_scenario
 from skewscope.sim.writers.openmetrics import write_openmetrics

@@ -130,7 +130,8 @@ def test_dashboard_pool_row_shows_the_saturated_pool(
     import httpx
     from test_dashboard_prometheus import defaults, substitute, targets
 
-    from skewscope.monitor.dashboard import DashboardOptions, build_dashboard
+    from skewscope.monitor.dashboard import build_dashboard
+    from skewscope.monitor.dashboard_options import DashboardOptions
 
     dash = build_dashboard(DashboardOptions(dialects=("vllm",)))
     values = {**defaults(dash), "job": "pd-imbalanced-vllm", "__rate_interval": "15s"}

@@ -24,7 +24,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skewscope.monitor.dashboard import DashboardOptions, render_dashboard
+    from skewscope.monitor.dashboard import render_dashboard
+    from skewscope.monitor.dashboard_options import DashboardOptions
     from skewscope.monitor.signals import parse_group_by
 
     opts = DashboardOptions(

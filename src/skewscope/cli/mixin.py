@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skewscope.monitor.dashboard import DashboardOptions
+    from skewscope.monitor.dashboard_options import DashboardOptions
     from skewscope.monitor.mixin import mixin_files, write_mixin
 
     out = Path(args.output)

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.frame import Level
+from skewscope.monitor.dashboard_options import DashboardOptions, variable_matchers
 from skewscope.monitor.rules import ALERTS
 from skewscope.monitor.signals import UNIT_LABEL, Scope, levels, unit_expr
 from skewscope.sources.dialects import DIALECTS, ROLES, name_regex, required_samples
-from skewscope.sources.promql import normalise_selector, quote
+from skewscope.sources.promql import quote
 
 DS_VAR = "datasource"
 RATE_WINDOW = "$__rate_interval"
@@ -56,22 +56,6 @@ PANELS: tuple[Panel, ...] = (
 # Signals whose max/median across peers is drawn (the load and pressure signals of step 1).
 RATIO_SIGNALS: tuple[str, ...] = ("requests", "prompt_tokens", "generation_tokens", "running",
                                   "waiting")
-
-
-@dataclass(frozen=True)
-class DashboardOptions:
-    dialects: tuple[str, ...] = tuple(DIALECTS)
-    group_by: tuple[str, ...] = ("job", "model_name")
-    selector: str = ""
-    title: str = "skewscope: load skew"
-    thresholds: Thresholds = field(default_factory=lambda: DEFAULT_THRESHOLDS)  # --config
-
-
-def variable_matchers(opts: DashboardOptions) -> str:
-    """The panel filter: every peer-group label and the instance from the variables."""
-    parts = [f'{lab}=~"${lab}"' for lab in (*opts.group_by, UNIT_LABEL)]
-    extra = normalise_selector(opts.selector)
-    return ", ".join([*parts, extra] if extra else parts)
 
 
 def _scopes(opts: DashboardOptions, level: Level) -> list[Scope]:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from skewscope.frame import WINDOWS
-from skewscope.monitor.dashboard import UID, DashboardOptions, render_dashboard
+from skewscope.monitor.dashboard import UID, render_dashboard
+from skewscope.monitor.dashboard_options import DashboardOptions
 from skewscope.monitor.rules import RuleOptions, build_template
 from skewscope.monitor.template import RULE_THRESHOLDS, to_format
 

@@ -12,13 +12,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from skewscope.frame import Level
+from skewscope.monitor.dashboard_options import variable_matchers
 from skewscope.monitor.pd_alerts import POOL_LABEL, join_labels, pool_map
 from skewscope.monitor.signals import Scope, levels, unit_expr
 from skewscope.sources.dialects import DIALECTS
 from skewscope.sources.pools import ROLE_LABELS
 
 if TYPE_CHECKING:
-    from skewscope.monitor.dashboard import DashboardOptions
+    from skewscope.monitor.dashboard_options import DashboardOptions
 
 ROW_TITLE = "Prefill / decode pools"
 PD_PANELS: tuple[tuple[str, str, str], ...] = (
@@ -34,8 +35,6 @@ PD_PANELS: tuple[tuple[str, str, str], ...] = (
 def pool_query(opts: DashboardOptions, signal: str, window: str) -> str | None:
     """``signal`` averaged per instance of each pool, over every chosen dialect that names
     pools (``or``); None when none does."""
-    from skewscope.monitor.dashboard import variable_matchers
-
     sel = variable_matchers(opts)
     by = ", ".join((*opts.group_by, POOL_LABEL))
     parts = []

@@ -15,7 +15,8 @@ import json
 import re
 from typing import Any
 
-from skewscope.monitor.dashboard import UID, DashboardOptions, build_dashboard, variable_labels
+from skewscope.monitor.dashboard import UID, build_dashboard, variable_labels
+from skewscope.monitor.dashboard_options import DashboardOptions
 
 # Grafana unit -> Perses format unit
 UNITS: dict[str, str] = {
