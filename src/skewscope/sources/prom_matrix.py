@@ -145,15 +145,8 @@ def device_series(
         points = series.get("values") if isinstance(series, dict) else None
         if not isinstance(labels, dict) or not isinstance(points, list):
             raise SourceError(f"{where} returned series {i} without metric labels and values")
-        values: dict[float, float] = {}
-        for j, point in enumerate(points):
-            ts = value = None
-            if isinstance(point, list) and len(point) == 2:
-                ts, value = parse_timestamp(point[0]), parse_number(point[1])
-            if ts is None or value is None:
-                shown = quoted(reprlib.repr(point), 60)
-                raise SourceError(f"{where} returned device series {i} point {j} as {shown}")
-            values[round(ts - window_s, 6)] = value
+        times, got = checked_points(points, f"{where} returned device series {i}")
+        values = {round(ts - window_s, 6): v for ts, v in zip(times, got, strict=True)}
         target = str(labels.get("instance", ""))
         out.append(DeviceSeries(exporter, target, labels, role, values))
     return out
