@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skewscope.cli import COMMANDS, build_parser, common
+from skewscope.cli import COMMANDS, build_parser, common, readers
 
 
 def _run(code: str) -> str:
@@ -100,7 +100,7 @@ def test_online_diagnose_runs_with_the_collector_paused(monkeypatch: pytest.Monk
         seen.append(gc.isenabled())
         raise SourceError("stop here")
 
-    monkeypatch.setattr(common, "load_prometheus_evidence", load)
+    monkeypatch.setattr(readers, "load_prometheus_evidence", load)
     code = main(["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "1h"])
     assert code == 4 and seen == [False]
     assert gc.isenabled()

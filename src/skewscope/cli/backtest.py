@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from skewscope.cli import common
+from skewscope.cli import common, readers
 
 FORMATS = ("text", "json", "markdown", "html")
 DEFAULT_STEP = "1m"  # Prometheus' usual evaluation_interval
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from skewscope.report.backtest import RENDERERS
     from skewscope.sources.prom_client import PromClient
 
-    start, end = common.online_range(args)
+    start, end = readers.online_range(args)
     step = common.parse_duration(args.step, "--step")
     window = common.parse_duration(args.window, "--window")
     thresholds = common.thresholds_from_args(args)
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         truth = [t for t in truth if t.level == args.level]
     if args.output:
         common.refuse_overwrite(args.output, "-o", args.force)
-    client = PromClient(args.prometheus, auth=common.auth_from_args(args),
+    client = PromClient(args.prometheus, auth=readers.auth_from_args(args),
                         timeout_s=common.parse_duration(args.timeout, "--timeout"))
     try:
         episodes = evaluate(client.query_range_series, rules, start, end, step,

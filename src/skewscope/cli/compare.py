@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skewscope.catalogue import CompareVerdict, FailOn
-from skewscope.cli import applies, common
+from skewscope.cli import applies, common, readers
 from skewscope.errors import GATE_EXIT_CODE, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def _report(
         end = common.parse_time(getattr(args, f"{side}_end"), f"--{side}-end")
         if end <= start:
             raise UsageError(f"--{side}-end must be after --{side}-start")
-        evidence = common.prometheus_loader(args, window)(start, end)
+        evidence = readers.prometheus_loader(args, window)(start, end)
         return report_document(diagnose(evidence, level=args.level, th=th))
     assert path is not None
     p = Path(path)

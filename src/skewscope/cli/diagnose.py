@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from skewscope.catalogue import FailOn, Verdict
-from skewscope.cli import applies, common
+from skewscope.cli import applies, common, readers
 from skewscope.cli.scheduler import add_scheduler_arg, read_budget
 from skewscope.errors import GATE_EXIT_CODE, UsageError
 
@@ -69,7 +69,7 @@ def load_evidence(args: argparse.Namespace) -> Evidence:
     evidence = _engine_evidence(args)
     if getattr(args, "lockstep", None) and evidence.dp is not None:
         evidence = replace(evidence, dp=replace(evidence.dp, lockstep=args.lockstep == "yes"))
-    gateway = common.load_gateway_evidence(args, evidence)
+    gateway = readers.load_gateway_evidence(args, evidence)
     return replace(evidence, gateway=gateway) if gateway is not None else evidence
 
 
@@ -90,8 +90,8 @@ def _engine_evidence(args: argparse.Namespace) -> Evidence:
                                  last_s=last_s, progress=progress,
                                  clocks=common.profiler_clocks(args), budget=read_budget(args))
     if args.prometheus:
-        return common.load_prometheus_evidence(args, window)
-    return common.load_scrape_evidence(args, window)
+        return readers.load_prometheus_evidence(args, window)
+    return readers.load_scrape_evidence(args, window)
 
 
 def _read_url_paths(args: argparse.Namespace) -> None:
@@ -105,7 +105,7 @@ def _read_url_paths(args: argparse.Namespace) -> None:
         raise UsageError("diagnose: give profiler folders or URLs, not both")
     if args.prometheus or args.scrape:
         raise UsageError("diagnose: a URL as PATH cannot be combined with --prometheus/--scrape")
-    kind, targets = urls.classify(found, common.auth_from_args(args),
+    kind, targets = urls.classify(found, readers.auth_from_args(args),
                                   common.parse_duration(args.timeout, "--timeout"),
                                   common.limits_from_args(args))
     args.paths = []

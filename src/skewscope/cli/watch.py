@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from skewscope.cli import applies, common
+from skewscope.cli import applies, common, readers
 from skewscope.errors import UsageError
 from skewscope.monitor.incidents import CALM_RUNS
 
@@ -74,15 +74,15 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
     applies.check(args, {"prometheus" if args.prometheus else "scrape"}, "watch",
                   {"last": applies.rule("prometheus scrape", "the span of every run")})
     # the log keeps a little more than a run's span: the engines' windows may start earlier
-    follower = common.access_log_follower(args, keep_s=last_s + (window or 0.0) + 60.0)
+    follower = readers.access_log_follower(args, keep_s=last_s + (window or 0.0) + 60.0)
     if args.prometheus:
         shown = f"prometheus {redact_url(args.prometheus)} {args.selector}".rstrip()
         debug = None
         if args.debug:
             def debug(line: str) -> None:
                 print(f"skewscope watch: debug: {line}", file=sys.stderr, flush=True)
-        reader = common.incremental_prometheus(args, window, debug)
-        return PrometheusSource(shown, last_s, common.with_gateway(args, reader.load, follower),
+        reader = readers.incremental_prometheus(args, window, debug)
+        return PrometheusSource(shown, last_s, readers.with_gateway(args, reader.load, follower),
                                 reader.close)
     from skewscope.frame import WINDOWS
     from skewscope.sources.sampler import RollingScraper
@@ -93,9 +93,9 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
         interval_s=common.parse_duration(args.interval, "--interval"),
         window_s=window or WINDOWS.choose(last_s),
         dialect=args.dialect,
-        auth=common.auth_from_args(args),
+        auth=readers.auth_from_args(args),
         timeout_s=common.parse_duration(args.timeout, "--timeout") if args.timeout else None,
-        device_map=common.device_map_from_args(args),
+        device_map=readers.device_map_from_args(args),
         limits=common.limits_from_args(args),
         role_label=common.role_label_from_args(args),
     )
@@ -103,7 +103,7 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
     started = sampler.start()
     gateway = None
     if follower is not None or args.gateway_url:
-        gateway = common.with_gateway(args, lambda start, end: started.evidence(), follower)
+        gateway = readers.with_gateway(args, lambda start, end: started.evidence(), follower)
     return ScrapeSource(shown, started, gateway)
 
 

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from skewscope.cli import applies, common
+from skewscope.cli import applies, common, readers
 from skewscope.cli.scheduler import add_scheduler_arg, read_budget
 from skewscope.errors import UsageError
 
@@ -115,11 +115,11 @@ def _online(args: argparse.Namespace) -> tuple[WorkloadEvidence, str]:
     if args.prometheus:
         from skewscope.sources.online_workload import load_prometheus_workload
 
-        start, end = common.online_range(args)
-        ev = common.load_prometheus_evidence(args, None)
+        start, end = readers.online_range(args)
+        ev = readers.load_prometheus_evidence(args, None)
         we = load_prometheus_workload(
             ev, args.prometheus, start=start, end=end, selector=args.selector,
-            auth=common.auth_from_args(args),
+            auth=readers.auth_from_args(args),
             timeout_s=common.parse_duration(args.timeout, "--timeout"))
         return we, redact_url(args.prometheus)
     from skewscope.sources.online_workload import load_scrape_workload
@@ -127,6 +127,6 @@ def _online(args: argparse.Namespace) -> tuple[WorkloadEvidence, str]:
     we = load_scrape_workload(
         args.scrape, duration_s=common.parse_duration(args.duration, "--duration"),
         interval_s=common.parse_duration(args.interval, "--interval"), dialect=args.dialect,
-        auth=common.auth_from_args(args),
+        auth=readers.auth_from_args(args),
         timeout_s=common.parse_duration(args.timeout, "--timeout"))
     return we, " ".join(redact_url(u) for u in args.scrape)
