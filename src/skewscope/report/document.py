@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from skewscope.catalogue import Verdict, kind_title
+from skewscope.catalogue import Kind, Verdict, kind_title
 from skewscope.report import fmt, gateway_text, phrases
 from skewscope.report.comparison import Comparison
 from skewscope.report.facts import HotFacts, Note, clean, facts_dict
@@ -36,8 +36,8 @@ def headline(report: Report) -> str:
     if report.verdict == Verdict.BALANCED:
         return f"Balanced: no persistent hot {report.level} unit across {len(report.units)} units."
     findings = report.all_findings()
-    kinds = sorted({f.kind for f in findings if f.kind != fmt.KV_SHORTAGE})
-    short = [u for f in findings if f.kind == fmt.KV_SHORTAGE for u in f.units]
+    kinds = sorted({f.kind for f in findings if f.kind != Kind.KV_SHORTAGE})
+    short = [u for f in findings if f.kind == Kind.KV_SHORTAGE for u in f.units]
     parts = []
     if report.hot_units:
         parts.append("hot " + fmt.names(report.hot_units))

@@ -9,14 +9,11 @@ from skewscope.catalogue import (
     BOUND_PREFIX,
     METRIC_BY_KEY,
     UNIT_COLUMNS,
-    Kind,
     kind_title,
 )
 from skewscope.errors import one_line
 from skewscope.report.facts import rounded
 from skewscope.report.model import Episode, Finding, GatewayFacts, Report, UnitReport
-
-KV_SHORTAGE = str(Kind.KV_SHORTAGE)
 
 __all__ = ["UNIT_COLUMNS"]  # re-exported for the renderers
 
