@@ -45,6 +45,8 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (["--port", "-1"], "--port"), (["--port", "65534"], "ports up to 65537"),
         (["--seed", "-1"], "--seed"), (["--seed", "1.5"], "--seed"),
         (["--metrics-interval", "nan"], "--metrics-interval"),
+        (["--clock", "manual", "--speed", "3"], "--speed"),
+        (["--clock", "scrape", "--metrics-interval", "0s"], "--metrics-interval"),
     ],
 )
 def test_bad_live_arguments_are_one_line_usage_errors(
@@ -52,6 +54,13 @@ def test_bad_live_arguments_are_one_line_usage_errors(
 ) -> None:
     assert main(["simulate", "balanced", "--serve", *args]) == 2
     assert expected in _one_line_error(capsys)
+
+
+def test_a_stepped_clock_without_serve_is_refused(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "balanced", "--out", str(tmp_path / "o"), "--clock", "manual"]) == 2
+    assert "add --serve" in _one_line_error(capsys)
+    assert not (tmp_path / "o").exists()
 
 
 def test_port_in_use_names_the_port(capsys: pytest.CaptureFixture[str]) -> None:
@@ -245,6 +254,51 @@ def test_ctrl_c_stops_serve_cleanly() -> None:
         assert first and first[0].startswith("serving inst-0 at http://127.0.0.1:"), first
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "interrupted" in err
+
+
+def test_serve_on_a_manual_clock_moves_by_the_control_endpoint() -> None:
+    """``simulate --serve --clock manual`` as a test drives it from outside: the replay stays
+    at its start until ``POST /sim/advance`` moves it, and every answer says when it is."""
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skewscope.cli", "simulate", "balanced", "--serve",
+         "--clock", "manual"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )
+    try:
+        lines: list[str] = []
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line.rstrip("\n"))
+                if line.startswith("advance simulated time:"):
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(60)
+        assert lines and lines[-1].startswith("advance simulated time: POST http://127.0.0.1:"), \
+            lines
+        urls = [ln.split(" at ", 1)[1] for ln in lines if ln.startswith("serving ")]
+        control = lines[-1].split()[4]
+        assert control == urls[0].replace("/metrics", "/sim/advance")
+        start = float(httpx.get(urls[1], timeout=10).headers["X-Skewscope-Sim-Time"])
+        assert float(httpx.get(urls[1], timeout=10).headers["X-Skewscope-Sim-Time"]) == start
+        moved = httpx.post(control, json={"seconds": 12.5}, timeout=10).json()
+        assert moved["sim_time"] == start + 12.5 and moved["clock"] == "manual"
+        for url in urls:
+            assert float(httpx.get(url, timeout=10).headers["X-Skewscope-Sim-Time"]) == (
+                start + 12.5)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -7,6 +7,7 @@ arrays; the vLLM family/label shape is compared with real vLLM 0.32 captures (te
 from __future__ import annotations
 
 import io
+import math
 import re
 import shutil
 import socket
@@ -22,6 +23,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim_fixtures import make_result
+from skewscope.catalogue import LiveClock
+from skewscope.clock import ManualClock
 from skewscope.sim.records import SimResult
 from skewscope.sim.writers.exposition import (
     DIALECTS,
@@ -30,7 +33,7 @@ from skewscope.sim.writers.exposition import (
     Series,
     dialect_specs,
 )
-from skewscope.sim.writers.live import serve
+from skewscope.sim.writers.live import SIM_TIME_HEADER, serve
 from skewscope.sim.writers.openmetrics import iter_import_lines, write_family, write_openmetrics
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
@@ -350,22 +353,112 @@ def test_openmetrics_values_read_back_as_the_same_floats(tmp_path: Path) -> None
 
 
 # ----------------------------------------------------------------------------- live
+def _served(url: str) -> tuple[float, dict[str, float]]:
+    """A live /metrics answer: the simulated time it says it is, and vLLM's prompt-token and
+    finished-request counters summed over the instance's ranks."""
+    r = httpx.get(url, timeout=5)
+    assert r.status_code == 200
+    fams = _parse(r.text)
+    return float(r.headers[SIM_TIME_HEADER]), {
+        "prompt": _value(fams, "vllm:prompt_tokens_total"),
+        "success": _value(fams, "vllm:request_success_total")}
+
+
+def _truth_at(result: SimResult, instance: str, at: float) -> dict[str, float]:
+    """The same two counters from the run's tables at ``at``."""
+    totals = [_expected_totals(result, instance, r.dp_rank, at) for r in result.ranks
+              if r.instance == instance]
+    return {k: sum(t[k] for t in totals) for k in ("prompt", "success")}
+
+
 def test_live_endpoints_serve_growing_counters(result: SimResult) -> None:
-    with serve(result, "vllm", speed=30.0, grace_s=5.0) as cluster:
+    """On a manual clock the test says when: the counters at each instant are the run's."""
+    with serve(result, "vllm", live_clock=LiveClock.MANUAL, grace_s=5.0) as cluster:
         assert set(cluster.urls) == set(result.instances)
         url = cluster.urls["inst-0"]
         assert url.startswith("http://127.0.0.1:")
         first = httpx.get(url, timeout=5)
         assert first.headers["content-type"].startswith("text/plain; version=0.0.4")
         assert "vllm:num_requests_running{" in first.text  # colons kept
-        time.sleep(0.6)  # ~18 simulated seconds
-        second = httpx.get(url, timeout=5)
-        a = _value(_parse(first.text), "vllm:prompt_tokens_total")
-        b = _value(_parse(second.text), "vllm:prompt_tokens_total")
-        assert b > a
+        t0, a = _served(url)
+        assert t0 == result.start_s
+        assert cluster.advance(18.0) == result.start_s + 18.0
+        t1, b = _served(url)
+        assert t1 == result.start_s + 18.0
+        assert a == _truth_at(result, "inst-0", t0) and b == _truth_at(result, "inst-0", t1)
+        assert b["prompt"] > a["prompt"]
         assert httpx.get(url.replace("/metrics", "/nope"), timeout=5).status_code == 404
     with pytest.raises(httpx.TransportError):
         httpx.get(url, timeout=2)
+
+
+def test_live_manual_clock_moves_only_by_the_control_endpoint(result: SimResult) -> None:
+    """``POST /sim/advance`` on any instance moves the whole cluster, never past the run's end;
+    once there, the servers stop after their grace (a wait on that, not on a duration)."""
+    with serve(result, "vllm", live_clock=LiveClock.MANUAL, grace_s=0.2) as cluster:
+        base = {i: u.removesuffix("/metrics") for i, u in cluster.urls.items()}
+        assert _served(cluster.urls["inst-1"])[0] == result.start_s  # scraping moves nothing
+        assert _served(cluster.urls["inst-1"])[0] == result.start_s
+        at = result.start_s
+        for inst, seconds in (("inst-0", 7.5), ("inst-1", 20.0), ("inst-0", 0.0)):
+            r = httpx.post(f"{base[inst]}/sim/advance", json={"seconds": seconds}, timeout=5)
+            at += seconds
+            assert r.status_code == 200 and r.json()["sim_time"] == at
+            for i, url in cluster.urls.items():
+                t, got = _served(url)
+                assert t == at and got == _truth_at(result, i, at)
+        for bad in ({"seconds": -1}, {"seconds": "5"}, {"seconds": True}, {}):
+            assert httpx.post(f"{base['inst-0']}/sim/advance", json=bad,
+                              timeout=5).status_code == 400
+        info = httpx.get(f"{base['inst-1']}/sim/time", timeout=5).json()
+        assert info == {"sim_time": at, "start_s": result.start_s, "end_s": result.end_s,
+                        "clock": "manual"}
+        with pytest.raises(ValueError, match="finite"):
+            cluster.advance(math.inf)
+        assert not cluster.stopped
+        r = httpx.post(f"{base['inst-0']}/sim/advance", json={"seconds": 1e9}, timeout=5)
+        assert r.json()["sim_time"] == result.end_s
+        assert cluster.wait(timeout=60), "the watchdog did not stop a run at its end"
+
+
+def test_live_scrape_clock_steps_each_instance_per_answer(result: SimResult) -> None:
+    """Stepped per scrape, the n-th answer of an instance is ``n * step_s`` into the run
+    whenever it is asked for; the cluster stops once every instance has reached the end."""
+    step = 7.0
+    with serve(result, "vllm", live_clock=LiveClock.SCRAPE, step_s=step, grace_s=0.2) as cluster:
+        n = math.ceil((result.end_s - result.start_s) / step)
+        inst0 = cluster.urls["inst-0"]
+        for k in range(n + 2):
+            t, got = _served(inst0)
+            assert t == min(result.start_s + k * step, result.end_s)
+            assert got == _truth_at(result, "inst-0", t)
+        assert cluster.sim_time("inst-0") == result.end_s
+        assert cluster.sim_time() == result.start_s  # inst-1 was never scraped
+        base = inst0.removesuffix("/metrics")
+        assert httpx.post(f"{base}/sim/advance", json={"seconds": 1},
+                          timeout=5).status_code == 409
+        with pytest.raises(ValueError, match="not advanced by hand"):
+            cluster.advance(1.0)
+        assert not cluster.stopped
+        for _ in range(n):
+            _served(cluster.urls["inst-1"])
+        assert cluster.wait(timeout=60), "the watchdog did not stop a run at its end"
+    with pytest.raises(ValueError, match="step_s"):
+        serve(result, "vllm", live_clock=LiveClock.SCRAPE)
+
+
+def test_live_wall_clock_reads_the_clock_it_is_given(result: SimResult) -> None:
+    """The wall clock is ``speed`` x the injected Clock: a ManualClock shared with a scraper
+    moves both together."""
+    clock = ManualClock(1000.0)
+    with serve(result, "vllm", speed=4.0, clock=clock, grace_s=5.0) as cluster:
+        url = cluster.urls["inst-0"]
+        assert _served(url)[0] == result.start_s
+        clock.advance(2.5)
+        t, got = _served(url)
+        assert t == result.start_s + 10.0 and got == _truth_at(result, "inst-0", t)
+        clock.advance(1e6)
+        assert cluster.wait(timeout=60), "the watchdog did not stop a run at its end"
 
 
 def test_live_stops_itself_after_the_run(result: SimResult) -> None:

@@ -119,6 +119,16 @@ SIMULATED_DIALECTS: tuple[str, ...] = (
 SIMULATED_DEVICE_EXPORTERS: tuple[str, ...] = ("dcgm", "npu-exporter")
 
 
+class LiveClock(StrEnum):
+    """How the simulator's live servers (``simulate --serve``, sim/writers/live.py) move
+    simulated time: with the wall clock (at ``--speed``), one step per scrape of an instance,
+    or only when told (``POST /sim/advance``, ``LiveCluster.advance``)."""
+
+    WALL = "wall"
+    SCRAPE = "scrape"
+    MANUAL = "manual"
+
+
 class MetricType(StrEnum):
     """A Prometheus metric family's type (the exposition's ``# TYPE``): how a role's series
     are read (sources/dialects.py) and written (sim/writers/metric_specs.py)."""

@@ -13,7 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skewscope.catalogue import SIMULATED_DEVICE_EXPORTERS, SIMULATED_DIALECTS, Generation
+from skewscope.catalogue import (
+    SIMULATED_DEVICE_EXPORTERS,
+    SIMULATED_DIALECTS,
+    Generation,
+    LiveClock,
+)
 from skewscope.cli import common
 from skewscope.errors import UsageError
 
@@ -39,14 +44,21 @@ def register(sub: Any) -> None:
                    help="profiler CSV header generation")
     s.add_argument("--openmetrics", metavar="FILE", help="write an OpenMetrics history file")
     s.add_argument("--metrics-interval", default="5s",
-                   help="OpenMetrics history: seconds between samples (default 5s)")
+                   help="OpenMetrics history, and live mode on --clock scrape: simulated "
+                        "seconds between samples (default 5s)")
     s.add_argument("--serve", action="store_true", help="serve live /metrics per instance")
     s.add_argument("--metrics-dialect", default="vllm", choices=SIMULATED_DIALECTS,
                    help="engine (or router: dynamo, llm-d) metric names to write")
     s.add_argument("--device-exporter", choices=SIMULATED_DEVICE_EXPORTERS,
                    help="also write a device exporter's series (one device per DP rank, on the "
                         "instance's own target)")
-    s.add_argument("--speed", default="1", help="live mode: simulated s per wall s (> 0)")
+    s.add_argument("--speed", default="1",
+                   help="live mode on --clock wall: simulated s per wall s (> 0)")
+    s.add_argument("--clock", default=LiveClock.WALL.value,
+                   choices=tuple(c.value for c in LiveClock),
+                   help="live mode: how simulated time moves: with wall time at --speed "
+                        "(default), one --metrics-interval per scrape of an instance (scrape), "
+                        "or only by POST /sim/advance {\"seconds\": N} (manual)")
     s.add_argument("--port", default="0",
                    help="live mode: first port, instance k on PORT+k (default 0 = any free)")
     s.add_argument("--seed", help="override the scenario's seed (>= 0)")
@@ -90,6 +102,10 @@ def _check_args(args: argparse.Namespace, max_port: int) -> None:
     if not (math.isfinite(speed) and speed > 0):
         raise UsageError(f"--speed: expected a finite positive number, got {args.speed!r}")
     args.speed = speed
+    args.clock = LiveClock(args.clock)
+    if args.clock is not LiveClock.WALL and speed != 1.0:
+        raise UsageError(f"--speed: only with --clock wall (time on the {args.clock} clock "
+                         "moves by steps)")
     args.port = _integer(args.port, "--port", 0, max_port, f"a port 0..{max_port}")
     if args.seed is not None:
         args.seed = _integer(args.seed, "--seed", 0, 2**63 - 1, "a non-negative integer")
@@ -122,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("simulate: choose at least one output: --out DIR, --openmetrics FILE, "
                          "--serve")
     _check_args(args, MAX_PORT)
+    if args.clock is not LiveClock.WALL and not args.serve:
+        raise UsageError(f"--clock {args.clock}: a live mode clock (add --serve)")
     scenario = load_scenario(args.scenario)
     if args.gateway or args.dispatcher:
         from skewscope.sim.counterfactual import policy_spec, rerouted
@@ -296,7 +314,8 @@ def _serve(result: SimResult, args: argparse.Namespace) -> int:
 
     try:
         cluster = serve(result, args.metrics_dialect, base_port=args.port, speed=args.speed,
-                        devices=args.device_exporter)
+                        devices=args.device_exporter, live_clock=args.clock,
+                        step_s=args.metrics_interval)
     except OSError as e:
         raise UsageError(f"--port {args.port}: cannot listen on {e.filename} ({e.strerror}); "
                          "choose another port, or 0 for any free one") from None
@@ -304,6 +323,10 @@ def _serve(result: SimResult, args: argparse.Namespace) -> int:
         try:
             for name, url in cluster.urls.items():
                 print(f"serving {name} at {url}", flush=True)
+            if args.clock is LiveClock.MANUAL:
+                base = next(iter(cluster.urls.values())).removesuffix("/metrics")
+                print(f'advance simulated time: POST {base}/sim/advance {{"seconds": N}}',
+                      flush=True)
             wait_with_progress(cluster, _progress_for(cluster))
         except KeyboardInterrupt:
             print("skewscope: interrupted, live servers stopped", file=sys.stderr)
@@ -313,8 +336,10 @@ def _serve(result: SimResult, args: argparse.Namespace) -> int:
 def _progress_for(cluster: LiveCluster) -> Progress:
     from skewscope.progress import Progress
 
-    return Progress(f"replaying at {cluster.speed:g}x", cluster.model.end_s - cluster.start_s,
-                  "simulated s")
+    how = {LiveClock.WALL: f"replaying at {cluster.speed:g}x",
+           LiveClock.SCRAPE: f"replaying {cluster.step_s:g} simulated s per scrape",
+           LiveClock.MANUAL: "replaying as POST /sim/advance moves it"}[cluster.live_clock]
+    return Progress(how, cluster.model.end_s - cluster.start_s, "simulated s")
 
 
 def wait_with_progress(cluster: LiveCluster, progress: Progress, slice_s: float = 0.5) -> None:

@@ -1,11 +1,24 @@
 """Live mode: one loopback HTTP /metrics endpoint per simulated instance, replaying the run.
 
 Lets the online sources and a real Prometheus/VictoriaMetrics scrape a simulated cluster as if
-it were real.  Simulated time runs at ``speed`` x wall time from ``start_s`` and stops at the
-run's end; the servers shut themselves down ``grace_s`` wall seconds after that, so a forgotten
-cluster never outlives a test run.  Plain text ``version=0.0.4`` is served on purpose: it keeps
-the colons in ``vllm:*`` names (OpenMetrics negotiation would escape them, see
-real-components.md).
+it were real.  Simulated time starts at ``start_s`` and stops at the run's end; how it moves is
+the ``LiveClock`` (issue 24: a test steps time instead of racing it):
+
+- ``wall`` (the default, what a user watching a replay wants): ``speed`` x the ``Clock``'s
+  monotonic time. A test may pass a ``ManualClock`` and share it with the scraper, so both
+  move together at explicit instants.
+- ``scrape``: each /metrics answer of an instance is ``step_s`` later than its previous one
+  (the first is at ``start_s``), so a scraper on any schedule, a real Prometheus included, sees
+  the run at the same instants however busy the machine is.
+- ``manual``: time moves only by :meth:`LiveCluster.advance` or ``POST /sim/advance`` with
+  ``{"seconds": N}`` on any instance (the whole cluster moves; the answer is the new time).
+
+Every /metrics answer says which simulated time it is (header ``X-Skewscope-Sim-Time``), and
+``GET /sim/time`` answers the cluster's. The servers shut themselves down ``grace_s`` wall
+seconds after the run's end is reached (by every instance, when stepped per scrape), so a
+forgotten cluster never outlives a test run (a ``manual`` one that is never advanced to its end
+is stopped by its owner).  Plain text ``version=0.0.4`` is served on purpose: it keeps the
+colons in ``vllm:*`` names (OpenMetrics negotiation would escape them, see real-components.md).
 
 Each server also answers what a router in front of an engine needs (docs/gateway.md):
 ``POST /v1/completions`` and ``/v1/chat/completions`` (OpenAI shape), ``GET /health``,
@@ -17,7 +30,9 @@ router sent. Its latency follows the instance's routed load: ``ROUTED_BASE_S`` p
 ``ROUTED_PER_TOKEN_S`` per output token, times (1 + requests in flight / ``ROUTED_SLOTS``),
 capped at ``ROUTED_MAX_S``; latency histograms stay the replay's. Prompt tokens are counted as
 whitespace-separated words. ``POST /sim/health`` with ``{"healthy": false}`` makes ``/health``
-(and the completions) answer 503 until set back: a test's switch for a failing worker.
+(and the completions) answer 503 until set back: a test's switch for a failing worker. Routed
+requests answer after a wall-clock delay whatever the ``LiveClock``: a real router in front
+times them.
 """
 
 from __future__ import annotations
@@ -32,7 +47,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from skewscope.catalogue import MetricType
+from skewscope.catalogue import LiveClock, MetricType
+from skewscope.clock import SYSTEM_CLOCK, Clock
 from skewscope.sim.writers.exposition import CONTENT_TYPE, ClusterModel, Family, render_text
 
 if TYPE_CHECKING:
@@ -44,6 +60,8 @@ if TYPE_CHECKING:
 MAX_PORT = 65535
 READ_TIMEOUT_S = 10.0  # a connection that sends no complete request for this long is closed
 _WAIT_SLICE_S = 0.2  # wait() wakes this often so Ctrl-C (SIGINT) is handled in the main thread
+_END_POLL_S = 0.2  # the watchdog looks this often whether a stepped run has reached its end
+SIM_TIME_HEADER = "X-Skewscope-Sim-Time"
 ROUTED_BASE_S = 0.02
 ROUTED_PER_TOKEN_S = 0.002
 ROUTED_SLOTS = 8
@@ -109,16 +127,20 @@ class _Handler(BaseHTTPRequestHandler):
             # the Hugging Face hub (no network here, and none wanted)
             self._json(200, {"dp_size": 1})
             return
+        if path == "/sim/time":
+            self._json(200, cluster.time_info())
+            return
         if path != "/metrics":
             self.send_error(404)
             return
         with cluster.lock:
-            fams = cluster.model.instances[self.server.instance].families(
-                np.array([cluster.sim_time()]))
+            t = cluster.scraped(self.server.instance)
+            fams = cluster.model.instances[self.server.instance].families(np.array([t]))
             body = render_text(routed.add_to(fams)).encode()
         self.send_response(200)
         self.send_header("Content-Type", CONTENT_TYPE)
         self.send_header("Content-Length", str(len(body)))
+        self.send_header(SIM_TIME_HEADER, f"{t:.3f}")
         self.end_headers()
         self.wfile.write(body)
 
@@ -143,6 +165,9 @@ class _Handler(BaseHTTPRequestHandler):
             routed.healthy = bool(body.get("healthy", True))
             self._json(200, {"healthy": routed.healthy})
             return
+        if path == "/sim/advance":
+            self._advance(body.get("seconds"))
+            return
         if path not in ("/v1/completions", "/v1/chat/completions"):
             self.send_error(404)
             return
@@ -150,6 +175,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(503, {"error": "unhealthy"})
             return
         self._complete(path, body, routed)
+
+    def _advance(self, seconds: object) -> None:
+        """``POST /sim/advance``: the whole cluster ``seconds`` on (manual clock only)."""
+        cluster = self.server.cluster
+        if cluster.live_clock is not LiveClock.MANUAL:
+            self._json(409, {"error": f"simulated time runs on the {cluster.live_clock} clock; "
+                                      "only a manual one is advanced"})
+            return
+        if not (isinstance(seconds, int | float) and not isinstance(seconds, bool)
+                and math.isfinite(seconds) and seconds >= 0):
+            self._json(400, {"error": "expected {\"seconds\": N}, N a number >= 0"})
+            return
+        cluster.advance(float(seconds))
+        self._json(200, cluster.time_info())
 
     def _complete(self, path: str, body: dict[str, object], routed: Routed) -> None:
         """Answer after a delay that follows this instance's routed load; count the request."""
@@ -197,24 +236,59 @@ class LiveCluster:
     """Running /metrics servers of a simulated cluster; a context manager that stops them."""
 
     def __init__(self, model: ClusterModel, start_s: float, speed: float, grace_s: float,
-                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, *, clock: Clock = SYSTEM_CLOCK,
+                 live_clock: LiveClock = LiveClock.WALL, step_s: float = 0.0) -> None:
         self.model = model
         self.read_timeout_s = read_timeout_s
         self.start_s = start_s
         self.speed = speed
         self.grace_s = grace_s
-        self.wall_start = time.monotonic()
+        self.clock = clock
+        self.live_clock = live_clock
+        self.step_s = step_s
+        self.wall_start = clock.monotonic()
         self._servers: dict[str, _Server] = {}
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
         self._lock = threading.Lock()
-        self.lock = threading.Lock()  # guards the routed counts
+        self.lock = threading.Lock()  # guards the routed counts and the stepped times
         self.routed = {i: Routed() for i in model.instances}
+        self._advanced = 0.0  # manual: simulated seconds advanced so far
+        self._scrapes = dict.fromkeys(model.instances, 0)  # scrape: answers served so far
 
-    def sim_time(self) -> float:
-        """Simulated time now, clamped to the end of the run."""
-        t = self.start_s + (time.monotonic() - self.wall_start) * self.speed
+    def sim_time(self, instance: str | None = None) -> float:
+        """Simulated time now (of ``instance`` when stepped per scrape, else of the slowest
+        instance: the time of its next answer), clamped to the end of the run."""
+        if self.live_clock is LiveClock.MANUAL:
+            t = self.start_s + self._advanced
+        elif self.live_clock is LiveClock.SCRAPE:
+            n = self._scrapes[instance] if instance else min(self._scrapes.values())
+            t = self.start_s + n * self.step_s
+        else:
+            t = self.start_s + (self.clock.monotonic() - self.wall_start) * self.speed
         return min(t, self.model.end_s)
+
+    def scraped(self, instance: str) -> float:
+        """The simulated time of this /metrics answer of ``instance`` (call under ``lock``):
+        stepped per scrape, the next answer is ``step_s`` later."""
+        t = self.sim_time(instance)
+        self._scrapes[instance] += 1
+        return t
+
+    def advance(self, seconds: float) -> float:
+        """Move a manual clock ``seconds`` on (never past the run's end); the new time."""
+        if self.live_clock is not LiveClock.MANUAL:
+            raise ValueError(f"the {self.live_clock} clock is not advanced by hand")
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError("advance: seconds must be finite and >= 0")
+        with self.lock:
+            self._advanced = min(self._advanced + seconds, self.model.end_s - self.start_s)
+            return self.sim_time()
+
+    def time_info(self) -> dict[str, object]:
+        """What ``GET /sim/time`` answers."""
+        return {"sim_time": self.sim_time(), "start_s": self.start_s, "end_s": self.model.end_s,
+                "clock": str(self.live_clock)}
 
     @property
     def urls(self) -> dict[str, str]:
@@ -239,13 +313,21 @@ class LiveCluster:
                                   name=f"skewscope-live-{inst}", daemon=True)
             th.start()
             self._threads.append(th)
-        remaining = max(0.0, (self.model.end_s - self.start_s) / self.speed) + self.grace_s
-        watchdog = threading.Thread(target=self._expire, args=(remaining,), daemon=True,
+        watchdog = threading.Thread(target=self._expire, daemon=True,
                                     name="skewscope-live-watchdog")
         watchdog.start()
 
-    def _expire(self, after_s: float) -> None:
-        if not self._stopped.wait(after_s):
+    def _expire(self) -> None:
+        """Stop ``grace_s`` wall seconds after the run's end is reached: known in advance on
+        the system's wall clock, looked for now and then on any other."""
+        end = self.model.end_s
+        known = self.live_clock is LiveClock.WALL and self.clock is SYSTEM_CLOCK
+        if known and self._stopped.wait(max(0.0, (end - self.start_s) / self.speed)):
+            return
+        while self.sim_time() < end:
+            if self._stopped.wait(_END_POLL_S):
+                return
+        if not self._stopped.wait(self.grace_s):
             self.stop()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -285,20 +367,25 @@ def serve(
     result: SimResult, dialect: str = "vllm", host: str = "127.0.0.1", base_port: int = 0,
     speed: float = 1.0, *, start_s: float | None = None, grace_s: float = 60.0,
     read_timeout_s: float = READ_TIMEOUT_S, devices: str | None = None,
+    clock: Clock = SYSTEM_CLOCK, live_clock: LiveClock = LiveClock.WALL, step_s: float = 0.0,
 ) -> LiveCluster:
     """Start one /metrics server per instance (instance ``k`` on ``base_port + k``, or an
     ephemeral port when ``base_port`` is 0).  Loopback only: the simulator is a test fixture,
-    not a service."""
+    not a service. ``live_clock`` says how simulated time moves (module docstring): ``speed``
+    x ``clock`` (wall), ``step_s`` per scrape (scrape), or by ``advance`` (manual)."""
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError("live mode serves on loopback only")
     if not (math.isfinite(speed) and speed > 0):
         raise ValueError("speed must be finite and positive")
+    live_clock = LiveClock(live_clock)
+    if live_clock is LiveClock.SCRAPE and not (math.isfinite(step_s) and step_s > 0):
+        raise ValueError("a clock stepped per scrape needs a finite positive step_s")
     if not 0 <= base_port <= MAX_PORT - (len(result.instances) - 1 if base_port else 0):
         raise ValueError(f"ports {base_port}..{base_port + len(result.instances) - 1} are not all "
                          f"in 1..{MAX_PORT}")
     cluster = LiveCluster(ClusterModel(result, dialect, devices),
                           result.start_s if start_s is None else start_s, speed, grace_s,
-                          read_timeout_s)
+                          read_timeout_s, clock=clock, live_clock=live_clock, step_s=step_s)
     try:
         cluster._start(host, base_port)
     except BaseException:
