@@ -149,11 +149,13 @@ def test_sigterm_during_simulate_out_leaves_no_temporary_folder(
 def test_watch_json_lines_into_a_closed_pipe_ends_quietly() -> None:
     """watch --json-lines | head -1 after head has gone: the first good run's line meets the
     closed pipe; the loop ends (no endless runs into nothing), exporter and sampler closed."""
+    from skewscope.catalogue import LiveClock
     from skewscope.sim.engine import simulate
     from skewscope.sim.scenario import load_scenario
     from skewscope.sim.writers.live import serve
 
-    with serve(simulate(load_scenario("wrong-weights")), "vllm", speed=6.0, grace_s=60.0) as c:
+    with serve(simulate(load_scenario("wrong-weights")), "vllm", live_clock=LiveClock.SCRAPE,
+               step_s=1.5, grace_s=60.0) as c:
         read, write = os.pipe()
         os.close(read)
         try:

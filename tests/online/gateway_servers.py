@@ -19,6 +19,7 @@ import httpx
 from online_servers import free_port
 
 from conftest import need, running, wait_until
+from skewscope.catalogue import LiveClock
 from skewscope.cli import main
 from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import load_scenario
@@ -35,9 +36,12 @@ NGINX_FORMAT = (
 
 @contextlib.contextmanager
 def sim_engines(scenario: str = "idle", grace_s: float = 120.0) -> Iterator[LiveCluster]:
-    """The scenario's instances served live (OpenAI API + /metrics) on free loopback ports."""
+    """The scenario's instances served live (OpenAI API + /metrics) on free loopback ports, on
+    a manual clock that the gateway tests never move: the replay stays at its start, so the
+    engines' counters are exactly the requests the router sent them (the truth is what the
+    test did), however long a busy machine makes the test."""
     result = simulate(load_scenario(scenario), record_members=False)
-    with serve(result, "vllm", grace_s=grace_s) as cluster:
+    with serve(result, "vllm", grace_s=grace_s, live_clock=LiveClock.MANUAL) as cluster:
         yield cluster
 
 
@@ -131,6 +135,16 @@ def scraping_prometheus(targets: Sequence[str], tmp: Path,
         wait_until(lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code
                    == 200, f"Prometheus (log: {tmp / 'prometheus.log'})")
         yield url
+
+
+def volume_gate(tmp: Path) -> list[str]:
+    """``--config`` with the volume gates lowered (30 requests in the range, 1 a unit a window):
+    the traffic is as fast as the gateway answers, so a busy machine sends fewer than the
+    default 100 in the range (57 seen) and some 1 s windows fall under 2 requests a unit (5 of 9
+    seen); what the gateway tests check is who got the traffic, not the gates."""
+    (tmp / "gate.toml").write_text("[thresholds]\nmin_requests_total = 30\n"
+                                   "min_requests_per_window = 1.0\n")
+    return ["--config", str(tmp / "gate.toml")]
 
 
 def scrape_diagnose(cluster: LiveCluster, load: Callable[[threading.Event], None],

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from skewscope.catalogue import LiveClock
 from skewscope.cli import main
 from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import builtin_scenarios
@@ -17,8 +18,9 @@ def test_scrape_of_live_simulated_dp_skew_finds_the_hot_rank(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     result = simulate(builtin_scenarios()["dp-count"], record_members=False)
-    # 150 simulated seconds in ~7.5 wall seconds; the scrape covers 7 one-second windows
-    with serve(result, "vllm", speed=20.0, grace_s=30.0) as cluster:
+    # the scrape's 28 rounds see 140 of the run's 150 simulated seconds, 5 s per scrape
+    # however late a busy machine makes them (the run never ends before the scrape does)
+    with serve(result, "vllm", live_clock=LiveClock.SCRAPE, step_s=5.0, grace_s=30.0) as cluster:
         urls = list(cluster.urls.values())
         code = main(["diagnose", "--scrape", *urls, "--duration", "7s", "--interval", "0.25s",
                      "--window", "1s", "--format", "json"])

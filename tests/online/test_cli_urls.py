@@ -14,6 +14,7 @@ import pytest
 from online_history import SPAN, T0
 from online_servers import free_port
 
+from skewscope.catalogue import LiveClock
 from skewscope.cli import main
 from skewscope.cli.urls import looks_like_url
 from skewscope.sim.engine import simulate
@@ -45,7 +46,7 @@ def test_prometheus_url_without_a_range_says_so(
 
 def test_metrics_endpoint_as_path_is_scraped(capsys: pytest.CaptureFixture[str]) -> None:
     result = simulate(builtin_scenarios()["dp-count"], record_members=False)
-    with serve(result, "vllm", speed=20.0, grace_s=30.0) as cluster:
+    with serve(result, "vllm", live_clock=LiveClock.SCRAPE, step_s=5.0, grace_s=30.0) as cluster:
         base = cluster.urls["inst-0"].removesuffix("/metrics").removeprefix("http://")
         code = main(["diagnose", base, "--duration", "3s", "--interval", "0.5s",
                      "--window", "1s", "--format", "json"])

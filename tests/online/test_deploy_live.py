@@ -7,8 +7,10 @@ and the history path point at this machine).
 
 Truth: the wrong-weights scenario sends inst-1 1.8x its peers' requests (``truth_dict``). Every
 wait is on a condition (a notification received, a probe answering, the process gone), bounded
-by the simulated run's length; Alertmanager's group_wait is shortened from the documented 1 m
-to 1 s, the one change made to the documented configuration.
+by the simulated run's length, which moves one step per scrape of an instance (the live
+``scrape`` clock: Prometheus sees the same run however late its scrapes are); Alertmanager's
+group_wait is shortened from the documented 1 m to 1 s, the one change made to the documented
+configuration.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import yaml
 from online_servers import Quiet, free_port
 from online_servers import serve as http_serve
 
-from conftest import need, running, wait_until
+from conftest import need, running, scraped_after, wait_until
+from skewscope.catalogue import LiveClock
 from skewscope.frame import WINDOWS
 from skewscope.monitor.rules import HOT_ALERT, STARVED_ALERT, RuleOptions, render_rules
 from skewscope.sim.engine import simulate
@@ -124,7 +127,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         window = WINDOWS.choose(result.end_s - result.start_s) / SPEED
         (tmp / "rules.yml").write_text(render_rules(RuleOptions(dialects=("vllm",),
                                                                 window_s=window)))
-        interval = f"{round(window * 1000 / 4)}ms"
+        interval_ms = round(window * 1000 / 4)
+        interval = f"{interval_ms}ms"
         prom_config: dict[str, Any] = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "rule_files": [str(tmp / "rules.yml")],
@@ -142,13 +146,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                        == 200, f"Alertmanager (log: {tmp / 'alertmanager.log'})")
             wait_until(lambda: pp.poll() is None and httpx.get(f"{prom_url}/-/ready").status_code
                        == 200, f"Prometheus (log: {tmp / 'prometheus.log'})")
-            cluster = serve(result, "vllm", speed=SPEED, grace_s=5.0)
+            # each scrape of an instance is SPEED scrape intervals of simulated time on (SPEED x
+            # wall time on a quiet machine): the run moves as Prometheus sees it, so a busy
+            # machine's late scrapes cannot let it end before the rules have judged it
+            cluster = serve(result, "vllm", live_clock=LiveClock.SCRAPE,
+                            step_s=interval_ms / 1000 * SPEED, grace_s=5.0)
             try:
                 address = {i: u.split("//", 1)[1].split("/", 1)[0] for i, u in cluster.urls.items()}
                 prom_config["scrape_configs"] = [{"job_name": SCENARIO, "static_configs": [
                     {"targets": list(address.values())}]}]
                 (tmp / "prometheus.yml").write_text(json.dumps(prom_config))
+                reloaded = time.time()
                 assert httpx.post(f"{prom_url}/-/reload", timeout=30).status_code == 200
+                # the deployed watch runs every 30 s: started once Prometheus holds two scrapes
+                # of every target, its first run has data (else the second, 30 s on, would)
+                wait_until(lambda: scraped_after(prom_url, reloaded + 1.0, len(address),
+                                                 SCENARIO),
+                           "two scrapes of every simulated instance", timeout_s=60)
                 (hot_unit,) = truth["hot_units"]
                 with deployed_watch(prom_url, tmp, []) as watch:
                     yield Stack(notes, am_url, address[hot_unit], watch)
@@ -202,7 +216,9 @@ def test_hot_unit_alert_reaches_the_webhook_with_its_labels(stack: Stack) -> Non
         return any(a["labels"].get("instance") == stack.hot_address and a["status"] == "firing"
                    for a in stack.alerts(HOT_ALERT))
 
-    run_s = 200.0 / SPEED + 60.0  # the simulated run at SPEED, and Prometheus' rule windows
+    # a deadline, not a duration: the simulated run at SPEED, Prometheus' rule windows, and
+    # room for a busy machine's late scrapes (the run waits for them)
+    run_s = 2 * 200.0 / SPEED + 60.0
     wait_until(fired, f"{HOT_ALERT} for {stack.hot_address} at the webhook", timeout_s=run_s)
     alert = next(a for a in stack.alerts(HOT_ALERT)
                  if a["labels"].get("instance") == stack.hot_address)

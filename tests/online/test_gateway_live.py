@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_servers import base_urls, router, scrape_diagnose, sim_engines
+from gateway_servers import base_urls, router, scrape_diagnose, sim_engines, volume_gate
 from online_servers import json_handler, serve
 
 from skewscope.cli import main
@@ -30,14 +30,6 @@ def _traffic(url: str, stop: threading.Event) -> None:
             assert c.post(f"{url}/v1/completions",
                           json={"model": "m", "prompt": f"q {j}", "max_tokens": 4}
                           ).status_code == 200
-
-
-def _volume_gate(tmp: Path) -> list[str]:
-    """``--config`` with the volume gate at 30 requests: the traffic is as fast as the router
-    answers, so a busy machine sends fewer than the default 100 in the range; what is tested
-    here is pool membership, not the gate."""
-    (tmp / "gate.toml").write_text("[thresholds]\nmin_requests_total = 30\n")
-    return ["--config", str(tmp / "gate.toml")]
 
 
 def _watch(urls: list[str], gateway: str, runs: int, capsys: pytest.CaptureFixture[str],
@@ -70,13 +62,13 @@ def test_unit_missing_from_the_routers_pool(command: str, tmp_path: Path,
             assert set(read_workers(url)) == {w.removeprefix("http://") for w in workers[:3]}
             if command == "diagnose":
                 doc = scrape_diagnose(cluster, lambda stop: _traffic(url, stop),
-                                      ["--gateway-url", url, *_volume_gate(tmp_path)],
+                                      ["--gateway-url", url, *volume_gate(tmp_path)],
                                       tmp_path / "report.json")
             else:
                 stop = threading.Event()
                 load = threading.Thread(target=_traffic, args=(url, stop))
                 doc = _watch(list(cluster.urls.values()), url, 10, capsys, load, stop,
-                             _volume_gate(tmp_path))
+                             volume_gate(tmp_path))
     assert doc["starved_units"] == [left_out], doc["notes"]
     finding = next(f for f in doc["findings"] if left_out in f["units"])
     assert finding["root_causes"][0]["key"] == "health_check"

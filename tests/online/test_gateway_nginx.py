@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from gateway_servers import base_urls, nginx, scrape_diagnose, sim_engines
+from gateway_servers import base_urls, nginx, scrape_diagnose, sim_engines, volume_gate
 
 from conftest import wait_until
 from skewscope.config import DEFAULT_THRESHOLDS
@@ -141,7 +141,8 @@ def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
         heavy, hot = st.heavy, st.hot
         doc = scrape_diagnose(st.cluster,
                               lambda stop: _traffic(st.url, heavy, 400, stop, st.light),
-                              ["--access-log", str(st.log)], tmp_path / "report.json")
+                              ["--access-log", str(st.log), *volume_gate(tmp_path)],
+                              tmp_path / "report.json")
     assert doc["verdict"] == "imbalanced", doc["notes"]
     assert doc["hot_units"] == [hot]
     finding = doc["findings"][0]

@@ -3,7 +3,10 @@ engines, the router and the engines scraped by a REAL Prometheus; ``skewscope di
 --prometheus`` finds the router's metrics by name and joins them to the engines' load.
 
 Truth is what the test does: which keys it sends, which worker it fails, which prompts share a
-prefix. Load is bounded (about 9 requests a second for ``TRAFFIC_S`` seconds).
+prefix. Load is bounded: ``ROUNDS`` rounds of about 9 requests, one round a second. The
+engines' replay stays at its start (a manual clock never moved), so their counters are the
+routed requests alone; every wait is on a condition (a scrape of every target after the
+requests), never a fixed sleep.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import httpx
 import pytest
 from gateway_servers import base_urls, router, scraping_prometheus, sim_engines
 
+from conftest import scraped_after, wait_until
 from skewscope.cli import main
 from skewscope.sim.writers.live import LiveCluster
 
-TRAFFIC_S = 30.0
+ROUNDS = 30  # rounds of traffic, one a second (Prometheus' windows are wall time)
 STEP = "3s"
 PREFIX = "You are a careful assistant for the ACME support desk. " * 25
 
@@ -33,8 +37,8 @@ def _routed(cluster: LiveCluster) -> dict[str, float]:
 class Fleet:
     """Engines, router and Prometheus of one test."""
 
-    def __init__(self, cluster: LiveCluster, router: str, prom: str) -> None:
-        self.cluster, self.router, self.prom = cluster, router, prom
+    def __init__(self, cluster: LiveCluster, router: str, prom: str, targets: int) -> None:
+        self.cluster, self.router, self.prom, self.targets = cluster, router, prom, targets
         self.client = httpx.Client(timeout=10)
 
     def send(self, prompt: str, key: str | None = None) -> int:
@@ -43,21 +47,26 @@ class Fleet:
                              json={"model": "m", "prompt": prompt, "max_tokens": 4})
         return r.status_code
 
+    def scraped(self, what: str) -> None:
+        """Wait until Prometheus has scraped every target since now (what was sent before is
+        in its TSDB): a condition, however slow a busy machine makes the scrapes."""
+        t = time.time()
+        wait_until(lambda: scraped_after(self.prom, t, self.targets),
+                   f"a scrape of all {self.targets} targets after {what}", timeout_s=60)
+
     def run(self, one_round: Callable[[int], None],
-            events: dict[float, Callable[[], None]] | None = None) -> dict[str, object]:
-        """Rounds of traffic, about one a second, for TRAFFIC_S; then diagnose the range."""
+            events: dict[int, Callable[[], None]] | None = None) -> dict[str, object]:
+        """``ROUNDS`` rounds of traffic on a one-second grid (a late round starts at once; the
+        count of requests never depends on the machine's speed), each event before its round;
+        then, once Prometheus has scraped the last answers, diagnose the range."""
         start = time.time()
-        pending = dict(sorted((events or {}).items()))
-        r = 0
-        while time.time() - start < TRAFFIC_S:
-            for at in [a for a in pending if time.time() - start >= a]:
-                pending.pop(at)()
-            t = time.time()
+        for r in range(ROUNDS):
+            time.sleep(max(0.0, start + r - time.time()))
+            if events and r in events:
+                events[r]()
             one_round(r)
-            r += 1
-            time.sleep(max(0.0, 1.0 - (time.time() - t)))
         end = time.time()
-        time.sleep(2.5)  # the last scrapes
+        self.scraped("the last round")
         out = self.cluster_dir / "report.json"
         code = main(["diagnose", "--prometheus", self.prom, "--start", f"{start:.3f}",
                      "--end", f"{end:.3f}", "--step", STEP, "--format", "json", "-o", str(out)])
@@ -75,13 +84,13 @@ def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
         with router(kind, workers, tmp_path, policy, extra) as (url, metrics):
             targets = [metrics, *(w.removeprefix("http://") for w in workers)]
             with scraping_prometheus(targets, tmp_path) as prom:
-                f = Fleet(cluster, url, prom)
+                f = Fleet(cluster, url, prom, len(targets))
                 f.cluster_dir = tmp_path
                 # every worker's counters exist before the range (increase() cannot count a
                 # series' first sample), then a scrape of every target
                 for j in range(8):
                     assert f.send(f"warm-up {j}") == 200
-                time.sleep(2.0)
+                f.scraped("the warm-up")
                 yield f
                 f.client.close()
     # the router never reached for the network (a model_path in /model_info makes it try the
@@ -156,8 +165,9 @@ def test_failing_worker_is_a_health_check_and_the_breaker_keeps_it_out(fleet: Fl
         for j in range(9):
             fleet.send(f"question {r}-{j}")
 
-    # it fails at 4 s and recovers at 16 s; the breaker's 60 s cool-down outlasts the run
-    doc = fleet.run(one_round, {4.0: health(False), 16.0: health(True)})
+    # it fails before round 4 and recovers before round 16; the breaker's 60 s cool-down
+    # outlasts the run
+    doc = fleet.run(one_round, {4: health(False), 16: health(True)})
     assert doc["verdict"] == "imbalanced", doc["notes"]
     assert doc["starved_units"] == [sick_unit]
     finding = next(f for f in doc["findings"] if sick_unit in f["units"])

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from skewscope.catalogue import LiveClock
 from skewscope.cli import main
 from skewscope.report.model import SCHEMA_VERSION
 from skewscope.sim.engine import simulate
@@ -92,7 +93,9 @@ def test_watch_scrapes_simulated_cluster_exports_and_stops_on_sigterm(
 ) -> None:
     result = simulate(load_scenario("wrong-weights"))
     db = tmp_path / "history.sqlite"
-    with serve(result, "vllm", speed=6.0, grace_s=30.0) as cluster:
+    # each scrape of an instance is 1.5 simulated s on (6x at the 0.25 s interval), however
+    # late a busy machine makes the rounds: the run cannot end before watch has seen it
+    with serve(result, "vllm", live_clock=LiveClock.SCRAPE, step_s=1.5, grace_s=30.0) as cluster:
         urls = cluster.urls
         hot_unit = urls["inst-1"].removeprefix("http://").removesuffix("/metrics")
         args = ["--scrape", *urls.values(), "--interval", "0.25s", "--window", "1s",

@@ -127,14 +127,17 @@ def test_scrape_path_replay_reproduces_metrics(capsys: pytest.CaptureFixture[str
 
 def test_whatif_scrape_cli_reads_live_endpoints(capsys: pytest.CaptureFixture[str]) -> None:
     """``--scrape`` end to end on live simulated endpoints (a short run: the command works and
-    its report is valid; the calibration is checked above on a whole run)."""
+    its report is valid; the calibration is checked above on a whole run). Each scrape is 10
+    simulated seconds on: the 10 rounds see 100 s of the run however late they are."""
+    from skewscope.catalogue import LiveClock
     from skewscope.sim.writers.live import serve
 
     result = simulate(builtin_scenarios()["wrong-weights"])
-    with serve(result, "vllm", speed=10.0, grace_s=10.0) as cluster:
+    with serve(result, "vllm", live_clock=LiveClock.SCRAPE, step_s=10.0, grace_s=10.0
+               ) as cluster:
         urls = [(u if u.endswith("/metrics") else u + "/metrics").replace(
             "http://", "http://user:S3cretPASSWORD@", 1) for u in cluster.urls.values()]
-        code = main(["whatif", "--scrape", *urls, "--duration", "10s", "--interval", "1s",
+        code = main(["whatif", "--scrape", *urls, "--duration", "5s", "--interval", "0.5s",
                      "--format", "json", "--jobs", "1", "--policies", "round_robin"])
     out = capsys.readouterr()
     assert code == 0, out.err
