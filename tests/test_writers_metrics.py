@@ -451,7 +451,7 @@ def test_live_wall_clock_reads_the_clock_it_is_given(result: SimResult) -> None:
     """The wall clock is ``speed`` x the injected Clock: a ManualClock shared with a scraper
     moves both together."""
     clock = ManualClock(1000.0)
-    with serve(result, "vllm", speed=4.0, clock=clock, grace_s=5.0) as cluster:
+    with serve(result, "vllm", speed=4.0, clock=clock, grace_s=0.2) as cluster:
         url = cluster.urls["inst-0"]
         assert _served(url)[0] == result.start_s
         clock.advance(2.5)
