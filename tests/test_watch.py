@@ -214,6 +214,17 @@ def test_an_incident_opens_only_after_k_alarming_runs_at_the_first_of_them(
     assert t.update(hot, 250.0) == [] and not t.open  # pending again, not reopened
 
 
+def test_a_run_that_judged_nothing_neither_alarms_nor_calms(report: Report) -> None:
+    """Runs every 30 s over 1 min windows alternate 6 and 5 whole windows: the short ones are
+    insufficient data, and must not split the hot runs around them."""
+    nothing = replace(cooled(report), verdict="insufficient_data")
+    t = IncidentTracker("test", calm_runs=1, open_runs=2)
+    assert t.update(report, 100.0) == [] and t.update(nothing, 130.0) == []
+    (opened,) = [i for i in t.update(report, 160.0) if i.unit == "inst-1"]
+    assert opened.onset_s == 100.0
+    assert t.update(nothing, 190.0) == [] and ("inst-1", "instance") in t.open
+
+
 @pytest.mark.parametrize(("scenario", "kind"), [("health-check", "starved"),
                                                ("stale-load", "stale_load")])
 def test_starved_units_and_stale_groups_open_incidents_of_their_kind(

@@ -4,7 +4,8 @@ row opens an incident at the first of them (a unit that alarms in one run alone 
 Prometheus' ``for:``), and it ends only after ``calm_runs`` consecutive good runs no longer
 find it hot (hysteresis: one calm run between hot runs does not split one hot period in two),
 at the first of those calm runs. A failed run changes nothing (the last good state stands,
-calm runs are not counted).
+calm runs are not counted), and so does a run that judged nothing (insufficient data: a
+look-back that holds one window too few when the runs and the window grid fall out of step).
 
 Onset is the time of the first run that found the unit hot: the heat itself began up to
 ``--last`` earlier (a unit is hot only once it runs hot in most of the range).
@@ -16,7 +17,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from skewscope.catalogue import Kind
+from skewscope.catalogue import Kind, Verdict
 
 if TYPE_CHECKING:  # the watch command's parser reads CALM_RUNS: kept light to import
     from skewscope.report.model import Report
@@ -70,6 +71,8 @@ class IncidentTracker:
     def update(self, report: Report, at_s: float) -> list[Incident]:
         from skewscope.monitor.units import alarms
 
+        if report.verdict == Verdict.INSUFFICIENT_DATA:
+            return []  # judged nothing (too few windows or too little load): no alarm, no calm
         changed: list[Incident] = []
         seen: set[tuple[str, str]] = set()
         for h in alarms(report):
