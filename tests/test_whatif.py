@@ -213,9 +213,9 @@ def test_terminal_report_fits_the_width_and_keeps_every_number(
     width: int, folders: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from skewscope.report.whatif import render_terminal, value
+    from skewscope.report.whatif_model import METRIC_KEYS
     from skewscope.sources.workload import load_request_log
     from skewscope.whatif import plans
-    from skewscope.whatif.model import METRIC_KEYS
     from skewscope.whatif.predict import whatif
 
     log = load_request_log([str(folders["dp-count"])])
