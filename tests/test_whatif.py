@@ -17,7 +17,8 @@ from skewscope.cli import main
 from skewscope.config import WHATIF
 from skewscope.sim.engine import simulate
 from skewscope.sim.policies import RoutingSpec
-from skewscope.sim.scenario import Scenario, builtin_scenarios
+from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.spec import Scenario
 from skewscope.sim.writers.profiler import write_profiler
 
 # scenario -> the candidate that removes its cause (by construction of the scenario)

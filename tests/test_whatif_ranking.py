@@ -27,7 +27,8 @@ from skewscope.notes import WhatifNoteCode as W
 from skewscope.report import whatif_model as wm
 from skewscope.report.whatif_model import Spread
 from skewscope.sim.engine import simulate
-from skewscope.sim.scenario import Scenario, builtin_scenarios
+from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.spec import Scenario
 from skewscope.sim.writers.profiler import write_profiler
 from skewscope.whatif.rank import recommend
 from skewscope.whatif.replay import requests_in_system

@@ -18,8 +18,8 @@ from skewscope.notes import Note
 from skewscope.report.whatif_model import Metrics, Spread
 from skewscope.sim.engine import simulate
 from skewscope.sim.policies import RoutingSpec
-from skewscope.sim.records import START_S, GroundTruth, SimResult
-from skewscope.sim.scenario import Health, Scenario
+from skewscope.sim.records import START_S, SimResult
+from skewscope.sim.spec import GroundTruth, Health, Scenario
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.calibrate import ServiceModel
 from skewscope.whatif.extract import Layout, Observed

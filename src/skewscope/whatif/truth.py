@@ -21,7 +21,7 @@ from skewscope.report.whatif_model import PolicyResult, WhatIfReport
 from skewscope.sim.counterfactual import rerouted
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
-from skewscope.sim.scenario import Health, Scenario
+from skewscope.sim.spec import Health, Scenario
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.calibrate import calibrate
 from skewscope.whatif.extract import Observed, extract
