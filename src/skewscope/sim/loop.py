@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from skewscope.sim.rank import Rank, RequestState
-    from skewscope.sim.scenario import Scenario
+    from skewscope.sim.spec import Scenario
     from skewscope.sim.workload import Workload
 
 PROGRESS_EVERY = 2048  # arrivals between progress callbacks (cheap against the steps between)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from array import array
 
-    from skewscope.sim.scenario import RankSpec
+    from skewscope.sim.spec import RankSpec
     from skewscope.sim.workload import Workload
 
 STEP_FIELDS = 12  # rank, start, end, pf_bs, dec_bs, pf_tok, running, waiting, used, alloc,
