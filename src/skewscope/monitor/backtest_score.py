@@ -27,12 +27,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from skewscope.catalogue import Level
+from skewscope.catalogue import Kind, Level
 from skewscope.errors import InputError
 from skewscope.report.backtest_model import AlertEpisode, Match, Score, TruthEpisode
 
 LEVELS: tuple[Level, ...] = tuple(Level)
-STARVED_KIND = "starved"
+STARVED_KIND = Kind.STARVED  # the kind SkewscopeStarvedUnit names (its rule has no kind label)
 
 
 def quantile(sorted_values: list[float], q: float) -> float | None:
