@@ -228,18 +228,22 @@ def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
 
 
 def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
-                  against: dict[str, list[int]] | None, floor: float | Array) -> bool:
+                  raw_refs: dict[str, Array], against: dict[str, list[int]] | None,
+                  floor: float | Array) -> bool:
     """Whether unit ``j``'s excess on counted signal ``sig`` over its judged windows is more
     than chance: its raw count summed over them exceeds its peers' reference by at least
     ``hot_noise_sigmas`` Poisson sigmas of the reference's (tokens as the requests they are,
     at the service's tokens per request: the least noise a token count has). Persistence alone
     does not rule chance out when a fleet of near-idle ranks is judged every 30 s all night:
-    some rank somewhere draws 1.3x for half of its windows. Other signals are not counts."""
+    some rank somewhere draws 1.3x for half of its windows. Other signals are not counts.
+    ``raw_refs`` keeps each signal's unsmoothed peer reference for the next unit tested."""
     if sig not in COUNTED_SIGNALS and sig != "total_tokens":
         return True
     at = float(floor if np.ndim(floor) == 0 else np.asarray(floor)[j])
     raw = m.get(sig)
-    ref = np.maximum(peer_reference(raw, m.groups, against)[:, j], at)
+    if sig not in raw_refs:
+        raw_refs[sig] = peer_reference(raw, m.groups, against)
+    ref = np.maximum(raw_refs[sig][:, j], at)
     ok = act & np.isfinite(raw[:, j]) & np.isfinite(ref)
     scale = at / th.min_requests_per_window if sig == "total_tokens" else 1.0
     count, mine = float(ref[ok].sum()) / scale, float(raw[ok, j].sum()) / scale
@@ -316,6 +320,7 @@ def detect(
     when its own matrix is judged alone."""
     s = _score(m, window_s, th, against, floor_per_group)
     names = list(s.ratios)
+    raw_refs: dict[str, Array] = {}  # computed once per signal, for the units that need it
     out = []
     for j, unit in enumerate(m.units):
         act, hot, starved, cold = s.act[:, j], s.hot[:, j], s.starved[:, j], s.cold[:, j]
@@ -329,7 +334,8 @@ def detect(
         drivers = s.driver[hot, j] if names else np.array([], dtype=np.int64)
         driver = names[int(np.bincount(drivers).argmax())] if drivers.size else ""
         persistent = (judged and hot_share >= th.persist_share and hot_run >= th.min_consecutive
-                      and beyond_chance(m, j, driver, act, th, against, s.floor.get(driver, 0)))
+                      and beyond_chance(m, j, driver, act, th, raw_refs, against,
+                                        s.floor.get(driver, 0)))
         persistent_starved = judged and (
             starved_share >= th.persist_share and starved_run >= th.min_consecutive
         )
