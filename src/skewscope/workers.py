@@ -16,7 +16,6 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from multiprocessing import forkserver
 from typing import Any
 
 # A worker still alive this long after its SIGTERM is killed (a replay or simulation part
@@ -68,7 +67,6 @@ def process_pool(max_workers: int, grace_s: float = STOP_GRACE_S,
     on any exception its workers are terminated — killed after ``grace_s`` — and joined before
     the exception goes on."""
     ctx = multiprocessing.get_context("forkserver")
-    forkserver.ensure_running()  # with the stop signals unblocked (see _Pool)
     ex = _Pool(max_workers=max_workers, mp_context=ctx, initializer=initializer,
                initargs=initargs)
     try:
