@@ -223,14 +223,16 @@ class Router:
         if self.published is not None:
             self.published.refresh(load)
             load = self.published
-        unit = (self._vllm_dp(avail, load, live) if self.spec.policy == "vllm_dp"
-                else self._by_policy(session, avail, load))
+        unit = self._by_policy(session, avail, load, live)
         self.assigned[unit] += 1
         if self.published is not None:
             self.published.note_sent(unit)
         return unit
 
-    def _by_policy(self, session: int, avail: tuple[int, ...], load: LoadView) -> int:
+    def _by_policy(self, session: int, avail: tuple[int, ...], load: LoadView,
+                   live: LoadView) -> int:
+        """``load``: what the policy reads (published late, when it is); ``live``: the
+        system's own counts (vLLM's front-end counts its in-flight requests itself)."""
         policy = SAME_AS.get(self.spec.policy, self.spec.policy)
         if policy in ("round_robin", "weighted", OBSERVED):
             return self._by_count(avail)
@@ -252,6 +254,8 @@ class Router:
             i, j = self.rng.choice(len(avail), size=2, replace=False)
             a, b = avail[int(i)], avail[int(j)]
             return a if load.outstanding_requests(a) <= load.outstanding_requests(b) else b
+        if policy == "vllm_dp":
+            return self._vllm_dp(avail, load, live)
         if policy == "least_tokens":
             return self._least(avail, load.outstanding_tokens, load, TOKENS)
         return self._least(avail, load.outstanding_requests, load, REQUESTS)
