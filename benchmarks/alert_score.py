@@ -16,16 +16,7 @@ from typing import Any
 
 from alert_eval import Fired
 
-
-@dataclass(frozen=True)
-class Episode:
-    id: str
-    level: str
-    instance: str
-    dp_rank: str | None
-    kind: str
-    start: float
-    end: float
+from skewscope.report.backtest_model import TruthEpisode as Episode  # the backtest's own episode
 
 
 @dataclass(frozen=True)

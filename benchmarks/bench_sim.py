@@ -31,8 +31,7 @@ import numpy as np
 from skewscope.sim.engine import simulate
 from skewscope.sim.limits import check_limits
 from skewscope.sim.policies import RoutingSpec
-from skewscope.sim.records import GroundTruth
-from skewscope.sim.scenario import RankSpec, Scenario
+from skewscope.sim.spec import GroundTruth, RankSpec, Scenario
 from skewscope.sim.workload import LengthDist, Workload, WorkloadSpec, generate
 
 

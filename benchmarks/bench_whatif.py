@@ -29,7 +29,8 @@ from bench_sim import bench_scenario
 
 from skewscope.config import WHATIF
 from skewscope.sim.engine import simulate
-from skewscope.sim.scenario import Scenario, builtin_scenarios, load_scenario
+from skewscope.sim.scenario import builtin_scenarios, load_scenario
+from skewscope.sim.spec import Scenario
 from skewscope.whatif.plans import DEFAULT_DP_POLICIES, DEFAULT_POLICIES
 from skewscope.whatif.predict import whatif
 from skewscope.whatif.truth import Checked, check, error_table, request_log

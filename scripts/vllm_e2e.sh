@@ -19,6 +19,12 @@
 #                           vLLM (PyPI, into the venv with jsonschema; PROMETHEUS_MULTIPROC_DIR
 #                           set, `ms-service-metric on` once healthy): both reports must detect
 #                           the ms-service-metric dialect; /metrics kept as metrics-after.txt
+#   SKEWSCOPE_VLLM_REFEREE=1  after the check, the real-engine referee (issue 22 §3): for each
+#                           length mix in SKEWSCOPE_VLLM_REFEREE_MIX (default "fixed mixed") the
+#                           same requests once pinned to rank 0, once with no pin header (vLLM's
+#                           own DP balancer); `whatif` on the pinned run predicts dp:vllm_dp,
+#                           the balanced run is the truth (scripts/vllm_e2e/referee.py). Adds
+#                           ~3.5 min per mix; last line `vllm-e2e referee: PASS` / FAIL
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -31,6 +37,8 @@ REQUESTS=${SKEWSCOPE_VLLM_REQUESTS:-200}
 MSM=${SKEWSCOPE_MS_SERVICE_METRIC:-0}
 MSM_VERSION=26.0.0
 SPREAD=${SKEWSCOPE_VLLM_SPREAD:-75}
+REFEREE=${SKEWSCOPE_VLLM_REFEREE:-0}
+REFEREE_MIX=${SKEWSCOPE_VLLM_REFEREE_MIX:-fixed mixed}
 VLLM_VERSION=0.32.0
 SERVED=tiny-llama
 WORK=${SKEWSCOPE_VLLM_WORK:-$(mktemp -d /tmp/skewscope-vllm-e2e.XXXXXX)}
@@ -231,4 +239,32 @@ if [ "$MSM" = 1 ]; then
 fi
 log "per-rank counts from Prometheus against what the load sent (within 1 %)"
 "$PY" "$E2E/exact.py" "$PROM" "$WORK/load.json" || fail "counts from Prometheus are off"
-"$PY" "$E2E/check.py" "$INSTANCE" "$WORK/prometheus.json" "$WORK/scrape.json"
+check_rc=0
+"$PY" "$E2E/check.py" "$INSTANCE" "$WORK/prometheus.json" "$WORK/scrape.json" || check_rc=$?
+[ "$REFEREE" = 1 ] || exit "$check_rc"
+[ "$check_rc" = 0 ] || fail "the pinned check failed: no referee run"
+
+# ---------------------------------------------------------------- referee: pinned vs balanced
+# The same requests (seed, lengths, send offsets) twice, nothing else running against vLLM:
+# pinned to rank 0, then without the pin header. Idle gaps between runs keep the ranges apart.
+referee_bad=0
+for mix in $REFEREE_MIX; do
+  case "$mix" in fixed|mixed) ;; *) fail "SKEWSCOPE_VLLM_REFEREE_MIX: unknown mix '$mix'";; esac
+  for run in pinned balanced; do
+    rank=0; [ "$run" = balanced ] && rank=-1
+    sleep 8  # idle scrapes between ranges
+    log "referee ($mix lengths): $REQUESTS requests over ~${SPREAD} s, $run"
+    timeout 400 "$PY" "$E2E/load.py" --url "$URL" --model "$SERVED" --requests "$REQUESTS" \
+      --concurrency 16 --spread "$SPREAD" --deadline 300 --rank "$rank" --lengths "$mix" \
+      --seed 1 --out "$WORK/referee-$mix-$run.json" \
+      || fail "referee load ($mix, $run) failed (see $WORK/vllm.log)"
+  done
+  sleep 8  # the last samples of the balanced range
+  mkdir -p "$WORK/referee-$mix"
+  log "referee ($mix lengths): skewscope whatif on both ranges (report: $WORK/referee-$mix)"
+  "$PY" "$E2E/referee.py" "$PROM" "$WORK/referee-$mix-pinned.json" \
+    "$WORK/referee-$mix-balanced.json" "$WORK/referee-$mix" | tee "$WORK/referee-$mix.txt" \
+    || referee_bad=1
+done
+[ "$referee_bad" = 0 ] || { echo "vllm-e2e referee: FAIL"; exit 1; }
+echo "vllm-e2e referee: PASS"

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from skewscope.sim.records import GroundTruth, RankInfo, SimResult
+from skewscope.sim.records import RankInfo, SimResult
+from skewscope.sim.spec import GroundTruth
 
 T0 = 1_745_369_533.0  # 2025-04-23 08:52:13 +08:00
 

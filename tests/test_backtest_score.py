@@ -1,6 +1,6 @@
-"""Backtest scoring (monitor.backtest_score) on hand-built alerts and truth, the truth file's
-one-line errors, and the rule manager's pending -> firing -> resolved semantics
-(monitor.backtest.firing_intervals), all without a server."""
+"""Backtest scoring (monitor.backtest_score, into report.backtest_model) on hand-built alerts
+and truth, the truth file's one-line errors, and the rule manager's pending -> firing ->
+resolved semantics (monitor.backtest.firing_intervals), all without a server."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 from skewscope.errors import InputError
 from skewscope.monitor.backtest import firing_intervals, parse_rules, plan
-from skewscope.monitor.backtest_score import AlertEpisode, load_truth, quantile, score
+from skewscope.monitor.backtest_score import load_truth, quantile, score
+from skewscope.report.backtest_model import AlertEpisode
 
 H = 3600.0
 DAY = 86_400.0
@@ -53,7 +54,7 @@ def test_score_counts_hits_misses_false_alerts_and_delays(tmp_path: Path) -> Non
     assert [m.truth.id for m in s.matches if not m.detected] == ["c"]
     assert s.precision == pytest.approx(0.5) and s.recall == pytest.approx(2 / 3)
     assert s.f1 == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
-    assert s.delays_s == [600.0, 1800.0]
+    assert s.delays_s == (600.0, 1800.0)
     assert s.median_delay_s == pytest.approx(1200.0)
     assert s.p90_delay_s == pytest.approx(600 + 0.9 * 1200)
     assert s.false_alerts_per_day == pytest.approx(3 / 0.5)
@@ -63,7 +64,7 @@ def test_score_counts_hits_misses_false_alerts_and_delays(tmp_path: Path) -> Non
 
 
 def test_a_starved_alert_names_the_starved_kind() -> None:
-    from skewscope.monitor.backtest_score import TruthEpisode
+    from skewscope.report.backtest_model import TruthEpisode
 
     t = [TruthEpisode("s", "instance", "i3", None, "starved", 0.0, H)]
     s = score([alert("i3", 900, H, kind="starved", name="SkewscopeStarvedUnit")], t, DAY, 0)
@@ -144,8 +145,8 @@ def test_recording_rules_are_planned_in_levels() -> None:
 def test_renderers_format_what_the_model_holds() -> None:
     """Every format shows the episodes and the score the model holds; a label value with
     markup or a newline stays one escaped cell."""
-    from skewscope.monitor.backtest_score import Backtest, TruthEpisode
     from skewscope.report.backtest import RENDERERS
+    from skewscope.report.backtest_model import Backtest, TruthEpisode
 
     eps = [alert("i<1>\n", H, 2 * H), alert("i2", 3 * H, 3.5 * H, rank="1")]
     truth = [TruthEpisode("a", "instance", "i2", None, "count", H, 2 * H)]

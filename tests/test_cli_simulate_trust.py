@@ -19,8 +19,7 @@ from sim_fixtures import make_result
 from skewscope.cli import main
 from skewscope.errors import SimulationError
 from skewscope.sim import limits
-from skewscope.sim.records import GroundTruth
-from skewscope.sim.scenario import Scenario
+from skewscope.sim.spec import GroundTruth, Scenario
 from skewscope.sim.workload import WorkloadSpec
 from skewscope.sim.writers import truth
 from skewscope.sim.writers.live import serve

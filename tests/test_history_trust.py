@@ -76,7 +76,7 @@ def test_a_stalled_incident_reads_as_stalled_in_history(
 ) -> None:
     db = tmp_path / "h.sqlite"
     w = Watcher(Fixed(frames(d=Spec(stalled_from=2))), last_s=60, every_s=30,
-                store=open_store(str(db)))
+                store=open_store(str(db)), open_runs=1)
     assert w.run_once(), w.status.last_error
     line = screen.log_line(w.status, 0.0)
     assert "d(instance,stalled,—" in line and "nan" not in line
@@ -223,10 +223,10 @@ def check_two_writers(target: str) -> None:
     ends only its own incident (one hot period is one incident per writer, never split)."""
     hot, calm = frames(d=Spec(rate=40.0)), frames()
     a = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(target),
-                clock=ManualClock(1000.0), calm_runs=1)
+                clock=ManualClock(1000.0), calm_runs=1, open_runs=1)
     assert a.run_once()
     b = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(target),
-                clock=ManualClock(1010.0), calm_runs=1)
+                clock=ManualClock(1010.0), calm_runs=1, open_runs=1)
     assert b.run_once()
     assert a.store is not None and b.store is not None
     opened = a.store.list(open_only=True)
@@ -316,7 +316,7 @@ def test_a_running_watch_closes_a_dead_writers_incidents_once_its_lease_ends(
     db = str(tmp_path / "h.sqlite")
     hot = frames(d=Spec(rate=40.0))
     a = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(db),
-                clock=ManualClock(1000.0))
+                clock=ManualClock(1000.0), open_runs=1)
     assert a.run_once()  # then a dies: no _finish, its lease runs to 1000 + 3 x 30 + 120
     now = ManualClock(1010.0)
     b = Watcher(Fixed(frames()), last_s=60, every_s=30, store=open_store(db), clock=now)

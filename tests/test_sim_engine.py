@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from skewscope.sim import engine, loop
 from skewscope.sim.engine import START_S, simulate
 from skewscope.sim.policies import Router, RoutingSpec
-from skewscope.sim.records import GroundTruth, SimResult
-from skewscope.sim.scenario import Health, RankSpec, Scenario, load_scenario
+from skewscope.sim.records import SimResult
+from skewscope.sim.scenario import load_scenario
+from skewscope.sim.spec import GroundTruth, Health, RankSpec, Scenario
 from skewscope.sim.workload import (
     Burst,
     LengthDist,

@@ -20,12 +20,14 @@ EVERY = (0, 1, 2, 3)
 
 
 class Load:
-    """A hand-set LoadView: waiting and running requests and tokens per unit."""
+    """A hand-set LoadView: waiting and running requests, tokens and KV usage per unit."""
 
-    def __init__(self, waiting: list[int], running: list[int], tokens: list[int] | None = None
-                 ) -> None:
+    def __init__(self, waiting: list[int], running: list[int], tokens: list[int] | None = None,
+                 kv: list[float] | None = None) -> None:
         self.w, self.r = waiting, running
         self.t = tokens or [0] * len(waiting)
+        self.kv = kv or [0.0] * len(waiting)
+        self.now = 0.0
 
     def outstanding_requests(self, unit: int) -> int:
         return self.w[unit] + self.r[unit]
@@ -39,19 +41,52 @@ class Load:
     def running_requests(self, unit: int) -> int:
         return self.r[unit]
 
+    def kv_usage(self, unit: int) -> float:
+        return self.kv[unit]
+
 
 def router(policy: str, n: int = 4) -> Router:
     return Router(RoutingSpec(policy), n, np.random.default_rng(0), ("",))
 
 
-def test_vllm_dp_scores_four_waiting_plus_running() -> None:
-    # scores 4w+r: 0 -> 4*3+0=12, 1 -> 4*1+10=14, 2 -> 4*0+13=13, 3 -> 4*2+5=13
-    load = Load([3, 1, 0, 2], [0, 10, 13, 5])
-    assert router("vllm_dp").choose(0, -1, EVERY, load) == 0
-    # least_requests on the same load would pick unit 0 too (3) — make them disagree:
+def test_vllm_dp_scores_outstanding_not_four_waiting_plus_running() -> None:
+    # vLLM 0.32: max(inflight, waiting + running) (+ a KV term only above 50 % usage).
+    # Unit 0: 2 waiting, nothing running; unit 1: 3 running. The older 4w+r scored them 8 vs 3
+    # and picked unit 1; outstanding requests are 2 vs 3: unit 0.
+    assert router("vllm_dp", 2).choose(0, -1, (0, 1), Load([2, 0], [0, 3])) == 0
     load = Load([2, 0, 0, 0], [0, 7, 9, 9])  # 4w+r: 8, 7, 9, 9; w+r: 2, 7, 9, 9
-    assert router("vllm_dp").choose(0, -1, EVERY, load) == 1
+    assert router("vllm_dp").choose(0, -1, EVERY, load) == 0
     assert router("least_requests").choose(0, -1, EVERY, load) == 0
+
+
+@pytest.mark.parametrize(("kv0", "pick"), [(0.5, 0), (0.55, 0), (0.6, 1), (1.0, 1)])
+def test_vllm_dp_penalises_waiting_on_a_kv_full_engine(kv0: float, pick: int) -> None:
+    # unit 0: 2 waiting at KV usage kv0 -> 2 + 2 * 6 * max(0, kv0 - 0.5); unit 1: 3 running,
+    # none waiting (no penalty whatever its usage). 0.55 -> 2.6 < 3; 0.6 -> 3.2 > 3.
+    load = Load([2, 0], [0, 3], kv=[kv0, 0.99])
+    assert router("vllm_dp", 2).choose(0, -1, (0, 1), load) == pick
+
+
+def test_vllm_dp_ties_rotate_from_the_first_engine() -> None:
+    # equal scores: the scan start rotates by one per request, starting at engine 0
+    r, load = router("vllm_dp"), Load([0] * 4, [1] * 4)
+    assert [r.choose(0, -1, EVERY, load) for _ in range(6)] == [0, 1, 2, 3, 0, 1]
+
+
+def test_vllm_dp_in_flight_floor_beats_a_stale_snapshot() -> None:
+    # The snapshot (published at t=0) shows unit 0 empty; live, it now holds 5 requests (the
+    # router's own in-flight count): max(inflight, snapshot) keeps it off unit 0.
+    spec = RoutingSpec("vllm_dp", publish_s=10.0)
+    r = Router(spec, 2, np.random.default_rng(0), ("",))
+    load = Load([0, 0], [0, 1])
+    assert r.choose(0, -1, (0, 1), load) == 0  # scores 0 vs 1
+    load.w, load.now = [0, 0], 1.0
+    load.r = [5, 1]  # live: unit 0 busy; snapshot still (0, 0) vs (0, 1)
+    assert r.choose(0, -1, (0, 1), load) == 1
+    least = Router(RoutingSpec("least_requests", publish_s=10.0), 2, np.random.default_rng(0),
+                   ("",))
+    least.choose(0, -1, (0, 1), Load([0, 0], [0, 1]))
+    assert least.choose(0, -1, (0, 1), load) == 0  # the stale view alone would pick 0
 
 
 @pytest.mark.parametrize("alias", sorted(SAME_AS))

@@ -41,6 +41,9 @@ class Load:
     def running_requests(self, unit: int) -> int:
         return 0
 
+    def kv_usage(self, unit: int) -> float:
+        return 0.0
+
 
 def picks(spec: RoutingSpec, times: list[float], load: Load) -> list[int]:
     router = Router(spec, 4, np.random.default_rng(0), ("",))

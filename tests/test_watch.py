@@ -163,7 +163,7 @@ def hotter(report: Report, factor: float) -> Report:
 
 
 def test_incidents_come_from_consecutive_runs(report: Report) -> None:
-    t = IncidentTracker("test")
+    t = IncidentTracker("test", open_runs=1)
     opened = t.update(report, 100.0)
     assert {(i.unit, i.level, i.kind) for i in opened} == {
         ("inst-1", "instance", "count"), ("inst-1/dp0", "dp", "count"),
@@ -189,7 +189,7 @@ def test_an_incident_ends_only_after_k_calm_runs(
     hot, calm = report, cooled(report)
     sequence = [(hot, 100.0), (calm, 130.0), (hot, 160.0), (calm, 190.0), (calm, 220.0),
                 (hot, 250.0)]
-    t = IncidentTracker("test", calm_runs=calm_runs)
+    t = IncidentTracker("test", calm_runs=calm_runs, open_runs=1)
     seen: dict[tuple[str, float], tuple[float, float, float | None]] = {}
     for r, at in sequence:
         for i in t.update(r, at):
@@ -199,6 +199,53 @@ def test_an_incident_ends_only_after_k_calm_runs(
     assert all(i.end_reason == COOLED for i in t.update(calm, 280.0) + t.update(calm, 310.0))
 
 
+def test_an_incident_opens_only_after_k_alarming_runs_at_the_first_of_them(
+    report: Report,
+) -> None:
+    hot, calm = report, cooled(report)
+    t = IncidentTracker("test", calm_runs=1, open_runs=2)
+    assert t.update(hot, 100.0) == []  # one hot run: pending
+    assert t.update(calm, 130.0) == []  # a blip: never an incident
+    assert t.update(hot, 160.0) == []
+    (opened,) = [i for i in t.update(hot, 190.0) if i.unit == "inst-1"]
+    assert (opened.onset_s, opened.last_seen_s, opened.end_s) == (160.0, 190.0, None)
+    (ended,) = [i for i in t.update(calm, 220.0) if i.unit == "inst-1"]
+    assert (ended.onset_s, ended.end_s) == (160.0, 220.0)
+    assert t.update(hot, 250.0) == [] and not t.open  # pending again, not reopened
+
+
+def test_a_run_that_judged_nothing_neither_alarms_nor_calms(report: Report) -> None:
+    """Runs every 30 s over 1 min windows alternate 6 and 5 whole windows: the short ones are
+    insufficient data, and must not split the hot runs around them."""
+    nothing = replace(cooled(report), verdict="insufficient_data")
+    t = IncidentTracker("test", calm_runs=1, open_runs=2)
+    assert t.update(report, 100.0) == [] and t.update(nothing, 130.0) == []
+    (opened,) = [i for i in t.update(report, 160.0) if i.unit == "inst-1"]
+    assert opened.onset_s == 100.0
+    assert t.update(nothing, 190.0) == [] and ("inst-1", "instance") in t.open
+
+
+@pytest.mark.parametrize(("scenario", "kind"), [("health-check", "starved"),
+                                               ("stale-load", "stale_load")])
+def test_starved_units_and_stale_groups_open_incidents_of_their_kind(
+    tmp_path: Path, scenario: str, kind: str
+) -> None:
+    """A starved unit and a group whose ranks take turns (neither is a hot unit) are alarms
+    too: watch must not stay silent through a failed health check or a stale balancer."""
+    from skewscope.sim.engine import simulate
+    from skewscope.sim.scenario import builtin_scenarios
+    from skewscope.sim.writers.profiler import write_profiler
+
+    sc = builtin_scenarios()[scenario]
+    write_profiler(simulate(sc), tmp_path)
+    rep = diagnose(load_profiler([str(tmp_path)]))
+    truth = sc.truth
+    want = (set(truth.idle_units) if kind == "starved"
+            else {u.rsplit("/dp", 1)[0] for u in truth.rotating_units})
+    got = {(i.unit, i.kind) for i in IncidentTracker("test", open_runs=1).update(rep, 1.0)}
+    assert {u for u, k in got if k == kind} == want, got
+
+
 # The example's hot units in report order: inst-1, then its drill, then inst-0 + inst-2 pooled
 HOT = ["inst-1", "inst-1/dp0", "inst-0/dp0", "inst-2/dp0"]
 
@@ -206,7 +253,7 @@ HOT = ["inst-1", "inst-1/dp0", "inst-0/dp0", "inst-2/dp0"]
 def check_store(store: HistoryStore, report: Report) -> None:
     """The history contract, for SQLite and Postgres alike."""
     source = ScriptedSource([])
-    w = Watcher(source, last_s=60, every_s=30, store=store, calm_runs=1,
+    w = Watcher(source, last_s=60, every_s=30, store=store, calm_runs=1, open_runs=1,
                 clock=ManualClock(90.0))
     for r, at in ((report, 100.0), (report, 130.0), (cooled(report), 160.0), (report, 190.0)):
         changed = w.tracker.update(r, at)

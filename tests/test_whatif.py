@@ -17,7 +17,8 @@ from skewscope.cli import main
 from skewscope.config import WHATIF
 from skewscope.sim.engine import simulate
 from skewscope.sim.policies import RoutingSpec
-from skewscope.sim.scenario import Scenario, builtin_scenarios
+from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.spec import Scenario
 from skewscope.sim.writers.profiler import write_profiler
 
 # scenario -> the candidate that removes its cause (by construction of the scenario)
@@ -213,9 +214,9 @@ def test_terminal_report_fits_the_width_and_keeps_every_number(
     width: int, folders: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from skewscope.report.whatif import render_terminal, value
+    from skewscope.report.whatif_model import METRIC_KEYS
     from skewscope.sources.workload import load_request_log
     from skewscope.whatif import plans
-    from skewscope.whatif.model import METRIC_KEYS
     from skewscope.whatif.predict import whatif
 
     log = load_request_log([str(folders["dp-count"])])

@@ -24,13 +24,15 @@ from skewscope.cli import main
 from skewscope.config import DEFAULT_THRESHOLDS, WHATIF
 from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
+from skewscope.report import whatif_model as wm
+from skewscope.report.whatif_model import Spread
 from skewscope.sim.engine import simulate
-from skewscope.sim.scenario import Scenario, builtin_scenarios
+from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.spec import Scenario
 from skewscope.sim.writers.profiler import write_profiler
-from skewscope.whatif import model as wm
 from skewscope.whatif.rank import recommend
 from skewscope.whatif.replay import requests_in_system
-from skewscope.whatif.spread import Spread, persistent_spread, window_loads
+from skewscope.whatif.spread import persistent_spread, window_loads
 
 HOT = DEFAULT_THRESHOLDS.hot_ratio
 

@@ -17,14 +17,15 @@ import pytest
 from report_schema import assert_valid
 from skewscope.cli import main
 from skewscope.config import WHATIF
+from skewscope.report.whatif_model import Metrics
 from skewscope.sim.counterfactual import rerouted
 from skewscope.sim.engine import simulate
 from skewscope.sim.policies import RoutingSpec
-from skewscope.sim.scenario import Scenario, builtin_scenarios
+from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.spec import Scenario
 from skewscope.sim.workload import LengthDist, RequestClass
 from skewscope.sim.writers.profiler import write_profiler
 from skewscope.whatif.fixes import fix_settings
-from skewscope.whatif.model import Metrics
 from skewscope.whatif.predict import calibration_rows, whatif
 from skewscope.whatif.truth import ape, check, request_log
 

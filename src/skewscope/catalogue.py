@@ -40,6 +40,9 @@ class Kind(StrEnum):
     STALE_LOAD = "stale_load"
     # a unit that stopped reporting while it was hot (analysis/presence.py): never "balanced"
     LOST = "lost"
+    # a unit persistently served far less than its peers: what monitoring names it (watch's
+    # incidents, SkewscopeStarvedUnit); the finding about such units says count (fewer requests)
+    STARVED = "starved"
 
 
 # The pools of a prefill/decode disaggregated fleet (UnitFrame ``pool``; sources/pools.py maps
@@ -217,6 +220,10 @@ HEAT_SIGNALS: tuple[str, ...] = (
     "waiting",
     "queue_wait_mean_ms",
 )
+# Heat signals that count requests (per smoothing span, or in the batch / queue): their chance
+# spread between units is Poisson, so an excess over the reference counts only beyond
+# ``Thresholds.hot_noise_sigmas`` of it (analysis/detect.py, and the alert rules alike).
+COUNTED_SIGNALS: tuple[str, ...] = ("requests", "running", "waiting")
 
 # Per-window series the report carries for each unit (the HTML report draws them; compare
 # reads them): key, label, unit. Rates are per second so they do not change with --window.

@@ -50,7 +50,10 @@ class Thresholds:
     alert_for_windows: Count = 1
     # Over such a horizon chance must be ruled out window by window: in the alert rules a unit
     # is hot on a counted signal (requests, running, waiting) only when its excess over the
-    # reference is at least this many Poisson sigmas of the reference's count.
+    # reference is at least this many Poisson sigmas of the reference's count. The diagnosis
+    # rules it out over the range: a persistent hot unit driven by a counted signal (or tokens,
+    # as the requests they are) must carry that excess summed over its judged windows
+    # (``detect.beyond_chance``), or a near-idle fleet judged all night draws hot ranks.
     hot_noise_sigmas: Positive = 3.0
     # A unit with less than this share of the peer median request rate is "starved"
     # (failed health check, missing from the pool, joined late).

@@ -13,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from multiprocessing import forkserver
 from typing import Any
 
 # A worker still alive this long after its SIGTERM is killed (a replay or simulation part
@@ -25,19 +25,37 @@ STOP_GRACE_S = 5.0
 DEFERRED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
+@contextlib.contextmanager
+def stops_deferred() -> Iterator[None]:
+    """The stop signals wait until the block ends, then act as they would have. Deferred at
+    the Python level, not by the thread's signal mask: the kernel hands a process-directed
+    SIGTERM to any thread that does not block it (the CLI's import warmer, a sampler), and
+    Python then runs the handler in the main thread wherever it is — mid-``submit`` too."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
+                for s in DEFERRED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
 class _Pool(ProcessPoolExecutor):
     """``submit`` may start a worker: the forkserver forks it, then the pool records its pid. A
     stop landing between the two left a worker the pool did not know — not terminated, it took
-    a task and replayed on for minutes while the parent waited for it. The stop signals wait
-    until ``submit`` returns (the forkserver is started before, so it and the workers it forks
-    never inherit the blocked mask)."""
+    a task and replayed on for minutes while the parent waited for it — or one still reading
+    its setup when the parent had unlinked its semaphores (a FileNotFoundError traceback on
+    the run's stderr). The stop signals wait until ``submit`` returns."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED_SIGNALS)
-        try:
+        with stops_deferred():
             return super().submit(fn, *args, **kwargs)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager
@@ -49,7 +67,6 @@ def process_pool(max_workers: int, grace_s: float = STOP_GRACE_S,
     on any exception its workers are terminated — killed after ``grace_s`` — and joined before
     the exception goes on."""
     ctx = multiprocessing.get_context("forkserver")
-    forkserver.ensure_running()  # with the stop signals unblocked (see _Pool)
     ex = _Pool(max_workers=max_workers, mp_context=ctx, initializer=initializer,
                initargs=initargs)
     try:

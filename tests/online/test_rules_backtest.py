@@ -19,8 +19,9 @@ import pytest
 from conftest import backfill, need, serve_prometheus
 from skewscope.frame import WINDOWS
 from skewscope.monitor.backtest import backtest_url
-from skewscope.monitor.backtest_score import STARVED_KIND, AlertEpisode
+from skewscope.monitor.backtest_score import STARVED_KIND
 from skewscope.monitor.rules import HOT_ALERT, STARVED_ALERT
+from skewscope.report.backtest_model import AlertEpisode
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
 from skewscope.sim.scenario import builtin_scenarios

@@ -7,6 +7,7 @@ of the same group: all instances at instance level, the ranks of the same instan
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy.typing as npt
 
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix
 from skewscope.analysis.seen import held
-from skewscope.catalogue import HEAT_SIGNALS, LOAD_SIGNALS
+from skewscope.catalogue import COUNTED_SIGNALS, HEAT_SIGNALS, LOAD_SIGNALS
 from skewscope.config import Thresholds
 
 # Load and pressure signals that make a unit "hot", with the floor under the peer reference
@@ -226,11 +227,35 @@ def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
     return active
 
 
+def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
+                  raw_refs: dict[str, Array], against: dict[str, list[int]] | None,
+                  floor: float | Array) -> bool:
+    """Whether unit ``j``'s excess on counted signal ``sig`` over its judged windows is more
+    than chance: its raw count summed over them exceeds its peers' reference by at least
+    ``hot_noise_sigmas`` Poisson sigmas of the reference's (tokens as the requests they are,
+    at the service's tokens per request: the least noise a token count has). Persistence alone
+    does not rule chance out when a fleet of near-idle ranks is judged every 30 s all night:
+    some rank somewhere draws 1.3x for half of its windows. Other signals are not counts.
+    ``raw_refs`` keeps each signal's unsmoothed peer reference for the next unit tested."""
+    if sig not in COUNTED_SIGNALS and sig != "total_tokens":
+        return True
+    at = float(floor if np.ndim(floor) == 0 else np.asarray(floor)[j])
+    raw = m.get(sig)
+    if sig not in raw_refs:
+        raw_refs[sig] = peer_reference(raw, m.groups, against)
+    ref = np.maximum(raw_refs[sig][:, j], at)
+    ok = act & np.isfinite(raw[:, j]) & np.isfinite(ref)
+    scale = at / th.min_requests_per_window if sig == "total_tokens" else 1.0
+    count, mine = float(ref[ok].sum()) / scale, float(raw[ok, j].sum()) / scale
+    return mine - count >= th.hot_noise_sigmas * math.sqrt(count)
+
+
 @dataclass(frozen=True)
 class _Scored:
     """Every unit's scores and per-window flags, (W, U) each: what the persistence rule reads."""
 
     ratios: dict[str, Array]  # heat signal -> smoothed value / floored peer median
+    floor: dict[str, float | Array]  # heat signal -> the floor under its peer reference
     score: Array  # max heat ratio, NaN where unknown
     driver: Array  # index into ``ratios`` of the highest ratio
     present: Flags
@@ -278,7 +303,7 @@ def _score(
     hot = act & (np.nan_to_num(score) >= th.hot_ratio)
     starved = act & np.isfinite(req_ratio) & (req_ratio < th.starved_ratio)
     cold = act & ~starved & (load_score <= 1.0 / th.hot_ratio)
-    return _Scored(ratios, score, driver, present, act, hot, starved, cold)
+    return _Scored(ratios, floor, score, driver, present, act, hot, starved, cold)
 
 
 def detect(
@@ -295,6 +320,7 @@ def detect(
     when its own matrix is judged alone."""
     s = _score(m, window_s, th, against, floor_per_group)
     names = list(s.ratios)
+    raw_refs: dict[str, Array] = {}  # computed once per signal, for the units that need it
     out = []
     for j, unit in enumerate(m.units):
         act, hot, starved, cold = s.act[:, j], s.hot[:, j], s.starved[:, j], s.cold[:, j]
@@ -302,16 +328,21 @@ def detect(
         hot_share = float(hot.sum()) / n_act if n_act else 0.0
         starved_share = float(starved.sum()) / n_act if n_act else 0.0
         hot_run, starved_run = longest_run(hot[act]), longest_run(starved[act])
-        persistent = hot_share >= th.persist_share and hot_run >= th.min_consecutive
-        persistent_starved = (
+        # A unit seen in fewer windows than a range needs (one that joined or came back a few
+        # windows ago) is held to the same standard: a burst on a cold new rank is no hot spot.
+        judged = n_act >= th.min_windows
+        drivers = s.driver[hot, j] if names else np.array([], dtype=np.int64)
+        driver = names[int(np.bincount(drivers).argmax())] if drivers.size else ""
+        persistent = (judged and hot_share >= th.persist_share and hot_run >= th.min_consecutive
+                      and beyond_chance(m, j, driver, act, th, raw_refs, against,
+                                        s.floor.get(driver, 0)))
+        persistent_starved = judged and (
             starved_share >= th.persist_share and starved_run >= th.min_consecutive
         )
         cold_share = float(cold.sum()) / n_act if n_act else 0.0
-        persistent_cold = (
+        persistent_cold = judged and (
             cold_share >= th.persist_share and longest_run(cold[act]) >= th.min_consecutive
         )
-        drivers = s.driver[hot, j] if names else np.array([], dtype=np.int64)
-        driver = names[int(np.bincount(drivers).argmax())] if drivers.size else ""
         out.append(
             UnitHeat(
                 unit=unit,

@@ -263,11 +263,17 @@ def _when(m: SignalMatrix, f: Finding, flags: Flags, judged: Flags,
 def _cold_minorities(
     m: SignalMatrix, heats: list[UnitHeat], th: Thresholds
 ) -> dict[str, list[int]]:
-    """Per group, the persistently under-loaded units when they are a strict minority."""
+    """Per group, the persistently under-loaded units when they are a strict minority.
+
+    Only a unit that reported in every window its group did can be that reference: one that
+    joined or came back inside the range is cold because it is warming up (a balancer's slow
+    start, an empty prefix cache), and judged against it a whole fleet would look hot through
+    every rolling restart and scale-out."""
     out: dict[str, list[int]] = {}
     for g in set(m.groups):
         members = [h for h in heats if m.groups[h.index] == g]
-        cold = [h.index for h in members if h.persistent_cold]
+        reported = np.any(np.stack([h.present for h in members]), axis=0)
+        cold = [h.index for h in members if h.persistent_cold and h.present[reported].all()]
         if cold and len(cold) < th.cold_minority_share * len(members):
             out[g] = cold
     return out

@@ -66,15 +66,11 @@ def _refuse_generated_options(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from skewscope.cli.rules import emit, rule_options
     from skewscope.monitor.backtest import evaluate, load_rules, parse_rules
-    from skewscope.monitor.backtest_score import (
-        Backtest,
-        alerts_per_day,
-        load_truth,
-        score,
-    )
+    from skewscope.monitor.backtest_score import alerts_per_day, load_truth, score
     from skewscope.monitor.backtest_tsdb import scratch
     from skewscope.monitor.rules import build_rules
     from skewscope.report.backtest import RENDERERS
+    from skewscope.report.backtest_model import Backtest
     from skewscope.sources.prom_client import PromClient
 
     start, end = readers.online_range(args)

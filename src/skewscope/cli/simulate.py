@@ -25,7 +25,7 @@ from skewscope.errors import UsageError
 if TYPE_CHECKING:
     from skewscope.progress import Progress
     from skewscope.sim.records import SimResult, SinkFactory
-    from skewscope.sim.scenario import Scenario
+    from skewscope.sim.spec import Scenario
     from skewscope.sim.writers.history import HistoryPart, HistorySinks
     from skewscope.sim.writers.live import LiveCluster
 

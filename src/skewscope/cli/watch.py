@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from skewscope.cli import applies, common, readers
 from skewscope.errors import UsageError
-from skewscope.monitor.incidents import CALM_RUNS
+from skewscope.monitor.incidents import CALM_RUNS, OPEN_RUNS
 
 if TYPE_CHECKING:
     from skewscope.monitor.status import WatchStatus
@@ -52,6 +52,9 @@ def register(sub: Any) -> None:
     w.add_argument("--calm-runs", type=int, default=CALM_RUNS, metavar="K",
                    help="an incident ends after K good runs in a row no longer find the unit hot "
                    f"(default {CALM_RUNS}: one calm run between hot runs does not split it)")
+    w.add_argument("--open-runs", type=int, default=OPEN_RUNS, metavar="K",
+                   help="an incident opens once K good runs in a row find the unit hot, at the "
+                   f"first of them (default {OPEN_RUNS}: a unit hot in one run alone is a blip)")
     w.add_argument("--access-log", nargs="+", metavar="FILE",
                    help="gateway access log(s), nginx or Envoy (as for diagnose), followed like "
                    "tail -F: each run tallies the requests logged in its windows")
@@ -133,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
     thresholds = common.thresholds_from_args(args)
     if args.runs is not None and args.runs < 1:
         raise UsageError("--runs: expected a positive number of runs")
-    if args.calm_runs < 1:
-        raise UsageError("--calm-runs: expected a positive number of runs")
+    for flag, runs in (("--calm-runs", args.calm_runs), ("--open-runs", args.open_runs)):
+        if runs < 1:
+            raise UsageError(f"{flag}: expected a positive number of runs")
     if args.listen:
         from skewscope.monitor.exporter import parse_listen
 
@@ -162,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
         watcher = Watcher(source, last_s=last_s, every_s=every_s, level=args.level,
                           thresholds=thresholds, store=store, on_run=on_run,
-                          calm_runs=args.calm_runs)
+                          calm_runs=args.calm_runs, open_runs=args.open_runs)
         with stop_on_signals(watcher):  # from here a signal stops the loop, never kills it
             if args.listen:
                 from skewscope.monitor.exporter import serve

@@ -39,7 +39,8 @@ from typing import Any, Protocol
 
 from skewscope.errors import InputError, SourceError, UsageError
 from skewscope.monitor.alerts import STARVED_ALERT
-from skewscope.monitor.backtest_score import STARVED_KIND, AlertEpisode
+from skewscope.monitor.backtest_score import STARVED_KIND
+from skewscope.report.backtest_model import AlertEpisode
 from skewscope.sources.dialects import DIALECTS
 
 MAX_POINTS = 10_000  # per query_range (Prometheus refuses more than 11,000 per series)

@@ -15,153 +15,24 @@ every source — the generated rules, ``watch``, the field's rules — with the 
   Recall is over truth episodes, precision over alert episodes; the delay of a detected episode
   is its first matching firing minus its start; its kind is right when the earliest matching
   alert that names a kind names it (``SkewscopeStarvedUnit`` names ``starved``;
-  ``SkewscopeDPGapWidening`` none).
+  ``SkewscopeDPGapWidening`` none). Every figure of the ``Score`` is computed here; the
+  episodes, the score and the whole ``Backtest`` are the report layer's data
+  (``report.backtest_model``), which ``report.backtest`` renders.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skewscope.catalogue import Level
+from skewscope.catalogue import Kind, Level
 from skewscope.errors import InputError
+from skewscope.report.backtest_model import AlertEpisode, Match, Score, TruthEpisode
 
 LEVELS: tuple[Level, ...] = tuple(Level)
-STARVED_KIND = "starved"
-
-
-@dataclass(frozen=True)
-class AlertEpisode:
-    """One firing interval of one alert series (as Prometheus' ``ALERTS{alertstate="firing"}``
-    would show it): ``start`` is the first evaluation at which it fired, ``end`` the last."""
-
-    alert: str
-    level: str
-    instance: str
-    dp_rank: str | None
-    kind: str  # the alert's kind label; "starved" for SkewscopeStarvedUnit, "" when none
-    start: float
-    end: float
-    peak: float  # the highest alert value while firing
-    group: str = ""  # the peer group, as "label=value,..." (alerts per day per group)
-    labels: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def unit(self) -> tuple[str, str, str | None]:
-        return (self.level, self.instance, self.dp_rank if self.level == Level.DP else None)
-
-    @property
-    def duration_s(self) -> float:
-        return self.end - self.start
-
-
-@dataclass(frozen=True)
-class TruthEpisode:
-    id: str
-    level: str
-    instance: str
-    dp_rank: str | None
-    kind: str
-    start: float
-    end: float
-
-    @property
-    def unit(self) -> tuple[str, str, str | None]:
-        return (self.level, self.instance, self.dp_rank if self.level == Level.DP else None)
-
-
-@dataclass(frozen=True)
-class Match:
-    """A truth episode and what the alerts made of it."""
-
-    truth: TruthEpisode
-    first_firing: float | None  # None: missed
-    kind: str | None  # the earliest matching alert's kind
-
-    @property
-    def detected(self) -> bool:
-        return self.first_firing is not None
-
-    @property
-    def delay_s(self) -> float | None:
-        return None if self.first_firing is None else self.first_firing - self.truth.start
-
-    @property
-    def kind_correct(self) -> bool:
-        return self.kind == self.truth.kind
-
-
-@dataclass(frozen=True)
-class Score:
-    matches: tuple[Match, ...]
-    false_alerts: tuple[AlertEpisode, ...]
-    alerts: int  # alert episodes scored
-    true_alerts: int  # alert episodes that matched a truth episode
-    span_s: float
-    grace_s: float
-
-    @property
-    def detected(self) -> int:
-        return sum(m.detected for m in self.matches)
-
-    @property
-    def missed(self) -> int:
-        return len(self.matches) - self.detected
-
-    @property
-    def precision(self) -> float | None:
-        return self.true_alerts / self.alerts if self.alerts else None
-
-    @property
-    def recall(self) -> float | None:
-        return self.detected / len(self.matches) if self.matches else None
-
-    @property
-    def f1(self) -> float | None:
-        p, r = self.precision, self.recall
-        if p is None or r is None:
-            return None
-        return 0.0 if p + r == 0 else 2 * p * r / (p + r)
-
-    @property
-    def delays_s(self) -> list[float]:
-        return sorted(d for m in self.matches if (d := m.delay_s) is not None)
-
-    @property
-    def median_delay_s(self) -> float | None:
-        return quantile(self.delays_s, 0.5)
-
-    @property
-    def p90_delay_s(self) -> float | None:
-        return quantile(self.delays_s, 0.9)
-
-    @property
-    def false_alerts_per_day(self) -> float:
-        return len(self.false_alerts) / (self.span_s / 86_400) if self.span_s > 0 else 0.0
-
-    @property
-    def kind_correct(self) -> int:
-        return sum(m.detected and m.kind_correct for m in self.matches)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "episodes": len(self.matches), "detected": self.detected, "missed": self.missed,
-            "alerts": self.alerts, "true_alerts": self.true_alerts,
-            "false_alerts": len(self.false_alerts), "precision": self.precision,
-            "recall": self.recall, "f1": self.f1, "median_delay_s": self.median_delay_s,
-            "p90_delay_s": self.p90_delay_s, "false_alerts_per_day": self.false_alerts_per_day,
-            "kind_correct": self.kind_correct, "span_s": self.span_s, "grace_s": self.grace_s,
-            "matches": [
-                {"id": m.truth.id, "level": m.truth.level, "instance": m.truth.instance,
-                 "dp_rank": m.truth.dp_rank, "kind": m.truth.kind, "start": m.truth.start,
-                 "end": m.truth.end, "detected": m.detected, "first_firing": m.first_firing,
-                 "delay_s": m.delay_s, "alert_kind": m.kind}
-                for m in self.matches
-            ],
-        }
+STARVED_KIND = Kind.STARVED  # the kind SkewscopeStarvedUnit names (its rule has no kind label)
 
 
 def quantile(sorted_values: list[float], q: float) -> float | None:
@@ -201,7 +72,20 @@ def score(alerts: list[AlertEpisode], truth: list[TruthEpisode], span_s: float,
         kinds = [alerts[i].kind for i in hits if alerts[i].kind]  # a gap alert names none
         matches.append(Match(t, alerts[hits[0]].start, kinds[0] if kinds else ""))
     false = tuple(a for i, a in enumerate(alerts) if i not in matched)
-    return Score(tuple(matches), false, len(alerts), len(matched), span_s, grace_s)
+    detected = sum(m.detected for m in matches)
+    precision = len(matched) / len(alerts) if alerts else None
+    recall = detected / len(matches) if matches else None
+    f1 = (None if precision is None or recall is None
+          else 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall))
+    delays = sorted(d for m in matches if (d := m.delay_s) is not None)
+    return Score(
+        tuple(matches), false, len(alerts), len(matched), span_s, grace_s,
+        detected=detected, missed=len(matches) - detected, precision=precision, recall=recall,
+        f1=f1, delays_s=tuple(delays), median_delay_s=quantile(delays, 0.5),
+        p90_delay_s=quantile(delays, 0.9),
+        false_alerts_per_day=len(false) / (span_s / 86_400) if span_s > 0 else 0.0,
+        kind_correct=sum(m.detected and m.kind_correct for m in matches),
+    )
 
 
 def alerts_per_day(alerts: list[AlertEpisode], span_s: float) -> dict[str, float]:
@@ -278,19 +162,3 @@ def load_truth(path: str | Path) -> list[TruthEpisode]:
     from skewscope.smallfile import load_json
 
     return parse_truth(load_json(path, str(path)), str(path))
-
-
-@dataclass(frozen=True)
-class Backtest:
-    """What a backtest found, for the renderers (report/backtest.py): the alert episodes and,
-    with a truth file, their score."""
-
-    start: float
-    end: float
-    step_s: float
-    source: str  # the Prometheus evaluated (its shown URL)
-    rules: str  # where the rules came from ("generated: --window 5m ..." or the file)
-    episodes: tuple[AlertEpisode, ...]
-    per_day: dict[str, float] = field(default_factory=dict)
-    score: Score | None = None
-    notes: tuple[str, ...] = ()

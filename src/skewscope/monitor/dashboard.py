@@ -18,12 +18,12 @@ from typing import Any
 
 from skewscope.frame import Level
 from skewscope.monitor.dashboard_options import DashboardOptions, variable_matchers
+from skewscope.monitor.panels import DS_VAR, datasource, timeseries_panel
 from skewscope.monitor.rules import ALERTS
 from skewscope.monitor.signals import UNIT_LABEL, Scope, levels, unit_expr
 from skewscope.sources.dialects import DIALECTS, ROLES, name_regex, required_samples
 from skewscope.sources.promql import quote
 
-DS_VAR = "datasource"
 RATE_WINDOW = "$__rate_interval"
 UID = "skewscope-load-skew"
 
@@ -126,12 +126,6 @@ def variable_labels(opts: DashboardOptions) -> tuple[str, ...]:
     return (*opts.group_by, UNIT_LABEL)
 
 
-def _ds() -> Any:
-    from grafana_foundation_sdk.models.dashboard import DataSourceRef
-
-    return DataSourceRef(type_val="prometheus", uid=f"${{{DS_VAR}}}")
-
-
 def _variables(opts: DashboardOptions) -> Iterable[Any]:
     from grafana_foundation_sdk.builders.dashboard import DatasourceVariable, QueryVariable
     from grafana_foundation_sdk.models.dashboard import (
@@ -148,7 +142,7 @@ def _variables(opts: DashboardOptions) -> Iterable[Any]:
         yield (
             QueryVariable(lab)
             .label(lab)
-            .datasource(_ds())
+            .datasource(datasource())
             .query(f"label_values({{{filters}}}, {lab})")
             .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
             .sort(VariableSort.ALPHABETICAL_ASC)
@@ -160,42 +154,12 @@ def _variables(opts: DashboardOptions) -> Iterable[Any]:
         chosen.append(lab)
 
 
-def _timeseries(title: str, unit: str, description: str, targets: list[tuple[str, str]]) -> Any:
-    from grafana_foundation_sdk.builders import common, prometheus, timeseries
-    from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement
-
-    legend_table = (
-        common.VizLegendOptions()
-        .display_mode(LegendDisplayMode.TABLE)
-        .placement(LegendPlacement.BOTTOM)
-        .show_legend(True)
-        .calcs(["mean", "max"])
-        .sort_by("Mean")
-        .sort_desc(True)
-    )
-    panel = (
-        timeseries.Panel()
-        .title(title)
-        .description(description)
-        .unit(unit)
-        .datasource(_ds())
-        .legend(legend_table)
-        .height(8)
-        .span(8)
-    )
-    for ref, (expr, legend_format) in zip("ABCDEFGHIJ", targets, strict=False):
-        panel = panel.with_target(
-            prometheus.Dataquery().expr(expr).legend_format(legend_format).ref_id(ref)
-        )
-    return panel
-
-
 def _row(opts: DashboardOptions, level: Level) -> Iterable[Any]:
     leg = legend(opts, level)
     for p in PANELS:
         expr = panel_query(opts, level, p)
         if expr is not None:
-            yield _timeseries(p.title, p.unit, p.description, [(expr, leg)])
+            yield timeseries_panel(p.title, p.unit, p.description, [(expr, leg)])
     group = " ".join(f"{{{{{lab}}}}}" for lab in _peer_labels(opts, level))
     targets = [
         (q, f"{group} {sig}".strip())
@@ -204,7 +168,7 @@ def _row(opts: DashboardOptions, level: Level) -> Iterable[Any]:
     ]
     hot = opts.thresholds.hot_ratio  # the line a unit crosses to be hot (rules, diagnose)
     peers = "instances of a peer group" if level is Level.INSTANCE else "ranks of an instance"
-    yield _hot_line(_timeseries(
+    yield _hot_line(timeseries_panel(
         "Max / median across peers", "short",
         f"Largest unit over the median of the {peers}; 1 is balanced, {hot:g} (hot_ratio, the "
         "dashed line) is where a unit starts to count as hot.", targets,
@@ -249,7 +213,7 @@ def build_dashboard(opts: DashboardOptions) -> dict[str, Any]:
         .annotation(
             AnnotationQuery()
             .name("skewscope alerts")
-            .datasource(_ds())
+            .datasource(datasource())
             .enable(True)
             .icon_color("red")
             .expr(alerts_annotation(opts))

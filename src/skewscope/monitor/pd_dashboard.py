@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from skewscope.frame import Level
 from skewscope.monitor.dashboard_options import variable_matchers
+from skewscope.monitor.panels import timeseries_panel
 from skewscope.monitor.pd_alerts import POOL_LABEL, join_labels, pool_map
 from skewscope.monitor.signals import Scope, levels, unit_expr
 from skewscope.sources.dialects import DIALECTS
@@ -54,10 +55,8 @@ def pool_query(opts: DashboardOptions, signal: str, window: str) -> str | None:
 
 
 def pd_panels(opts: DashboardOptions, window: str) -> Iterable[Any]:
-    from skewscope.monitor.dashboard import _timeseries
-
     leg = " ".join(f"{{{{{lab}}}}}" for lab in (*opts.group_by, POOL_LABEL))
     for title, signal, description in PD_PANELS:
         q = pool_query(opts, signal, window)
         if q is not None:
-            yield _timeseries(title, "short", description, [(q, leg)])
+            yield timeseries_panel(title, "short", description, [(q, leg)])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skewscope.catalogue import Kind
+from skewscope.catalogue import COUNTED_SIGNALS, Kind
 from skewscope.frame import Level
 from skewscope.monitor.signals import Scope, unit_expr
 from skewscope.monitor.template import THRESHOLD_TOKENS, param
@@ -33,9 +33,6 @@ BASE: dict[str, str] = {
     "e2e_ms:p99": "e2e_p99_ms",
     "ttft_ms:p99": "ttft_p99_ms",
 }
-# Signals that count requests (per smoothing span, or in the batch / queue): their chance
-# spread between units is Poisson, so an excess must exceed it (LevelRules.significant).
-COUNTED: tuple[str, ...] = ("requests", "running", "waiting")
 # Heat signals (as in analysis.detect): smoothed record -> its base record.
 HEAT: dict[str, str] = {
     "requests": "requests:rate",
@@ -159,7 +156,7 @@ class LevelRules:
             else:
                 ref = f"clamp_min({ref}, {floor})"
             ratio = f"{x} / ({ref})"
-            if name in COUNTED:
+            if name in COUNTED_SIGNALS:
                 self.record(f"{name}:peer_ref", ref)
                 ratio = self.significant(name, x, self.r(f"{name}:peer_ref"))
             self.record(f"{name}:peer_ratio", ratio)

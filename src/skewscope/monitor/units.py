@@ -12,7 +12,10 @@ from dataclasses import dataclass
 
 from skewscope.catalogue import LOAD_SIGNALS, Kind
 from skewscope.report import document
+from skewscope.report.facts import StaleLoadFacts, StarvedFacts
 from skewscope.report.model import Finding, Report, UnitReport
+
+FLEET = "fleet"  # the unit an instance-level stale-load alarm names: the fleet's gateway
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,35 @@ def hot_units(report: Report) -> list[HotUnit]:
                     report=u,
                 )
             )
+    return out
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """What watch opens an incident for: a persistent hot unit (its finding's kind), a starved
+    unit (``Kind.STARVED``) or a group whose units take turns carrying its load
+    (``Kind.STALE_LOAD``, named by the group: the instance whose DP balancer decides on late
+    counts, ``FLEET`` for the gateway)."""
+
+    unit: str
+    level: str
+    kind: Kind
+    ratio: float  # the hot or starved unit's load ratio; the stale group's range ratio
+    summary: str
+
+
+def alarms(report: Report) -> list[Alarm]:
+    """Every alarm of every level, in report order: hot units, starved units, stale groups."""
+    out = [Alarm(h.unit, h.level, h.kind, h.ratio, h.summary) for h in hot_units(report)]
+    for r in levels(report):
+        by_unit = {u.unit: u for u in r.units}
+        for f in r.findings:
+            if isinstance(f.facts, StaleLoadFacts):
+                out.append(Alarm(f.facts.group or FLEET, r.level, Kind.STALE_LOAD,
+                                 f.facts.range_ratio, document.summary(f)))
+            elif isinstance(f.facts, StarvedFacts):
+                out.extend(Alarm(u, r.level, Kind.STARVED, load_ratio(by_unit[u]),
+                                 document.summary(f)) for u in f.units if u in by_unit)
     return out
 
 

@@ -21,7 +21,7 @@ from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.errors import SkewscopeError, SourceError, one_line
 from skewscope.frame import Evidence
 from skewscope.monitor.history import LEASE_RUNS, LEASE_SLACK_S, HistoryStore
-from skewscope.monitor.incidents import CALM_RUNS, Incident, IncidentTracker
+from skewscope.monitor.incidents import CALM_RUNS, OPEN_RUNS, Incident, IncidentTracker
 from skewscope.monitor.status import WatchStatus
 from skewscope.report.model import Report
 from skewscope.sources.sampler import STOP_GRACE_S, NotReady, RollingScraper
@@ -113,12 +113,13 @@ class Watcher:
         on_run: Callable[[WatchStatus, bool], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         calm_runs: int = CALM_RUNS,
+        open_runs: int = OPEN_RUNS,
     ) -> None:
         self.source, self.level, self.thresholds = source, level, thresholds
         self.store = store
         self.on_run = on_run  # called after every run with (status, run_was_good)
         self.clock = clock
-        self.tracker = IncidentTracker(source.description, calm_runs)
+        self.tracker = IncidentTracker(source.description, calm_runs, open_runs)
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
         self._record_lock = threading.Lock()  # the tracker and the store: one thread at a time

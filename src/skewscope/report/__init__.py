@@ -1,1 +1,1 @@
-"""The Report model and its renderers (terminal, Markdown, JSON)."""
+"""The report models (diagnose, compare, what-if, backtest), their words and their renderers."""

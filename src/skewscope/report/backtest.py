@@ -1,5 +1,5 @@
 """Renderers of a backtest (``skewscope backtest``): text, Markdown, HTML and JSON of the
-``monitor.backtest_score.Backtest`` the evaluation produced. They format, never compute: every
+``report.backtest_model.Backtest`` the evaluation produced. They format, never compute: every
 figure (episodes, alerts per day, the score's precision, recall, delays) is the model's."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from skewscope.monitor.backtest_score import AlertEpisode, Backtest
 from skewscope.report import fmt
+from skewscope.report.backtest_model import AlertEpisode, Backtest
 
 HEAD = ("alert", "level", "unit", "kind", "start", "end", "lasted", "peak")
 SCORE_ROWS = (

@@ -11,9 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 from skewscope.report import fmt, phrases, whatif_phrases
-from skewscope.whatif.model import (
+from skewscope.report.whatif_model import (
+    CLOSEST,
+    EXACT,
     METRIC_KEYS,
     METRIC_LABELS,
+    NONE,
     PolicyResult,
     RankingVerdict,
     WhatIfReport,
@@ -96,9 +99,9 @@ def headline(r: WhatIfReport) -> str:
             f"{change(gain.get('queue_wait_p95_ms'))} against the current routing.")
 
 
-MATCH_WORDS: dict[str, str] = {"exact": "the same algorithm",
-                               "closest": "the nearest this stack ships",
-                               "none": "not available on this stack"}
+MATCH_WORDS: dict[str, str] = {EXACT: "the same algorithm",
+                               CLOSEST: "the nearest this stack ships",
+                               NONE: "not available on this stack"}
 
 
 def fix_title(r: WhatIfReport) -> str:

@@ -13,13 +13,13 @@ from typing import Any
 from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
 from skewscope.report import fmt
-from skewscope.whatif.model import Ranking
+from skewscope.report.whatif_model import Ranking
 
 NOT_CALIBRATED = "the simulator's default ranks are used, so the replay is not calibrated"
 
 
 def spread(v: float | None) -> str:
-    """A persistent load spread (``whatif.spread.Spread.value``): a ratio, or the idle unit
+    """A persistent load spread (``report.whatif_model.Spread.value``): a ratio, or the idle unit
     that makes it unbounded."""
     if v is None:
         return fmt.NOT_MEASURED

@@ -13,7 +13,7 @@ import dataclasses
 
 from skewscope.errors import UsageError
 from skewscope.sim.policies import POLICIES, RoutingSpec
-from skewscope.sim.scenario import Health, Scenario
+from skewscope.sim.spec import Health, Scenario
 
 # Policies a command line can name alone (``weighted`` needs weights, ``sticky`` sessions).
 PLAIN_POLICIES: tuple[str, ...] = tuple(p for p in POLICIES if p != "weighted")

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     import polars as pl
 
-    from skewscope.sim.scenario import RankSpec, Scenario
+    from skewscope.sim.spec import RankSpec, Scenario
 
 __all__ = ["CHUNK_ROWS", "PROGRESS_EVERY", "START_S", "simulate", "unit_ids"]
 

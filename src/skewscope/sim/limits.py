@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from skewscope.errors import SimulationError
 
 if TYPE_CHECKING:
-    from skewscope.sim.scenario import Scenario
+    from skewscope.sim.spec import Scenario
 
 MAX_DURATION_S = 7 * 86400.0  # simulated seconds in one run
 MAX_UNITS = 1024  # instances x dp_ranks

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from skewscope.sim.rank import Rank, RequestState
-    from skewscope.sim.scenario import Scenario
+    from skewscope.sim.spec import Scenario
     from skewscope.sim.workload import Workload
 
 PROGRESS_EVERY = 2048  # arrivals between progress callbacks (cheap against the steps between)
@@ -90,6 +90,11 @@ class GroupLoad:
     def running_requests(self, unit: int) -> int:
         return sum(len(r.run_order) for r in self.groups[unit])
 
+    def kv_usage(self, unit: int) -> float:
+        ranks = self.groups[unit]
+        total = sum(r.total for r in ranks)
+        return sum(r.used_blocks(self.now) for r in ranks) / total if total else 0.0
+
 
 class RankLoad:
     """LoadView of one instance's ranks, one unit each (its dispatcher's view)."""
@@ -110,6 +115,10 @@ class RankLoad:
 
     def running_requests(self, unit: int) -> int:
         return len(self.ranks[unit].run_order)
+
+    def kv_usage(self, unit: int) -> float:
+        r = self.ranks[unit]
+        return r.used_blocks(self.now) / r.total if r.total else 0.0
 
 
 class Availability:

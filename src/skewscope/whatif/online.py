@@ -27,6 +27,7 @@ from skewscope.config import WHATIF, WhatIfSettings
 from skewscope.errors import InputError
 from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
+from skewscope.report.whatif_model import Metrics, WhatIfReport
 from skewscope.sim.workload import Workload
 from skewscope.sources.access_log import LoggedRequest
 from skewscope.sources.online_workload import (
@@ -40,7 +41,6 @@ from skewscope.sources.online_workload import (
 from skewscope.whatif.calibrate import DEFAULT, ServiceModel, fit_model, uncalibrated
 from skewscope.whatif.extract import Layout, Observed, observe
 from skewscope.whatif.lengths import draw_lengths
-from skewscope.whatif.model import Metrics, WhatIfReport
 from skewscope.whatif.replay import _ratios
 
 AccessLog = tuple[Sequence[LoggedRequest], str | None]  # logged requests and their key field

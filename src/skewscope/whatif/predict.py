@@ -11,23 +11,24 @@ from skewscope.config import WHATIF, WhatIfSettings
 from skewscope.frame import dp_unit_id
 from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
+from skewscope.report.whatif_model import (
+    METRIC_KEYS,
+    CalibrationRow,
+    FixSetting,
+    Metrics,
+    PolicyResult,
+    Spread,
+    UnitModel,
+    WhatIfReport,
+)
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.calibrate import ServiceModel, calibrate
 from skewscope.whatif.correlation import Correlation, detect, tagged
 from skewscope.whatif.extract import Observed, extract
-from skewscope.whatif.fixes import FixSetting, fix_settings
-from skewscope.whatif.model import (
-    METRIC_KEYS,
-    CalibrationRow,
-    Metrics,
-    PolicyResult,
-    UnitModel,
-    WhatIfReport,
-)
+from skewscope.whatif.fixes import fix_settings
 from skewscope.whatif.plans import CURRENT, build_plans, not_the_fix, robustness_plans
 from skewscope.whatif.rank import recommend
 from skewscope.whatif.replay import Plan, in_pool, observed, replayed, run_plan
-from skewscope.whatif.spread import Spread
 
 RATIO_METRICS = frozenset({"max_over_median_load", "min_over_median_load", "kv_peak"})
 

@@ -9,7 +9,7 @@ is large, and the report then says it recommends for latency only.
 from __future__ import annotations
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds, WhatIfSettings
-from skewscope.whatif.model import (
+from skewscope.report.whatif_model import (
     METRIC_KEYS,
     Metrics,
     PolicyResult,

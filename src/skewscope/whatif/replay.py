@@ -15,15 +15,15 @@ from skewscope.catalogue import Level, Verdict
 from skewscope.config import DEFAULT_THRESHOLDS, WHATIF
 from skewscope.frame import WINDOWS, dp_unit_id
 from skewscope.notes import Note
+from skewscope.report.whatif_model import Metrics, Spread
 from skewscope.sim.engine import simulate
 from skewscope.sim.policies import RoutingSpec
-from skewscope.sim.records import START_S, GroundTruth, SimResult
-from skewscope.sim.scenario import Health, Scenario
+from skewscope.sim.records import START_S, SimResult
+from skewscope.sim.spec import GroundTruth, Health, Scenario
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.calibrate import ServiceModel
 from skewscope.whatif.extract import Layout, Observed
-from skewscope.whatif.model import Metrics
-from skewscope.whatif.spread import Spread, persistent_spread, window_loads
+from skewscope.whatif.spread import persistent_spread, window_loads
 
 
 @dataclass(frozen=True)

@@ -6,29 +6,11 @@ import the analysis). A burst that passes is not a spread; a unit hot all run is
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from skewscope.config import Thresholds
-
-
-@dataclass(frozen=True)
-class Spread:
-    """``high``: the max/median load the hottest unit stays at or above in ``persist_share`` of
-    the windows; ``low``: the min/median the coldest unit stays at or below as long (0 = idle).
-    ``value`` = max(high, 1 / low): how far the worst unit persistently is from the median
-    either way (inf when a unit is persistently idle)."""
-
-    high: float | None
-    low: float | None
-    window_s: float
-
-    @property
-    def value(self) -> float | None:
-        if self.high is None or self.low is None:
-            return None
-        return max(self.high, 1.0 / self.low if self.low > 0 else math.inf)
+from skewscope.report.whatif_model import Spread
 
 
 def window_loads(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray, n_ranks: int,

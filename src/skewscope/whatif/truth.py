@@ -17,15 +17,15 @@ import polars as pl
 from skewscope.config import WHATIF, WhatIfSettings
 from skewscope.notes import Note
 from skewscope.notes import WhatifNoteCode as W
+from skewscope.report.whatif_model import PolicyResult, WhatIfReport
 from skewscope.sim.counterfactual import rerouted
 from skewscope.sim.engine import simulate
 from skewscope.sim.records import SimResult
-from skewscope.sim.scenario import Health, Scenario
+from skewscope.sim.spec import Health, Scenario
 from skewscope.sources.workload import RequestLog
 from skewscope.whatif.calibrate import calibrate
 from skewscope.whatif.extract import Observed, extract
 from skewscope.whatif.extract import layout_of as obs_layout
-from skewscope.whatif.model import PolicyResult, WhatIfReport
 from skewscope.whatif.plans import CURRENT
 from skewscope.whatif.predict import prepare, whatif
 from skewscope.whatif.rank import recommend

@@ -1,6 +1,10 @@
 """What-if report: frozen dataclasses; ``to_dict()`` is the JSON contract (docs/whatif.md) but
 for the notes' sentences: what-if hands its notes over as ``Note`` facts (``note_facts``) and the
-report layer words them (``report.whatif.document`` adds ``notes``), as the diagnosis does."""
+report layer words them (``report.whatif.document`` adds ``notes``), as the diagnosis does.
+
+The model sits in the report layer, beside ``report.model``, so that ``whatif`` produces it and
+the renderers only read it (neither imports the other); what computes its figures stays in
+``whatif`` (``whatif.spread`` the ``Spread``, ``whatif.fixes`` the ``FixSetting`` rows)."""
 
 from __future__ import annotations
 
@@ -10,8 +14,6 @@ from enum import StrEnum
 from typing import Any
 
 from skewscope.notes import Note
-from skewscope.whatif.fixes import FixSetting
-from skewscope.whatif.spread import Spread
 
 # Metric keys in display order; every metric is "lower is better" except throughput.
 METRIC_KEYS: tuple[str, ...] = (
@@ -62,6 +64,43 @@ class Metrics:
 
     def to_dict(self) -> dict[str, float | None]:
         return {f.name: _num(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The load spread a replay leaves (computed by ``whatif.spread.persistent_spread``).
+    ``high``: the max/median load the hottest unit stays at or above in ``persist_share`` of
+    the windows; ``low``: the min/median the coldest unit stays at or below as long (0 = idle).
+    ``value`` = max(high, 1 / low): how far the worst unit persistently is from the median
+    either way (inf when a unit is persistently idle)."""
+
+    high: float | None
+    low: float | None
+    window_s: float
+
+    @property
+    def value(self) -> float | None:
+        if self.high is None or self.low is None:
+            return None
+        return max(self.high, 1.0 / self.low if self.low > 0 else math.inf)
+
+
+# FixSetting.match: the stack ships the same algorithm, only the nearest one, or none
+EXACT, CLOSEST, NONE = "exact", "closest", "none"
+
+
+@dataclass(frozen=True)
+class FixSetting:
+    """The recommended candidate as one serving stack's setting (``whatif.fixes`` spells it)."""
+
+    stack: str  # whatif.fixes.GATEWAYS or ENGINES
+    setting: str  # the change as that stack spells it ("" when it has none)
+    match: str  # EXACT, CLOSEST or NONE
+    in_use: bool  # the evidence came from this stack
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stack": self.stack, "setting": self.setting, "match": self.match,
+                "in_use": self.in_use}
 
 
 @dataclass(frozen=True)
