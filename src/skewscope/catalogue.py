@@ -65,6 +65,15 @@ def kind_title(kind: str) -> str:
     return "KV block shortage" if kind == Kind.KV_SHORTAGE else f"{kind} skew"
 
 
+class HeldBack(StrEnum):
+    """Why a unit hot often and long enough is still no persistent hot spot
+    (``analysis.detect``; the transient note words it)."""
+
+    NONE = ""
+    CHANCE = "chance"  # its excess over the range is within chance (``beyond_chance``)
+    BURST = "burst"  # one burst made it hot (``outlasts_burst``)
+
+
 class Severity(StrEnum):
     HIGH = "high"
     MEDIUM = "medium"

@@ -55,6 +55,10 @@ class Thresholds:
     # as the requests they are) must carry that excess summed over its judged windows
     # (``detect.beyond_chance``), or a near-idle fleet judged all night draws hot ranks.
     hot_noise_sigmas: Positive = 3.0
+    # A persistent hot unit must stay one with its hottest ``burst_s`` seconds left out
+    # (``detect.outlasts_burst``): a burst of a minute or so on a rank already a little above
+    # its sibling makes, with the queue it leaves and the smoothing, half of a range hot.
+    burst_s: Positive = 90.0
     # A unit with less than this share of the peer median request rate is "starved"
     # (failed health check, missing from the pool, joined late).
     starved_ratio: Share = 0.15

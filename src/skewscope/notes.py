@@ -73,7 +73,9 @@ class NoteCode(StrEnum):
     #  verdict ("more" | "not_more" | "even"), key_name, top_keys, top_keys_excess_share,
     #  request_bytes_ratio, lead_cause}
     GATEWAY_ROUTED = "gateway_routed"
-    TRANSIENT = "transient"  # {unit, windows, hot_share, hot_run, span_s, often, min_consecutive}
+    # {unit, windows, hot_share, hot_run, span_s, often, min_consecutive, held_back, burst_s,
+    #  sigmas}
+    TRANSIENT = "transient"
     # when units came and went (analysis/presence.py): {unit, at_s}; {unit, from_s, back_s};
     # {unit, at_s, hot}
     UNIT_JOINED = "unit_joined"

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix
 from skewscope.analysis.seen import held
-from skewscope.catalogue import COUNTED_SIGNALS, HEAT_SIGNALS, LOAD_SIGNALS
+from skewscope.catalogue import COUNTED_SIGNALS, HEAT_SIGNALS, LOAD_SIGNALS, HeldBack
 from skewscope.config import Thresholds
 
 # Load and pressure signals that make a unit "hot", with the floor under the peer reference
@@ -46,6 +46,7 @@ class UnitHeat:
     persistent_cold: bool  # carries persistently less load than its peers (not starved)
     driver: str  # heat signal that was highest most often in hot windows
     ratios: dict[str, Array]  # heat signal -> (W,) smoothed value / floored peer median
+    held_back: HeldBack = HeldBack.NONE  # why a unit hot often and long enough is not persistent
 
 
 
@@ -236,6 +237,8 @@ def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
     at the service's tokens per request: the least noise a token count has). Persistence alone
     does not rule chance out when a fleet of near-idle ranks is judged every 30 s all night:
     some rank somewhere draws 1.3x for half of its windows. Other signals are not counts.
+    The reference's own noise is left out on purpose: beside one sibling rank it doubles the
+    variance, and the bundled example's 65 s DP skew (52 against 32 requests) would be chance.
     ``raw_refs`` keeps each signal's unsmoothed peer reference for the next unit tested."""
     if sig not in COUNTED_SIGNALS and sig != "total_tokens":
         return True
@@ -250,11 +253,44 @@ def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
     return mine - count >= th.hot_noise_sigmas * math.sqrt(count)
 
 
+def outlasts_burst(m: SignalMatrix, s: _Scored, j: int, window_s: float, th: Thresholds) -> bool:
+    """Whether unit ``j`` is still persistently hot with any ``burst_s`` of its windows set to
+    its own median over the range (per signal, before smoothing; its peers' reference is
+    unchanged: it leaves the unit out already). A skew holds wherever the cut falls, as its
+    median is its skewed level; a rank hot for half of a range only through one burst's extra
+    requests, the queue they leave and the smoothing that spreads both, is not."""
+    width = max(1, math.ceil(th.burst_s / window_s))
+    act = s.act[:, j]
+    if not s.ratios or act.size <= width:
+        return True
+    raws: dict[str, tuple[Array, float]] = {}
+    for sig in s.ratios:
+        raw = m.get(sig)[:, j].astype(np.float64)
+        ok = act & np.isfinite(raw)
+        raws[sig] = (raw, float(np.median(raw[ok])) if ok.any() else math.nan)
+    n = int(act.sum())
+    for a in range(act.size - width + 1):
+        if not act[a:a + width].any():
+            continue
+        score = np.full(act.size, -np.inf)
+        for sig, (raw, typical) in raws.items():
+            cut = raw.copy()
+            cut[a:a + width] = np.where(np.isfinite(cut[a:a + width]), typical, np.nan)
+            with np.errstate(all="ignore"):
+                r = smooth(cut[:, None], th.smooth_windows)[:, 0] / s.refs[sig][:, j]
+            score = np.fmax(score, np.where(np.isfinite(r), r, -np.inf))
+        hot = act & (score >= th.hot_ratio)
+        if hot.sum() / n < th.persist_share or longest_run(hot[act]) < th.min_consecutive:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class _Scored:
     """Every unit's scores and per-window flags, (W, U) each: what the persistence rule reads."""
 
     ratios: dict[str, Array]  # heat signal -> smoothed value / floored peer median
+    refs: dict[str, Array]  # heat signal -> the floored peer median ratios divide by
     floor: dict[str, float | Array]  # heat signal -> the floor under its peer reference
     score: Array  # max heat ratio, NaN where unknown
     driver: Array  # index into ``ratios`` of the highest ratio
@@ -275,13 +311,14 @@ def _score(
     floor = floors(m, window_s, th, per_group=floor_per_group)
     active_group = group_activity(m, th)
     ratios: dict[str, Array] = {}
+    refs: dict[str, Array] = {}
     for sig in HEAT_SIGNALS:
         if not m.has(sig):
             continue
         vals = smooth(m.get(sig), th.smooth_windows)
-        ref = peer_reference(vals, m.groups, against)
+        refs[sig] = np.maximum(peer_reference(vals, m.groups, against), floor[sig])
         with np.errstate(all="ignore"):
-            ratios[sig] = vals / np.maximum(ref, floor[sig])
+            ratios[sig] = vals / refs[sig]
     load = [ratios[s] for s in LOAD_SIGNALS if s in ratios]
     with np.errstate(all="ignore"):
         load_score = (
@@ -303,7 +340,7 @@ def _score(
     hot = act & (np.nan_to_num(score) >= th.hot_ratio)
     starved = act & np.isfinite(req_ratio) & (req_ratio < th.starved_ratio)
     cold = act & ~starved & (load_score <= 1.0 / th.hot_ratio)
-    return _Scored(ratios, floor, score, driver, present, act, hot, starved, cold)
+    return _Scored(ratios, refs, floor, score, driver, present, act, hot, starved, cold)
 
 
 def detect(
@@ -333,9 +370,14 @@ def detect(
         judged = n_act >= th.min_windows
         drivers = s.driver[hot, j] if names else np.array([], dtype=np.int64)
         driver = names[int(np.bincount(drivers).argmax())] if drivers.size else ""
-        persistent = (judged and hot_share >= th.persist_share and hot_run >= th.min_consecutive
-                      and beyond_chance(m, j, driver, act, th, raw_refs, against,
-                                        s.floor.get(driver, 0)))
+        often = judged and hot_share >= th.persist_share and hot_run >= th.min_consecutive
+        held_back = HeldBack.NONE
+        if often and not beyond_chance(m, j, driver, act, th, raw_refs, against,
+                                       s.floor.get(driver, 0)):
+            held_back = HeldBack.CHANCE
+        elif often and not outlasts_burst(m, s, j, window_s, th):
+            held_back = HeldBack.BURST
+        persistent = often and not held_back
         persistent_starved = judged and (
             starved_share >= th.persist_share and starved_run >= th.min_consecutive
         )
@@ -362,6 +404,7 @@ def detect(
                 persistent_cold=persistent_cold and not persistent_starved,
                 driver=driver,
                 ratios={sig: r[:, j] for sig, r in s.ratios.items()},
+                held_back=held_back,
             )
         )
     return out

@@ -410,7 +410,8 @@ def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Threshold
     return Note(NoteCode.TRANSIENT, {
         "unit": h.unit, "windows": int(idx.size), "hot_share": h.hot_share,
         "hot_run": h.hot_run, "span_s": last - first, "often": h.hot_share >= th.persist_share,
-        "min_consecutive": th.min_consecutive})
+        "min_consecutive": th.min_consecutive, "held_back": h.held_back,
+        "burst_s": th.burst_s, "sigmas": th.hot_noise_sigmas})
 
 
 def _unit_report(

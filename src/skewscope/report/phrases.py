@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from skewscope.catalogue import METRIC_BY_KEY, Kind
+from skewscope.catalogue import METRIC_BY_KEY, HeldBack, Kind
 from skewscope.report import fmt
 from skewscope.report.facts import (
     Compared,
@@ -348,6 +348,12 @@ def _marked_down(v: Mapping[str, Any]) -> str:
 def _transient(v: Mapping[str, Any]) -> str:
     head = (f"{v['unit']} ran hot in {v['windows']} window(s) ({fmt.pct(v['hot_share'])}, at "
             f"most {v['hot_run']} in a row, {fmt.count(v['span_s'])} s span)")
+    if v.get("held_back") == HeldBack.BURST:
+        return (f"{head}, but only through one burst: with its hottest {fmt.count(v['burst_s'])} s "
+                "at its own typical level it is not persistently hot — a burst, not a hot spot")
+    if v.get("held_back") == HeldBack.CHANCE:
+        return (f"{head}, but its extra load over the range is within {fmt.count(v['sigmas'])} "
+                "sigmas of chance for the counts seen — not a persistent hot spot")
     if v["often"]:
         return (f"{head}: often, but never {v['min_consecutive']} windows in a row — not yet a "
                 "persistent hot spot; watch it over a longer range")
