@@ -238,6 +238,20 @@ def _env() -> dict[str, str]:
     return env
 
 
+
+def _interrupted_cleanly(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C ends ``simulate --serve`` with exit 0 and a line, no traceback (killed if not)."""
+    try:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "interrupted" in err
+
 def test_ctrl_c_stops_serve_cleanly() -> None:
     """A real process and a real SIGINT, as a user's Ctrl-C (it used to be ignored)."""
     proc = subprocess.Popen(
@@ -251,14 +265,8 @@ def test_ctrl_c_stops_serve_cleanly() -> None:
         reader.start()
         reader.join(60)
         assert first and first[0].startswith("serving inst-0 at http://127.0.0.1:"), first
-        proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err and "interrupted" in err
+        _interrupted_cleanly(proc)
 
 
 def test_serve_on_a_manual_clock_moves_by_the_control_endpoint() -> None:
@@ -296,14 +304,8 @@ def test_serve_on_a_manual_clock_moves_by_the_control_endpoint() -> None:
         for url in urls:
             assert float(httpx.get(url, timeout=10).headers["X-Skewscope-Sim-Time"]) == (
                 start + 12.5)
-        proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err and "interrupted" in err
+        _interrupted_cleanly(proc)
 
 
 def test_silent_client_is_disconnected_after_the_read_timeout() -> None:
