@@ -4,6 +4,7 @@ absent; Ctrl-C stops live mode; a silent client cannot pin a server thread."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -238,35 +240,39 @@ def _env() -> dict[str, str]:
     return env
 
 
-
-def _interrupted_cleanly(proc: subprocess.Popen[str]) -> None:
-    """Ctrl-C ends ``simulate --serve`` with exit 0 and a line, no traceback (killed if not)."""
+@contextlib.contextmanager
+def _serving(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """``skewscope simulate ARGS`` as a process, killed on the way out if it still runs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skewscope.cli", "simulate", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )
     try:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=30)
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+def _ctrl_c(proc: subprocess.Popen[str], timeout_s: float) -> None:
+    """A real SIGINT, as a user's Ctrl-C: exit 0 and a line, no traceback."""
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=timeout_s)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "interrupted" in err
 
+
 def test_ctrl_c_stops_serve_cleanly() -> None:
     """A real process and a real SIGINT, as a user's Ctrl-C (it used to be ignored)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "skewscope.cli", "simulate", "balanced", "--serve"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-    )
-    try:
+    with _serving("balanced", "--serve") as proc:
         first: list[str] = []
         reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()),  # type: ignore[union-attr]
                                   daemon=True)
         reader.start()
         reader.join(60)
         assert first and first[0].startswith("serving inst-0 at http://127.0.0.1:"), first
-    finally:
-        _interrupted_cleanly(proc)
+        _ctrl_c(proc, timeout_s=10)
 
 
 def test_serve_on_a_manual_clock_moves_by_the_control_endpoint() -> None:
@@ -274,12 +280,7 @@ def test_serve_on_a_manual_clock_moves_by_the_control_endpoint() -> None:
     at its start until ``POST /sim/advance`` moves it, and every answer says when it is."""
     import httpx
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "skewscope.cli", "simulate", "balanced", "--serve",
-         "--clock", "manual"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-    )
-    try:
+    with _serving("balanced", "--serve", "--clock", "manual") as proc:
         lines: list[str] = []
 
         def read() -> None:
@@ -304,8 +305,7 @@ def test_serve_on_a_manual_clock_moves_by_the_control_endpoint() -> None:
         for url in urls:
             assert float(httpx.get(url, timeout=10).headers["X-Skewscope-Sim-Time"]) == (
                 start + 12.5)
-    finally:
-        _interrupted_cleanly(proc)
+        _ctrl_c(proc, timeout_s=30)
 
 
 def test_silent_client_is_disconnected_after_the_read_timeout() -> None:

@@ -169,6 +169,12 @@ def longest_run(flags: Flags) -> int:
     return best
 
 
+def persists(share: float, run: int, th: Thresholds) -> bool:
+    """The persistence rule, one place for every finding that has one: set in at least
+    ``persist_share`` of the judged windows and in a run of ``min_consecutive``."""
+    return share >= th.persist_share and run >= th.min_consecutive
+
+
 def floors(
     m: SignalMatrix, window_s: float, th: Thresholds, *, per_group: bool = False
 ) -> dict[str, float | Array]:
@@ -258,7 +264,8 @@ def outlasts_burst(m: SignalMatrix, s: _Scored, j: int, window_s: float, th: Thr
     its own median over the range (per signal, before smoothing; its peers' reference is
     unchanged: it leaves the unit out already). A skew holds wherever the cut falls, as its
     median is its skewed level; a rank hot for half of a range only through one burst's extra
-    requests, the queue they leave and the smoothing that spreads both, is not."""
+    requests, the queue they leave and the smoothing that spreads both, is not. A range
+    no longer than the cut is not tested."""
     width = max(1, math.ceil(th.burst_s / window_s))
     act = s.act[:, j]
     if not s.ratios or act.size <= width:
@@ -280,7 +287,7 @@ def outlasts_burst(m: SignalMatrix, s: _Scored, j: int, window_s: float, th: Thr
                 r = smooth(cut[:, None], th.smooth_windows)[:, 0] / s.refs[sig][:, j]
             score = np.fmax(score, np.where(np.isfinite(r), r, -np.inf))
         hot = act & (score >= th.hot_ratio)
-        if hot.sum() / n < th.persist_share or longest_run(hot[act]) < th.min_consecutive:
+        if not persists(float(hot.sum()) / n, longest_run(hot[act]), th):
             return False
     return True
 
@@ -370,7 +377,7 @@ def detect(
         judged = n_act >= th.min_windows
         drivers = s.driver[hot, j] if names else np.array([], dtype=np.int64)
         driver = names[int(np.bincount(drivers).argmax())] if drivers.size else ""
-        often = judged and hot_share >= th.persist_share and hot_run >= th.min_consecutive
+        often = judged and persists(hot_share, hot_run, th)
         held_back = HeldBack.NONE
         if often and not beyond_chance(m, j, driver, act, th, raw_refs, against,
                                        s.floor.get(driver, 0)):
@@ -378,13 +385,9 @@ def detect(
         elif often and not outlasts_burst(m, s, j, window_s, th):
             held_back = HeldBack.BURST
         persistent = often and not held_back
-        persistent_starved = judged and (
-            starved_share >= th.persist_share and starved_run >= th.min_consecutive
-        )
+        persistent_starved = judged and persists(starved_share, starved_run, th)
         cold_share = float(cold.sum()) / n_act if n_act else 0.0
-        persistent_cold = judged and (
-            cold_share >= th.persist_share and longest_run(cold[act]) >= th.min_consecutive
-        )
+        persistent_cold = judged and persists(cold_share, longest_run(cold[act]), th)
         out.append(
             UnitHeat(
                 unit=unit,

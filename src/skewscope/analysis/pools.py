@@ -16,6 +16,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from skewscope.analysis.detect import longest_run, persists
 from skewscope.analysis.findings import side_by_side
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix, nanmean
 from skewscope.analysis.summary import reference_summary, unit_summary
@@ -36,14 +37,6 @@ def _pool_mean(m: SignalMatrix, signal: str, cols: Cols) -> Array:
     n = np.isfinite(block).sum(axis=1)
     with np.errstate(invalid="ignore"):
         return np.where(n > 0, np.nansum(block, axis=1) / np.maximum(n, 1), np.nan)
-
-
-def _longest_run(flags: Flags) -> int:
-    best = cur = 0
-    for f in flags.tolist():
-        cur = cur + 1 if f else 0
-        best = max(best, cur)
-    return best
 
 
 def pd_findings(m: SignalMatrix, th: Thresholds) -> list[Finding]:
@@ -82,8 +75,8 @@ def pd_findings(m: SignalMatrix, th: Thresholds) -> list[Finding]:
     out = []
     for sat, idl in ((PREFILL, DECODE), (DECODE, PREFILL)):
         flags = bound[sat]
-        share, longest = float(flags.sum()) / n, _longest_run(flags)
-        if share < th.persist_share or longest < th.min_consecutive:
+        share, longest = float(flags.sum()) / n, longest_run(flags)
+        if not persists(share, longest, th):
             continue
         out.append(_finding(m, sat, idl, flags, both, cols, (ratio, wait, kv), share, longest,
                             th))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skewscope.analysis.detect import longest_run
+from skewscope.analysis.detect import longest_run, persists
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix, nanmean
 from skewscope.config import Thresholds
 from skewscope.report.facts import Note, NoteCode
@@ -86,7 +86,7 @@ def find_stalls(m: SignalMatrix, th: Thresholds) -> list[Stall]:
             )
         share = float(stalled.sum()) / n_known
         run = longest_run(stalled[known])
-        if share < th.persist_share or run < th.min_consecutive:
+        if not persists(share, run, th):
             continue
         out.append(
             Stall(
