@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from profiler_fixtures import set_cell
 from skewscope.cli import main
 from skewscope.sim.engine import simulate
-from skewscope.sim.scenario import builtin_scenarios
+from skewscope.sim.scenario import builtin_scenarios, scenario_from_toml
 from skewscope.sim.writers.profiler import write_profiler
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster-skew"
@@ -38,17 +39,44 @@ def test_bundled_example_matches_its_truth(capsys: pytest.CaptureFixture[str]) -
     assert doc["verdict"] == truth["verdict"]
     assert doc["hot_units"] == truth["hot_units"]
     assert doc["findings"][0]["kind"] == truth["kind"]
-    # every dispatcher weights dp0 1.7 vs 1 (truth.meta): inst-1's ranks are judged alone,
-    # inst-0's and inst-2's (82 requests each, under min_requests_total) together, and dp0 hot
-    # in all three is the fleet-wide pattern
+    # every dispatcher weights dp0 1.7 vs 1 (truth.meta): each instance's ranks are judged
+    # alone (262-472 requests in 3 minutes), and dp0 hot in all three is the fleet-wide pattern
     assert truth["meta"]["dispatcher_policy"] == "weighted(1.7,1)"
-    assert [d["hot_units"] for d in doc["drilldown"]] == [["inst-1/dp0"],
-                                                          ["inst-0/dp0", "inst-2/dp0"]]
-    assert doc["drilldown"][1]["note_facts"][0]["code"] == "dp_pooled"
+    assert sorted(d["hot_units"][0] for d in doc["drilldown"]) == [
+        "inst-0/dp0", "inst-1/dp0", "inst-2/dp0"]
+    assert all(len(d["hot_units"]) == 1 for d in doc["drilldown"])
     (fleet,) = [f for f in doc["findings"] if "fleet_dp_pattern" in f["evidence"]]
     assert fleet["evidence"]["fleet_dp_pattern"]["instances"] == ["inst-0", "inst-1", "inst-2"]
     assert fleet["units"] == ["inst-0/dp0", "inst-1/dp0", "inst-2/dp0"]
     assert [c["key"] for c in fleet["root_causes"]] == ["dp_dispatch"]
+
+
+@pytest.fixture(scope="module")
+def quiet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example's scenario over 60 s with the dispatchers at 2.5 vs 1: inst-0 and inst-2
+    serve ~80 requests each (a couple more held at the end), under min_requests_total."""
+    toml = (EXAMPLE.parent / "cluster-skew.toml").read_text()
+    toml = toml.replace("duration_s = 180", "duration_s = 60").replace(
+        "weights = [1.7, 1.0]", "weights = [2.5, 1.0]")
+    assert "duration_s = 60" in toml and "[2.5, 1.0]" in toml
+    out = tmp_path_factory.mktemp("quiet")
+    write_profiler(simulate(scenario_from_toml(tomllib.loads(toml), "quiet.toml")), out)
+    return out
+
+
+def test_quiet_instances_have_their_ranks_judged_together(
+    quiet_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """inst-0's and inst-2's ranks, too quiet alone, are judged in one pooled drill-down (each
+    against its own sibling)."""
+    assert main(["diagnose", str(quiet_run), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    pooled = [d for d in doc["drilldown"] if d["note_facts"]
+              and d["note_facts"][0]["code"] == "dp_pooled"]
+    assert len(pooled) == 1
+    assert pooled[0]["hot_units"] == ["inst-0/dp0", "inst-2/dp0"]
+    assert sorted(pooled[0]["note_facts"][0]["instances"]) == ["inst-0", "inst-2"]
+    assert ["inst-1/dp0"] in [d["hot_units"] for d in doc["drilldown"]]
 
 
 def test_output_format_follows_the_extension_and_refuses_to_overwrite(
@@ -157,15 +185,15 @@ def test_glob_characters_in_folder_names_are_plain_text(
 
 
 def test_auto_says_why_a_drill_was_not_judged(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    quiet_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A drill-down the gates refuse is never dropped silently: with 5 requests per rank and
-    window required, inst-0's and inst-2's ranks (82 finished requests each, a couple more
-    held at the end: under 100 seen) are too quiet to judge alone, and together they carry
+    window required, inst-0's and inst-2's ranks (``quiet_run``: under 100 requests seen) are
+    too quiet to judge alone, and together they carry
     too few windows at 5 requests per rank: each is named with the reason."""
     cfg = tmp_path / "th.toml"
     cfg.write_text("[thresholds]\nmin_requests_per_window = 5.0\n")
-    assert main(["diagnose", str(EXAMPLE), "--config", str(cfg), "--format", "json"]) == 0
+    assert main(["diagnose", str(quiet_run), "--config", str(cfg), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [d["hot_units"] for d in doc["drilldown"]] == [["inst-1/dp0"]]
     notes = [n for n in doc["note_facts"] if n["code"] == "dp_not_judged"]

@@ -1,8 +1,7 @@
 """watch as a library and its exporter, on the bundled example (known truth: inst-1 gets 1.8x
-the requests of its peers, and inside every instance the dispatcher sends dp0 1.7x its sibling;
-inst-0 and inst-2 are judged pooled, being too quiet alone): the contract names scraped over
-HTTP, a failing source that keeps the last values, incidents from consecutive runs, SQLite
-history and ``skewscope history``."""
+the requests of its peers, and inside every instance the dispatcher sends dp0 1.7x its sibling):
+the contract names scraped over HTTP, a failing source that keeps the last values, incidents
+from consecutive runs, SQLite history and ``skewscope history``."""
 
 from __future__ import annotations
 
@@ -246,8 +245,8 @@ def test_starved_units_and_stale_groups_open_incidents_of_their_kind(
     assert {u for u, k in got if k == kind} == want, got
 
 
-# The example's hot units in report order: inst-1, then its drill, then inst-0 + inst-2 pooled
-HOT = ["inst-1", "inst-1/dp0", "inst-0/dp0", "inst-2/dp0"]
+# The example's hot units in report order: inst-1, then the instances' drill-downs in turn
+HOT = ["inst-1", "inst-0/dp0", "inst-1/dp0", "inst-2/dp0"]
 
 
 def check_store(store: HistoryStore, report: Report) -> None:

@@ -231,7 +231,8 @@ HEAT_SIGNALS: tuple[str, ...] = (
 )
 # Heat signals that count requests (per smoothing span, or in the batch / queue): their chance
 # spread between units is Poisson, so an excess over the reference counts only beyond
-# ``Thresholds.hot_noise_sigmas`` of it (analysis/detect.py, and the alert rules alike).
+# ``Thresholds.hot_noise_sigmas`` of it (analysis/detect.py: sigmas of the difference, the
+# reference as noisy as the median it is; the alert rules, per window: of the reference).
 COUNTED_SIGNALS: tuple[str, ...] = ("requests", "running", "waiting")
 
 # Per-window series the report carries for each unit (the HTML report draws them; compare

@@ -239,12 +239,12 @@ def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
                   floor: float | Array) -> bool:
     """Whether unit ``j``'s excess on counted signal ``sig`` over its judged windows is more
     than chance: its raw count summed over them exceeds its peers' reference by at least
-    ``hot_noise_sigmas`` Poisson sigmas of the reference's (tokens as the requests they are,
-    at the service's tokens per request: the least noise a token count has). Persistence alone
-    does not rule chance out when a fleet of near-idle ranks is judged every 30 s all night:
-    some rank somewhere draws 1.3x for half of its windows. Other signals are not counts.
-    The reference's own noise is left out on purpose: beside one sibling rank it doubles the
-    variance, and the bundled example's 65 s DP skew (52 against 32 requests) would be chance.
+    ``hot_noise_sigmas`` Poisson sigmas of the difference (tokens as the requests they are, at
+    the service's tokens per request: the least noise a token count has). The difference is
+    two-sample: the reference is a median of draws as noisy as the unit, so beside one sibling
+    rank the variance doubles, beside fifteen peers it grows by a tenth. Persistence alone does
+    not rule chance out when a fleet of near-idle ranks is judged every 30 s all night: some
+    rank somewhere draws 1.3x for half of its windows. Other signals are not counts.
     ``raw_refs`` keeps each signal's unsmoothed peer reference for the next unit tested."""
     if sig not in COUNTED_SIGNALS and sig != "total_tokens":
         return True
@@ -256,7 +256,26 @@ def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
     ok = act & np.isfinite(raw[:, j]) & np.isfinite(ref)
     scale = at / th.min_requests_per_window if sig == "total_tokens" else 1.0
     count, mine = float(ref[ok].sum()) / scale, float(raw[ok, j].sum()) / scale
-    return mine - count >= th.hot_noise_sigmas * math.sqrt(count)
+    noise = count * (1.0 + median_noise(_reference_size(m.groups, j, against)))
+    return mine - count >= th.hot_noise_sigmas * math.sqrt(noise)
+
+
+def median_noise(n: int) -> float:
+    """Variance of the median of ``n`` equally noisy draws, relative to one draw's: 1 for one
+    draw, 1/2 for the mean of two, and the large-sample pi/(2n) from three on (a little above
+    the exact value for small odd n: on the side of calling an excess chance)."""
+    if n <= 2:
+        return 1.0 / max(n, 1)
+    return math.pi / (2.0 * n)
+
+
+def _reference_size(groups: tuple[str, ...], j: int,
+                    against: dict[str, list[int]] | None) -> int:
+    """How many units unit ``j``'s peer reference is a median of (``peer_reference``'s rule)."""
+    g = groups[j]
+    if against and g in against:
+        return len([k for k in against[g] if k != j])
+    return sum(1 for k, h in enumerate(groups) if h == g and k != j)
 
 
 def outlasts_burst(m: SignalMatrix, s: _Scored, j: int, window_s: float, th: Thresholds) -> bool:

@@ -1,0 +1,43 @@
+"""Chance is no hot spot (``detect.beyond_chance``): the excess is judged in sigmas of the
+difference of two counts, the reference as noisy as the median it is."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frame_builder import Spec, make_frame
+from skewscope.analysis.detect import median_noise
+from skewscope.analysis.diagnose import diagnose_frame
+from skewscope.frame import Level
+
+WINDOW = 60.0  # the day's watch window
+NIGHT = 8.0  # requests per rank and window: a near-idle night
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 40), lam=st.floats(5.0, 500.0), seed=st.integers(0, 2**32 - 1))
+def test_median_noise_is_the_variance_of_a_median_of_poisson_draws(
+    n: int, lam: float, seed: int
+) -> None:
+    draws = np.random.default_rng(seed).poisson(lam, (20_000, n))
+    var = float(np.median(draws, axis=1).var()) / lam
+    assert 0.8 * var <= median_noise(n) <= 1.35 * var
+
+
+def test_two_equal_ranks_on_a_quiet_night_are_never_a_hot_spot() -> None:
+    # judged against the sibling's count alone, one seed of these 40 draws a "hot" rank
+    hot = [seed for seed in range(40)
+           if diagnose_frame(make_frame({"i/dp0": Spec(rate=NIGHT), "i/dp1": Spec(rate=NIGHT)},
+                                        windows=14, window_s=WINDOW, level=Level.DP,
+                                        seed=seed)).hot_units]
+    assert hot == []
+
+
+def test_a_real_skew_on_a_quiet_night_is_still_found() -> None:
+    for seed in range(10):
+        specs = {"i/dp0": Spec(rate=NIGHT * 1.7), "i/dp1": Spec(rate=NIGHT)}
+        report = diagnose_frame(make_frame(specs, windows=14, window_s=WINDOW, level=Level.DP,
+                                           seed=seed))
+        assert report.hot_units == ("i/dp0",), seed
