@@ -40,7 +40,7 @@ def test_count_skew_names_the_hot_unit_and_the_routing_causes() -> None:
     assert f.kind == "count"
     assert f.evidence["count_ratio"] == pytest.approx(2.2, rel=0.15)
     assert f.evidence["excess_from_more_requests"] > 0.8
-    assert {c.key for c in f.root_causes} >= {"routing_weights", "sticky_sessions"}
+    assert set(f.root_causes) >= {"routing_weights", "sticky_sessions"}
     assert f.reference_units == ("a", "b", "d")
 
 
@@ -55,7 +55,7 @@ def test_weight_skew_says_which_side_is_heavy(spec: Spec, side: str) -> None:
     assert f.kind == "weight"
     assert f.weight_side == side
     assert f.evidence["excess_from_heavier_requests"] > 0.8
-    assert f.root_causes[0].key == "long_requests"
+    assert f.root_causes[0] == "long_requests"
 
 
 def test_capability_skew_at_equal_load() -> None:
@@ -64,7 +64,7 @@ def test_capability_skew_at_equal_load() -> None:
     (f,) = report.findings
     assert f.kind == "capability"
     assert f.evidence["capability_ratio"] == pytest.approx(1.9, rel=0.15)
-    assert f.root_causes[0].key == "capability_mismatch"
+    assert f.root_causes[0] == "capability_mismatch"
 
 
 def test_transient_burst_is_jitter_not_a_hot_unit() -> None:
@@ -81,7 +81,7 @@ def test_unit_without_traffic_is_starved_with_health_check_cause() -> None:
     assert report.verdict == "imbalanced"
     assert report.starved_units == ("d",)
     starved = [f for f in report.findings if "d" in f.units]
-    assert starved and starved[0].root_causes[0].key == "health_check"
+    assert starved and starved[0].root_causes[0] == "health_check"
 
 
 def test_dp_ranks_are_compared_within_their_instance_only() -> None:
@@ -93,7 +93,7 @@ def test_dp_ranks_are_compared_within_their_instance_only() -> None:
     assert report.hot_units == ("i0/dp2",)
     (f,) = report.findings
     assert f.kind == "count"
-    assert f.root_causes[0].key == "dp_dispatch"
+    assert f.root_causes[0] == "dp_dispatch"
     assert set(f.reference_units) == {"i0/dp0", "i0/dp1", "i0/dp3"}
 
 
@@ -259,7 +259,7 @@ def test_all_traffic_on_one_of_two_ranks_is_count_skew_not_unknown() -> None:
     assert report.starved_units == ("v/dp1",)
     hot = next(f for f in report.findings if f.units == ("v/dp0",))
     assert hot.kind == "count"
-    assert hot.root_causes[0].key == "dp_dispatch"
+    assert hot.root_causes[0] == "dp_dispatch"
     assert "∞x the requests" in summary(hot)
 
 
@@ -270,7 +270,7 @@ def test_more_and_heavier_requests_is_a_mixed_skew_naming_both_causes() -> None:
     assert f.kind == "weight"  # ~70% of the excess comes from heavier requests
     assert f.evidence["secondary_kind"] == "count"
     assert f.weight_side == "input"
-    keys = [c.key for c in f.root_causes]
+    keys = list(f.root_causes)
     assert keys[0] == "long_requests" and "routing_weights" in keys
     assert "about the same request count" not in summary(f)
     assert "mixed with more requests" in summary(f)
@@ -287,7 +287,7 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
                                       source="profiler"))
     (f,) = report.findings
     assert f.evidence["kv_exhausted"] is False
-    assert "kv_exhaustion" not in [c.key for c in f.root_causes]
+    assert "kv_exhaustion" not in f.root_causes
     assert isinstance(f.facts, HotFacts)
     assert [n.code for n in f.facts.resource] == [NoteCode.KV_SERVICE_WIDE]
     resource = finding_document(f)["evidence"]["resource"]  # the JSON keeps the line
@@ -300,7 +300,7 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
     assert g.evidence["kv_exhausted"] is True
     # a full pool while nothing queues or is preempted is what the extra requests do to it:
     # the routing cause is ranked first, KV exhaustion after it as their consequence
-    assert [c.key for c in g.root_causes] == ["routing_weights", "sticky_sessions",
+    assert list(g.root_causes) == ["routing_weights", "sticky_sessions",
                                               "kv_exhaustion"]
     assert g.facts.kv_consequence  # type: ignore[union-attr]
     # preempting while its queue stays flat, it still serves its load: preemption is the
@@ -311,7 +311,7 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
     p, kv = diagnose_frame(UnitFrame(df=preempting, level=Level.INSTANCE, window_s=10.0,
                                      source="profiler")).findings
     assert kv.kind == "kv_shortage"
-    assert p.root_causes[0].key == "routing_weights" and p.facts.kv_consequence  # type: ignore[union-attr]
+    assert p.root_causes[0] == "routing_weights" and p.facts.kv_consequence  # type: ignore[union-attr]
     # the same unit whose queue keeps growing cannot admit its work: throttling comes first
     k = pl.col("window_start_s").rank("dense") - 1
     queueing = preempting.with_columns(
@@ -320,7 +320,7 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
     q = next(f for f in diagnose_frame(UnitFrame(df=queueing, level=Level.INSTANCE,
                                                  window_s=10.0, source="profiler")).findings
              if f.kind != "kv_shortage")
-    assert q.root_causes[0].key == "kv_exhaustion"
+    assert q.root_causes[0] == "kv_exhaustion"
     assert not q.facts.kv_consequence  # type: ignore[union-attr]
     # peers touching 92% in one window each is a spike, not a service short of KV (their peak
     # median is 92%; the kv-exhaustion scenario's seed 8 was missed this way)
@@ -375,7 +375,7 @@ def test_stalled_engine_is_the_worst_hot_unit_not_idle(steps_measured: bool) -> 
     assert "d" in report.hot_units and report.starved_units == ()
     (f,) = [f for f in report.findings if f.units == ("d",)]
     assert f.kind == "stalled" and f.severity == "high"
-    assert f.root_causes[0].key == "engine_stalled"
+    assert f.root_causes[0] == "engine_stalled"
     assert f.evidence["progress_signal"] == ("steps" if steps_measured else "requests")
     assert {u.unit: u.role for u in report.units}["d"] == "stalled"
     assert "idle" not in " ".join(lines(report.notes))
@@ -460,7 +460,7 @@ def test_dp0_hot_in_every_instance_is_one_fleet_wide_pattern() -> None:
     (pattern,) = [f for f in report.findings if "fleet_dp_pattern" in f.evidence]
     assert summary(pattern).startswith("dp0 is hot in 3 of 3 instances")
     assert pattern.evidence["fleet_dp_pattern"]["hot_in"] == 3
-    assert pattern.root_causes[0].key == "dp_dispatch"
+    assert pattern.root_causes[0] == "dp_dispatch"
 
 
 def test_dp_skew_inside_a_non_hot_instance_is_drilled_into() -> None:

@@ -41,7 +41,7 @@ def test_dp_aware_workers_sum_into_their_instance() -> None:
     assert by[HOT].requests == 2 * 22.0 * WINDOWS and by[HOT].unit == HOT
     assert math.isclose(by[HOT].router_share, 44 / (44 + 3 * 20))
     (f,) = [f for f in report.findings if HOT in f.units]
-    assert f.root_causes[0].key == "routing_weights"
+    assert f.root_causes[0] == "routing_weights"
 
 
 def test_dp_aware_workers_join_dp_ranks() -> None:
@@ -59,7 +59,7 @@ def test_dp_aware_workers_join_dp_ranks() -> None:
     joined = {u.upstream: u.unit for u in report.gateway.units}
     assert joined == {f"{inst}@{r}": f"{inst}/dp{r}" for r in range(4)}
     (f,) = [f for f in report.findings if f"{inst}/dp2" in f.units]
-    assert f.root_causes[0].key == "sticky_sessions"
+    assert f.root_causes[0] == "sticky_sessions"
     assert "The gateway (sglang-router) sent" in summary(f)
 
 

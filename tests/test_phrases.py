@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from frame_builder import Spec, make_frame
 from skewscope.analysis.classify import classify
 from skewscope.analysis.diagnose import diagnose_frame
+from skewscope.catalogue import Cause
 from skewscope.config import DEFAULT_THRESHOLDS
-from skewscope.report import fmt, phrases
+from skewscope.report import causes, fmt, phrases
 from skewscope.report.document import finding_document
 from skewscope.report.facts import (
     Compared,
@@ -134,6 +135,15 @@ def test_every_note_code_has_words_and_a_source_line_passes_through() -> None:
     assert nested.to_dict() == {"code": "skew_not_judged",
                                 "reason": {"code": "near_idle", "requests": 82.0,
                                            "min_requests": 100}}
+
+
+def test_every_cause_has_words_and_its_actions_are_said_once_most_likely_first() -> None:
+    assert list(causes.WORDS) == list(Cause)
+    assert all(w.title and w.actions for w in causes.WORDS.values())
+    weights = causes.WORDS[Cause.ROUTING_WEIGHTS].actions
+    sticky = causes.WORDS[Cause.STICKY_SESSIONS].actions
+    ranked = [Cause.STICKY_SESSIONS, Cause.ROUTING_WEIGHTS, Cause.STICKY_SESSIONS]
+    assert causes.actions(ranked) == sticky + weights
 
 
 @given(st.floats(allow_nan=True, allow_infinity=True))

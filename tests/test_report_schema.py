@@ -15,9 +15,16 @@ import pytest
 from frame_builder import Spec, make_frame
 from report_schema import assert_valid, validator
 from skewscope.analysis.diagnose import diagnose, diagnose_frame
-from skewscope.catalogue import HEAT_SIGNALS, METRICS, SERIES, GatewaySource, Kind, PolicyClass
+from skewscope.catalogue import (
+    HEAT_SIGNALS,
+    METRICS,
+    SERIES,
+    Cause,
+    GatewaySource,
+    Kind,
+    PolicyClass,
+)
 from skewscope.cli import main
-from skewscope.config import ROOT_CAUSES
 from skewscope.frame import Evidence, GatewayEvidence, GatewayUnit, Level
 from skewscope.report import jsonout
 from skewscope.report.document import compare_document, report_document
@@ -160,7 +167,7 @@ def test_schema_lists_the_catalogue() -> None:
     # schema (that is what keeps the contract documented and closed)
     defs = validator().schema["$defs"]
     assert set(defs["finding"]["properties"]["kind"]["enum"]) == {k.value for k in Kind}
-    assert set(defs["root_cause"]["properties"]["key"]["enum"]) == set(ROOT_CAUSES)
+    assert set(defs["root_cause"]["properties"]["key"]["enum"]) == {c.value for c in Cause}
     gateway = defs["gateway"]["properties"]
     assert set(gateway["source"]["enum"]) == {s.value for s in GatewaySource}
     assert set(gateway["policy_class"]["enum"]) - {None} == {p.value for p in PolicyClass}

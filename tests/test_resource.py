@@ -14,7 +14,13 @@ from skewscope.analysis.diagnose import diagnose_frame
 from skewscope.analysis.matrix import build_matrix
 from skewscope.analysis.price import skew_price
 from skewscope.frame import Level, UnitFrame
-from skewscope.report.document import finding_document, lines, report_document, summary
+from skewscope.report.document import (
+    actions,
+    finding_document,
+    lines,
+    report_document,
+    summary,
+)
 
 FOUR = ("a", "b", "c", "d")
 
@@ -49,7 +55,7 @@ def test_capability_skew_names_the_device_only_when_it_is_busier(
     report = diagnose_frame(with_columns(frame, "d", device_util=hot_util))
     (f,) = report.findings
     assert f.kind == "capability"
-    assert f.root_causes[0].key == first
+    assert f.root_causes[0] == first
     assert f.evidence["device_basis"] == "device_util"
     assert f.evidence["device_busier"] is (hot_util == 0.95)
     assert ("device or the process on it is slower" in summary(f)) is (hot_util == 0.95)
@@ -67,7 +73,7 @@ def test_device_time_against_the_peers_cost_model() -> None:
     report = diagnose_frame(UnitFrame(df=df, level=frame.level, window_s=frame.window_s,
                                       source=frame.source))
     (f,) = report.findings
-    assert f.kind == "capability" and f.root_causes[0].key == "device_or_process"
+    assert f.kind == "capability" and f.root_causes[0] == "device_or_process"
     assert math.isclose(f.evidence["device_cost_ratio"], 1.9, rel_tol=0.1)
 
 
@@ -77,7 +83,7 @@ def test_busy_share_alone_never_blames_the_device() -> None:
     report = diagnose_frame(make_frame(even(d=Spec(speed=1.9))))
     (f,) = report.findings
     assert f.evidence["device_basis"] == "busy_share"
-    assert f.root_causes[0].key == "capability_mismatch"
+    assert f.root_causes[0] == "capability_mismatch"
 
 
 def saturated(util: float, kv_peak: float, preempt: float) -> UnitFrame:
@@ -92,13 +98,13 @@ def test_queue_growing_on_an_unsaturated_device_is_scheduler_or_kv_bound() -> No
     report = diagnose_frame(saturated(util=0.4, kv_peak=0.5, preempt=0.0))
     (f,) = report.findings
     assert f.units == ("d",) and f.evidence["queue_growing"]
-    assert "scheduler_bound" in [c.key for c in f.root_causes]
+    assert "scheduler_bound" in f.root_causes
     assert "KV capacity or the scheduler limits it, not compute" in summary(f)
     # the queue symptoms hold, but without a KV symptom there is no KV shortage finding
     assert f.evidence["kv_shortage"] == ["batch_at_ceiling", "waiting_grows_running_flat"]
     # the same queue on a saturated device is compute-bound: no scheduler cause
     report = diagnose_frame(saturated(util=0.97, kv_peak=0.5, preempt=0.0))
-    assert "scheduler_bound" not in [c.key for c in report.findings[0].root_causes]
+    assert "scheduler_bound" not in report.findings[0].root_causes
 
 
 def test_kv_shortage_is_a_finding_of_its_own_with_the_fixes_in_order() -> None:
@@ -108,15 +114,15 @@ def test_kv_shortage_is_a_finding_of_its_own_with_the_fixes_in_order() -> None:
     kv = report.findings[1]
     assert kv.units == ("d",) and kv.severity == "high"
     assert {"kv_high", "batch_at_ceiling", "preemptions"} <= set(kv.evidence["symptoms"])
-    assert kv.root_causes[0].key == "kv_shortage"
-    assert kv.actions[0].startswith("Move traffic off the unit first")
-    assert "prefix caching" in kv.actions[-1]
+    assert kv.root_causes[0] == "kv_shortage"
+    assert actions(kv)[0].startswith("Move traffic off the unit first")
+    assert "prefix caching" in actions(kv)[-1]
     assert "KV usage peaks at 99%" in summary(kv)
     assert finding_document(kv)["kind"] == "kv_shortage"
     # the hot finding itself points at it, and KV exhaustion (not the scheduler) comes first
     hot = report.findings[0]
-    assert hot.root_causes[0].key == "kv_exhaustion"
-    assert "scheduler_bound" not in [c.key for c in hot.root_causes]
+    assert hot.root_causes[0] == "kv_exhaustion"
+    assert "scheduler_bound" not in hot.root_causes
     assert "see the kv_shortage finding" in summary(hot)
 
 

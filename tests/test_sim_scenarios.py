@@ -8,7 +8,7 @@ from statistics import median
 import polars as pl
 import pytest
 
-from skewscope.config import ROOT_CAUSES
+from skewscope.catalogue import Cause
 from skewscope.errors import SimulationError
 from skewscope.frame import dp_unit_id
 from skewscope.sim.engine import START_S, simulate
@@ -71,7 +71,7 @@ def test_builtins_cover_every_row_and_root_cause() -> None:
     # kv-exhaustion scenario's second finding (tests/test_scenarios_offline.py), its truth names
     # the hot finding's kv_exhaustion; unit_lost is an operations scenario (a hot unit that
     # leaves: tests/data/operations/lost-while-hot.toml, tests/test_presence.py)
-    assert {sc.truth.root_cause for sc in BUILTINS.values()} >= set(ROOT_CAUSES) - {
+    assert {sc.truth.root_cause for sc in BUILTINS.values()} >= set(Cause) - {
         "engine_stalled", "prefix_affinity", "device_or_process", "scheduler_bound",
         "kv_shortage", "unit_lost",
         "pd_ratio",  # pd_ratio: the prefill/decode scenarios (sim/scenarios/pd/)

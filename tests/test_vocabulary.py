@@ -70,3 +70,12 @@ def test_the_report_fields_are_typed_with_the_catalogue_enums() -> None:
         hints = typing.get_type_hints(cls)
         assert name in {f.name for f in dataclasses.fields(cls)}
         assert hints[name] is enum, (cls.__name__, name, hints[name])
+
+
+def test_a_finding_carries_its_causes_as_keys_only() -> None:
+    """The analysis ranks ``catalogue.Cause`` keys; their titles and actions are words
+    (report/causes.py), attached where the report is worded, so the Finding has no field for
+    them."""
+    hints = typing.get_type_hints(model.Finding)
+    assert hints["root_causes"] == tuple[catalogue.Cause, ...]
+    assert "actions" not in {f.name for f in dataclasses.fields(model.Finding)}

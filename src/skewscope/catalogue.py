@@ -74,6 +74,27 @@ class HeldBack(StrEnum):
     BURST = "burst"  # one burst made it hot (``outlasts_burst``)
 
 
+class Cause(StrEnum):
+    """A root cause a finding names, most likely first (its ``root_causes``; the JSON report's
+    ``root_causes[].key``). The analysis ranks these keys; ``report/causes.py`` words them."""
+
+    ROUTING_WEIGHTS = "routing_weights"
+    HEALTH_CHECK = "health_check"
+    STICKY_SESSIONS = "sticky_sessions"
+    PREFIX_AFFINITY = "prefix_affinity"
+    UNIT_LOST = "unit_lost"
+    STALE_LOAD = "stale_load"
+    DP_DISPATCH = "dp_dispatch"
+    LONG_REQUESTS = "long_requests"
+    CAPABILITY_MISMATCH = "capability_mismatch"
+    PD_RATIO = "pd_ratio"
+    ENGINE_STALLED = "engine_stalled"
+    DEVICE_OR_PROCESS = "device_or_process"
+    SCHEDULER_BOUND = "scheduler_bound"
+    KV_SHORTAGE = "kv_shortage"
+    KV_EXHAUSTION = "kv_exhaustion"
+
+
 class Severity(StrEnum):
     HIGH = "high"
     MEDIUM = "medium"

@@ -204,6 +204,6 @@ def test_watch_follows_the_nginx_log_while_it_is_written(tmp_path: Path) -> None
         assert rep.gateway is not None and rep.gateway.source == "nginx"
         row = next(u for u in rep.gateway.units if u.upstream == hot)
         assert row.router_share > 0.4 and {k for k, _ in row.top_keys[:3]} == set(heavy)
-        assert rep.findings[0].root_causes[0].key == "sticky_sessions"
+        assert rep.findings[0].root_causes[0] == "sticky_sessions"
     assert first.gateway is not None and second.gateway is not None
     assert sum(u.requests for u in second.gateway.units) > 0

@@ -26,8 +26,8 @@ from skewscope.analysis.summary import (
     reference_summary,
     unit_summary,
 )
-from skewscope.catalogue import METRIC_BY_KEY, Kind, Severity
-from skewscope.config import ROOT_CAUSES, Thresholds
+from skewscope.catalogue import METRIC_BY_KEY, Cause, Kind, Severity
+from skewscope.config import Thresholds
 from skewscope.frame import Level, UnitFrame
 from skewscope.report.facts import (
     Compared,
@@ -41,7 +41,7 @@ from skewscope.report.facts import (
     StallFacts,
     StarvedFacts,
 )
-from skewscope.report.model import Finding, RootCauseRef, SideBySide
+from skewscope.report.model import Finding, SideBySide
 
 TAIL_METRICS = ("queue_wait_p95_ms", "ttft_p99_ms", "e2e_p99_ms")
 SIDE_BY_SIDE = (
@@ -105,7 +105,6 @@ class HotResult:
 
 
 def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
-    cause = ROOT_CAUSES["engine_stalled"]
     stalled = {s.index for s in stalls}
     every = np.ones(len(m.windows), dtype=bool)
     out = []
@@ -125,8 +124,7 @@ def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
                                  int(np.isfinite(m.get("running")[:, s.index]).sum()),
                                  s.stalled_run),
                 evidence=stall_evidence(s),
-                actions=cause.actions,
-                root_causes=(RootCauseRef(cause.key, cause.title),),
+                root_causes=(Cause.ENGINE_STALLED,),
                 side_by_side=side_by_side(hot, ref),
             )
         )
@@ -145,7 +143,7 @@ def counts_finished(frame: UnitFrame) -> bool:
     return frame.source != "profiler"
 
 
-def _causes(r: HotResult, level: Level) -> list[str]:
+def _causes(r: HotResult, level: Level) -> list[Cause]:
     """Candidate causes, most likely first. Load metrics cannot tell wrong routing weights
     from sticky connections, so a count finding at instance level names both."""
     causes = _kind_causes(r.cls.kind, level)
@@ -154,9 +152,9 @@ def _causes(r: HotResult, level: Level) -> list[str]:
     first, _ = device_causes(r.cls.kind, r.dev, r.imp)
     causes = [*first, *(c for c in causes if c not in first)]
     if kv_blocks_admission(r) and r.cls.kind != "capability":
-        causes.insert(0, "kv_exhaustion")
+        causes.insert(0, Cause.KV_EXHAUSTION)
     elif r.imp.kv_exhausted:  # (a slower unit's queue fills its KV: its slowness comes first)
-        causes.append("kv_exhaustion")
+        causes.append(Cause.KV_EXHAUSTION)
     return causes
 
 
@@ -171,17 +169,18 @@ def kv_blocks_admission(r: HotResult) -> bool:
     return r.imp.kv_exhausted and bool(r.imp.queue_growing or admission & set(r.kv.keys))
 
 
-def _kind_causes(kind: Kind | None, level: Level) -> list[str]:
+def _kind_causes(kind: Kind | None, level: Level) -> list[Cause]:
     if kind == Kind.COUNT:
-        causes = ["dp_dispatch"] if level == Level.DP else ["routing_weights", "sticky_sessions"]
+        causes = ([Cause.DP_DISPATCH] if level == Level.DP
+                  else [Cause.ROUTING_WEIGHTS, Cause.STICKY_SESSIONS])
     elif kind == Kind.WEIGHT:
-        causes = ["long_requests"]
+        causes = [Cause.LONG_REQUESTS]
     elif kind == Kind.CAPABILITY:
-        causes = ["capability_mismatch"]
+        causes = [Cause.CAPABILITY_MISMATCH]
     elif level == Level.DP:
-        causes = ["dp_dispatch", "long_requests", "capability_mismatch"]
+        causes = [Cause.DP_DISPATCH, Cause.LONG_REQUESTS, Cause.CAPABILITY_MISMATCH]
     else:
-        causes = ["routing_weights", "long_requests", "capability_mismatch"]
+        causes = [Cause.ROUTING_WEIGHTS, Cause.LONG_REQUESTS, Cause.CAPABILITY_MISMATCH]
     return causes
 
 
@@ -198,9 +197,6 @@ def _severity(r: HotResult, th: Thresholds) -> Severity:
 
 def hot_finding(r: HotResult, level: Level, th: Thresholds) -> Finding:
     causes = _causes(r, level)
-    actions: list[str] = []
-    for key in causes:
-        actions.extend(a for a in ROOT_CAUSES[key].actions if a not in actions)
     evidence: dict[str, object] = {
         "hot_share": r.heat.hot_share,
         "longest_hot_run_windows": r.heat.hot_run,
@@ -232,8 +228,7 @@ def hot_finding(r: HotResult, level: Level, th: Thresholds) -> Finding:
         severity=_severity(r, th),
         facts=hot_facts(r, th),
         evidence=evidence,
-        actions=tuple(actions),
-        root_causes=tuple(RootCauseRef(k, ROOT_CAUSES[k].title) for k in causes),
+        root_causes=tuple(causes),
         side_by_side=side_by_side(r.hot, r.ref, r.hot_bounds, r.ref_bounds),
     )
 
@@ -296,7 +291,6 @@ def hot_facts(r: HotResult, th: Thresholds) -> HotFacts:
 
 def kv_finding(r: HotResult) -> Finding:
     """The KV block shortage case on a hot unit, with the fixes in the order to apply them."""
-    cause = ROOT_CAUSES["kv_shortage"]
     severe = {"preemptions", "waiting_grows_running_flat"} & set(r.kv.keys)
     return Finding(
         kind=Kind.KV_SHORTAGE,
@@ -327,8 +321,7 @@ def kv_finding(r: HotResult) -> Finding:
             "saturated_share": r.sat.share,
             **r.dev.as_evidence(),
         },
-        actions=cause.actions,
-        root_causes=(RootCauseRef(cause.key, cause.title),),
+        root_causes=(Cause.KV_SHORTAGE,),
         side_by_side=side_by_side(r.hot, r.ref, r.hot_bounds, r.ref_bounds, KV_SIDE_BY_SIDE),
     )
 
@@ -342,8 +335,7 @@ def starved_finding(
     mask = np.ones(len(m.windows), dtype=bool)
     ref = reference_summary([unit_summary(m, k, mask) for k in ref_cols])
     starved = reference_summary([unit_summary(m, j, mask) for j in starved_idx])
-    key = "health_check" if level == Level.INSTANCE else "dp_dispatch"
-    cause = ROOT_CAUSES[key]
+    cause = Cause.HEALTH_CHECK if level == Level.INSTANCE else Cause.DP_DISPATCH
     return Finding(
         kind=Kind.COUNT,
         units=units,
@@ -351,8 +343,7 @@ def starved_finding(
         severity=Severity.HIGH,
         facts=StarvedFacts(tuple(shares.items())),
         evidence={"starved_share": shares},
-        actions=cause.actions,
-        root_causes=(RootCauseRef(key, cause.title),),
+        root_causes=(cause,),
         side_by_side=side_by_side(starved, ref),
     )
 
@@ -360,7 +351,6 @@ def starved_finding(
 def stale_load_finding(m: SignalMatrix, s: StaleLoad) -> Finding:
     """A group whose units take turns carrying its load: one finding for the group, its units
     compared with one another (none of them is a hot spot or a reference)."""
-    cause = ROOT_CAUSES["stale_load"]
     units = tuple(m.units[j] for j in s.units)
     return Finding(
         kind=Kind.STALE_LOAD,
@@ -380,14 +370,12 @@ def stale_load_finding(m: SignalMatrix, s: StaleLoad) -> Finding:
             "busiest_windows": dict(zip(units, s.turns, strict=True)),
             "range_ratio": s.range_ratio,
         },
-        actions=cause.actions,
-        root_causes=(RootCauseRef(cause.key, cause.title),),
+        root_causes=(Cause.STALE_LOAD,),
     )
 
 
 def lost_finding(m: SignalMatrix, lost: LostUnit) -> Finding:
     """A unit that stopped reporting while hot: the worst end of a hot unit, never balanced."""
-    cause = ROOT_CAUSES["unit_lost"]
     peers = tuple(u for k, u in enumerate(m.units)
                   if k != lost.index and m.groups[k] == m.groups[lost.index])
     return Finding(
@@ -398,6 +386,5 @@ def lost_finding(m: SignalMatrix, lost: LostUnit) -> Finding:
         facts=LostFacts(lost.unit, lost.lost_at_s, lost.hot_windows, lost.absent_windows),
         evidence={"lost_at_s": lost.lost_at_s, "hot_windows_before": lost.hot_windows,
                   "absent_windows": lost.absent_windows},
-        actions=cause.actions,
-        root_causes=(RootCauseRef(cause.key, cause.title),),
+        root_causes=(Cause.UNIT_LOST,),
     )

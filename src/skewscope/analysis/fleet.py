@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from skewscope.catalogue import Kind, Severity
-from skewscope.config import ROOT_CAUSES, Thresholds
+from skewscope.catalogue import Cause, Kind, Severity
+from skewscope.config import Thresholds
 from skewscope.report.facts import FleetPatternFacts
-from skewscope.report.model import Finding, RootCauseRef, UnitReport
+from skewscope.report.model import Finding, UnitReport
 
 SEVERITY_ORDER = (Severity.LOW, Severity.MEDIUM, Severity.HIGH)
 
@@ -56,7 +56,6 @@ def fleet_dp_patterns(
         kinds = [f.kind for _, _, f in hits]
         kind = max(sorted(set(kinds)), key=kinds.count)
         severity = max((f.severity for _, _, f in hits), key=SEVERITY_ORDER.index)
-        cause = ROOT_CAUSES["dp_dispatch"]
         units = tuple(dict.fromkeys(u for _, u, _ in sorted(hits, key=lambda h: h[0])))
         out.append(
             Finding(
@@ -73,8 +72,7 @@ def fleet_dp_patterns(
                         "of_instances": multi_rank_instances,
                     }
                 },
-                actions=cause.actions,
-                root_causes=(RootCauseRef(cause.key, cause.title),),
+                root_causes=(Cause.DP_DISPATCH,),
             )
         )
     return out

@@ -28,8 +28,15 @@ from skewscope.analysis.gateway_series import (
     share_series,
     stale_load,
 )
-from skewscope.catalogue import POLICY_CLASS, POLLED_LOAD_CLASSES, Kind, Level, PolicyClass
-from skewscope.config import DEFAULT_THRESHOLDS, ROOT_CAUSES, Thresholds
+from skewscope.catalogue import (
+    POLICY_CLASS,
+    POLLED_LOAD_CLASSES,
+    Cause,
+    Kind,
+    Level,
+    PolicyClass,
+)
+from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.frame import GatewayEvidence, GatewayUnit, split_rank
 from skewscope.report.facts import Note, NoteCode
 from skewscope.report.model import (
@@ -37,7 +44,6 @@ from skewscope.report.model import (
     GatewayFacts,
     GatewayUnitFacts,
     Report,
-    RootCauseRef,
 )
 
 NO_GATEWAY_NOTE = Note(NoteCode.NO_GATEWAY)
@@ -184,7 +190,7 @@ def _router_ratio(u: GatewayUnitFacts, facts: GatewayFacts) -> float:
 
 
 def _routed(u: GatewayUnitFacts, facts: GatewayFacts, ratio: float, verdict: str,
-            lead: str | None, bytes_ratio: float = math.nan) -> Note:
+            lead: Cause | None, bytes_ratio: float = math.nan) -> Note:
     """What the gateway did with a hot unit's requests: sent it ``more`` than its peers,
     ``not_more`` (its extra came another way), or an ``even`` share of heavier requests."""
     return Note(NoteCode.GATEWAY_ROUTED, {
@@ -204,11 +210,11 @@ def _count(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvid
     dominated = math.isfinite(u.top_keys_excess_share) and (
         u.top_keys_excess_share >= th.gateway_key_share)
     if facts.policy_class == PolicyClass.STICKY or dominated:
-        lead = "sticky_sessions"
+        lead = Cause.STICKY_SESSIONS
     elif facts.policy_class == PolicyClass.PREFIX:
-        lead = "prefix_affinity"
+        lead = Cause.PREFIX_AFFINITY
     else:
-        lead = "routing_weights"
+        lead = Cause.ROUTING_WEIGHTS
     return _with(f, _routed(u, facts, ratio, "more", lead), lead, evidence)
 
 
@@ -222,7 +228,8 @@ def _weight(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvi
     size = math.nan
     if math.isfinite(u.request_bytes) and peers and median(peers) > 0:
         size = u.request_bytes / float(median(peers))
-    return _with(f, _routed(u, facts, ratio, "even", "long_requests", size), "long_requests",
+    return _with(f, _routed(u, facts, ratio, "even", Cause.LONG_REQUESTS, size),
+                 Cause.LONG_REQUESTS,
                  {"router_ratio": ratio, **_facts_evidence(u, facts)})
 
 
@@ -231,8 +238,9 @@ def _weight(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvi
 # prefixes; a load-aware router that never picks it sees a load it does not have (stale, or not
 # yet received: Dynamo's KV router scored unregistered workers as busy, issue 7836); a
 # token-blind one (round robin, random) only skips a unit by its weight.
-UNUSED_CAUSE = {PolicyClass.STICKY: "sticky_sessions", PolicyClass.PREFIX: "prefix_affinity",
-                PolicyClass.LOAD_AWARE: "stale_load", PolicyClass.TOKEN_BLIND: "routing_weights"}
+UNUSED_CAUSE: dict[PolicyClass, Cause] = {
+    PolicyClass.STICKY: Cause.STICKY_SESSIONS, PolicyClass.PREFIX: Cause.PREFIX_AFFINITY,
+    PolicyClass.LOAD_AWARE: Cause.STALE_LOAD, PolicyClass.TOKEN_BLIND: Cause.ROUTING_WEIGHTS}
 
 
 def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFacts,
@@ -240,17 +248,18 @@ def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFac
     """A starved finding ranked on the router's view of each unit: marked down or not in the
     pool is a health check; listed healthy and in the pool, yet not chosen, is its policy's
     doing (``UNUSED_CAUSE``), and the text says the router lists it."""
-    parts, leads = [], []
+    parts: list[Note] = []
+    leads: list[Cause] = []
     for unit in f.units:
         u = by_unit.get(unit)
         down = [] if u is None else _down(u, th)
         if u is not None and down:
             parts.append(Note(NoteCode.GATEWAY_MARKED_DOWN, {"unit": unit, "down": down}))
-            leads.append("health_check")
+            leads.append(Cause.HEALTH_CHECK)
         elif u is None or not u.in_pool:
             parts.append(Note(NoteCode.GATEWAY_NOT_LISTED,
                               {"unit": unit, "source": facts.source}))
-            leads.append("health_check")
+            leads.append(Cause.HEALTH_CHECK)
         else:  # listed, healthy and in the pool, yet (almost) never chosen
             pclass = PolicyClass(facts.policy_class) if facts.policy_class else None
             lead = UNUSED_CAUSE.get(pclass) if pclass else None
@@ -278,21 +287,17 @@ def _facts_evidence(u: GatewayUnitFacts, facts: GatewayFacts) -> dict[str, objec
     }
 
 
-def _with(f: Finding, said: Note | tuple[Note, ...], lead: str | None,
+def _with(f: Finding, said: Note | tuple[Note, ...], lead: Cause | None,
           evidence: dict[str, object]) -> Finding:
     """The finding with what the gateway says, its evidence and ``lead`` cause ranked first
     (after KV exhaustion, which says to throttle first whatever the cause)."""
-    keys = [c.key for c in f.root_causes]
+    keys = list(f.root_causes)
     if lead is not None:
         keys = [k for k in keys if k != lead]
-        keys.insert(1 if keys and keys[0] == "kv_exhaustion" else 0, lead)
-    actions: list[str] = []
-    for k in keys:
-        actions.extend(a for a in ROOT_CAUSES[k].actions if a not in actions)
+        keys.insert(1 if keys and keys[0] == Cause.KV_EXHAUSTION else 0, lead)
     return replace(
         f,
         context=(*f.context, *(said if isinstance(said, tuple) else (said,))),
-        root_causes=tuple(RootCauseRef(k, ROOT_CAUSES[k].title) for k in keys),
-        actions=tuple(actions),
+        root_causes=tuple(keys),
         evidence={**f.evidence, "gateway": {**evidence, "lead_cause": lead}},
     )

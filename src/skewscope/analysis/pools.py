@@ -21,10 +21,10 @@ from skewscope.analysis.findings import side_by_side
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix, nanmean
 from skewscope.analysis.summary import reference_summary, unit_summary
 from skewscope.analysis.timeline import timeline
-from skewscope.catalogue import DECODE, PREFILL, Kind, Severity
-from skewscope.config import ROOT_CAUSES, Thresholds
+from skewscope.catalogue import DECODE, PREFILL, Cause, Kind, Severity
+from skewscope.config import Thresholds
 from skewscope.report.facts import PdFacts
-from skewscope.report.model import Finding, RootCauseRef
+from skewscope.report.model import Finding
 
 Cols = npt.NDArray[np.intp]
 PD_SIDE_BY_SIDE = ("requests_per_s", "prompt_tokens_per_request", "running", "waiting",
@@ -102,7 +102,6 @@ def _finding(
         running_ratio=nanmean(ratio[flags]), saturated_waiting=nanmean(wait[sat][flags]),
         idle_waiting=nanmean(wait[idl][flags]), saturated_kv=nanmean(kv[sat][flags]),
         idle_kv=nanmean(kv[idl][flags]), ttft_first_ms=first, ttft_last_ms=last)
-    cause = ROOT_CAUSES["pd_ratio"]
     rising = math.isfinite(first) and math.isfinite(last) and last >= th.impact_ratio * first
     evidence = {
         "saturated_pool": sat, "idle_pool": idl, "bound_share": share,
@@ -120,8 +119,7 @@ def _finding(
         severity=Severity.HIGH if rising else Severity.MEDIUM,
         facts=facts,
         evidence=evidence,
-        actions=cause.actions,
-        root_causes=(RootCauseRef(cause.key, cause.title),),
+        root_causes=(Cause.PD_RATIO,),
         side_by_side=side_by_side(hot, ref, keys=PD_SIDE_BY_SIDE),
         timeline=timeline(m, flags, both),
     )

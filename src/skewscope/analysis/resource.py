@@ -27,7 +27,7 @@ import numpy as np
 from skewscope.analysis.impact import Impact, trend_slope
 from skewscope.analysis.matrix import Flags, SignalMatrix
 from skewscope.analysis.saturation import Saturation
-from skewscope.catalogue import Kind
+from skewscope.catalogue import Cause, Kind
 from skewscope.config import Thresholds
 from skewscope.report.facts import DeviceFacts
 
@@ -127,7 +127,7 @@ def cost_ratio(
 
 def device_causes(
     kind: Kind | None, dev: DeviceState, imp: Impact
-) -> tuple[list[str], DeviceFacts | None]:
+) -> tuple[list[Cause], DeviceFacts | None]:
     """(root-cause keys to put first, what the device state says) for a hot finding."""
     if not dev.basis:
         return [], None
@@ -140,11 +140,11 @@ def device_causes(
         capability = "slower_device"
     elif kind == Kind.CAPABILITY and dev.host_bound:
         capability = "host_bound"
-    causes = {"busier": ["device_or_process"], "slower_device": ["device_or_process"],
-              "host_bound": ["scheduler_bound"]}.get(capability, [])
+    causes = {"busier": [Cause.DEVICE_OR_PROCESS], "slower_device": [Cause.DEVICE_OR_PROCESS],
+              "host_bound": [Cause.SCHEDULER_BOUND]}.get(capability, [])
     queue_not_compute = (imp.queue_growing or "waiting" in imp.hurting) and not dev.saturated
-    if queue_not_compute and not imp.kv_exhausted and "scheduler_bound" not in causes:
-        causes.append("scheduler_bound")
+    if queue_not_compute and not imp.kv_exhausted and Cause.SCHEDULER_BOUND not in causes:
+        causes.append(Cause.SCHEDULER_BOUND)
     return causes, DeviceFacts(dev.basis, dev.hot, dev.reference, capability, dev.cost_ratio,
                                dev.step_cost_ratio, queue_not_compute)
 

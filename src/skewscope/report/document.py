@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from skewscope.catalogue import Kind, Verdict, kind_title
-from skewscope.report import fmt, gateway_text, phrases
+from skewscope.report import causes, fmt, gateway_text, phrases
 from skewscope.report.comparison import Comparison
 from skewscope.report.facts import HotFacts, Note, clean, facts_dict
 from skewscope.report.model import SCHEMA_VERSION, Finding, Report
@@ -26,6 +26,16 @@ def lines(notes: Iterable[Note]) -> tuple[str, ...]:
 def summary(f: Finding) -> str:
     """The finding in plain words, phrased from its facts and context."""
     return phrases.finding_summary(f.facts, f.context)
+
+
+def cause_titles(f: Finding) -> tuple[str, ...]:
+    """The finding's root causes in words, most likely first."""
+    return tuple(causes.title(c) for c in f.root_causes)
+
+
+def actions(f: Finding) -> tuple[str, ...]:
+    """What to do about the finding: its causes' actions, the most likely cause's first."""
+    return causes.actions(f.root_causes)
 
 
 def headline(report: Report) -> str:
@@ -80,8 +90,8 @@ def finding_document(f: Finding) -> dict[str, Any]:
             "summary": summary(f),
             "facts": facts_dict(f.facts),
             "context": [n.to_dict() for n in f.context],
-            "root_causes": [c.to_dict() for c in f.root_causes],
-            "actions": list(f.actions),
+            "root_causes": [{"key": c, "title": causes.title(c)} for c in f.root_causes],
+            "actions": list(actions(f)),
             "evidence": evidence,
             "side_by_side": [row._asdict() for row in f.side_by_side],
             "timeline": f.timeline.to_dict() if f.timeline else None,

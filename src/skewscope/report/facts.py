@@ -2,7 +2,7 @@
 
 The analysis fills these; ``report/phrases.py`` turns them into the sentences every renderer
 shows (and the JSON report carries beside them). A fact names metrics by their
-``catalogue.METRICS`` key, kinds by ``catalogue.Kind``, causes by ``config.ROOT_CAUSES`` key;
+``catalogue.METRICS`` key, kinds by ``catalogue.Kind``, causes by ``catalogue.Cause``;
 a ratio is the analysis' number (NaN: not measured, inf: the peers did none of it).
 """
 

@@ -61,10 +61,10 @@ def _row(cells: list[str]) -> str:
 
 def _finding(f: Finding, h: str) -> list[str]:
     when = [_text(fmt.finding_when(f)), ""] if f.timeline else []
-    cause = "Likely cause: " + "; or ".join(fmt.clean(c.title) for c in f.root_causes)
+    cause = "Likely cause: " + "; or ".join(fmt.clean(t) for t in document.cause_titles(f))
     lines = [f"{h} {_text(fmt.finding_title(f))}", "", _text(fmt.clean(document.summary(f))), "",
              *when, _text(cause), "", "Actions:"]
-    lines.extend(f"- {_text(fmt.clean(a))}" for a in f.actions)
+    lines.extend(f"- {_text(fmt.clean(a))}" for a in document.actions(f))
     if f.side_by_side:  # a fleet-wide pattern has no single hot unit to put side by side
         lines.extend(["", _row(["metric", fmt.names(f.units), "peers (median)", "unit / peers"]),
                       "|---|---:|---:|---:|"])

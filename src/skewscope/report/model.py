@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from skewscope.catalogue import Kind, Level, Role, Severity, Verdict
+from skewscope.catalogue import Cause, Kind, Level, Role, Severity, Verdict
 from skewscope.report.facts import FindingFacts, Note, clean
 
 SCHEMA_VERSION = 2  # 2: per-second rates replace the per-window ones
@@ -77,15 +77,6 @@ class UnitReport:
                 "bounds": self.bounds,
             }
         )
-
-
-@dataclass(frozen=True)
-class RootCauseRef:
-    key: str
-    title: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"key": self.key, "title": self.title}
 
 
 class SideBySide(NamedTuple):
@@ -221,8 +212,7 @@ class Finding:
     severity: Severity
     facts: FindingFacts  # what the summary says, as numbers and keys (worded: report/document.py)
     evidence: dict[str, Any]
-    actions: tuple[str, ...]
-    root_causes: tuple[RootCauseRef, ...]
+    root_causes: tuple[Cause, ...]  # most likely first (worded, with their actions: document.py)
     weight_side: str | None = None
     side_by_side: tuple[SideBySide, ...] = ()
     timeline: Timeline | None = None

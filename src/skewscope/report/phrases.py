@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from skewscope.catalogue import METRIC_BY_KEY, HeldBack, Kind
+from skewscope.catalogue import METRIC_BY_KEY, Cause, HeldBack, Kind
 from skewscope.report import fmt
 from skewscope.report.facts import (
     Compared,
@@ -329,7 +329,7 @@ def _routed(v: Mapping[str, Any]) -> str:
         by = f" ({v['key_name']})" if v["key_name"] else ""
         keys = (f" {len(v['top_keys'])} key(s){by} carried {fmt.pct(v['top_keys_excess_share'])} "
                 f"of its excess over its peers' median: {', '.join(v['top_keys'])}.")
-    if v["lead_cause"] == "prefix_affinity":
+    if v["lead_cause"] == Cause.PREFIX_AFFINITY:
         keys += (" Its policy routes by cached prefix: requests sharing a prompt prefix all go "
                  "to the unit that cached it.")
     return f"{head}{keys}"

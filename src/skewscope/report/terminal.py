@@ -100,8 +100,8 @@ def _finding(f: Finding) -> Panel:
             continue
         table.add_row(Text(fmt.label(row.metric)), hot, ref, fmt.ratio(row.ratio))
     causes = Text("\n".join(x for x in (fmt.finding_when(f), "Likely cause: " + "; or ".join(
-        fmt.clean(c.title) for c in f.root_causes)) if x))
-    actions = Text("\n".join(f"→ {fmt.clean(a)}" for a in f.actions), style="green")
+        fmt.clean(t) for t in document.cause_titles(f))) if x))
+    actions = Text("\n".join(f"→ {fmt.clean(a)}" for a in document.actions(f)), style="green")
     summary = Text(fmt.clean(document.summary(f)))
     return Panel(
         Group(summary, causes, actions, *([table] if table.rows else [])),

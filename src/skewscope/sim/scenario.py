@@ -18,8 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from skewscope.catalogue import Kind, Level, Verdict
-from skewscope.config import ROOT_CAUSES
+from skewscope.catalogue import Cause, Kind, Level, Verdict
 from skewscope.errors import SimulationError
 from skewscope.sim.limits import check_limits, units_problem
 from skewscope.sim.policies import POLICIES, RoutingSpec, reads_load
@@ -37,6 +36,7 @@ from skewscope.smallfile import load_toml
 
 VERDICTS: tuple[Verdict, ...] = tuple(Verdict)
 LEVELS: tuple[Level, ...] = tuple(Level)
+CAUSES: tuple[Cause, ...] = tuple(Cause)
 # The kinds a scenario's truth may name: those a simulated cause produces.
 KINDS: tuple[Kind, ...] = (Kind.COUNT, Kind.WEIGHT, Kind.CAPABILITY, Kind.STALE_LOAD,
                            Kind.PD_IMBALANCE)
@@ -303,8 +303,8 @@ def _read_truth(tbl: _Table, name: str, units: set[str]) -> GroundTruth:
     _require(tbl, "weight_side", t.weight_side in (None, *SIDES), "must be 'input' or 'output'")
     _require(tbl, "weight_side", (t.weight_side is not None) == (t.kind == Kind.WEIGHT),
              "is required for kind 'weight' and only for it")
-    _require(tbl, "root_cause", t.root_cause is None or t.root_cause in ROOT_CAUSES,
-             f"must be one of {', '.join(ROOT_CAUSES)}")
+    _require(tbl, "root_cause", t.root_cause in (None, *CAUSES),
+             f"must be one of {', '.join(CAUSES)}")
     _require(tbl, "rotating_units", bool(t.rotating_units) == (t.kind == Kind.STALE_LOAD),
              "is required for kind 'stale_load' and only for it")
     for k, us in (("hot_units", t.hot_units), ("idle_units", t.idle_units),

@@ -28,7 +28,7 @@ class GroundTruth:
     idle_units: tuple[str, ...] = ()  # units that get (almost) no traffic, e.g. failed health check
     kind: str | None = None  # a catalogue.Kind (scenario.KINDS)
     weight_side: str | None = None  # "input" | "output" for weight skew
-    root_cause: str | None = None  # key of ROOT_CAUSES in skewscope.config
+    root_cause: str | None = None  # a catalogue.Cause
     kv_exhausted: bool = False  # the hot unit runs out of KV blocks
     description: str = ""
     # units taking turns at the bursts of a balancer deciding on stale load (kind stale_load)
