@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skewscope.analysis.classify import decompose
-from skewscope.analysis.detect import longest_run, peer_reference, smooth
+from skewscope.analysis.detect import longest_run, smooth
 from skewscope.analysis.impact import trend_slope
 from skewscope.analysis.matrix import median
+from skewscope.analysis.peers import peer_reference
 from skewscope.config import DEFAULT_THRESHOLDS
 
 pos = st.floats(min_value=0.1, max_value=1e5, allow_nan=False)

@@ -1,4 +1,4 @@
-"""Chance is no hot spot (``detect.beyond_chance``): the excess is judged in sigmas of the
+"""Chance is no hot spot (``chance.beyond_chance``): the excess is judged in sigmas of the
 difference of two counts, the reference as noisy as the median it is."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frame_builder import Spec, make_frame
-from skewscope.analysis.detect import median_noise
+from skewscope.analysis.chance import length_spread, median_noise
 from skewscope.analysis.diagnose import diagnose_frame
+from skewscope.analysis.matrix import SignalMatrix
 from skewscope.frame import Level
 
 WINDOW = 60.0  # the day's watch window
@@ -24,6 +25,26 @@ def test_median_noise_is_the_variance_of_a_median_of_poisson_draws(
     draws = np.random.default_rng(seed).poisson(lam, (20_000, n))
     var = float(np.median(draws, axis=1).var()) / lam
     assert 0.8 * var <= median_noise(n) <= 1.35 * var
+
+
+@settings(max_examples=25, deadline=None)
+@given(sigma=st.floats(0.05, 1.2), rate=st.floats(5.0, 60.0), seed=st.integers(0, 2**32 - 1))
+def test_length_spread_reads_the_length_mix_from_window_sums(
+    sigma: float, rate: float, seed: int
+) -> None:
+    # lognormal lengths: cv^2 = exp(sigma^2) - 1; two units of different mean lengths
+    rng = np.random.default_rng(seed)
+    windows, units = 400, 2
+    n = rng.poisson(rate, (windows, units)).astype(np.float64)
+    tok = np.zeros_like(n)
+    for w in range(windows):
+        for u in range(units):
+            tok[w, u] = rng.lognormal(np.log(300.0 * (u + 1)), sigma, int(n[w, u])).sum()
+    m = SignalMatrix(windows=np.arange(windows, dtype=np.float64), units=("a", "b"),
+                     groups=("g", "g"), instances=("a", "b"), dp_ranks=(None, None),
+                     values={"requests": n, "total_tokens": tok})
+    want = float(np.expm1(sigma**2))
+    assert abs(length_spread(m, [0, 1]) - want) <= 0.25 * want + 0.02
 
 
 def test_two_equal_ranks_on_a_quiet_night_are_never_a_hot_spot() -> None:

@@ -123,7 +123,8 @@ def test_heavy_tailed_prompts_behind_round_robin_are_chance_not_weight_skew(
     # Pareto (alpha 1.1) prompts, round robin: truth is balanced. With these seeds inst-1 drew
     # three 30k-token prompts and shows ~1.55x the input tokens per request of its peers; a
     # plain ratio called it weight skew. The permutation test says chance — or, where the
-    # heavy prompts came close together (seed 7), the burst check leaves the unit transient.
+    # heavy prompts came close together (seed 7), the range-level chance test (tokens with the
+    # length mix's spread: Pareto prompts spread widely) leaves the unit transient.
     import dataclasses
 
     from skewscope.sim.scenario import load_scenario
@@ -133,7 +134,7 @@ def test_heavy_tailed_prompts_behind_round_robin_are_chance_not_weight_skew(
     doc = run_diagnose(tmp_path, capsys)
     check_against_truth(doc, result.truth.to_dict())
     said = [*doc["notes"], *doc["transient"]]
-    assert any("consistent with chance" in n or ("inst-1" in n and "only through one burst" in n)
+    assert any("consistent with chance" in n or ("inst-1" in n and "sigmas of chance" in n)
                for n in said), said
     again = run_diagnose(tmp_path, capsys)  # seeded: the same p-value every run
     assert again["notes"] == doc["notes"]

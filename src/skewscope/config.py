@@ -53,7 +53,7 @@ class Thresholds:
     # reference is at least this many Poisson sigmas of the reference's count. The diagnosis
     # rules it out over the range: a persistent hot unit driven by a counted signal (or tokens,
     # as the requests they are) must carry that excess summed over its judged windows, in
-    # sigmas of the difference of two counts (``detect.beyond_chance``), or a near-idle fleet
+    # sigmas of the difference of two counts (``chance.beyond_chance``), or a near-idle fleet
     # judged all night draws hot ranks.
     hot_noise_sigmas: Positive = 3.0
     # A persistent hot unit must stay one with its hottest ``burst_s`` seconds left out

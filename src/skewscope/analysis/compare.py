@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from skewscope.analysis.detect import peer_reference
 from skewscope.analysis.matrix import Array
+from skewscope.analysis.peers import peer_reference
 from skewscope.catalogue import SERIES, CompareVerdict, Verdict
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.report.comparison import (

@@ -11,11 +11,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from skewscope.analysis.chance import beyond_chance
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix
+from skewscope.analysis.peers import peer_reference
 from skewscope.analysis.seen import held
-from skewscope.catalogue import COUNTED_SIGNALS, HEAT_SIGNALS, LOAD_SIGNALS, HeldBack
+from skewscope.catalogue import HEAT_SIGNALS, LOAD_SIGNALS, HeldBack
 from skewscope.config import Thresholds
 
 # Load and pressure signals that make a unit "hot", with the floor under the peer reference
@@ -49,87 +50,6 @@ class UnitHeat:
     held_back: HeldBack = HeldBack.NONE  # why a unit hot often and long enough is not persistent
 
 
-
-
-def peer_reference(
-    values: Array, groups: tuple[str, ...], against: dict[str, list[int]] | None = None
-) -> Array:
-    """Leave-one-out median of each unit's peers, per window (NaN when it has no peer).
-
-    ``against`` replaces the peers of a group by fixed reference units (the under-loaded
-    minority when most of a group runs hot and the leave-one-out median would be hot too).
-    Each group's values are sorted once per window and every unit's median is read from them
-    with its own value left out, so a fleet of U units costs O(W U log U), not U medians.
-    The result is ``np.nanmedian`` of the peers' non-NaN values (NaN when none is finite).
-    """
-    ref = np.full(values.shape, np.nan)
-    group_arr = np.array(groups)
-    if not against:
-        return _peer_reference_by_size(values, group_arr, ref)
-    for g in dict.fromkeys(groups):
-        members = group_arr == g
-        chosen = members.copy()
-        if against and g in against:
-            fixed = np.zeros(values.shape[1], dtype=bool)
-            fixed[against[g]] = True
-            chosen &= fixed
-        cols = np.flatnonzero(chosen)
-        if cols.size == 0:
-            continue
-        block = values[:, cols].astype(np.float64)
-        lone = np.flatnonzero(members & ~chosen)  # not a reference: all of them are its peers
-        if lone.size:
-            ref[:, lone] = _median_without(block, leave_one_out=False)[:, None]
-        ref[:, cols] = _median_without(block, leave_one_out=True)
-    return ref
-
-
-def _peer_reference_by_size(values: Array, group_arr: npt.NDArray[np.str_], ref: Array) -> Array:
-    """``peer_reference`` without ``against``: the groups of one size k are stacked into one
-    (W * groups, k) block, so 256 DP groups of 4 ranks are one ``_median_without`` call instead
-    of 256; every row is computed as it would be alone (the same values, bit for bit)."""
-    names, inverse = np.unique(group_arr, return_inverse=True)
-    members = [np.flatnonzero(inverse == g) for g in range(names.size)]
-    by_size: dict[int, list[npt.NDArray[np.intp]]] = {}
-    for cols in members:
-        by_size.setdefault(cols.size, []).append(cols)
-    w = values.shape[0]
-    for k, groups in by_size.items():
-        at = np.stack(groups)  # (G, k) column indices
-        block = values[:, at].astype(np.float64).reshape(w * at.shape[0], k)
-        ref[:, at] = _median_without(block, leave_one_out=True).reshape(w, at.shape[0], k)
-    return ref
-
-
-def _median_without(block: Array, *, leave_one_out: bool) -> Array:
-    """Per row of ``block`` (W, k): the median of its non-NaN values, leaving out column p for
-    output column p (W, k) when ``leave_one_out``, else one median per row (W,); NaN when no
-    finite value remains. (Plain fancy indexing, not take/put_along_axis: at 256 DP drills
-    this runs thousands of times on small blocks, where numpy's call overhead dominates.)"""
-    w, k = block.shape
-    rows = np.arange(w)[:, None]
-    nan = np.isnan(block)
-    order = np.argsort(block, axis=1, kind="stable")  # NaN sort last
-    srt = block[rows, order]
-    n = k - nan.sum(axis=1, keepdims=True)
-    finite = np.isfinite(block)
-    if not leave_one_out:
-        m, q = n, np.full((w, 1), k)
-        left = finite.sum(axis=1, keepdims=True)
-    else:
-        rank = np.empty_like(order)
-        rank[rows, order] = np.arange(k)
-        m = np.where(nan, n, n - 1)
-        q = np.where(nan, k, rank)  # sorted position removed (k: none)
-        left = finite.sum(axis=1, keepdims=True) - finite
-    lo, hi = (m - 1) // 2, m // 2
-    lo, hi = lo + (lo >= q), hi + (hi >= q)  # skip the removed position
-    v_lo = srt[rows, np.minimum(np.maximum(lo, 0), k - 1)]
-    v_hi = srt[rows, np.minimum(np.maximum(hi, 0), k - 1)]
-    with np.errstate(all="ignore"):
-        med = np.where(m % 2 == 1, v_lo, (v_lo + v_hi) / 2)
-    med = np.where((m > 0) & (left > 0), med, np.nan)
-    return med if leave_one_out else med[:, 0]
 
 
 def smooth(values: Array, width: int) -> Array:
@@ -232,50 +152,6 @@ def group_activity(m: SignalMatrix, th: Thresholds) -> Array:
             ok = np.nansum(wait[:, cols], axis=1) / cols.size >= 1.0
         active[:, cols] = ok[:, None]
     return active
-
-
-def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
-                  raw_refs: dict[str, Array], against: dict[str, list[int]] | None,
-                  floor: float | Array) -> bool:
-    """Whether unit ``j``'s excess on counted signal ``sig`` over its judged windows is more
-    than chance: its raw count summed over them exceeds its peers' reference by at least
-    ``hot_noise_sigmas`` Poisson sigmas of the difference (tokens as the requests they are, at
-    the service's tokens per request: the least noise a token count has). The difference is
-    two-sample: the reference is a median of draws as noisy as the unit, so beside one sibling
-    rank the variance doubles, beside fifteen peers it grows by a tenth. Persistence alone does
-    not rule chance out when a fleet of near-idle ranks is judged every 30 s all night: some
-    rank somewhere draws 1.3x for half of its windows. Other signals are not counts.
-    ``raw_refs`` keeps each signal's unsmoothed peer reference for the next unit tested."""
-    if sig not in COUNTED_SIGNALS and sig != "total_tokens":
-        return True
-    at = float(floor if np.ndim(floor) == 0 else np.asarray(floor)[j])
-    raw = m.get(sig)
-    if sig not in raw_refs:
-        raw_refs[sig] = peer_reference(raw, m.groups, against)
-    ref = np.maximum(raw_refs[sig][:, j], at)
-    ok = act & np.isfinite(raw[:, j]) & np.isfinite(ref)
-    scale = at / th.min_requests_per_window if sig == "total_tokens" else 1.0
-    count, mine = float(ref[ok].sum()) / scale, float(raw[ok, j].sum()) / scale
-    noise = count * (1.0 + median_noise(_reference_size(m.groups, j, against)))
-    return mine - count >= th.hot_noise_sigmas * math.sqrt(noise)
-
-
-def median_noise(n: int) -> float:
-    """Variance of the median of ``n`` equally noisy draws, relative to one draw's: 1 for one
-    draw, 1/2 for the mean of two, and the large-sample pi/(2n) from three on (a little above
-    the exact value for small odd n: on the side of calling an excess chance)."""
-    if n <= 2:
-        return 1.0 / max(n, 1)
-    return math.pi / (2.0 * n)
-
-
-def _reference_size(groups: tuple[str, ...], j: int,
-                    against: dict[str, list[int]] | None) -> int:
-    """How many units unit ``j``'s peer reference is a median of (``peer_reference``'s rule)."""
-    g = groups[j]
-    if against and g in against:
-        return len([k for k in against[g] if k != j])
-    return sum(1 for k, h in enumerate(groups) if h == g and k != j)
 
 
 def outlasts_burst(m: SignalMatrix, s: _Scored, j: int, window_s: float, th: Thresholds) -> bool:

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from skewscope.analysis.detect import UnitHeat, floors, peer_reference
+from skewscope.analysis.detect import UnitHeat, floors
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix
+from skewscope.analysis.peers import peer_reference
 from skewscope.config import Thresholds
 
 # The load signals read for the pattern: the requests a unit got per window. Offline that is
