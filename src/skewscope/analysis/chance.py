@@ -36,7 +36,8 @@ def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
     tokens = sig == "total_tokens"
     scale = at / th.min_requests_per_window if tokens else 1.0
     count, mine = float(ref[ok].sum()) / scale, float(raw[ok, j].sum()) / scale
-    noise = count * (1.0 + median_noise(_reference_size(m.groups, j, against)))
+    per_window = count / max(int(ok.sum()), 1)
+    noise = count * (1.0 + median_noise(_reference_size(m.groups, j, against), per_window))
     if tokens:
         noise *= 1.0 + length_spread(m, [k for k, g in enumerate(m.groups) if g == m.groups[j]])
     return mine - count >= th.hot_noise_sigmas * math.sqrt(noise)
@@ -59,13 +60,15 @@ def length_spread(m: SignalMatrix, cols: list[int]) -> float:
     return float((n * dev**2)[ok].mean())
 
 
-def median_noise(n: int) -> float:
-    """Variance of the median of ``n`` equally noisy draws, relative to one draw's: 1 for one
-    draw, 1/2 for the mean of two, and the large-sample pi/(2n) from three on (a little above
-    the exact value for small odd n: on the side of calling an excess chance)."""
+def median_noise(n: int, per_draw: float) -> float:
+    """Variance of the median of ``n`` equally noisy Poisson draws of mean ``per_draw``,
+    relative to one draw's: 1 for one draw, 1/2 for the mean of two, and from three on the
+    large-sample pi/(2n) plus the rounding of a median that is itself a count (1/12 of a
+    request, a term that matters below a few requests per window). Above the exact value for
+    small n: on the side of calling an excess chance."""
     if n <= 2:
         return 1.0 / max(n, 1)
-    return math.pi / (2.0 * n)
+    return math.pi / (2.0 * n) + 1.0 / (12.0 * max(per_draw, 1.0))
 
 
 def _reference_size(groups: tuple[str, ...], j: int,

@@ -3,12 +3,13 @@
 The Prometheus source fetches each histogram's per-rank bucket increases once and works out the
 rank and the instance percentiles from them here, instead of asking the server for
 ``histogram_quantile`` at each level (the bucket selection is the costly part of those queries,
-and it was done twice). The arithmetic is Prometheus' own (``promql/quantile.go``,
-``bucketQuantile``, v2.x): buckets sorted by bound, equal bounds merged, counts made monotonic
-(a running maximum that leaves NaN counts alone), the rank found by Go's ``sort.Search`` over
-all buckets but +Inf, the same operations in the same order for the interpolation, so the
-floats are the same (property-tested against a real Prometheus in
-tests/online/test_prom_quantile_live.py).
+and it was done twice). The arithmetic is Prometheus' own
+(``promql/quantile.go``, ``bucketQuantile``, 2.42): buckets sorted by bound, equal bounds
+merged, counts made monotonic (a running maximum from the first count that leaves NaN counts
+alone), the rank found by Go's ``sort.Search`` over all buckets but +Inf, the same operations
+in the same order for the interpolation, so the floats are the same to the last bit or two (Go
+may fuse the multiply-add), property-tested against a real Prometheus in
+tests/online/test_prom_quantile_live.py.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ def histogram_quantile(q: float, bounds: Floats, counts: Floats) -> Floats:
     if n < 2 or not np.isposinf(bounds[-1]):
         return np.full(rows, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        # ensureMonotonic: max starts at -Inf; a NaN count is neither above nor below it
+        # ensureMonotonic (2.42): max starts at the first count; a NaN count is neither above
+        # nor below it, so a NaN first count leaves its row as it is
         running = np.fmax.accumulate(counts, axis=1)
-        counts = np.where(np.isnan(counts), counts, running)
+        counts = np.where(np.isnan(counts) | np.isnan(counts[:, :1]), counts, running)
         observations = counts[:, -1]
         rank = q * observations
         # sort.Search(n - 1, counts[i] >= rank): Go's binary search, step by step (the same

@@ -30,6 +30,15 @@ import numpy as np
 import polars as pl
 
 from skewscope.catalogue import MetricType
+from skewscope.sim.writers.event_arrays import Events, Observations
+from skewscope.sim.writers.exposition_text import CONTENT_TYPE as CONTENT_TYPE
+from skewscope.sim.writers.exposition_text import Family as Family
+from skewscope.sim.writers.exposition_text import Labels, sorted_labels
+from skewscope.sim.writers.exposition_text import Series as Series
+from skewscope.sim.writers.exposition_text import format_labels as format_labels
+from skewscope.sim.writers.exposition_text import format_value as format_value
+from skewscope.sim.writers.exposition_text import render_text as render_text
+from skewscope.sim.writers.exposition_text import type_name as type_name
 from skewscope.sim.writers.families import family_values
 from skewscope.sim.writers.metric_specs import (
     DEVICE_AVERAGE_S,
@@ -42,84 +51,13 @@ from skewscope.sim.writers.metric_specs import MetricSpec as MetricSpec
 from skewscope.sim.writers.metric_specs import dialect_specs as dialect_specs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Mapping
 
     from numpy.typing import NDArray
 
     from skewscope.sim.records import RankInfo, SimResult
 
     F64 = NDArray[np.float64]
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-# ----------------------------------------------------------------------------- event arrays
-class _Events:
-    """A step function: the weighted count of events at or before each queried time.
-
-    Fed in time slices (``feed``): a slice's events come after every earlier slice's, and
-    ``at`` answers for times up to the slice's end; the running total is carried over."""
-
-    def __init__(self) -> None:
-        self.base = 0.0  # total of the slices before the current one
-        self.times: F64 = np.empty(0)
-        self.cum: F64 = np.zeros(1)
-
-    def feed(self, times: F64, weights: F64 | None = None) -> None:
-        self.base += float(self.cum[-1])
-        ok = np.isfinite(times)
-        order = np.argsort(times[ok], kind="stable")
-        self.times = times[ok][order]
-        w = np.ones(len(self.times)) if weights is None else weights[ok][order]
-        self.cum = np.concatenate([[0.0], np.cumsum(w, dtype=np.float64)])
-
-    def at(self, t: F64) -> F64:
-        out: F64 = self.base + self.cum[np.searchsorted(self.times, t, side="right")]
-        return out
-
-
-class _Observations:
-    """Histogram observations (time, value, weight), evaluated at many times in one pass.
-
-    Fed in time slices like ``_Events``: the queried times of a slice cover all its
-    observations, and the buckets, count and sum at its last time carry over (the sum adds
-    slice after slice in time order, so the result does not depend on the slicing)."""
-
-    def __init__(self) -> None:
-        self.times: F64 = np.empty(0)
-        self.values: F64 = np.empty(0)
-        self.weights: F64 = np.empty(0)
-        # per bucket layout: (cumulative bucket counts incl. +Inf, sum) before this slice,
-        # and at its last queried time (promoted by the next ``feed``)
-        self._base: dict[tuple[float, ...], tuple[F64, float]] = {}
-        self._last: dict[tuple[float, ...], tuple[F64, float]] = {}
-
-    def feed(self, times: F64, values: F64, weights: F64 | None = None) -> None:
-        self._base.update(self._last)
-        ok = np.isfinite(times) & np.isfinite(values)
-        if weights is not None:
-            ok &= weights > 0
-        order = np.argsort(times[ok], kind="stable")
-        self.times = times[ok][order]
-        self.values = values[ok][order]
-        self.weights = (np.ones(len(self.times)) if weights is None
-                        else weights[ok][order].astype(np.float64))
-
-    def at(self, bounds: tuple[float, ...], t: F64) -> tuple[F64, F64, F64]:
-        """(cumulative ``le`` bucket counts [len(t), len(bounds)], count, sum) at times t."""
-        idx = np.searchsorted(np.asarray(bounds), self.values, side="left").astype(np.int64)
-        nb = len(bounds) + 1
-        seg = np.searchsorted(t, self.times, side="left")  # first query time >= obs time
-        flat = np.bincount(seg * nb + idx, weights=self.weights, minlength=(len(t) + 1) * nb)
-        base, base_sum = self._base.get(bounds, (np.zeros(nb), 0.0))
-        grid: F64 = flat.astype(np.float64).reshape(len(t) + 1, nb)[:-1]
-        grid = np.concatenate([base[None, :], grid]).cumsum(axis=0)[1:].cumsum(axis=1)
-        per = np.bincount(seg, weights=self.weights * self.values,
-                          minlength=len(t) + 1).astype(np.float64)[:-1]
-        sums: F64 = np.concatenate([[base_sum], per]).cumsum()[1:]
-        if len(t):
-            self._last[bounds] = (np.diff(grid[-1], prepend=0.0), float(sums[-1]))
-        return grid[:, :-1], grid[:, -1], sums
-
 
 def _col(df: pl.DataFrame, name: str) -> F64:
     return df.get_column(name).cast(pl.Float64).fill_null(np.nan).to_numpy()
@@ -230,8 +168,8 @@ class RankModel:
     times reads (the last step started, ``DEVICE_AVERAGE_S`` of busy time)."""
 
     info: RankInfo
-    counters: dict[str, _Events] = field(default_factory=dict)
-    hists: dict[str, _Observations] = field(default_factory=dict)
+    counters: dict[str, Events] = field(default_factory=dict)
+    hists: dict[str, Observations] = field(default_factory=dict)
     step_start: F64 = field(default_factory=lambda: np.empty(0))
     step_end: F64 = field(default_factory=lambda: np.empty(0))
     step_used: F64 = field(default_factory=lambda: np.empty(0))
@@ -246,8 +184,8 @@ class RankModel:
     upto: float = -math.inf
 
     def __post_init__(self) -> None:
-        self.counters = {k: _Events() for k in COUNTERS}
-        self.hists = {k: _Observations() for k in HISTOGRAMS}
+        self.counters = {k: Events() for k in COUNTERS}
+        self.hists = {k: Observations() for k in HISTOGRAMS}
 
     @classmethod
     def build(cls, result: SimResult, info: RankInfo) -> RankModel:
@@ -402,29 +340,6 @@ class RankStack:
         return np.stack([r.gauge(role, t) for r in self.ranks])
 
 
-# ----------------------------------------------------------------------------- families
-Labels = tuple[tuple[str, str], ...]
-
-
-@dataclass
-class Series:
-    """One exposed sample name + label set, with a value per queried time."""
-
-    name: str
-    labels: Labels
-    values: F64
-
-
-@dataclass
-class Family:
-    """A metric family at the queried times.  ``metrics`` holds one group per label set
-    (a single series for counters/gauges; buckets, ``_count``, ``_sum`` for histograms):
-    OpenMetrics wants each group's points together, so the grouping is kept."""
-
-    spec: MetricSpec
-    metrics: list[list[Series]]
-
-
 class InstanceModel:
     """All metric families of one instance in one dialect (and its devices' exporter, if any:
     one device per DP rank, on the instance's own target so the host join places them)."""
@@ -474,17 +389,17 @@ class InstanceModel:
         labels = self._labels(spec, rank)
         if spec.kind is MetricType.HISTOGRAM:
             les = [format_value(b) for b in spec.buckets] + ["+Inf"]
-            return [[(spec.name + "_bucket", _sorted({**labels, "le": le})) for le in les]
-                    + [(spec.name + "_count", _sorted(labels)),
-                       (spec.name + "_sum", _sorted(labels))]]
+            return [[(spec.name + "_bucket", sorted_labels({**labels, "le": le})) for le in les]
+                    + [(spec.name + "_count", sorted_labels(labels)),
+                       (spec.name + "_sum", sorted_labels(labels))]]
         sample = spec.name + ("_total" if spec.kind is MetricType.COUNTER else "")
         if spec.parts is not None:
             key, roles = spec.parts
-            return [[(sample, _sorted({**labels, key: v}))] for v, _role in roles]
+            return [[(sample, sorted_labels({**labels, key: v}))] for v, _role in roles]
         if spec.split is None:
-            return [[(sample, _sorted(labels))]]
+            return [[(sample, sorted_labels(labels))]]
         key, options, _carrier = spec.split
-        return [[(sample, _sorted({**labels, key: o}))] for o in options]
+        return [[(sample, sorted_labels({**labels, key: o}))] for o in options]
 
     def values(self, t: F64) -> list[F64]:
         """Every family's values at the sorted times ``t``: one row per series of ``layout``
@@ -509,10 +424,6 @@ def model_specs(dialect: str, devices: str | None, meta: Mapping[str, object]) -
     return dialect_specs(dialect, max_len) + (device_specs(devices) if devices else [])
 
 
-def _sorted(labels: Mapping[str, str]) -> Labels:
-    return tuple(sorted(labels.items()))
-
-
 class ClusterModel:
     """Every instance's exposition model for one run and dialect (``devices``: a device
     exporter, ``metric_specs.DEVICE_EXPORTERS``, written next to it)."""
@@ -535,42 +446,3 @@ class ClusterModel:
         """Prometheus text format 0.0.4 of ``instance`` at simulated time ``t``."""
         fams = self.instances[instance].families(np.array([t]))
         return render_text(fams)
-
-
-# ----------------------------------------------------------------------------- rendering
-def format_value(v: float) -> str:
-    """Go/Prometheus float text: ``1.0``, ``0.001``, ``+Inf``, ``NaN``."""
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(float(v))
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
-def format_labels(labels: Iterable[tuple[str, str]]) -> str:
-    body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-    return "{" + body + "}" if body else ""
-
-
-def type_name(spec: MetricSpec, openmetrics: bool) -> str:
-    """Family name on ``# TYPE``: text format keeps ``_total`` on counters, OpenMetrics drops it."""
-    return spec.name + ("_total" if spec.kind is MetricType.COUNTER and not openmetrics else "")
-
-
-def render_text(families: Iterable[Family], index: int = 0,
-                extra: Mapping[str, str] | None = None) -> str:
-    """Prometheus text exposition (0.0.4) of the ``index``-th queried time, no timestamps."""
-    lines: list[str] = []
-    for fam in families:
-        name = type_name(fam.spec, openmetrics=False)
-        lines.append(f"# HELP {name} {fam.spec.help}")
-        lines.append(f"# TYPE {name} {fam.spec.kind}")
-        for group in fam.metrics:
-            for s in group:
-                labels = s.labels if not extra else _sorted({**dict(s.labels), **extra})
-                lines.append(f"{s.name}{format_labels(labels)} {format_value(s.values[index])}")
-    return "\n".join(lines) + "\n"

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 class _GroupEvents:
-    """``_Events`` of ``n`` ranks: weighted event counts at or before each queried time."""
+    """``Events`` of ``n`` ranks: weighted event counts at or before each queried time."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -76,7 +76,7 @@ class _GroupEvents:
 
 
 class _GroupObservations:
-    """``_Observations`` of ``n`` ranks: cumulative buckets, count and sum at queried times."""
+    """``Observations`` of ``n`` ranks: cumulative buckets, count and sum at queried times."""
 
     def __init__(self, n: int) -> None:
         self.n = n
