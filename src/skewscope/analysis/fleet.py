@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from skewscope.analysis import causes
 from skewscope.catalogue import Cause, Kind, Severity
 from skewscope.config import Thresholds
 from skewscope.report.facts import FleetPatternFacts
@@ -48,6 +49,7 @@ def fleet_dp_patterns(
                 instance, rank = where[unit]
                 by_rank[rank].append((instance, unit, f))
     out = []
+    votes = causes.fixed(Cause.DP_DISPATCH)  # one dispatch policy runs in every instance
     for rank, hits in sorted(by_rank.items()):
         instances = sorted({inst for inst, _, _ in hits})
         share = len(instances) / multi_rank_instances
@@ -72,7 +74,8 @@ def fleet_dp_patterns(
                         "of_instances": multi_rank_instances,
                     }
                 },
-                root_causes=(Cause.DP_DISPATCH,),
+                root_causes=causes.rank(votes),
+                votes=votes,
             )
         )
     return out
