@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from skewscope.analysis import causes
 from skewscope.catalogue import Cause, Kind, Severity
 from skewscope.config import Thresholds
-from skewscope.report.facts import FleetPatternFacts
+from skewscope.report.facts import FleetPatternFacts, StarvedFacts
 from skewscope.report.model import Finding, UnitReport
 
 SEVERITY_ORDER = (Severity.LOW, Severity.MEDIUM, Severity.HIGH)
@@ -42,7 +42,7 @@ def fleet_dp_patterns(
     where = {u.unit: (u.instance, u.dp_rank) for u in unit_reports if u.dp_rank is not None}
     by_rank: dict[int, list[tuple[str, str, Finding]]] = defaultdict(list)
     for f in findings:
-        if f.kind == Kind.STALLED or f.evidence.get("starved_share") is not None:
+        if f.kind == Kind.STALLED or isinstance(f.facts, StarvedFacts):
             continue  # hung engines and starved ranks are local matters
         for unit in f.units:
             if unit in where:
