@@ -95,6 +95,16 @@ class Cause(StrEnum):
     KV_EXHAUSTION = "kv_exhaustion"
 
 
+class KvRole(StrEnum):
+    """What KV exhaustion on a hot unit is to its ranking (``analysis.causes.rank``): the cause
+    to act on first (the unit cannot admit its work: throttle first), a consequence of the
+    other causes (ranked last), or not there."""
+
+    ADMISSION = "admission"
+    CONSEQUENCE = "consequence"
+    NONE = ""
+
+
 class Severity(StrEnum):
     HIGH = "high"
     MEDIUM = "medium"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from skewscope.analysis.causes import fixed, rank
 from skewscope.analysis.classify import Classification
 from skewscope.analysis.detect import UnitHeat
 from skewscope.analysis.impact import Impact, Trend
@@ -26,7 +27,7 @@ from skewscope.analysis.summary import (
     reference_summary,
     unit_summary,
 )
-from skewscope.catalogue import METRIC_BY_KEY, Cause, Kind, Severity
+from skewscope.catalogue import METRIC_BY_KEY, Cause, Kind, KvRole, Severity
 from skewscope.config import Thresholds
 from skewscope.frame import Level, UnitFrame
 from skewscope.report.facts import (
@@ -41,7 +42,7 @@ from skewscope.report.facts import (
     StallFacts,
     StarvedFacts,
 )
-from skewscope.report.model import Finding, SideBySide
+from skewscope.report.model import CauseVotes, Finding, SideBySide
 
 TAIL_METRICS = ("queue_wait_p95_ms", "ttft_p99_ms", "e2e_p99_ms")
 SIDE_BY_SIDE = (
@@ -106,6 +107,7 @@ class HotResult:
 
 def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
     stalled = {s.index for s in stalls}
+    votes = fixed(Cause.ENGINE_STALLED)
     every = np.ones(len(m.windows), dtype=bool)
     out = []
     for s in stalls:
@@ -124,7 +126,8 @@ def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
                                  int(np.isfinite(m.get("running")[:, s.index]).sum()),
                                  s.stalled_run),
                 evidence=stall_evidence(s),
-                root_causes=(Cause.ENGINE_STALLED,),
+                root_causes=rank(votes),
+                votes=votes,
                 side_by_side=side_by_side(hot, ref),
             )
         )
@@ -143,19 +146,21 @@ def counts_finished(frame: UnitFrame) -> bool:
     return frame.source != "profiler"
 
 
-def _causes(r: HotResult, level: Level) -> list[Cause]:
-    """Candidate causes, most likely first. Load metrics cannot tell wrong routing weights
-    from sticky connections, so a count finding at instance level names both."""
-    causes = _kind_causes(r.cls.kind, level)
-    if r.cls.secondary_kind:
-        causes += [c for c in _kind_causes(r.cls.secondary_kind, level) if c not in causes]
-    first, _ = device_causes(r.cls.kind, r.dev, r.imp)
-    causes = [*first, *(c for c in causes if c not in first)]
-    if kv_blocks_admission(r) and r.cls.kind != "capability":
-        causes.insert(0, Cause.KV_EXHAUSTION)
-    elif r.imp.kv_exhausted:  # (a slower unit's queue fills its KV: its slowness comes first)
-        causes.append(Cause.KV_EXHAUSTION)
-    return causes
+def _votes(r: HotResult, level: Level) -> CauseVotes:
+    """What a hot unit's engine evidence votes for (``causes.rank`` orders it)."""
+    return CauseVotes(kind=r.cls.kind or Kind.UNKNOWN, secondary_kind=r.cls.secondary_kind,
+                      level=level, device_first=tuple(device_causes(r.cls.kind, r.dev, r.imp)[0]),
+                      kv=_kv_role(r))
+
+
+def _kv_role(r: HotResult) -> KvRole:
+    """A slower unit's queue fills its KV: its slowness comes first, so a capability finding's
+    KV exhaustion is a consequence even when it blocks admission."""
+    if not r.imp.kv_exhausted:
+        return KvRole.NONE
+    if kv_blocks_admission(r) and r.cls.kind != Kind.CAPABILITY:
+        return KvRole.ADMISSION
+    return KvRole.CONSEQUENCE
 
 
 def kv_blocks_admission(r: HotResult) -> bool:
@@ -167,21 +172,6 @@ def kv_blocks_admission(r: HotResult) -> bool:
     of the weight or dispatch cause, ranked after it."""
     admission = {"batch_at_ceiling", "waiting_grows_running_flat"}
     return r.imp.kv_exhausted and bool(r.imp.queue_growing or admission & set(r.kv.keys))
-
-
-def _kind_causes(kind: Kind | None, level: Level) -> list[Cause]:
-    if kind == Kind.COUNT:
-        causes = ([Cause.DP_DISPATCH] if level == Level.DP
-                  else [Cause.ROUTING_WEIGHTS, Cause.STICKY_SESSIONS])
-    elif kind == Kind.WEIGHT:
-        causes = [Cause.LONG_REQUESTS]
-    elif kind == Kind.CAPABILITY:
-        causes = [Cause.CAPABILITY_MISMATCH]
-    elif level == Level.DP:
-        causes = [Cause.DP_DISPATCH, Cause.LONG_REQUESTS, Cause.CAPABILITY_MISMATCH]
-    else:
-        causes = [Cause.ROUTING_WEIGHTS, Cause.LONG_REQUESTS, Cause.CAPABILITY_MISMATCH]
-    return causes
 
 
 def _severity(r: HotResult, th: Thresholds) -> Severity:
@@ -196,7 +186,7 @@ def _severity(r: HotResult, th: Thresholds) -> Severity:
 
 
 def hot_finding(r: HotResult, level: Level, th: Thresholds) -> Finding:
-    causes = _causes(r, level)
+    votes = _votes(r, level)
     evidence: dict[str, object] = {
         "hot_share": r.heat.hot_share,
         "longest_hot_run_windows": r.heat.hot_run,
@@ -228,7 +218,8 @@ def hot_finding(r: HotResult, level: Level, th: Thresholds) -> Finding:
         severity=_severity(r, th),
         facts=hot_facts(r, th),
         evidence=evidence,
-        root_causes=tuple(causes),
+        root_causes=rank(votes),
+        votes=votes,
         side_by_side=side_by_side(r.hot, r.ref, r.hot_bounds, r.ref_bounds),
     )
 
@@ -292,6 +283,7 @@ def hot_facts(r: HotResult, th: Thresholds) -> HotFacts:
 def kv_finding(r: HotResult) -> Finding:
     """The KV block shortage case on a hot unit, with the fixes in the order to apply them."""
     severe = {"preemptions", "waiting_grows_running_flat"} & set(r.kv.keys)
+    votes = fixed(Cause.KV_SHORTAGE)
     return Finding(
         kind=Kind.KV_SHORTAGE,
         units=(r.heat.unit,),
@@ -321,7 +313,8 @@ def kv_finding(r: HotResult) -> Finding:
             "saturated_share": r.sat.share,
             **r.dev.as_evidence(),
         },
-        root_causes=(Cause.KV_SHORTAGE,),
+        root_causes=rank(votes),
+        votes=votes,
         side_by_side=side_by_side(r.hot, r.ref, r.hot_bounds, r.ref_bounds, KV_SIDE_BY_SIDE),
     )
 
@@ -335,7 +328,7 @@ def starved_finding(
     mask = np.ones(len(m.windows), dtype=bool)
     ref = reference_summary([unit_summary(m, k, mask) for k in ref_cols])
     starved = reference_summary([unit_summary(m, j, mask) for j in starved_idx])
-    cause = Cause.HEALTH_CHECK if level == Level.INSTANCE else Cause.DP_DISPATCH
+    votes = fixed(Cause.HEALTH_CHECK if level == Level.INSTANCE else Cause.DP_DISPATCH)
     return Finding(
         kind=Kind.COUNT,
         units=units,
@@ -343,7 +336,8 @@ def starved_finding(
         severity=Severity.HIGH,
         facts=StarvedFacts(tuple(shares.items())),
         evidence={"starved_share": shares},
-        root_causes=(cause,),
+        root_causes=rank(votes),
+        votes=votes,
         side_by_side=side_by_side(starved, ref),
     )
 
@@ -352,6 +346,7 @@ def stale_load_finding(m: SignalMatrix, s: StaleLoad) -> Finding:
     """A group whose units take turns carrying its load: one finding for the group, its units
     compared with one another (none of them is a hot spot or a reference)."""
     units = tuple(m.units[j] for j in s.units)
+    votes = fixed(Cause.STALE_LOAD)
     return Finding(
         kind=Kind.STALE_LOAD,
         units=units,
@@ -370,7 +365,8 @@ def stale_load_finding(m: SignalMatrix, s: StaleLoad) -> Finding:
             "busiest_windows": dict(zip(units, s.turns, strict=True)),
             "range_ratio": s.range_ratio,
         },
-        root_causes=(Cause.STALE_LOAD,),
+        root_causes=rank(votes),
+        votes=votes,
     )
 
 
@@ -378,6 +374,7 @@ def lost_finding(m: SignalMatrix, lost: LostUnit) -> Finding:
     """A unit that stopped reporting while hot: the worst end of a hot unit, never balanced."""
     peers = tuple(u for k, u in enumerate(m.units)
                   if k != lost.index and m.groups[k] == m.groups[lost.index])
+    votes = fixed(Cause.UNIT_LOST)
     return Finding(
         kind=Kind.LOST,
         units=(lost.unit,),
@@ -386,5 +383,6 @@ def lost_finding(m: SignalMatrix, lost: LostUnit) -> Finding:
         facts=LostFacts(lost.unit, lost.lost_at_s, lost.hot_windows, lost.absent_windows),
         evidence={"lost_at_s": lost.lost_at_s, "hot_windows_before": lost.hot_windows,
                   "absent_windows": lost.absent_windows},
-        root_causes=(Cause.UNIT_LOST,),
+        root_causes=rank(votes),
+        votes=votes,
     )

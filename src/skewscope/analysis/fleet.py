@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from skewscope.analysis import causes
 from skewscope.catalogue import Cause, Kind, Severity
 from skewscope.config import Thresholds
-from skewscope.report.facts import FleetPatternFacts
+from skewscope.report.facts import FleetPatternFacts, StarvedFacts
 from skewscope.report.model import Finding, UnitReport
 
 SEVERITY_ORDER = (Severity.LOW, Severity.MEDIUM, Severity.HIGH)
@@ -41,13 +42,14 @@ def fleet_dp_patterns(
     where = {u.unit: (u.instance, u.dp_rank) for u in unit_reports if u.dp_rank is not None}
     by_rank: dict[int, list[tuple[str, str, Finding]]] = defaultdict(list)
     for f in findings:
-        if f.kind == Kind.STALLED or f.evidence.get("starved_share") is not None:
+        if f.kind == Kind.STALLED or isinstance(f.facts, StarvedFacts):
             continue  # hung engines and starved ranks are local matters
         for unit in f.units:
             if unit in where:
                 instance, rank = where[unit]
                 by_rank[rank].append((instance, unit, f))
     out = []
+    votes = causes.fixed(Cause.DP_DISPATCH)  # one dispatch policy runs in every instance
     for rank, hits in sorted(by_rank.items()):
         instances = sorted({inst for inst, _, _ in hits})
         share = len(instances) / multi_rank_instances
@@ -72,7 +74,8 @@ def fleet_dp_patterns(
                         "of_instances": multi_rank_instances,
                     }
                 },
-                root_causes=(Cause.DP_DISPATCH,),
+                root_causes=causes.rank(votes),
+                votes=votes,
             )
         )
     return out

@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from statistics import median
+from typing import NamedTuple
 
 import numpy as np
 
+from skewscope.analysis.causes import rank
 from skewscope.analysis.gateway_series import (
     at_level,
     diverged_from,
@@ -38,7 +40,7 @@ from skewscope.catalogue import (
 )
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.frame import GatewayEvidence, GatewayUnit, split_rank
-from skewscope.report.facts import Note, NoteCode
+from skewscope.report.facts import Note, NoteCode, StarvedFacts
 from skewscope.report.model import (
     Finding,
     GatewayFacts,
@@ -80,8 +82,8 @@ def join_gateway(
         notes.append(Note(NoteCode.GATEWAY_UNJOINED, {"upstreams": unjoined}))
     if report.level != Level.INSTANCE and not ranked:
         return replace(report, gateway=facts, notes=(*report.notes, *notes))
-    findings = tuple(_rank(f, facts, gw, th) for f in report.findings)
-    starved = {u for f in findings if f.evidence.get("starved_share") for u in f.units}
+    findings = tuple(_rank(f, facts, th) for f in report.findings)
+    starved = {u for f in findings if isinstance(f.facts, StarvedFacts) for u in f.units}
     for u in facts.units:
         down = _down(u, th)
         if u.unit is not None and u.unit not in starved and down:
@@ -166,19 +168,32 @@ def _median_requests(units: tuple[GatewayUnit, ...]) -> dict[str, float]:
     return out
 
 
-def _rank(f: Finding, facts: GatewayFacts, gw: GatewayEvidence, th: Thresholds) -> Finding:
+class Said(NamedTuple):
+    """What the gateway's evidence says of one finding: the cause it leads with (None: it
+    changes nothing), the sentences it adds, the figures beside them."""
+
+    lead: Cause | None
+    notes: tuple[Note, ...]
+    evidence: dict[str, object]
+
+
+def _rank(f: Finding, facts: GatewayFacts, th: Thresholds) -> Finding:
+    said = _said(f, facts, th)
+    return f if said is None else _with(f, said)
+
+
+def _said(f: Finding, facts: GatewayFacts, th: Thresholds) -> Said | None:
     by_unit = {u.unit: u for u in facts.units if u.unit is not None}
-    if "starved_share" not in f.evidence and any(math.isnan(u.requests) for u in facts.units):
-        return f  # a worker list without request counts cannot weigh routing shares
-    if f.kind in (Kind.COUNT, Kind.UNKNOWN) and f.units and f.units[0] in by_unit and not (
-        f.evidence.get("starved_share")
-    ):
-        return _count(f, by_unit[f.units[0]], facts, gw, th)
+    starved = isinstance(f.facts, StarvedFacts)
+    if not starved and any(math.isnan(u.requests) for u in facts.units):
+        return None  # a worker list without request counts cannot weigh routing shares
+    if f.kind in (Kind.COUNT, Kind.UNKNOWN) and f.units and f.units[0] in by_unit and not starved:
+        return _count(by_unit[f.units[0]], facts, th)
     if f.kind == Kind.WEIGHT and f.units and f.units[0] in by_unit:
-        return _weight(f, by_unit[f.units[0]], facts, gw, th)
-    if "starved_share" in f.evidence:
+        return _weight(by_unit[f.units[0]], facts, th)
+    if starved:
         return _starved(f, by_unit, facts, th)
-    return f
+    return None
 
 
 def _router_ratio(u: GatewayUnitFacts, facts: GatewayFacts) -> float:
@@ -201,12 +216,11 @@ def _routed(u: GatewayUnitFacts, facts: GatewayFacts, ratio: float, verdict: str
         "request_bytes_ratio": bytes_ratio, "lead_cause": lead})
 
 
-def _count(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvidence,
-           th: Thresholds) -> Finding:
+def _count(u: GatewayUnitFacts, facts: GatewayFacts, th: Thresholds) -> Said:
     ratio = _router_ratio(u, facts)
     evidence = {"router_ratio": ratio, **_facts_evidence(u, facts)}
     if not ratio >= th.count_ratio:
-        return _with(f, _routed(u, facts, ratio, "not_more", None), None, evidence)
+        return Said(None, (_routed(u, facts, ratio, "not_more", None),), evidence)
     dominated = math.isfinite(u.top_keys_excess_share) and (
         u.top_keys_excess_share >= th.gateway_key_share)
     if facts.policy_class == PolicyClass.STICKY or dominated:
@@ -215,22 +229,21 @@ def _count(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvid
         lead = Cause.PREFIX_AFFINITY
     else:
         lead = Cause.ROUTING_WEIGHTS
-    return _with(f, _routed(u, facts, ratio, "more", lead), lead, evidence)
+    return Said(lead, (_routed(u, facts, ratio, "more", lead),), evidence)
 
 
-def _weight(f: Finding, u: GatewayUnitFacts, facts: GatewayFacts, gw: GatewayEvidence,
-            th: Thresholds) -> Finding:
+def _weight(u: GatewayUnitFacts, facts: GatewayFacts, th: Thresholds) -> Said:
     ratio = _router_ratio(u, facts)
     if ratio >= th.count_ratio:
-        return _count(f, u, facts, gw, th)
+        return _count(u, facts, th)
     peers = [p.request_bytes for p in facts.units
              if p.upstream != u.upstream and math.isfinite(p.request_bytes)]
     size = math.nan
     if math.isfinite(u.request_bytes) and peers and median(peers) > 0:
         size = u.request_bytes / float(median(peers))
-    return _with(f, _routed(u, facts, ratio, "even", Cause.LONG_REQUESTS, size),
-                 Cause.LONG_REQUESTS,
-                 {"router_ratio": ratio, **_facts_evidence(u, facts)})
+    return Said(Cause.LONG_REQUESTS,
+                (_routed(u, facts, ratio, "even", Cause.LONG_REQUESTS, size),),
+                {"router_ratio": ratio, **_facts_evidence(u, facts)})
 
 
 # The cause of a starved unit the router lists healthy and in its pool, by what its policy looks
@@ -244,7 +257,7 @@ UNUSED_CAUSE: dict[PolicyClass, Cause] = {
 
 
 def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFacts,
-             th: Thresholds) -> Finding:
+             th: Thresholds) -> Said | None:
     """A starved finding ranked on the router's view of each unit: marked down or not in the
     pool is a health check; listed healthy and in the pool, yet not chosen, is its policy's
     doing (``UNUSED_CAUSE``), and the text says the router lists it."""
@@ -270,10 +283,10 @@ def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFac
             if lead:
                 leads.append(lead)
     if not parts:
-        return f
+        return None
     # the cause most of the starved units point to (the first such on a tie)
     lead = max(dict.fromkeys(leads), key=leads.count) if leads else None
-    return _with(f, tuple(parts), lead, {})
+    return Said(lead, tuple(parts), {})
 
 
 def _facts_evidence(u: GatewayUnitFacts, facts: GatewayFacts) -> dict[str, object]:
@@ -287,17 +300,15 @@ def _facts_evidence(u: GatewayUnitFacts, facts: GatewayFacts) -> dict[str, objec
     }
 
 
-def _with(f: Finding, said: Note | tuple[Note, ...], lead: Cause | None,
-          evidence: dict[str, object]) -> Finding:
-    """The finding with what the gateway says, its evidence and ``lead`` cause ranked first
-    (after KV exhaustion, which says to throttle first whatever the cause)."""
-    keys = list(f.root_causes)
-    if lead is not None:
-        keys = [k for k in keys if k != lead]
-        keys.insert(1 if keys and keys[0] == Cause.KV_EXHAUSTION else 0, lead)
+def _with(f: Finding, said: Said) -> Finding:
+    """The finding with what the gateway says, its evidence, and its causes ranked again from
+    the same votes with the gateway's lead (``causes.rank``: after KV exhaustion, which says
+    to throttle first whatever the cause)."""
+    votes = replace(f.votes, gateway_lead=said.lead)
     return replace(
         f,
-        context=(*f.context, *(said if isinstance(said, tuple) else (said,))),
-        root_causes=tuple(keys),
-        evidence={**f.evidence, "gateway": {**evidence, "lead_cause": lead}},
+        context=(*f.context, *said.notes),
+        root_causes=rank(votes),
+        votes=votes,
+        evidence={**f.evidence, "gateway": {**said.evidence, "lead_cause": votes.gateway_lead}},
     )

@@ -16,6 +16,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from skewscope.analysis.causes import fixed, rank
 from skewscope.analysis.detect import longest_run, persists
 from skewscope.analysis.findings import side_by_side
 from skewscope.analysis.matrix import Array, Flags, SignalMatrix, nanmean
@@ -112,6 +113,7 @@ def _finding(
         "kv_usage": {sat: facts.saturated_kv, idl: facts.idle_kv},
         "ttft_mean_ms": {"first": first, "last": last},
     }
+    votes = fixed(Cause.PD_RATIO)
     return Finding(
         kind=Kind.PD_IMBALANCE,
         units=tuple(m.units[int(j)] for j in cols[sat]),
@@ -119,7 +121,8 @@ def _finding(
         severity=Severity.HIGH if rising else Severity.MEDIUM,
         facts=facts,
         evidence=evidence,
-        root_causes=(Cause.PD_RATIO,),
+        root_causes=rank(votes),
+        votes=votes,
         side_by_side=side_by_side(hot, ref, keys=PD_SIDE_BY_SIDE),
         timeline=timeline(m, flags, both),
     )

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from skewscope.catalogue import Cause, Kind, Level, Role, Severity, Verdict
+from skewscope.catalogue import Cause, Kind, KvRole, Level, Role, Severity, Verdict
 from skewscope.report.facts import FindingFacts, Note, clean
 
 SCHEMA_VERSION = 2  # 2: per-second rates replace the per-window ones
@@ -205,6 +205,22 @@ class Series:
 
 
 @dataclass(frozen=True)
+class CauseVotes:
+    """What ranks a finding's root causes; ``analysis.causes.rank`` holds the order and the
+    finding's ``root_causes`` is that order. Kept on the finding so that the gateway's evidence
+    re-ranks it from the same votes (``gateway_lead``) instead of editing a finished list. Not
+    in the JSON report: ``root_causes`` and ``evidence.gateway.lead_cause`` say what it ranked."""
+
+    fixed: tuple[Cause, ...] = ()  # causes that follow from the finding alone (starved, stalled…)
+    kind: Kind | None = None  # a hot finding's kind: its candidate causes (None: no candidates)
+    secondary_kind: Kind | None = None  # the other of count/weight in a mixed skew
+    level: Level = Level.INSTANCE  # the candidates differ by level (DP dispatch, routing)
+    device_first: tuple[Cause, ...] = ()  # what the device state names first (resource.py)
+    kv: KvRole = KvRole.NONE
+    gateway_lead: Cause | None = None  # the cause the gateway's evidence puts first
+
+
+@dataclass(frozen=True)
 class Finding:
     kind: Kind
     units: tuple[str, ...]
@@ -213,6 +229,7 @@ class Finding:
     facts: FindingFacts  # what the summary says, as numbers and keys (worded: report/document.py)
     evidence: dict[str, Any]
     root_causes: tuple[Cause, ...]  # most likely first (worded, with their actions: document.py)
+    votes: CauseVotes  # what ranked them (root_causes == analysis.causes.rank(votes))
     weight_side: str | None = None
     side_by_side: tuple[SideBySide, ...] = ()
     timeline: Timeline | None = None
