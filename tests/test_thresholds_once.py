@@ -12,6 +12,7 @@ import skewscope.analysis
 ANALYSIS = Path(skewscope.analysis.__file__).parent
 STRUCTURAL = {0, 1, -1, 2, 1000, 3600, 1e-12}  # 3600: seconds per hour
 ALLOWED: dict[str, set[float]] = {
+    "chance.py": {12},  # the variance of rounding to a whole count, 1/12: arithmetic, no verdict
     "compare.py": {95, 99},  # p95 / p99: the figures' names
     "detect.py": {8},  # numpy sums 8 or more terms pairwise (smooth keeps its exact sums)
     "significance.py": {22},  # permutation slices of 2^22 cells: memory per copy, no verdict

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -39,15 +40,23 @@ def _atomic(path: str | Path) -> Iterator[int]:
     if is_special(target):
         yield os.open(target, os.O_WRONLY)
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    tmp = _beside(target)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
+        # created inside the try: a signal right after the file appears still removes it
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
         yield fd
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _beside(target: Path) -> Path:
+    """A temporary name beside ``target`` that nobody else picks (64 random bits), chosen
+    before anything is created so the cleanup knows it from the first instant (``mkstemp``
+    and ``mkdtemp`` name what they made only once it exists)."""
+    return (target.parent or Path(".")) / f".{target.name}.{secrets.token_hex(8)}.tmp"
 
 
 def is_special(path: Path) -> bool:
@@ -58,12 +67,6 @@ def is_special(path: Path) -> bool:
     except OSError:
         return False
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -83,9 +86,9 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = _beside(target)
     try:
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700
+        tmp.mkdir(0o777)  # inside the try (see _beside); the umask applies
         yield tmp
         if target.is_dir() and any(target.iterdir()):
             _merge_into(tmp, target)
