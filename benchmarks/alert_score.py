@@ -75,7 +75,7 @@ class Score:
     names_unit: bool
     missed: tuple[str, ...]
     delays: tuple[tuple[str, float], ...]
-    kinds: tuple[tuple[str, str], ...]  # (episode id, kind named at first firing)
+    kinds: tuple[tuple[str, str], ...]  # (episode id, kind of the first alert naming one)
 
 
 def _p90(xs: list[float]) -> float:
@@ -127,8 +127,11 @@ def score(source: str, level: str, fired: list[Fired], truth: Truth, grace_s: fl
             found.append(e)
             first = hits[0]
             delays.append((e.id, max(0.0, first.start - e.start)))
-            if first.kind is not None:
-                kinds.append((e.id, first.kind))
+            # the kind the first alert naming one says: a trend alert (the DP gap widening)
+            # that fires first names none, which is no wrong kind
+            named = next((f.kind for f in hits if f.kind is not None), None)
+            if named is not None:
+                kinds.append((e.id, named))
     false = [f for f in alerts if not any(matches(f, e, grace_s) for e in eps)]
     true_alerts = len(alerts) - len(false)
     precision = true_alerts / len(alerts) if alerts else float("nan")

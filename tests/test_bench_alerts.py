@@ -51,6 +51,16 @@ def test_score_counts_units_kinds_delays_and_false_alerts() -> None:
     assert (inst.tp, inst.misses, inst.false_alerts, inst.f1) == (0, 1, 1, 0.0)
 
 
+def test_the_kind_is_the_first_alert_naming_one_as_the_backtest_scores_it() -> None:
+    # the DP gap-widening alert (no kind label) fires first, the hot-unit alert names the kind
+    t = _truth()
+    fired = [Fired("x", "dp", "i2", "1", None, 3100, 3400),
+             Fired("x", "dp", "i2", "1", "weight", 3300, 3900)]
+    s = score("x", "dp", fired, t, grace_s=600)
+    assert dict(s.delays)["b"] == 100 and dict(s.kinds) == {"b": "weight"}
+    assert s.kind_correct == 1
+
+
 def test_a_group_rule_matches_every_unit_of_its_group_and_names_no_kind() -> None:
     t = _truth()
     fleet = [Fired("g", "instance", None, None, None, 0, 86400)]  # fires all day
