@@ -91,11 +91,13 @@ def test_the_shared_plan_reports_what_the_per_level_plan_reported_on_a_fleet_wit
     hot_rank = f"{FLEET.instance_label(FLEET.HOT_DP[0])}/dp{FLEET.HOT_DP[1]}"
     assert hot_instance in new and hot_rank in new
     # 15 signals: 5 counters, 4 gauges (KV's mean also per instance), 3 histograms' buckets,
-    # 3 histograms' sums and counts; plus the duplicate check. Before: every signal at both
-    # levels and a bucket-bound probe per histogram.
-    assert len(sent) == 1 + 5 + 4 + 1 + 3 + 3 * 2
+    # 3 histograms' sums (their counts are the buckets' +Inf bucket); plus the duplicate check.
+    # Before: every signal at both levels and a bucket-bound probe per histogram.
+    assert len(sent) == 1 + 5 + 4 + 1 + 3 + 3
     assert len(old_queries) == 1 + 2 * 15 + 3
     assert not any("histogram_quantile" in q or "count by (le)" in q for q in sent)
+    counted = {q.split("seconds_")[1].split('"')[0] for q in sent if "_seconds_" in q}
+    assert counted == {"bucket", "sum"}  # no latency histogram's _count is fetched
     assert sum(q.startswith("avg by (instance)") for q in sent) == 1  # KV mean per instance
 
 
@@ -108,7 +110,7 @@ def test_the_query_count_does_not_grow_with_the_fleet(
     one = FLEET.instance_label(3)
     _diagnose(fleet_url, tmp_path / "one.md", monkeypatch, shared=True,
               selector=f'instance="{one}"')
-    assert len(sent) == whole == 20
+    assert len(sent) == whole == 17
 
 
 _FIGURE = re.compile(r"-?[0-9][0-9,]*(?:\.([0-9]+))?")
