@@ -15,6 +15,11 @@ it is worked out here from the rank-level answer instead (``Job.derive``):
   both levels' ``histogram_quantile`` are computed from them (``prom_quantile``, Prometheus'
   arithmetic), and the bucket bounds marking answers that are only a bound come from the same
   answer (no probe).
+* histogram counts: where a histogram's buckets are fetched, its mean's ``_count`` increase is
+  its ``le="+Inf"`` bucket's (the exposition format makes the two the same counter, and both go
+  through the same increase expression), so the ``_count`` query is kept only as a spare
+  (``Job.spare``), sent when the +Inf bucket does not give a count for every group the ``_sum``
+  answer has (no buckets at all, as a summary has, or a bucket set without +Inf).
 
 Gauges averaged across series (KV usage) keep their instance query: a mean of the ranks' means
 is not the mean of the series. ``shared=False`` plans the former per-level queries (kept for
@@ -45,7 +50,7 @@ from skewscope.sources.dialects import (
     unit_of,
 )
 from skewscope.sources.evidence import Key, Values
-from skewscope.sources.prom_matrix import checked_points
+from skewscope.sources.prom_matrix import checked_points, matrix_to_values
 from skewscope.sources.prom_quantile import histogram_quantile
 from skewscope.sources.promql import bound_marks, build_query, group_labels, part_query
 from skewscope.sources.range_body import RangeSeries
@@ -58,7 +63,8 @@ VALUE, BUCKETS, SUM, COUNT = "value", "bucket", "sum", "count"
 @dataclass(frozen=True)
 class Job:
     """One range query: its answer grouped at ``level``; ``derive``: the instance level of
-    ``signal`` is worked out from this rank-level answer too."""
+    ``signal`` is worked out from this rank-level answer too; ``counts``: a bucket answer's +Inf
+    bucket also gives this mean signal's ``_count``; ``spare``: sent only when it does not."""
 
     level: Level
     signal: str
@@ -66,6 +72,8 @@ class Job:
     query: str
     part: str = VALUE
     derive: bool = False
+    counts: str = ""
+    spare: bool = False
 
 
 def _derivable(spec: SignalSpec, alias: Alias) -> bool:
@@ -96,6 +104,10 @@ def plan_jobs(
                    and resolved[Level.INSTANCE].get(s.signal) == dp[s.signal]
                    and group_labels(Level.DP, dp[s.signal]) is not None
                    and _derivable(s, dp[s.signal])}
+    # the mean signal whose _count each derived percentile's buckets also give (same alias)
+    counted = {p.signal: m.signal for p in SIGNAL_SPECS for m in SIGNAL_SPECS
+               if p.over_time == "quantile" and m.over_time == "mean" and p.role == m.role
+               and {p.signal, m.signal} <= derived and dp[p.signal] == dp[m.signal]}
     jobs: list[Job] = []
     for level in levels:
         for spec in SIGNAL_SPECS:
@@ -103,7 +115,9 @@ def plan_jobs(
             if alias is None or (level is Level.INSTANCE and spec.signal in derived):
                 continue
             if level is Level.DP and spec.signal in derived:
-                jobs += _shared_jobs(spec, alias, selector, window_s)
+                jobs += _shared_jobs(spec, alias, selector, window_s,
+                                     counts=counted.get(spec.signal, ""),
+                                     spare=spec.signal in counted.values())
                 continue
             q = build_query(spec, alias, level=level, window_s=window_s, selector=selector)
             if q is not None:
@@ -111,8 +125,10 @@ def plan_jobs(
     return jobs
 
 
-def _shared_jobs(spec: SignalSpec, alias: Alias, selector: str, window_s: float) -> list[Job]:
-    """A derived signal's rank-level queries: its value, its buckets, or its sum and count."""
+def _shared_jobs(spec: SignalSpec, alias: Alias, selector: str, window_s: float, *,
+                 counts: str = "", spare: bool = False) -> list[Job]:
+    """A derived signal's rank-level queries: its value, its buckets (``counts``: the mean
+    signal they count too), or its sum and count (``spare``: a count the buckets give)."""
     parts = [VALUE]
     if ROLES[spec.role].kind is MetricType.HISTOGRAM:
         parts = [BUCKETS] if spec.over_time == "quantile" else [SUM, COUNT]
@@ -122,7 +138,9 @@ def _shared_jobs(spec: SignalSpec, alias: Alias, selector: str, window_s: float)
              if part == VALUE else
              part_query(alias, part, level=Level.DP, window_s=window_s, selector=selector))
         assert q is not None  # group_labels(DP) was checked
-        jobs.append(Job(Level.DP, spec.signal, alias, q, part, derive=True))
+        jobs.append(Job(Level.DP, spec.signal, alias, q, part, derive=True,
+                        counts=counts if part == BUCKETS else "",
+                        spare=spare and part == COUNT))
     return jobs
 
 
@@ -192,6 +210,31 @@ def fold_instances(rows: Iterable[Row], alias: Alias, how: str, window_s: float,
             first = starts[grid] = [round(t - window_s, 6) for t in grid]
         out.update(zip(((s, inst, None) for s in first), values, strict=True))
     return out
+
+
+def inf_bucket_counts(result: list[Any], alias: Alias, window_s: float, where: str
+                      ) -> dict[Level, dict[Key, float]]:
+    """Both levels' ``_count`` increases from a rank-level bucket answer's ``le="+Inf"``
+    series (what the ``_count`` query would answer: the exposition's same counter)."""
+    inf = [s for s in result if parse_bound(_le(s)) == math.inf]
+    bad: list[str] = []  # the _sum answer notes the unusable series, as the _count one did not
+    return {Level.DP: matrix_to_values(inf, window_s=window_s, alias=alias, level=Level.DP,
+                                       across="sum", bad=bad, where=where),
+            Level.INSTANCE: fold_instances(series_rows(inf, alias, where), alias, "sum",
+                                           window_s, bad)}
+
+
+def _le(series: Any) -> str | None:
+    labels = series.labels if isinstance(series, RangeSeries) else (
+        series.get("metric") if isinstance(series, dict) else None)
+    le = labels.get("le") if isinstance(labels, dict) else None
+    return le if isinstance(le, str) else None
+
+
+def counts_cover(sums: Mapping[Key, float], counts: Mapping[Key, float]) -> bool:
+    """Whether ``counts`` has every group ``sums`` has (so the mean is the one ``_count``'s
+    query would give)."""
+    return all(k in counts for k in sums)
 
 
 def ratio(total: float, count: float) -> float:

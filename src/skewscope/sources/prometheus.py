@@ -51,7 +51,9 @@ from skewscope.sources.prom_plan import (
     VALUE,
     Job,
     bucket_quantiles,
+    counts_cover,
     fold_instances,
+    inf_bucket_counts,
     mark_bucket_bounds,
     mean_table,
     plan_jobs,
@@ -66,12 +68,22 @@ from skewscope.sources.promql import (
     series_selector,
 )
 
+Tables = dict[Level, dict[Key, float]]
 
-def _decode(
-    client: PromClient, job: Job, result: list[Any], window_s: float
-) -> tuple[dict[Level, dict[Key, float]], list[str], set[float] | None]:
-    """(value tables per level, series without a usable unit, bucket bounds of a percentile
-    worked out here) of one job's answer (``prom_plan``)."""
+
+@dataclass
+class Decoded:
+    """One job's answer read: its value tables per level, the series without a usable unit,
+    a percentile's bucket bounds and a bucket answer's +Inf counts (``prom_plan``)."""
+
+    tables: Tables
+    bad: list[str]
+    les: set[float] | None = None
+    counts: Tables | None = None
+
+
+def _decode(client: PromClient, job: Job, result: list[Any], window_s: float) -> Decoded:
+    """One job's answer as value tables (``prom_plan``)."""
     spec = SPEC_BY_SIGNAL[job.signal]
     bad: list[str] = []
     where = client.where
@@ -83,7 +95,9 @@ def _decode(
     if job.part == BUCKETS:
         rows = series_rows(result, job.alias, where)
         tables, les = bucket_quantiles(rows, spec, job.alias, window_s, bad)
-        return tables, bad, les
+        counts = (inf_bucket_counts(result, job.alias, window_s, where) if job.counts
+                  else None)
+        return Decoded(tables, bad, les, counts)
     across = spec.across if job.part == VALUE else "sum"
     tables = {job.level: read(job.level, across)}
     if job.derive:
@@ -91,7 +105,7 @@ def _decode(
             read(Level.INSTANCE, across) if job.alias.rank_in_unit else
             fold_instances(series_rows(result, job.alias, where), job.alias, across, window_s,
                            bad))
-    return tables, (bad if job.part != COUNT else []), None  # a mean's series noted once
+    return Decoded(tables, bad if job.part != COUNT else [])  # a mean's series noted once
 
 
 def _load_tables(
@@ -119,10 +133,10 @@ def _load_tables(
     lock = threading.Lock()
     with DaemonPool(max_workers) as pool:  # a stopping watch abandons its queries
 
-        def run(job: Job) -> tuple[dict[Level, dict[Key, float]], list[str], set[float] | None]:
+        def run(job: Job) -> Decoded:
             got = _decode(client, job, client.query_range_series(job.query, first_t, last_t, w),
                           w)
-            if (job.part == VALUE and got[0][job.level]
+            if (job.part == VALUE and got.tables[job.level]
                     and SPEC_BY_SIGNAL[job.signal].over_time == "quantile"):
                 with lock:
                     if job.alias.name not in bounds:
@@ -131,20 +145,34 @@ def _load_tables(
                                                              last_t, whole)
             return got
 
-        results = [f.result() for f in [pool.submit(run, job) for job in jobs]]
+        sent = [job for job in jobs if not job.spare]
+        results = [f.result() for f in [pool.submit(run, job) for job in sent]]
         found: dict[Level, dict[str, dict[Key, float]]] = {lvl: {} for lvl in levels}
         parts: dict[tuple[Level, str], dict[str, dict[Key, float]]] = defaultdict(dict)
         les: dict[tuple[Level, str], set[float]] = {}
+        inf: dict[str, Tables] = {}
         bad: list[str] = []
-        for job, (tables, job_bad, job_les) in zip(jobs, results, strict=True):
-            bad += job_bad
-            for level, table in tables.items():
+        for job, got in zip(sent, results, strict=True):
+            bad += got.bad
+            if got.counts is not None:
+                inf[job.counts] = got.counts
+            for level, table in got.tables.items():
                 if job.part in (SUM, COUNT):
                     parts[(level, job.signal)][job.part] = table
                     continue
                 found[level][job.signal] = table
-                if job_les is not None:
-                    les[(level, job.signal)] = job_les
+                if got.les is not None:
+                    les[(level, job.signal)] = got.les
+        for job in jobs:  # a mean's count: its buckets' +Inf where that covers its sums
+            if not job.spare:
+                continue
+            counts = inf.get(job.signal)
+            if counts is None or not all(
+                    counts_cover(parts[(lvl, job.signal)].get(SUM, {}), counts[lvl])
+                    for lvl in counts):
+                counts = run(job).tables
+            for level, table in counts.items():
+                parts[(level, job.signal)][COUNT] = table
         for (level, signal), pair in parts.items():
             if len(pair) == 2:
                 scale = query_scale(SPEC_BY_SIGNAL[signal], resolve_alias(jobs, signal))
