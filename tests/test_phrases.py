@@ -20,7 +20,7 @@ from skewscope.analysis.classify import classify
 from skewscope.analysis.diagnose import diagnose_frame
 from skewscope.catalogue import Cause
 from skewscope.config import DEFAULT_THRESHOLDS
-from skewscope.report import causes, fmt, phrases
+from skewscope.report import causes, fmt, note_phrases, phrases
 from skewscope.report.document import finding_document
 from skewscope.report.facts import (
     Compared,
@@ -124,7 +124,7 @@ def test_starved_and_stalled_summaries() -> None:
 
 
 def test_every_note_code_has_words_and_a_source_line_passes_through() -> None:
-    assert set(phrases._NOTES) == set(NoteCode)
+    assert set(note_phrases._NOTES) == set(NoteCode)
     assert phrases.note(Note.text("b: batch.csv missing")) == "b: batch.csv missing"
     idle = Note(NoteCode.NEAR_IDLE, {"requests": 82.0, "min_requests": 100})
     assert phrases.note(idle) == ("near-idle service: 82 requests in the range (finished or "

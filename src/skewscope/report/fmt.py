@@ -72,6 +72,14 @@ def quantity(key: str, v: float, bound: str = "", missing: str = "n/a") -> str:
     return f"{text} ms" if unit == "ms" and text != missing else text
 
 
+NA = "n/a"  # a figure a sentence cannot give
+
+
+def times(v: float) -> str:
+    """A ratio in a sentence: ``1.80x``, ``n/a`` when it cannot be given."""
+    return ratio(v, missing=NA)
+
+
 def ratio(r: float, missing: str = NOT_MEASURED) -> str:
     """A ratio the analysis computed: ∞x when the reference did none of it, — when unknown."""
     if r == math.inf:
