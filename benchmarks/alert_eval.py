@@ -128,9 +128,10 @@ def watch_episodes(url: str, dialect: str, start: float, end: float, *, last_s: 
     out = []
     for inc in incidents:
         inst, rank = _split_unit(inc.unit, inc.level)
-        # the incident is dated from its first hot run but shows once OPEN_RUNS runs confirm it:
-        # that is when it "fires"
-        fired_at = inc.onset_s + (OPEN_RUNS - 1) * every_s
+        # the incident is dated from its first hot run but shows once OPEN_RUNS runs confirm it
+        # (confirmed_s): that is when it "fires"
+        fired_at = (inc.confirmed_s if inc.confirmed_s is not None
+                    else inc.onset_s + (OPEN_RUNS - 1) * every_s)
         out.append(Fired("watch", inc.level, inst, rank, inc.kind, fired_at,
                          inc.end_s if inc.end_s is not None else inc.last_seen_s))
     return out, errors

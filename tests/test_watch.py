@@ -208,6 +208,7 @@ def test_an_incident_opens_only_after_k_alarming_runs_at_the_first_of_them(
     assert t.update(hot, 160.0) == []
     (opened,) = [i for i in t.update(hot, 190.0) if i.unit == "inst-1"]
     assert (opened.onset_s, opened.last_seen_s, opened.end_s) == (160.0, 190.0, None)
+    assert opened.confirmed_s == 190.0  # dated from its first hot run, shown at the second
     (ended,) = [i for i in t.update(calm, 220.0) if i.unit == "inst-1"]
     assert (ended.onset_s, ended.end_s) == (160.0, 220.0)
     assert t.update(hot, 250.0) == [] and not t.open  # pending again, not reopened
@@ -264,6 +265,7 @@ def check_store(store: HistoryStore, report: Report) -> None:
         *((u, 100.0, 160.0, COOLED) for u in newest_first),
     ]
     assert len(store.list(open_only=True)) == len(HOT)
+    assert all(i.confirmed_s == i.onset_s for i in rows)  # open_runs 1: shown when it began
     assert {i.unit for i in store.list(unit="inst-1")} == {"inst-1"}
     one = store.get(rows[-1].id or -1)
     assert one is not None and one.kind == "count" and "persistent hot spot" in one.summary

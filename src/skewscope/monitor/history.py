@@ -44,11 +44,12 @@ _TYPES = {
     "end_s": "DOUBLE PRECISION",
     "end_reason": "TEXT NOT NULL",
     "writer": "TEXT NOT NULL DEFAULT ''",
+    "confirmed_s": "DOUBLE PRECISION",
     LEASE: "DOUBLE PRECISION",
 }
 # Columns added since the first version; an older table gains them on open (its rows have no
 # writer and no lease: the next writer closes the ones left open, as that version did).
-MIGRATED = ("writer", LEASE)
+MIGRATED = ("writer", "confirmed_s", LEASE)
 POSTGRES_SCHEMES = ("postgres://", "postgresql://")
 SQL_INT_MAX = 2**63 - 1  # ids and LIMIT are 64-bit signed integers in SQLite and Postgres
 # A writer renews its lease after every run: it runs out LEASE_RUNS intervals (plus a slack for
@@ -59,7 +60,7 @@ LEASE_SLACK_S = 120.0
 _TEXT = ("unit", "level", "kind")  # must be non-empty text
 _OPTIONAL_TEXT = ("summary", "source", "end_reason", "writer")  # NULL reads as ""
 _TIMES = ("onset_s", "last_seen_s")  # must be finite numbers
-_OPTIONAL_NUMBERS = ("peak_ratio", "end_s")  # NULL reads as "none"
+_OPTIONAL_NUMBERS = ("peak_ratio", "end_s", "confirmed_s")  # NULL reads as "none"
 
 
 _PG_FAMILY = {t: "number" for t in ("double precision", "real", "numeric", "integer",
@@ -146,8 +147,9 @@ def decode_row(values: dict[str, object]) -> Incident:
         out[c] = n
     if out["peak_ratio"] is None:
         out["peak_ratio"] = math.nan
-    if out["end_s"] is not None and not math.isfinite(out["end_s"]):
-        raise BadRow(row_id, "end_s", f"expected a time in epoch seconds, got {out['end_s']}")
+    for c in ("end_s", "confirmed_s"):
+        if out[c] is not None and not math.isfinite(out[c]):
+            raise BadRow(row_id, c, f"expected a time in epoch seconds, got {out[c]}")
     return Incident(**out, id=row_id)
 
 

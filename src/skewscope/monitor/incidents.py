@@ -41,6 +41,9 @@ class Incident:
     end_s: float | None = None
     end_reason: str = ""
     writer: str = ""  # the watch process that owns it (set by the history store)
+    # the run that opened it (``open_runs`` alarming runs in a row): when it first showed, as
+    # an alert fires after its ``for:``; None in rows written before it was kept
+    confirmed_s: float | None = None
     id: int | None = None  # assigned by the history store
 
     @property
@@ -86,7 +89,7 @@ class IncidentTracker:
                     self.pending[key] = (runs + 1, first)
                     continue
                 cur = Incident(h.unit, h.level, h.kind, first, at_s, h.ratio, h.summary,
-                               source=self.source)
+                               source=self.source, confirmed_s=at_s)
             elif _worse(h.ratio, cur.peak_ratio, cur.kind):
                 cur = replace(cur, last_seen_s=at_s, peak_ratio=h.ratio, summary=h.summary)
             else:
