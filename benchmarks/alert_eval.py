@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
-from skewscope.monitor.incidents import CALM_RUNS, OPEN_RUNS
+from skewscope.monitor.incidents import CALM_RUNS
 from skewscope.sources.prom_client import PromClient
 
 
@@ -128,10 +128,9 @@ def watch_episodes(url: str, dialect: str, start: float, end: float, *, last_s: 
     out = []
     for inc in incidents:
         inst, rank = _split_unit(inc.unit, inc.level)
-        # the incident is dated from its first hot run but shows once OPEN_RUNS runs confirm it
-        # (confirmed_s): that is when it "fires"
-        fired_at = (inc.confirmed_s if inc.confirmed_s is not None
-                    else inc.onset_s + (OPEN_RUNS - 1) * every_s)
-        out.append(Fired("watch", inc.level, inst, rank, inc.kind, fired_at,
+        # the incident is dated from its first hot run but shows once the runs that open it
+        # confirm it (confirmed_s: this run's own store, so every incident has one): it "fires"
+        assert inc.confirmed_s is not None
+        out.append(Fired("watch", inc.level, inst, rank, inc.kind, inc.confirmed_s,
                          inc.end_s if inc.end_s is not None else inc.last_seen_s))
     return out, errors

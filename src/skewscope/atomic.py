@@ -56,7 +56,7 @@ def _beside(target: Path) -> Path:
     """A temporary name beside ``target`` that nobody else picks (64 random bits), chosen
     before anything is created so the cleanup knows it from the first instant (``mkstemp``
     and ``mkdtemp`` name what they made only once it exists)."""
-    return (target.parent or Path(".")) / f".{target.name}.{secrets.token_hex(8)}.tmp"
+    return target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
 
 
 def is_special(path: Path) -> bool:

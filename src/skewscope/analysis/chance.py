@@ -37,9 +37,12 @@ def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
     scale = at / th.min_requests_per_window if tokens else 1.0
     count, mine = float(ref[ok].sum()) / scale, float(raw[ok, j].sum()) / scale
     per_window = count / max(int(ok.sum()), 1)
-    noise = count * (1.0 + median_noise(_reference_size(m.groups, j, against), per_window))
+    members = [k for k, g in enumerate(m.groups) if g == m.groups[j]]
+    fixed = against.get(m.groups[j]) if against else None  # peer_reference's reference units
+    peers = sum(1 for k in (members if fixed is None else fixed) if k != j)
+    noise = count * (1.0 + median_noise(peers, per_window))
     if tokens:
-        noise *= 1.0 + length_spread(m, [k for k, g in enumerate(m.groups) if g == m.groups[j]])
+        noise *= 1.0 + length_spread(m, members)
     return mine - count >= th.hot_noise_sigmas * math.sqrt(noise)
 
 
@@ -69,12 +72,3 @@ def median_noise(n: int, per_draw: float) -> float:
     if n <= 2:
         return 1.0 / max(n, 1)
     return math.pi / (2.0 * n) + 1.0 / (12.0 * max(per_draw, 1.0))
-
-
-def _reference_size(groups: tuple[str, ...], j: int,
-                    against: dict[str, list[int]] | None) -> int:
-    """How many units unit ``j``'s peer reference is a median of (``peer_reference``'s rule)."""
-    g = groups[j]
-    if against and g in against:
-        return len([k for k in against[g] if k != j])
-    return sum(1 for k, h in enumerate(groups) if h == g and k != j)

@@ -212,23 +212,16 @@ def fold_instances(rows: Iterable[Row], alias: Alias, how: str, window_s: float,
     return out
 
 
-def inf_bucket_counts(result: list[Any], alias: Alias, window_s: float, where: str
-                      ) -> dict[Level, dict[Key, float]]:
+def inf_bucket_counts(result: list[Any], rows: list[Row], alias: Alias, window_s: float,
+                      where: str) -> dict[Level, dict[Key, float]]:
     """Both levels' ``_count`` increases from a rank-level bucket answer's ``le="+Inf"``
-    series (what the ``_count`` query would answer: the exposition's same counter)."""
-    inf = [s for s in result if parse_bound(_le(s)) == math.inf]
+    series (what the ``_count`` query would answer: the exposition's same counter); ``rows``
+    are the answer's ``series_rows``, in its order."""
+    at = [i for i, (labels, _, _) in enumerate(rows) if parse_bound(labels.get("le")) == math.inf]
     bad: list[str] = []  # the _sum answer notes the unusable series, as the _count one did not
-    return {Level.DP: matrix_to_values(inf, window_s=window_s, alias=alias, level=Level.DP,
-                                       across="sum", bad=bad, where=where),
-            Level.INSTANCE: fold_instances(series_rows(inf, alias, where), alias, "sum",
-                                           window_s, bad)}
-
-
-def _le(series: Any) -> str | None:
-    labels = series.labels if isinstance(series, RangeSeries) else (
-        series.get("metric") if isinstance(series, dict) else None)
-    le = labels.get("le") if isinstance(labels, dict) else None
-    return le if isinstance(le, str) else None
+    return {Level.DP: matrix_to_values([result[i] for i in at], window_s=window_s, alias=alias,
+                                       level=Level.DP, across="sum", bad=bad, where=where),
+            Level.INSTANCE: fold_instances([rows[i] for i in at], alias, "sum", window_s, bad)}
 
 
 def counts_cover(sums: Mapping[Key, float], counts: Mapping[Key, float]) -> bool:

@@ -95,7 +95,7 @@ def _decode(client: PromClient, job: Job, result: list[Any], window_s: float) ->
     if job.part == BUCKETS:
         rows = series_rows(result, job.alias, where)
         tables, les = bucket_quantiles(rows, spec, job.alias, window_s, bad)
-        counts = (inf_bucket_counts(result, job.alias, window_s, where) if job.counts
+        counts = (inf_bucket_counts(result, rows, job.alias, window_s, where) if job.counts
                   else None)
         return Decoded(tables, bad, les, counts)
     across = spec.across if job.part == VALUE else "sum"
