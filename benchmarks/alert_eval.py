@@ -31,8 +31,7 @@ class Fired:
 
     @property
     def names_unit(self) -> bool:
-        return self.instance is not None and (self.level == "instance"
-                                              or self.dp_rank is not None)
+        return self.instance is not None and (self.level == "instance" or self.dp_rank is not None)
 
 
 def firing_runs(stamps: Iterable[float], step_s: float, for_s: float) -> list[tuple[float, float]]:
@@ -55,10 +54,18 @@ def firing_runs(stamps: Iterable[float], step_s: float, for_s: float) -> list[tu
     return out
 
 
-def promql_episodes(client: PromClient, source: str, level: str, expr: str, for_s: float,
-                    start: float, end: float, step_s: float,
-                    unit_labels: tuple[str | None, str | None],
-                    kind_label: str | None = None) -> list[Fired]:
+def promql_episodes(
+    client: PromClient,
+    source: str,
+    level: str,
+    expr: str,
+    for_s: float,
+    start: float,
+    end: float,
+    step_s: float,
+    unit_labels: tuple[str | None, str | None],
+    kind_label: str | None = None,
+) -> list[Fired]:
     """The episodes of one alert expression over [start, end] at ``step_s``. ``unit_labels``:
     (instance label, rank label or None) naming the unit on a firing series, if it has them."""
     out = []
@@ -68,8 +75,17 @@ def promql_episodes(client: PromClient, source: str, level: str, expr: str, for_
         stamps = [float(t) for t, _ in series.get("values", [])]
         kind = labels.get(kind_label) if kind_label else None
         for a, b in firing_runs(stamps, step_s, for_s):
-            out.append(Fired(source, level, labels.get(inst_label) if inst_label else None,
-                             labels.get(rank_label) if rank_label else None, kind, a, b))
+            out.append(
+                Fired(
+                    source,
+                    level,
+                    labels.get(inst_label) if inst_label else None,
+                    labels.get(rank_label) if rank_label else None,
+                    kind,
+                    a,
+                    b,
+                )
+            )
     return out
 
 
@@ -81,12 +97,21 @@ def _split_unit(unit: str, level: str) -> tuple[str, str | None]:
     return unit, None
 
 
-def watch_episodes(url: str, dialect: str, start: float, end: float, *, last_s: float = 900.0,
-                   every_s: float = 30.0, window_s: float | None = None, level: str = "auto",
-                   work: Path,
-                   thresholds: Thresholds = DEFAULT_THRESHOLDS, calm_runs: int = CALM_RUNS,
-                   progress: Callable[[int, int], None] | None = None
-                   ) -> tuple[list[Fired], dict[str, int]]:
+def watch_episodes(
+    url: str,
+    dialect: str,
+    start: float,
+    end: float,
+    *,
+    last_s: float = 900.0,
+    every_s: float = 30.0,
+    window_s: float | None = None,
+    level: str = "auto",
+    work: Path,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    calm_runs: int = CALM_RUNS,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[Fired], dict[str, int]]:
     """``watch --prometheus URL --last LAST --every EVERY [--window W] --save`` over [start,
     end]: watch's loop on a ``ManualClock`` (runs at start + last, + every, ...: explicit
     instants, no wall-clock wait), incidents from its own tracker (calm runs) and store.
@@ -97,8 +122,18 @@ def watch_episodes(url: str, dialect: str, start: float, end: float, *, last_s: 
     from skewscope.monitor.history import open_store
     from skewscope.monitor.watch import Watcher
 
-    argv = ["watch", "--prometheus", url, "--dialect", dialect, "--last", f"{last_s:g}s",
-            "--every", f"{every_s:g}s", "--no-tui"]
+    argv = [
+        "watch",
+        "--prometheus",
+        url,
+        "--dialect",
+        dialect,
+        "--last",
+        f"{last_s:g}s",
+        "--every",
+        f"{every_s:g}s",
+        "--no-tui",
+    ]
     if window_s is not None:
         argv += ["--window", f"{window_s:g}s"]
     args = build_parser().parse_args(argv)
@@ -115,9 +150,17 @@ def watch_episodes(url: str, dialect: str, start: float, end: float, *, last_s: 
         if progress is not None:
             progress(done[0], total)
 
-    watcher = Watcher(source, last_s=last_s, every_s=every_s, level=level,
-                      thresholds=thresholds, store=store, clock=clock, calm_runs=calm_runs,
-                      on_run=on_run)
+    watcher = Watcher(
+        source,
+        last_s=last_s,
+        every_s=every_s,
+        level=level,
+        thresholds=thresholds,
+        store=store,
+        clock=clock,
+        calm_runs=calm_runs,
+        on_run=on_run,
+    )
     try:
         watcher.loop(max_runs=total)  # watch's own loop; its sleeps move the manual clock
     finally:
@@ -131,6 +174,15 @@ def watch_episodes(url: str, dialect: str, start: float, end: float, *, last_s: 
         # the incident is dated from its first hot run but shows once the runs that open it
         # confirm it (confirmed_s: this run's own store, so every incident has one): it "fires"
         assert inc.confirmed_s is not None
-        out.append(Fired("watch", inc.level, inst, rank, inc.kind, inc.confirmed_s,
-                         inc.end_s if inc.end_s is not None else inc.last_seen_s))
+        out.append(
+            Fired(
+                "watch",
+                inc.level,
+                inst,
+                rank,
+                inc.kind,
+                inc.confirmed_s,
+                inc.end_s if inc.end_s is not None else inc.last_seen_s,
+            )
+        )
     return out, errors

@@ -32,12 +32,27 @@ class Truth:
 
 def read_truth(path: Path) -> Truth:
     d = json.loads(path.read_text())
-    eps = tuple(Episode(e["id"], e["level"], e["instance"],
-                        None if e.get("dp_rank") is None else str(e["dp_rank"]), e["kind"],
-                        float(e["start"]), float(e["end"])) for e in d["episodes"])
-    return Truth(float(d["t0"]), float(d["t1"]), float(d["step_s"]), d["dialect"],
-                 float(d.get("window_s", 300)), eps,
-                 tuple(d.get("noise", ())))
+    eps = tuple(
+        Episode(
+            e["id"],
+            e["level"],
+            e["instance"],
+            None if e.get("dp_rank") is None else str(e["dp_rank"]),
+            e["kind"],
+            float(e["start"]),
+            float(e["end"]),
+        )
+        for e in d["episodes"]
+    )
+    return Truth(
+        float(d["t0"]),
+        float(d["t1"]),
+        float(d["step_s"]),
+        d["dialect"],
+        float(d.get("window_s", 300)),
+        eps,
+        tuple(d.get("noise", ())),
+    )
 
 
 def names(f: Fired, e: Episode) -> bool:
@@ -47,8 +62,12 @@ def names(f: Fired, e: Episode) -> bool:
     if f.instance is not None and f.instance != e.instance:
         return False
     # an episode of a whole instance's ranks (dp_rank None) is named by any of its ranks
-    return not (e.level == "dp" and f.dp_rank is not None and e.dp_rank is not None
-                and f.dp_rank != e.dp_rank)
+    return not (
+        e.level == "dp"
+        and f.dp_rank is not None
+        and e.dp_rank is not None
+        and f.dp_rank != e.dp_rank
+    )
 
 
 def matches(f: Fired, e: Episode, grace_s: float) -> bool:
@@ -136,17 +155,37 @@ def score(source: str, level: str, fired: list[Fired], truth: Truth, grace_s: fl
     true_alerts = len(alerts) - len(false)
     precision = true_alerts / len(alerts) if alerts else float("nan")
     recall = len(found) / len(eps) if eps else float("nan")
-    f1 = (2 * precision * recall / (precision + recall)
-          if alerts and eps and precision + recall > 0 else 0.0)
+    f1 = (
+        2 * precision * recall / (precision + recall)
+        if alerts and eps and precision + recall > 0
+        else 0.0
+    )
     by_id = {e.id: e for e in eps}
-    kind_ok = (sum(by_id[i].kind == k for i, k in kinds)
-               if any(f.kind is not None for f in alerts) or not alerts else None)
+    kind_ok = (
+        sum(by_id[i].kind == k for i, k in kinds)
+        if any(f.kind is not None for f in alerts) or not alerts
+        else None
+    )
     ds = [d for _, d in delays]
     days = (truth.t1 - truth.t0) / 86400.0
     return Score(
-        source, level, len(eps), len(alerts), len(found), len(eps) - len(found), len(false),
-        precision, recall, f1,
-        statistics.median(ds) if ds else float("nan"), _p90(ds), len(false) / days,
-        false_time(alerts, eps, grace_s) / (truth.t1 - truth.t0), kind_ok,
+        source,
+        level,
+        len(eps),
+        len(alerts),
+        len(found),
+        len(eps) - len(found),
+        len(false),
+        precision,
+        recall,
+        f1,
+        statistics.median(ds) if ds else float("nan"),
+        _p90(ds),
+        len(false) / days,
+        false_time(alerts, eps, grace_s) / (truth.t1 - truth.t0),
+        kind_ok,
         all(f.names_unit for f in alerts) if alerts else True,
-        tuple(e.id for e in eps if e not in found), tuple(delays), tuple(kinds))
+        tuple(e.id for e in eps if e not in found),
+        tuple(delays),
+        tuple(kinds),
+    )

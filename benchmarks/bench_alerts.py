@@ -80,8 +80,11 @@ def backfill(history: Path, blocks: Path) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         raise SystemExit("promtool not found: install prometheus (apt-get install prometheus)")
-    done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(history),
-                           str(blocks)], capture_output=True, text=True)
+    done = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(blocks)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise SystemExit(f"promtool backfill of {history} failed: {done.stderr[-2000:]}")
 
@@ -94,8 +97,13 @@ def prometheus(blocks: Path, work: Path) -> Iterator[str]:
         raise SystemExit("prometheus not found: install prometheus (apt-get install prometheus)")
     (work / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
     port = free_port()
-    cmd = [prom, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={blocks}",
-           "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}"]
+    cmd = [
+        prom,
+        f"--config.file={work / 'prometheus.yml'}",
+        f"--storage.tsdb.path={blocks}",
+        "--storage.tsdb.retention.time=100y",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
     with (work / "prometheus.log").open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -125,22 +133,30 @@ def write_day(dialect: str, short: bool, seed: int | None, out: Path) -> None:
     sim_write_day(replace(spec, **changes), out)
 
 
-def skewscope_rule_episodes(url: str, truth: Truth, step_s: float, notes: list[str]
-                            ) -> list[Fired] | None:
+def skewscope_rule_episodes(
+    url: str, truth: Truth, step_s: float, notes: list[str]
+) -> list[Fired] | None:
     """The generated rules' alert episodes (``skewscope rules`` for the day's dialect, at the
     day's window) through the backtest evaluator; None (with a note) where this tree has none."""
     try:
         from skewscope.monitor.backtest import backtest_url
     except ImportError:
-        notes.append("skewscope rules: no backtest evaluator in this tree (skewscope.monitor."
-                     "backtest): not evaluated")
+        notes.append(
+            "skewscope rules: no backtest evaluator in this tree (skewscope.monitor."
+            "backtest): not evaluated"
+        )
         return None
-    notes.append(f"rules: skewscope rules --dialect {truth.dialect} --window "
-                 f"{truth.window_s:g}s, evaluated every {step_s:g}s")
-    episodes = backtest_url(url, truth.t0, truth.t1, dialect=truth.dialect,
-                            window_s=truth.window_s, step_s=step_s)
-    return [Fired("rules", e.level, e.instance, e.dp_rank, e.kind or None, e.start, e.end)
-            for e in episodes]
+    notes.append(
+        f"rules: skewscope rules --dialect {truth.dialect} --window "
+        f"{truth.window_s:g}s, evaluated every {step_s:g}s"
+    )
+    episodes = backtest_url(
+        url, truth.t0, truth.t1, dialect=truth.dialect, window_s=truth.window_s, step_s=step_s
+    )
+    return [
+        Fired("rules", e.level, e.instance, e.dp_rank, e.kind or None, e.start, e.end)
+        for e in episodes
+    ]
 
 
 def field_episodes(client: PromClient, truth: Truth, step_s: float) -> dict[str, list[Fired]]:
@@ -150,15 +166,33 @@ def field_episodes(client: PromClient, truth: Truth, step_s: float) -> dict[str,
     for rule in field_rules(truth.dialect):
         unit = ("instance" if rule.level == "dp" else None, None)
         out.setdefault(rule.name, []).extend(
-            promql_episodes(client, rule.name, rule.level, rule.expr, rule.for_s, truth.t0,
-                            truth.t1, step_s, unit))
+            promql_episodes(
+                client,
+                rule.name,
+                rule.level,
+                rule.expr,
+                rule.for_s,
+                truth.t0,
+                truth.t1,
+                step_s,
+                unit,
+            )
+        )
     return out
 
 
-def run_day(day: Path, work: Path, *, grace_s: float, watch_every_s: float = WATCH_EVERY_S,
-            watch_last_s: float = WATCH_LAST_S, watch_window_s: float | None = None,
-            step_s: float = STEP_S, sources: tuple[str, ...] = SOURCES,
-            log: bool = True) -> DayRun:
+def run_day(
+    day: Path,
+    work: Path,
+    *,
+    grace_s: float,
+    watch_every_s: float = WATCH_EVERY_S,
+    watch_last_s: float = WATCH_LAST_S,
+    watch_window_s: float | None = None,
+    step_s: float = STEP_S,
+    sources: tuple[str, ...] = SOURCES,
+    log: bool = True,
+) -> DayRun:
     """Backfill ``day`` into a fresh Prometheus and score ``sources`` on it."""
     truth = read_truth(day / "truth.json")
     notes: list[str] = []
@@ -172,8 +206,7 @@ def run_day(day: Path, work: Path, *, grace_s: float, watch_every_s: float = WAT
     with prometheus(blocks, work) as url:
         client = PromClient(url, timeout_s=120)
         t = time.perf_counter()
-        rules = (skewscope_rule_episodes(url, truth, step_s, notes) if "rules" in sources
-                 else None)
+        rules = skewscope_rule_episodes(url, truth, step_s, notes) if "rules" in sources else None
         if rules is not None:
             fired["skewscope rules"] = rules
         seconds["rules"] = time.perf_counter() - t
@@ -186,13 +219,22 @@ def run_day(day: Path, work: Path, *, grace_s: float, watch_every_s: float = WAT
         watched: list[Fired] = []
         errors: dict[str, int] = {}
         if "watch" in sources:
-            watched, errors = watch_episodes(url, truth.dialect, truth.t0, truth.t1,
-                                             last_s=watch_last_s, every_s=watch_every_s,
-                                             window_s=watch_window_s, work=work,
-                                             progress=progress)
+            watched, errors = watch_episodes(
+                url,
+                truth.dialect,
+                truth.t0,
+                truth.t1,
+                last_s=watch_last_s,
+                every_s=watch_every_s,
+                window_s=watch_window_s,
+                work=work,
+                progress=progress,
+            )
             fired["skewscope watch"] = watched
-            notes.append(f"watch: --last {watch_last_s:g}s --every {watch_every_s:g}s --window"
-                         f" {watch_window_s or 'auto'}, calm runs {CALM_RUNS}")
+            notes.append(
+                f"watch: --last {watch_last_s:g}s --every {watch_every_s:g}s --window"
+                f" {watch_window_s or 'auto'}, calm runs {CALM_RUNS}"
+            )
         seconds["watch"] = time.perf_counter() - t
         failed = {k: v for k, v in errors.items() if v}
         if failed:
@@ -211,8 +253,10 @@ def _f(x: float, fmt: str = "{:.2f}") -> str:
 
 
 def table(run: DayRun) -> str:
-    head = ("| source | level | episodes | TP | FP | misses | precision | recall | F1 | "
-            "delay median | delay p90 | false/day | false firing | kind right |")
+    head = (
+        "| source | level | episodes | TP | FP | misses | precision | recall | F1 | "
+        "delay median | delay p90 | false/day | false firing | kind right |"
+    )
     rows = [head, "|" + "---|" * 14]
     for s in run.scores:
         kind = "n/a (no kind)" if s.kind_correct is None else f"{s.kind_correct}/{s.tp}"
@@ -221,7 +265,8 @@ def table(run: DayRun) -> str:
             f"{s.misses} | {_f(s.precision)} | {_f(s.recall)} | {_f(s.f1)} | "
             f"{_f(s.delay_median_s / 60, '{:.1f} min')} | {_f(s.delay_p90_s / 60, '{:.1f} min')}"
             f" | {_f(s.false_per_day, '{:.1f}')} | {_f(100 * s.false_time_share, '{:.0f} %')}"
-            f" | {kind} |")
+            f" | {kind} |"
+        )
     return "\n".join(rows)
 
 
@@ -230,8 +275,11 @@ def details(run: DayRun) -> str:
     for s in run.scores:
         if s.missed:
             lines.append(f"  {s.source} {s.level}: missed {', '.join(s.missed)}")
-        wrong = [f"{i}->{k}" for i, k in s.kinds
-                 if k != next(e.kind for e in run.truth.episodes if e.id == i)]
+        wrong = [
+            f"{i}->{k}"
+            for i, k in s.kinds
+            if k != next(e.kind for e in run.truth.episodes if e.id == i)
+        ]
         if wrong:
             lines.append(f"  {s.source} {s.level}: wrong kind {', '.join(wrong)}")
     return "\n".join(lines + [f"  note: {n}" for n in run.notes])
@@ -244,14 +292,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int)
     p.add_argument("--day", type=Path, help="evaluate this day folder instead of writing one")
     p.add_argument("--work", type=Path, help="working folder (default: a temporary one)")
-    p.add_argument("--grace", type=float, default=600.0,
-                   help="seconds after an episode's end an alert still counts for it")
-    p.add_argument("--short-watch", action="store_true",
-                   help="watch with the short day's look-back (with --day of a short day)")
-    p.add_argument("--sources", default=",".join(SOURCES),
-                   help="which to evaluate, of rules,watch,field (default: all)")
-    p.add_argument("--step", type=float, default=STEP_S,
-                   help="seconds between rule evaluations (generated and field rules)")
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=600.0,
+        help="seconds after an episode's end an alert still counts for it",
+    )
+    p.add_argument(
+        "--short-watch",
+        action="store_true",
+        help="watch with the short day's look-back (with --day of a short day)",
+    )
+    p.add_argument(
+        "--sources",
+        default=",".join(SOURCES),
+        help="which to evaluate, of rules,watch,field (default: all)",
+    )
+    p.add_argument(
+        "--step",
+        type=float,
+        default=STEP_S,
+        help="seconds between rule evaluations (generated and field rules)",
+    )
     p.add_argument("--json", type=Path, help="also write the scores as JSON")
     a = p.parse_args(argv)
     dialects = a.dialect or ["vllm", "sglang"]
@@ -259,35 +321,56 @@ def main(argv: list[str] | None = None) -> int:
         work = a.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
         work.mkdir(parents=True, exist_ok=True)
         runs = []
-        for dialect in ([None] if a.day else dialects):
+        for dialect in [None] if a.day else dialects:
             if a.day:
                 day = a.day
             else:
                 day = work / f"day-{dialect}"
                 t = time.perf_counter()
                 write_day(str(dialect), a.short, a.seed, day)
-                print(f"wrote the {dialect} day in {time.perf_counter() - t:.0f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"wrote the {dialect} day in {time.perf_counter() - t:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             sub = work / f"eval-{dialect or 'day'}"
             sub.mkdir(exist_ok=True)
             watch = SHORT_WATCH if (a.short or a.short_watch) else {}
-            run = run_day(day, sub, grace_s=a.grace, step_s=a.step,
-                          sources=tuple(a.sources.split(",")),
-                          watch_last_s=watch.get("last_s", WATCH_LAST_S),
-                          watch_window_s=watch.get("window_s"))
+            run = run_day(
+                day,
+                sub,
+                grace_s=a.grace,
+                step_s=a.step,
+                sources=tuple(a.sources.split(",")),
+                watch_last_s=watch.get("last_s", WATCH_LAST_S),
+                watch_window_s=watch.get("window_s"),
+            )
             runs.append(run)
             span_h = (run.truth.t1 - run.truth.t0) / 3600
             units = {(e.instance, e.dp_rank) for e in run.truth.episodes}
-            print(f"\n## {run.dialect}: {span_h:.1f} h, {len(run.truth.episodes)} skew episodes "
-                  f"on {len(units)} units, {len(run.truth.noise)} noise events "
-                  f"(timings: {', '.join(f'{k} {v:.0f} s' for k, v in run.seconds.items())})\n")
+            print(
+                f"\n## {run.dialect}: {span_h:.1f} h, {len(run.truth.episodes)} skew episodes "
+                f"on {len(units)} units, {len(run.truth.noise)} noise events "
+                f"(timings: {', '.join(f'{k} {v:.0f} s' for k, v in run.seconds.items())})\n"
+            )
             print(table(run))
             print(details(run), flush=True)
         if a.json:
-            a.json.write_text(json.dumps([{"dialect": r.dialect, "notes": r.notes,
-                                           "seconds": r.seconds,
-                                           "scores": [asdict(s) for s in r.scores]}
-                                          for r in runs], indent=1, default=str))
+            a.json.write_text(
+                json.dumps(
+                    [
+                        {
+                            "dialect": r.dialect,
+                            "notes": r.notes,
+                            "seconds": r.seconds,
+                            "scores": [asdict(s) for s in r.scores],
+                        }
+                        for r in runs
+                    ],
+                    indent=1,
+                    default=str,
+                )
+            )
     return 0
 
 

@@ -38,14 +38,17 @@ def main() -> None:
     shutil.rmtree(a.dir, ignore_errors=True)
     files, wall, cpu = _timed(lambda: write_day(spec, a.dir / "day"))
     size = files.history.stat().st_size
-    print(f"day ({spec.dialect}, {spec.hours:g} h, {spec.n_instances}x{spec.ranks}): "
-          f"{files.samples:,} samples, {size / 1e6:,.0f} MB in {wall:.1f} s wall, {cpu:.1f} CPU s"
-          f" -> {files.samples / wall:,.0f} samples/s, {size / 1e6 / wall:,.0f} MB/s")
+    print(
+        f"day ({spec.dialect}, {spec.hours:g} h, {spec.n_instances}x{spec.ranks}): "
+        f"{files.samples:,} samples, {size / 1e6:,.0f} MB in {wall:.1f} s wall, {cpu:.1f} CPU s"
+        f" -> {files.samples / wall:,.0f} samples/s, {size / 1e6 / wall:,.0f} MB/s"
+    )
     # baseline: the fleet benchmark's writer, its fleet sized to about as many samples
     fleet = Fleet(instances=spec.n_instances, ranks=spec.ranks, span_s=spec.span_s)
     per_unit = 29  # fleet_history's series a unit
-    scale = max(1, round(files.samples / (per_unit * fleet.instances * fleet.ranks
-                                          * len(fleet.times))))
+    scale = max(
+        1, round(files.samples / (per_unit * fleet.instances * fleet.ranks * len(fleet.times)))
+    )
     fleet = Fleet(instances=spec.n_instances * scale, ranks=spec.ranks, span_s=spec.span_s)
     base = a.dir / "baseline.om"
 
@@ -57,12 +60,16 @@ def main() -> None:
 
     n, bwall, bcpu = _timed(baseline)
     bsize = base.stat().st_size
-    print(f"baseline fleet_history ({fleet.instances}x{fleet.ranks}): {n:,} samples, "
-          f"{bsize / 1e6:,.0f} MB in {bwall:.1f} s wall, {bcpu:.1f} CPU s -> {n / bwall:,.0f} "
-          f"samples/s")
-    print(f"day writer: {files.samples / wall / (n / bwall):.2f}x the baseline's samples per "
-          f"wall s; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB"
-          f" ({os.cpu_count()} CPUs)")
+    print(
+        f"baseline fleet_history ({fleet.instances}x{fleet.ranks}): {n:,} samples, "
+        f"{bsize / 1e6:,.0f} MB in {bwall:.1f} s wall, {bcpu:.1f} CPU s -> {n / bwall:,.0f} "
+        f"samples/s"
+    )
+    print(
+        f"day writer: {files.samples / wall / (n / bwall):.2f}x the baseline's samples per "
+        f"wall s; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB"
+        f" ({os.cpu_count()} CPUs)"
+    )
     shutil.rmtree(a.dir, ignore_errors=True)
 
 

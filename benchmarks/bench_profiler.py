@@ -296,14 +296,23 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=30)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/skewscope-bench/inst-0"))
-    ap.add_argument("--instances", type=int, default=1,
-                    help="read N copies of the instance (hard links) as one fleet")
+    ap.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="read N copies of the instance (hard links) as one fleet",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="best of N runs of each")
-    ap.add_argument("--tiny", type=int, metavar="N",
-                    help="N tiny instance folders: diagnose and whatif against reading each CSV")
-    ap.add_argument("--measure",
-                    choices=["load", "baseline", "lazy", "placed", "diagnose", "whatif",
-                             "read_each"])
+    ap.add_argument(
+        "--tiny",
+        type=int,
+        metavar="N",
+        help="N tiny instance folders: diagnose and whatif against reading each CSV",
+    )
+    ap.add_argument(
+        "--measure",
+        choices=["load", "baseline", "lazy", "placed", "diagnose", "whatif", "read_each"],
+    )
     args = ap.parse_args()
     if args.measure:
         print(json.dumps(_measure(args.measure, args.dir)))
@@ -335,8 +344,9 @@ def main() -> None:
         for kind in kinds:
             runs[kind].append(_child(kind, target))
     # each figure its best over the runs (wall and CPU separately: load hits them apart)
-    best = {k: {f: min(r[f] for r in rs) for f in ("seconds", "cpu", "rss")}
-            for k, rs in runs.items()}
+    best = {
+        k: {f: min(r[f] for r in rs) for f in ("seconds", "cpu", "rss")} for k, rs in runs.items()
+    }
     for kind in kinds:
         m = best[kind]
         each = ", ".join(f"{r['seconds']:.2f} s/{r['cpu']:.1f}" for r in runs[kind])
@@ -374,17 +384,22 @@ def _tiny(n: int, root: Path, repeat: int) -> None:
         for kind in kinds:
             runs[kind].append(_child(kind, run))
             print(f"  {kind}: {runs[kind][-1]['seconds']:.1f} s", flush=True)
-    best = {k: {f: min(r[f] for r in rs) for f in ("seconds", "cpu", "rss")}
-            for k, rs in runs.items()}
+    best = {
+        k: {f: min(r[f] for r in rs) for f in ("seconds", "cpu", "rss")} for k, rs in runs.items()
+    }
     for kind in kinds:
         m = best[kind]
-        print(f"{kind:9s}: {m['seconds']:7.1f} s wall, {m['cpu']:7.1f} CPU s (workers "
-              f"included; best of {repeat}), parent peak RSS {m['rss'] / 1e6:.0f} MB")
+        print(
+            f"{kind:9s}: {m['seconds']:7.1f} s wall, {m['cpu']:7.1f} CPU s (workers "
+            f"included; best of {repeat}), parent peak RSS {m['rss'] / 1e6:.0f} MB"
+        )
     base = best["read_each"]
     for kind in kinds[1:]:
-        print(f"{kind} / read_each (each CSV read once by polars.read_csv, one after another): "
-              f"{best[kind]['seconds'] / base['seconds']:.2f}x wall, "
-              f"{best[kind]['cpu'] / base['cpu']:.2f}x CPU")
+        print(
+            f"{kind} / read_each (each CSV read once by polars.read_csv, one after another): "
+            f"{best[kind]['seconds'] / base['seconds']:.2f}x wall, "
+            f"{best[kind]['cpu'] / base['cpu']:.2f}x CPU"
+        )
 
 
 if __name__ == "__main__":

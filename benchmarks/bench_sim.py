@@ -35,8 +35,9 @@ from skewscope.sim.spec import GroundTruth, RankSpec, Scenario
 from skewscope.sim.workload import LengthDist, Workload, WorkloadSpec, generate
 
 
-def bench_scenario(minutes: float, instances: int = 8, ranks: int = 4,
-                   rate: float = 64.0) -> Scenario:
+def bench_scenario(
+    minutes: float, instances: int = 8, ranks: int = 4, rate: float = 64.0
+) -> Scenario:
     """The speed-goal workload: Poisson 64 req/s, lognormal ~1,024 in / ~200 out tokens."""
     return Scenario(
         name="bench",
@@ -111,7 +112,7 @@ class _NaiveRank:
             self.running.remove(s)
             self.used -= s.blocks
         self.steps += 1
-        dur = (sp.fixed_ms + sp.per_prefill_token_ms * pf + sp.per_decode_seq_ms * len(decode))
+        dur = sp.fixed_ms + sp.per_prefill_token_ms * pf + sp.per_decode_seq_ms * len(decode)
         return t + dur * sp.speed / 1000.0 if (self.running or self.waiting) else -1.0
 
 
@@ -153,8 +154,10 @@ def scenario_toml(sc: Scenario) -> str:
     w = sc.workload
 
     def dist(d: LengthDist) -> str:
-        return (f'{{ dist = "{d.dist}", median = {d.median:g}, sigma = {d.sigma:g}, '
-                f"min = {d.min}, max = {d.max} }}")
+        return (
+            f'{{ dist = "{d.dist}", median = {d.median:g}, sigma = {d.sigma:g}, '
+            f"min = {d.min}, max = {d.max} }}"
+        )
 
     return f"""name = "{sc.name}"
 duration_s = {sc.duration_s:g}
@@ -175,8 +178,7 @@ verdict = "balanced"
 """
 
 
-def bench_cli(sc: Scenario, jobs: int, folders: bool = False,
-              interval: str | None = None) -> None:
+def bench_cli(sc: Scenario, jobs: int, folders: bool = False, interval: str | None = None) -> None:
     """``skewscope simulate --openmetrics`` (``folders``: ``--out``) in this process: wall,
     CPU (this process and the engine's workers), peak RSS (here and the largest worker), the
     output's size."""
@@ -215,39 +217,65 @@ def bench_cli(sc: Scenario, jobs: int, folders: bool = False,
         rc = cli(["simulate", str(toml), flag, str(om), "--jobs", str(jobs), *every])
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         size = sum(p.stat().st_size for p in [om, *om.rglob("*")] if p.is_file())
-    print(f"cli: skewscope simulate {' '.join([flag, *every])}, {sc.duration_s:.0f} simulated s of "
-          f"{sc.summary}, --jobs {jobs}: exit {rc}, {wall:.1f} s wall; CPU s: {cpu:.1f} in this "
-          f"process (engine + writers), {stats.get('cpu_s', 0):.1f} engine over its processes "
-          f"(of which {stats.get('sink_cpu_s', 0):.1f} in the writers' sinks); "
-          f"the history file written in {stats.get('write_s', 0):.1f} s wall, "
-          f"{stats.get('write_cpu_s', 0):.1f} CPU s of this process after the run; "
-          f"peak RSS {peak_rss_mb():.0f} MB here, {stats.get('worker_rss_mb', 0):.0f} MB the "
-          f"largest worker; {int(stats.get('steps', 0)):,} steps; output {size / 1e9:.2f} GB; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"cli: skewscope simulate {' '.join([flag, *every])}, {sc.duration_s:.0f} simulated s of "
+        f"{sc.summary}, --jobs {jobs}: exit {rc}, {wall:.1f} s wall; CPU s: {cpu:.1f} in this "
+        f"process (engine + writers), {stats.get('cpu_s', 0):.1f} engine over its processes "
+        f"(of which {stats.get('sink_cpu_s', 0):.1f} in the writers' sinks); "
+        f"the history file written in {stats.get('write_s', 0):.1f} s wall, "
+        f"{stats.get('write_cpu_s', 0):.1f} CPU s of this process after the run; "
+        f"peak RSS {peak_rss_mb():.0f} MB here, {stats.get('worker_rss_mb', 0):.0f} MB the "
+        f"largest worker; {int(stats.get('steps', 0)):,} steps; output {size / 1e9:.2f} GB; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=60.0, help="simulated minutes (default 60)")
-    ap.add_argument("--naive-minutes", type=float, default=1.0,
-                    help="simulated minutes for the naive reference (default 1)")
-    ap.add_argument("--fleet", action="store_true",
-                    help="64 instances x 8 ranks at 512 req/s (issue 14's goal) instead of 8x4")
-    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
-                    help="worker processes for the streamed run (default: the usable CPUs)")
-    ap.add_argument("--keep", action="store_true",
-                    help="keep the step table too (one process; a table of every step)")
-    ap.add_argument("--cli", action="store_true",
-                    help="run `skewscope simulate SCENARIO --openmetrics FILE` end to end instead")
-    ap.add_argument("--cli-out", action="store_true",
-                    help="run `skewscope simulate SCENARIO --out DIR` end to end instead")
-    ap.add_argument("--metrics-interval", metavar="DURATION",
-                    help="with --cli: the history's interval (default: the command's, 5s)")
+    ap.add_argument(
+        "--naive-minutes",
+        type=float,
+        default=1.0,
+        help="simulated minutes for the naive reference (default 1)",
+    )
+    ap.add_argument(
+        "--fleet",
+        action="store_true",
+        help="64 instances x 8 ranks at 512 req/s (issue 14's goal) instead of 8x4",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="worker processes for the streamed run (default: the usable CPUs)",
+    )
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the step table too (one process; a table of every step)",
+    )
+    ap.add_argument(
+        "--cli",
+        action="store_true",
+        help="run `skewscope simulate SCENARIO --openmetrics FILE` end to end instead",
+    )
+    ap.add_argument(
+        "--cli-out",
+        action="store_true",
+        help="run `skewscope simulate SCENARIO --out DIR` end to end instead",
+    )
+    ap.add_argument(
+        "--metrics-interval",
+        metavar="DURATION",
+        help="with --cli: the history's interval (default: the command's, 5s)",
+    )
     args = ap.parse_args()
     shape = (64, 8, 512.0) if args.fleet else (8, 4, 64.0)
     if args.cli or args.cli_out:
-        bench_cli(bench_scenario(args.minutes, *shape), args.jobs, args.cli_out,
-                  args.metrics_interval)
+        bench_cli(
+            bench_scenario(args.minutes, *shape), args.jobs, args.cli_out, args.metrics_interval
+        )
         return
 
     sc = bench_scenario(args.minutes, *shape)
@@ -259,13 +287,17 @@ def main() -> None:
     steps, nreq = int(res.run_stats["steps"]), res.requests.height
     sim_s = sc.duration_s
     how = "steps kept" if args.keep else f"steps streamed, {jobs} process(es)"
-    print(f"engine: {sim_s:.0f} simulated s of {sc.summary} ({how}) in {wall:.1f} s wall, "
-          f"{res.run_stats['cpu_s']:.1f} engine CPU s over its processes, {cpu:.1f} in this one "
-          f"(peak RSS {peak_rss_mb():.0f} MB here, "
-          f"{res.run_stats.get('worker_rss_mb', 0):.0f} MB the largest worker)")
-    print(f"  {sim_s / wall:.1f} simulated s per wall s; {steps:,} steps + {nreq:,} requests = "
-          f"{(steps + nreq) / wall:,.0f} events per wall s; "
-          f"KV peak {res.run_stats['kv_peak']:.2f}")
+    print(
+        f"engine: {sim_s:.0f} simulated s of {sc.summary} ({how}) in {wall:.1f} s wall, "
+        f"{res.run_stats['cpu_s']:.1f} engine CPU s over its processes, {cpu:.1f} in this one "
+        f"(peak RSS {peak_rss_mb():.0f} MB here, "
+        f"{res.run_stats.get('worker_rss_mb', 0):.0f} MB the largest worker)"
+    )
+    print(
+        f"  {sim_s / wall:.1f} simulated s per wall s; {steps:,} steps + {nreq:,} requests = "
+        f"{(steps + nreq) / wall:,.0f} events per wall s; "
+        f"KV peak {res.run_stats['kv_peak']:.2f}"
+    )
     print(f"  finished {(res.requests['status'] == 'finished').mean():.1%}")
     if args.fleet and sim_s >= 3600:
         print(f"goal (issue 14): one hour under 60 s wall -> {'met' if wall < 60 else 'NOT met'}")
@@ -280,12 +312,18 @@ def main() -> None:
     ecpu, ewall = time.process_time() - t0, time.perf_counter() - w0
     naive_rate = (nsteps + len(wl)) / ncpu
     eng_rate = (eres.run_stats["steps"] + eres.requests.height) / ecpu
-    print(f"baseline, same run: naive per-sequence reference, {nsc.duration_s:.0f} simulated s: "
-          f"{ncpu:.2f} CPU s, {naive_rate:,.0f} events per CPU s")
-    print(f"  engine, one process, same slice: {ecpu:.2f} CPU s ({ewall:.2f} s wall), "
-          f"{eng_rate:,.0f} events per CPU s -> {eng_rate / naive_rate:.1f}x the naive reference")
-    print(f"  full run in wall s against the one-process engine's pace on the slice: "
-          f"{(sim_s / wall) / (nsc.duration_s / ewall):.2f}x")
+    print(
+        f"baseline, same run: naive per-sequence reference, {nsc.duration_s:.0f} simulated s: "
+        f"{ncpu:.2f} CPU s, {naive_rate:,.0f} events per CPU s"
+    )
+    print(
+        f"  engine, one process, same slice: {ecpu:.2f} CPU s ({ewall:.2f} s wall), "
+        f"{eng_rate:,.0f} events per CPU s -> {eng_rate / naive_rate:.1f}x the naive reference"
+    )
+    print(
+        f"  full run in wall s against the one-process engine's pace on the slice: "
+        f"{(sim_s / wall) / (nsc.duration_s / ewall):.2f}x"
+    )
 
 
 if __name__ == "__main__":

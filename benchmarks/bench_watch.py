@@ -68,8 +68,9 @@ class Meter:
         samples = evals = 0.0
         with httpx.Client(base_url=self.url, timeout=120) as client:
             for params in ranges:
-                stats = client.get("/api/v1/query_range", params={**params, "stats": "all"}
-                                   ).json()["data"]["stats"]
+                stats = client.get("/api/v1/query_range", params={**params, "stats": "all"}).json()[
+                    "data"
+                ]["stats"]
                 samples += stats["samples"]["totalQueryableSamples"]
                 evals += stats["timings"]["innerEvalTime"]
         return {"samples": samples, "eval_s": evals}
@@ -80,10 +81,17 @@ class Meter:
         result = work()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         ranges = [p for path, p in self.sent if path == "/api/v1/query_range"]
-        steps = sum(round((float(p["end"]) - float(p["start"])) / float(p["step"])) + 1
-                    for p in ranges)
-        cost = {"requests": len(self.sent), "calls": len(ranges), "steps": steps,
-                "wall_s": wall, "cpu_s": cpu, **self.server(ranges)}
+        steps = sum(
+            round((float(p["end"]) - float(p["start"])) / float(p["step"])) + 1 for p in ranges
+        )
+        cost = {
+            "requests": len(self.sent),
+            "calls": len(ranges),
+            "steps": steps,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            **self.server(ranges),
+        }
         return result, cost
 
 
@@ -94,8 +102,9 @@ def run(name: str, url: str, runs: int) -> None:
     lines: list[str] = []
     reader.debug = lines.append
     clock = ManualClock(now)  # watch's own run, at explicit instants
-    watcher = Watcher(PrometheusSource("bench", LAST, reader.load), last_s=LAST, every_s=EVERY,
-                      clock=clock)
+    watcher = Watcher(
+        PrometheusSource("bench", LAST, reader.load), last_s=LAST, every_s=EVERY, clock=clock
+    )
     first, _ = meter.measure(watcher.run_once)
     inc_costs, full_costs, identical, twice = [], [], 0, 0
     for k in range(1, runs + 1):
@@ -103,8 +112,11 @@ def run(name: str, url: str, runs: int) -> None:
         clock.set(t)
         good, inc = meter.measure(watcher.run_once)
         got = watcher.status.report
-        want, full = meter.measure(lambda t=t: diagnose(prom.load_prometheus(
-            url, start=t - LAST, end=t, timeout_s=TIMEOUT_S)))
+        want, full = meter.measure(
+            lambda t=t: diagnose(
+                prom.load_prometheus(url, start=t - LAST, end=t, timeout_s=TIMEOUT_S)
+            )
+        )
         assert good and got is not None, watcher.status.last_error
         again = diagnose(prom.load_prometheus(url, start=t - LAST, end=t, timeout_s=TIMEOUT_S))
         identical += report_document(got) == report_document(want)
@@ -112,28 +124,45 @@ def run(name: str, url: str, runs: int) -> None:
         inc_costs.append(inc)
         full_costs.append(full)
     reader.close()
-    keys = [k for k in ("requests", "calls", "steps", "samples", "eval_s", "wall_s", "cpu_s")
-            if k in inc_costs[0]]
-    mean = {k: (statistics.mean(c[k] for c in inc_costs), max(c[k] for c in inc_costs),
-                statistics.mean(c[k] for c in full_costs)) for k in keys}
-    print(f"{name}: {runs} runs {EVERY:g} s apart over --last {LAST:g}s; the run's report "
-          f"identical to a full diagnose at the same instant: {identical}/{runs}; a second full "
-          f"diagnose identical to the first: {twice}/{runs} (the server sums a group's series "
-          "in no fixed order: the last bits move, and a report value rounded at 6 digits may)")
+    keys = [
+        k
+        for k in ("requests", "calls", "steps", "samples", "eval_s", "wall_s", "cpu_s")
+        if k in inc_costs[0]
+    ]
+    mean = {
+        k: (
+            statistics.mean(c[k] for c in inc_costs),
+            max(c[k] for c in inc_costs),
+            statistics.mean(c[k] for c in full_costs),
+        )
+        for k in keys
+    }
+    print(
+        f"{name}: {runs} runs {EVERY:g} s apart over --last {LAST:g}s; the run's report "
+        f"identical to a full diagnose at the same instant: {identical}/{runs}; a second full "
+        f"diagnose identical to the first: {twice}/{runs} (the server sums a group's series "
+        "in no fixed order: the last bits move, and a report value rounded at 6 digits may)"
+    )
     for line in lines:
         print(f"  run: {line}")
-    label = {"requests": "HTTP requests (all API calls)", "calls": "query_range calls",
-             "steps": "evaluation steps (calls x range)",
-             "samples": "samples read by the server", "eval_s": "server evaluation s",
-             "wall_s": "wall s (read + diagnose)", "cpu_s": "CPU s of this process"}
-    print(f"  {'per run (mean of the runs)':34s} {'incremental':>12s} {'worst run':>12s} "
-          f"{'full':>12s}  ratio (worst)")
+    label = {
+        "requests": "HTTP requests (all API calls)",
+        "calls": "query_range calls",
+        "steps": "evaluation steps (calls x range)",
+        "samples": "samples read by the server",
+        "eval_s": "server evaluation s",
+        "wall_s": "wall s (read + diagnose)",
+        "cpu_s": "CPU s of this process",
+    }
+    print(
+        f"  {'per run (mean of the runs)':34s} {'incremental':>12s} {'worst run':>12s} "
+        f"{'full':>12s}  ratio (worst)"
+    )
     for k in keys:
         inc, worst, full = mean[k]
         ratio = f"{inc / full:.3f}x ({worst / full:.3f}x)" if full else "-"
         print(f"  {label[k]:34s} {inc:12,.3f} {worst:12,.3f} {full:12,.3f}  {ratio}")
-    print(f"  (goal: every ratio <= 0.2x; the first run, a full read, good: {first})",
-          flush=True)
+    print(f"  (goal: every ratio <= 0.2x; the first run, a full read, good: {first})", flush=True)
 
 
 def main() -> None:

@@ -38,9 +38,20 @@ from skewscope.whatif.truth import Checked, check, error_table, request_log
 POLICIES = ("round_robin", "least_requests", "least_tokens", "power_of_two")
 DP_POLICIES = ("round_robin", "vllm_dp", "shortest_queue", "minimum_tokens")
 # the built-in skew scenarios (each has a known cause) and the balanced ones
-TRUTH_SCENARIOS = ("wrong-weights", "sticky-sessions", "health-check", "late-join",
-                   "long-input", "long-output", "slow-device", "kv-exhaustion", "dp-count",
-                   "dp-weight", "balanced", "transient-burst")
+TRUTH_SCENARIOS = (
+    "wrong-weights",
+    "sticky-sessions",
+    "health-check",
+    "late-join",
+    "long-input",
+    "long-output",
+    "slow-device",
+    "kv-exhaustion",
+    "dp-count",
+    "dp-weight",
+    "balanced",
+    "transient-burst",
+)
 HELD_OUT = Path(__file__).with_name("scenarios_weight_heldout.toml")
 
 
@@ -55,16 +66,22 @@ def speed(args: argparse.Namespace) -> None:
     wall = time.perf_counter() - t0
     cpu = time.process_time()
     n = len(report.policies)
-    print(f"baseline: one simulator run of {args.minutes:g} min of 8x4 ranks at 64 req/s: "
-          f"{base:.1f} s wall ({res.meta['n_steps']:,} steps, {res.meta['n_requests']:,} "
-          "requests)")
-    print(f"whatif: current + {n - 1} candidates, {args.jobs} job(s): {wall:.1f} s wall = "
-          f"{wall / base:.2f}x the baseline ({wall / base / n:.2f}x per replay); "
-          f"this process {cpu:.0f} CPU s")
+    print(
+        f"baseline: one simulator run of {args.minutes:g} min of 8x4 ranks at 64 req/s: "
+        f"{base:.1f} s wall ({res.meta['n_steps']:,} steps, {res.meta['n_requests']:,} "
+        "requests)"
+    )
+    print(
+        f"whatif: current + {n - 1} candidates, {args.jobs} job(s): {wall:.1f} s wall = "
+        f"{wall / base:.2f}x the baseline ({wall / base / n:.2f}x per replay); "
+        f"this process {cpu:.0f} CPU s"
+    )
     goal = 60.0 * args.minutes / 60.0
-    print(f"goal: under {goal:.0f} s for this length (60 s per hour) -> "
-          f"{'met' if wall < goal else 'NOT met'}; trusted={report.trusted}, "
-          f"recommended={report.recommended}")
+    print(
+        f"goal: under {goal:.0f} s for this length (60 s per hour) -> "
+        f"{'met' if wall < goal else 'NOT met'}; trusted={report.trusted}, "
+        f"recommended={report.recommended}"
+    )
 
 
 def _pct(v: float | None) -> str:
@@ -80,9 +97,11 @@ def truth(args: argparse.Namespace) -> None:
         c = check(sc, DEFAULT_POLICIES, DEFAULT_DP_POLICIES, jobs=args.jobs)
         checked.append(c)
         bad = [r.metric for r in c.report.calibration if not r.ok]
-        print(f"{sc.name:16} trusted={c.report.trusted!s:5} recommended={c.report.recommended:18}"
-              f" truly best={c.truly_best:18} pick ok={c.pick_ok(WHATIF.pick_margin)}"
-              + (f"  (calibration off: {', '.join(bad)})" if bad else ""))
+        print(
+            f"{sc.name:16} trusted={c.report.trusted!s:5} recommended={c.report.recommended:18}"
+            f" truly best={c.truly_best:18} pick ok={c.pick_ok(WHATIF.pick_margin)}"
+            + (f"  (calibration off: {', '.join(bad)})" if bad else "")
+        )
     print(f"\n{len(scenarios)} scenarios in {time.perf_counter() - t0:.0f} s wall\n")
     print("| metric | MAPE | worst | worst case | pairs |")
     print("|---|---:|---:|---|---:|")
@@ -90,16 +109,21 @@ def truth(args: argparse.Namespace) -> None:
         print(f"| {r.metric} | {_pct(r.mape)} | {_pct(r.worst)} | {r.worst_case} | {r.n} |")
     hits = sum(c.pick_ok(WHATIF.pick_margin) for c in checked)
     exact = sum(c.report.recommended == c.truly_best for c in checked)
-    print(f"\nrecommended truly best: {exact}/{len(checked)}; best or within "
-          f"{100 * WHATIF.pick_margin:.0f} %: {hits}/{len(checked)}")
+    print(
+        f"\nrecommended truly best: {exact}/{len(checked)}; best or within "
+        f"{100 * WHATIF.pick_margin:.0f} %: {hits}/{len(checked)}"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=60.0)
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--truth", action="store_true",
-                    help="the error table against ground truth instead of the speed run")
+    ap.add_argument(
+        "--truth",
+        action="store_true",
+        help="the error table against ground truth instead of the speed run",
+    )
     args = ap.parse_args()
     (truth if args.truth else speed)(args)
 

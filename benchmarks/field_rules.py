@@ -70,8 +70,7 @@ def _unit_series(dialect: str, role: str, level: str, group_by: tuple[str, ...])
     return f"{combine} by ({', '.join((*group_by, 'instance'))}) ({per_rank})"
 
 
-def field_rules(dialect: str, group_by: tuple[str, ...] = ("job", "model_name")
-                ) -> list[FieldRule]:
+def field_rules(dialect: str, group_by: tuple[str, ...] = ("job", "model_name")) -> list[FieldRule]:
     """The three rules at both levels for ``dialect``'s metric names."""
     out: list[FieldRule] = []
     for level in ("instance", "dp"):
@@ -81,19 +80,38 @@ def field_rules(dialect: str, group_by: tuple[str, ...] = ("job", "model_name")
         wait = _unit_series(dialect, "waiting", level, group_by)
         kv = _unit_series(dialect, "kv_usage", level, group_by)
         active = f"({run} + {wait})"
-        out.append(FieldRule(
-            "smg_load_distribution", level,
-            f"stddev by ({by}) ({active}) / avg by ({by}) ({active}) > {SMG_CV_WARNING}",
-            SMG_FOR_S, g))
-        spread = (f"(max by ({by}) ({run}) >= {DOCTOR_IMBALANCE_FACTOR} * min by ({by}) ({run})"
-                  f" and sum by ({by}) ({run}) >= {DOCTOR_MIN_TOTAL_RUNNING})")
+        out.append(
+            FieldRule(
+                "smg_load_distribution",
+                level,
+                f"stddev by ({by}) ({active}) / avg by ({by}) ({active}) > {SMG_CV_WARNING}",
+                SMG_FOR_S,
+                g,
+            )
+        )
+        spread = (
+            f"(max by ({by}) ({run}) >= {DOCTOR_IMBALANCE_FACTOR} * min by ({by}) ({run})"
+            f" and sum by ({by}) ({run}) >= {DOCTOR_MIN_TOTAL_RUNNING})"
+        )
         gap = f"(max by ({by}) ({kv}) - min by ({by}) ({kv}) >= {DOCTOR_CACHE_GAP})"
         waiting = f"(max by ({by}) ({wait}) > 0 and min by ({by}) ({wait}) == 0)"
-        out.append(FieldRule(
-            "vllm_doctor_replica_imbalance", level,
-            f"count by ({by}) ({spread} or {gap} or {waiting})", 0.0, g))
-        out.append(FieldRule(
-            "mstt_spread", level,
-            f"(max by ({by}) ({run}) - min by ({by}) ({run})) / avg by ({by}) ({run})"
-            f" > {MSTT_SPREAD}", 0.0, g))
+        out.append(
+            FieldRule(
+                "vllm_doctor_replica_imbalance",
+                level,
+                f"count by ({by}) ({spread} or {gap} or {waiting})",
+                0.0,
+                g,
+            )
+        )
+        out.append(
+            FieldRule(
+                "mstt_spread",
+                level,
+                f"(max by ({by}) ({run}) - min by ({by}) ({run})) / avg by ({by}) ({run})"
+                f" > {MSTT_SPREAD}",
+                0.0,
+                g,
+            )
+        )
     return out

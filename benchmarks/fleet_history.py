@@ -58,15 +58,22 @@ class Fleet:
         yield "gauge", "vllm:num_requests_running", "", np.round(8 * hot + rng.normal(0, 1, n))
         waiting = np.maximum(0.0, np.round(12 * (hot - 1.5) + rng.normal(0, 0.5, n)))
         yield "gauge", "vllm:num_requests_waiting", "", waiting
-        yield "gauge", "vllm:kv_cache_usage_perc", "", np.clip(0.3 * hot + rng.normal(0, .02, n),
-                                                               0, 1)
+        yield (
+            "gauge",
+            "vllm:kv_cache_usage_perc",
+            "",
+            np.clip(0.3 * hot + rng.normal(0, 0.02, n), 0, 1),
+        )
         # latency histograms: the share of requests per bucket moves up on a hot unit
         shares = {
-            "vllm:time_to_first_token_seconds": (0.6, 0.3, 0.08, 0.02) if hot < 1.5
+            "vllm:time_to_first_token_seconds": (0.6, 0.3, 0.08, 0.02)
+            if hot < 1.5
             else (0.1, 0.3, 0.4, 0.2),
-            "vllm:e2e_request_latency_seconds": (0.0, 0.1, 0.6, 0.3) if hot < 1.5
+            "vllm:e2e_request_latency_seconds": (0.0, 0.1, 0.6, 0.3)
+            if hot < 1.5
             else (0.0, 0.0, 0.3, 0.7),
-            "vllm:request_queue_time_seconds": (0.95, 0.05, 0.0, 0.0) if hot < 1.5
+            "vllm:request_queue_time_seconds": (0.95, 0.05, 0.0, 0.0)
+            if hot < 1.5
             else (0.2, 0.4, 0.3, 0.1),
         }
         mids = (0.05, 0.3, 0.75, 1.75)
@@ -113,16 +120,19 @@ def openmetrics_chunks(fleet: Fleet) -> Iterator[str]:
         if rows[0][0] in ("counter", "gauge"):
             for _, i, r, name, extra, values in rows:
                 head = f"{name}{{{_labels(i, r)}{extra}}} "
-                yield "".join(f"{head}{v:.6g} {s}\n" for v, s in zip(values.tolist(), stamps,
-                                                                      strict=True))
+                yield "".join(
+                    f"{head}{v:.6g} {s}\n" for v, s in zip(values.tolist(), stamps, strict=True)
+                )
             continue
         per_unit: dict[tuple[int, int], list[tuple[str, list[float]]]] = {}
         for _, i, r, name, extra, values in rows:
-            per_unit.setdefault((i, r), []).append((f"{name}{{{_labels(i, r)}{extra}}} ",
-                                                    values.tolist()))
+            per_unit.setdefault((i, r), []).append(
+                (f"{name}{{{_labels(i, r)}{extra}}} ", values.tolist())
+            )
         for group in per_unit.values():
-            yield "".join(f"{head}{vals[j]:.6g} {s}\n" for j, s in enumerate(stamps)
-                          for head, vals in group)
+            yield "".join(
+                f"{head}{vals[j]:.6g} {s}\n" for j, s in enumerate(stamps) for head, vals in group
+            )
     yield "# EOF\n"
 
 
@@ -133,8 +143,7 @@ def import_chunks(fleet: Fleet, units_per_chunk: int = 64) -> Iterator[bytes]:
     for k, (i, r) in enumerate(fleet.units(), 1):
         for _, name, extra, values in fleet.series(i, r):
             head = f"{name}{{{_labels(i, r)}{extra}}} "
-            buf.extend(f"{head}{v:.6g} {s}\n" for v, s in zip(values.tolist(), stamps,
-                                                              strict=True))
+            buf.extend(f"{head}{v:.6g} {s}\n" for v, s in zip(values.tolist(), stamps, strict=True))
         if k % units_per_chunk == 0:
             yield "".join(buf).encode()
             buf = []

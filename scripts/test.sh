@@ -22,6 +22,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 python3 -m pip install -q -e ".[test]"
 ruff check .
+ruff format --check .  # ruff format applied once; pre-commit keeps it (.pre-commit-config.yaml)
 mypy
 lint-imports --no-cache  # the layer contracts in pyproject.toml
 # three worker processes (pytest-xdist), a test file each at a time (its module fixtures and

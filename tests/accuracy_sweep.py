@@ -55,6 +55,10 @@ if __name__ == "__main__":
     for name in sorted(builtin_scenarios()):
         misses = sweep([name], seeds)[name]
         total += n - len(misses)
-        print(f"| {name} | {n - len(misses)}/{n} | "
-              + "; ".join(f"seed {s}: {why}" for s, why in misses) + " |", flush=True)
+        print(
+            f"| {name} | {n - len(misses)}/{n} | "
+            + "; ".join(f"seed {s}: {why}" for s, why in misses)
+            + " |",
+            flush=True,
+        )
     print(f"total {total}/{n * len(builtin_scenarios())}")

@@ -39,10 +39,23 @@ def chromium() -> str:
 def _run(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory() as profile:
         return subprocess.run(
-            [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-             "--disable-background-networking", "--disable-component-update", "--no-first-run",
-             "--disable-extensions", f"--user-data-dir={profile}", *extra, url],
-            capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+            [
+                chromium(),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--disable-extensions",
+                f"--user-data-dir={profile}",
+                *extra,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=False,
         )
 
 

@@ -92,17 +92,31 @@ def make_frame(
                 backlog += n - s.ceiling
                 share = s.ceiling / max(n, 1)
                 rows[-1].update(
-                    requests=s.ceiling, prompt_tokens=prompt * share,
-                    generation_tokens=gen * share, running=16.0, waiting=backlog,
+                    requests=s.ceiling,
+                    prompt_tokens=prompt * share,
+                    generation_tokens=gen * share,
+                    running=16.0,
+                    waiting=backlog,
                     batch_size=16.0,
                 )
             if s.stalled_from is not None and w >= s.stalled_from:
                 held = 8.0 + 2.0 * (w - s.stalled_from)  # queue keeps growing, nothing leaves
                 rows[-1].update(
-                    requests=0.0, prompt_tokens=0.0, generation_tokens=0.0, steps=0.0,
-                    scheduled_tokens=0.0, busy_ms=0.0, running=8.0, waiting=held,
-                    batch_size=None, e2e_mean_ms=None, e2e_p99_ms=None, ttft_mean_ms=None,
-                    ttft_p99_ms=None, queue_wait_mean_ms=None, queue_wait_p95_ms=None,
+                    requests=0.0,
+                    prompt_tokens=0.0,
+                    generation_tokens=0.0,
+                    steps=0.0,
+                    scheduled_tokens=0.0,
+                    busy_ms=0.0,
+                    running=8.0,
+                    waiting=held,
+                    batch_size=None,
+                    e2e_mean_ms=None,
+                    e2e_p99_ms=None,
+                    ttft_mean_ms=None,
+                    ttft_p99_ms=None,
+                    queue_wait_mean_ms=None,
+                    queue_wait_p95_ms=None,
                 )
     df = conform(pl.DataFrame(rows))
     return UnitFrame(df=df, level=level, window_s=window_s, source=source)

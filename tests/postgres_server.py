@@ -54,10 +54,20 @@ def postgres() -> Iterator[str]:
         assert done.returncode == 0, (cmd, done.stdout[-2000:], done.stderr[-2000:])
 
     try:
-        run(initdb, "-D", str(data), "-A", "trust", "-U", "skewscope", "-E", "UTF8",
-            "--no-sync")
-        run(pg_ctl, "-D", str(data), "-l", str(log), "-w", "-t", "60", "start",
-            "-o", f"-h 127.0.0.1 -p {port} -k {root} -F")
+        run(initdb, "-D", str(data), "-A", "trust", "-U", "skewscope", "-E", "UTF8", "--no-sync")
+        run(
+            pg_ctl,
+            "-D",
+            str(data),
+            "-l",
+            str(log),
+            "-w",
+            "-t",
+            "60",
+            "start",
+            "-o",
+            f"-h 127.0.0.1 -p {port} -k {root} -F",
+        )
         try:
             yield f"postgresql://skewscope@127.0.0.1:{port}/postgres"
         finally:

@@ -19,22 +19,35 @@ DATA = Path(__file__).parent / "data" / "gateway"
 LOG = (DATA / "nginx-sticky.log").read_bytes()  # real nginx output (SOURCES.md)
 LINES = LOG.splitlines(keepends=True)
 UP = [ln for ln in LINES if b"upstream_addr=-" not in ln]  # lines that reached an engine
-TIMES = sorted(float(f.split("=", 1)[1]) for ln in LOG.decode().splitlines()
-               for f in ln.split() if f.startswith("msec="))
-UP_TIMES = [float(f.split("=", 1)[1]) for ln in UP for f in ln.decode().split()
-            if f.startswith("msec=")]
+TIMES = sorted(
+    float(f.split("=", 1)[1])
+    for ln in LOG.decode().splitlines()
+    for f in ln.split()
+    if f.startswith("msec=")
+)
+UP_TIMES = [
+    float(f.split("=", 1)[1]) for ln in UP for f in ln.decode().split() if f.startswith("msec=")
+]
 FOREVER = 1e12  # keep_s: nothing dropped by age
 GRID = (TIMES[0], 0.5, int((TIMES[-1] - TIMES[0]) // 0.5) + 1)  # every logged request inside
 
 
 def _view(gw: GatewayEvidence | None) -> object:
     assert gw is not None
-    return ([(u.upstream, u.requests, u.request_bytes, u.keys, u.distinct_keys, u.series)
-             for u in gw.units], gw.key_name, gw.source, gw.window_starts)
+    return (
+        [
+            (u.upstream, u.requests, u.request_bytes, u.keys, u.distinct_keys, u.series)
+            for u in gw.units
+        ],
+        gw.key_name,
+        gw.source,
+        gw.window_starts,
+    )
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(cuts=st.lists(st.integers(0, len(LOG)), max_size=6))
 def test_any_appends_tally_as_the_whole_file(tmp_path: Path, cuts: list[int]) -> None:
     """The log written in arbitrary byte pieces (cutting lines in two) and read after each
@@ -45,7 +58,7 @@ def test_any_appends_tally_as_the_whole_file(tmp_path: Path, cuts: list[int]) ->
     done = 0
     for cut in [*sorted(cuts), len(LOG)]:
         with log.open("ab") as f:
-            f.write(LOG[done:max(cut, done)])
+            f.write(LOG[done : max(cut, done)])
         done = max(cut, done)
         follower.evidence(GRID)
     assert _view(follower.evidence(GRID)) == _view(read_access_logs([str(log)], GRID))
@@ -84,7 +97,7 @@ def test_rotation_and_truncation_read_the_new_file_from_its_start(tmp_path: Path
 
 def test_old_requests_leave_and_bad_lines_are_counted_not_fatal(tmp_path: Path) -> None:
     log = tmp_path / "access.log"
-    log.write_bytes(LOG + b"this is not a key value line\n" + b'upstream_addr=127.0.0.1:1 \n')
+    log.write_bytes(LOG + b"this is not a key value line\n" + b"upstream_addr=127.0.0.1:1 \n")
     now = [TIMES[-1]]
     follower = AccessLogFollower([str(log)], keep_s=1.0, clock=lambda: now[0])
     gw = follower.evidence(None)
@@ -112,13 +125,16 @@ def _big_log(path: Path, lines: int, t0: float, bad_at: int) -> list[float]:
             if i == bad_at:
                 f.write("not a key value line\n")
             else:
-                f.write(f"msec={t:.3f} upstream_addr=127.0.0.1:{8000 + i % 2} "
-                        f"request_length={100 + i % 7} http_x_session_id=s{i % 13}\n")
+                f.write(
+                    f"msec={t:.3f} upstream_addr=127.0.0.1:{8000 + i % 2} "
+                    f"request_length={100 + i % 7} http_x_session_id=s{i % 13}\n"
+                )
     return times
 
 
 def test_a_large_log_is_entered_near_the_span_with_the_same_result(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A large log's first read bisects to the lines logged shortly before the span: the
     gateway view, the counts and a bad line's number are those of reading it all."""
     import skewscope.sources.access_log_follow as alf

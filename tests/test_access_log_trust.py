@@ -32,8 +32,10 @@ _quoted = st.from_regex(r'([^"\\]|\\[\\"n]){0,10}', fullmatch=True).map(lambda v
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(_names, _bare | _quoted, min_size=1, max_size=6),
-       st.sampled_from([" ", "  ", "\t"]))
+@given(
+    st.dictionaries(_names, _bare | _quoted, min_size=1, max_size=6),
+    st.sampled_from([" ", "  ", "\t"]),
+)
 def test_pairs_read_back_what_was_written(pairs: dict[str, str], sep: str) -> None:
     line = sep.join(f"{k}={v}" for k, v in pairs.items())
     want = {k: v[1:-1] if v.startswith('"') else v for k, v in pairs.items()}
@@ -49,11 +51,14 @@ def test_the_key_pattern_starts_only_at_a_token_start() -> None:
     assert starts == [0]
 
 
-@pytest.mark.parametrize("line", [
-    "a" * 80_000,  # letters and no "=": was quadratic
-    'a="' + ' b="' * 15_000,  # a quote storm, none closed: each would scan to the line's end
-    "a=" + '"' + "x" * 60_000,  # one unterminated quoted value
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "a" * 80_000,  # letters and no "=": was quadratic
+        'a="' + ' b="' * 15_000,  # a quote storm, none closed: each would scan to the line's end
+        "a=" + '"' + "x" * 60_000,  # one unterminated quoted value
+    ],
+)
 def test_hostile_pair_lines_parse(line: str) -> None:
     got = al._pairs(line)
     assert isinstance(got, dict)
@@ -61,8 +66,9 @@ def test_hostile_pair_lines_parse(line: str) -> None:
 
 # --- line length: skipped, counted, never held --------------------------------------------
 
+
 def test_a_huge_line_is_skipped_with_a_note_and_never_held(tmp_path: Path) -> None:
-    big = "msec=1.0 upstream_addr=10.0.0.9:80 note=\"" + "x" * (8 << 20) + "\"\n"
+    big = 'msec=1.0 upstream_addr=10.0.0.9:80 note="' + "x" * (8 << 20) + '"\n'
     lines = [LINE.format(t=1.0 + i, up=f"10.0.0.{i % 2}:80", key=f"s{i}") for i in range(10)]
     path = _log(tmp_path, [*lines[:5], big, *lines[5:]])
     tracemalloc.start()
@@ -77,8 +83,10 @@ def test_a_huge_line_is_skipped_with_a_note_and_never_held(tmp_path: Path) -> No
 
 
 def test_the_line_limit_is_a_source_setting(tmp_path: Path) -> None:
-    lines = [LINE.format(t=1.0, up="10.0.0.1:80", key="k" * 300),
-             LINE.format(t=2.0, up="10.0.0.2:80", key="k")]
+    lines = [
+        LINE.format(t=1.0, up="10.0.0.1:80", key="k" * 300),
+        LINE.format(t=2.0, up="10.0.0.2:80", key="k"),
+    ]
     gw = read_access_logs([_log(tmp_path, lines)], max_line=200)
     assert [u.upstream for u in gw.units] == ["10.0.0.2:80"]
     assert any("1 access-log line(s) longer than 0.195312 KiB" in n for n in gw.notes)
@@ -87,8 +95,13 @@ def test_the_line_limit_is_a_source_setting(tmp_path: Path) -> None:
 def test_a_deeply_nested_json_line_is_one_located_error(tmp_path: Path) -> None:
     from skewscope.errors import InputError
 
-    path = _log(tmp_path, ['{"upstream_addr": "10.0.0.1:80", "msec": 1}\n',
-                           '{"a": ' + "[" * 20_000 + "]" * 20_000 + "}\n"])
+    path = _log(
+        tmp_path,
+        [
+            '{"upstream_addr": "10.0.0.1:80", "msec": 1}\n',
+            '{"a": ' + "[" * 20_000 + "]" * 20_000 + "}\n",
+        ],
+    )
     with pytest.raises(InputError, match=r"a\.log:2: .*nested too deeply"):
         read_access_logs([path])
 
@@ -99,15 +112,29 @@ SECRETS = ("Pa55word9", "abc123def456ghi", "tok-9f8e7d6c")
 
 
 def _secret_log(tmp_path: Path, shape: str) -> str:
-    rows = [("alice:Pa55word9@10.0.0.1:8000", "Bearer abc123def456ghi"),
-            ("10.0.0.2:8000", "api_key=tok-9f8e7d6c"),
-            ("http://bob:Pa55word9@10.0.0.2:8000/v1", "plain-session")]
+    rows = [
+        ("alice:Pa55word9@10.0.0.1:8000", "Bearer abc123def456ghi"),
+        ("10.0.0.2:8000", "api_key=tok-9f8e7d6c"),
+        ("http://bob:Pa55word9@10.0.0.2:8000/v1", "plain-session"),
+    ]
     if shape == "json":
-        lines = [json.dumps({"msec": 1.0 + i, "upstream_addr": up, "http_x_session_id": key,
-                             "request_length": 10}) + "\n" for i, (up, key) in enumerate(rows)]
+        lines = [
+            json.dumps(
+                {
+                    "msec": 1.0 + i,
+                    "upstream_addr": up,
+                    "http_x_session_id": key,
+                    "request_length": 10,
+                }
+            )
+            + "\n"
+            for i, (up, key) in enumerate(rows)
+        ]
     else:
-        lines = [f'msec={1.0 + i} upstream_addr={up} request_length=10 '
-                 f'http_x_session_id="{key}"\n' for i, (up, key) in enumerate(rows)]
+        lines = [
+            f'msec={1.0 + i} upstream_addr={up} request_length=10 http_x_session_id="{key}"\n'
+            for i, (up, key) in enumerate(rows)
+        ]
     return _log(tmp_path, lines * 3, f"s.{shape}.log")
 
 
@@ -126,7 +153,6 @@ def test_no_credential_reaches_the_evidence(tmp_path: Path, shape: str) -> None:
     assert all(c == 3.0 for u in gw.units for k, c in u.keys)
     requests, _ = read_access_requests([path])
     assert not any(s in repr(requests) for s in SECRETS)
-
 
 
 def test_watch_follows_past_a_huge_line_holding_at_most_the_limit(tmp_path: Path) -> None:

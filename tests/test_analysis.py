@@ -111,8 +111,9 @@ def test_auto_level_drills_into_the_hot_instance() -> None:
 
 
 def test_near_idle_service_is_insufficient_data() -> None:
-    report = diagnose_frame(make_frame(even(a=Spec(rate=0.5), b=Spec(rate=0.2),
-                                            c=Spec(rate=0.3), d=Spec(rate=0.1))))
+    report = diagnose_frame(
+        make_frame(even(a=Spec(rate=0.5), b=Spec(rate=0.2), c=Spec(rate=0.3), d=Spec(rate=0.1)))
+    )
     assert report.verdict == "insufficient_data"
     assert report.notes[0].code == NoteCode.NEAR_IDLE
     assert report.notes[0].values["requests"] < DEFAULT_THRESHOLDS.min_requests_total
@@ -129,12 +130,15 @@ def _long_generations(held: tuple[float, float] | None) -> UnitFrame:
     if held is None:
         return frame
     busy = pl.col("unit") == "i0/dp3"
-    return replace(frame, df=frame.df.with_columns(
-        pl.when(busy).then(held[0]).otherwise(pl.col("running")).alias("running"),
-        pl.when(busy).then(held[1]).otherwise(pl.col("waiting")).alias("waiting"),
-        pl.when(busy).then(0.99).otherwise(pl.col("kv_usage")).alias("kv_usage"),
-        pl.when(busy).then(0.99).otherwise(pl.col("kv_usage_max")).alias("kv_usage_max"),
-    ))
+    return replace(
+        frame,
+        df=frame.df.with_columns(
+            pl.when(busy).then(held[0]).otherwise(pl.col("running")).alias("running"),
+            pl.when(busy).then(held[1]).otherwise(pl.col("waiting")).alias("waiting"),
+            pl.when(busy).then(0.99).otherwise(pl.col("kv_usage")).alias("kv_usage"),
+            pl.when(busy).then(0.99).otherwise(pl.col("kv_usage_max")).alias("kv_usage_max"),
+        ),
+    )
 
 
 def test_a_rank_holding_long_generations_is_hot_not_insufficient_data() -> None:
@@ -151,10 +155,13 @@ def test_a_rank_holding_long_generations_is_hot_not_insufficient_data() -> None:
 
 def test_a_near_idle_service_holding_nothing_stays_insufficient_data() -> None:
     # a few requests, each finished within its window: nothing held at the end
-    frame = make_frame(even(a=Spec(rate=0.5), b=Spec(rate=0.2), c=Spec(rate=0.3),
-                            d=Spec(rate=0.1)), source="prometheus")
-    frame = replace(frame, df=frame.df.with_columns(
-        pl.lit(0.0).alias("running"), pl.lit(0.0).alias("waiting")))
+    frame = make_frame(
+        even(a=Spec(rate=0.5), b=Spec(rate=0.2), c=Spec(rate=0.3), d=Spec(rate=0.1)),
+        source="prometheus",
+    )
+    frame = replace(
+        frame, df=frame.df.with_columns(pl.lit(0.0).alias("running"), pl.lit(0.0).alias("waiting"))
+    )
     report = diagnose_frame(frame)
     assert report.verdict == "insufficient_data"
     assert report.notes[0].code == NoteCode.NEAR_IDLE
@@ -220,9 +227,15 @@ def test_instance_level_without_request_counts_is_insufficient_not_balanced() ->
     frame = make_frame(even(c=Spec(rate=44.0)))
     blank = frame.df.with_columns(pl.lit(None, dtype=pl.Float64).alias("requests"))
     # the source has a request counter (an alias) but no window held two samples of it
-    report = diagnose_frame(UnitFrame(df=blank, level=Level.INSTANCE, window_s=10.0,
-                                      source="prometheus",
-                                      aliases={"requests": "vllm:request_success_total"}))
+    report = diagnose_frame(
+        UnitFrame(
+            df=blank,
+            level=Level.INSTANCE,
+            window_s=10.0,
+            source="prometheus",
+            aliases={"requests": "vllm:request_success_total"},
+        )
+    )
     assert report.verdict == "insufficient_data"
     assert report.notes[0].code == NoteCode.NO_REQUEST_COUNTS
     assert "no request counts" in lines(report.notes)[0]
@@ -240,14 +253,28 @@ def test_instance_level_of_a_queue_only_source_is_judged_by_its_queues() -> None
         *(pl.lit(None, dtype=pl.Float64).alias(s) for s in SIGNAL_COLUMNS if s != "waiting"),
         pl.when(pl.col("unit") == "c").then(12.0).otherwise(1.0).alias("waiting"),
     )
-    report = diagnose_frame(UnitFrame(df=queues, level=Level.INSTANCE, window_s=10.0,
-                                      source="prometheus", aliases={"waiting": "q"}))
+    report = diagnose_frame(
+        UnitFrame(
+            df=queues,
+            level=Level.INSTANCE,
+            window_s=10.0,
+            source="prometheus",
+            aliases={"waiting": "q"},
+        )
+    )
     assert report.verdict == "imbalanced" and report.hot_units == ("c",)
     assert QUEUE_ONLY_NOTE in report.notes
     assert any("counts no requests" in n for n in lines(report.notes))
     balanced = queues.with_columns(pl.lit(3.0).alias("waiting"))
-    report = diagnose_frame(UnitFrame(df=balanced, level=Level.INSTANCE, window_s=10.0,
-                                      source="prometheus", aliases={"waiting": "q"}))
+    report = diagnose_frame(
+        UnitFrame(
+            df=balanced,
+            level=Level.INSTANCE,
+            window_s=10.0,
+            source="prometheus",
+            aliases={"waiting": "q"},
+        )
+    )
     assert report.verdict == "balanced"
 
 
@@ -283,8 +310,9 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
 
     frame = make_frame(even(c=Spec(rate=44.0)))
     full = frame.df.with_columns(pl.lit(0.97).alias("kv_usage_max"))
-    report = diagnose_frame(UnitFrame(df=full, level=Level.INSTANCE, window_s=10.0,
-                                      source="profiler"))
+    report = diagnose_frame(
+        UnitFrame(df=full, level=Level.INSTANCE, window_s=10.0, source="profiler")
+    )
     (f,) = report.findings
     assert f.evidence["kv_exhausted"] is False
     assert "kv_exhaustion" not in f.root_causes
@@ -295,31 +323,37 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
     local = frame.df.with_columns(
         pl.when(pl.col("unit") == "c").then(0.97).otherwise(0.5).alias("kv_usage_max")
     )
-    (g,) = diagnose_frame(UnitFrame(df=local, level=Level.INSTANCE, window_s=10.0,
-                                    source="profiler")).findings
+    (g,) = diagnose_frame(
+        UnitFrame(df=local, level=Level.INSTANCE, window_s=10.0, source="profiler")
+    ).findings
     assert g.evidence["kv_exhausted"] is True
     # a full pool while nothing queues or is preempted is what the extra requests do to it:
     # the routing cause is ranked first, KV exhaustion after it as their consequence
-    assert list(g.root_causes) == ["routing_weights", "sticky_sessions",
-                                              "kv_exhaustion"]
+    assert list(g.root_causes) == ["routing_weights", "sticky_sessions", "kv_exhaustion"]
     assert g.facts.kv_consequence  # type: ignore[union-attr]
     # preempting while its queue stays flat, it still serves its load: preemption is the
     # full pool's impact, the routing cause comes first (the simulator's long-input and
     # dp-weight truths: preempting, queue flat, cause long_requests)
     preempting = local.with_columns(
-        pl.when(pl.col("unit") == "c").then(2.0).otherwise(0.0).alias("preemptions"))
-    p, kv = diagnose_frame(UnitFrame(df=preempting, level=Level.INSTANCE, window_s=10.0,
-                                     source="profiler")).findings
+        pl.when(pl.col("unit") == "c").then(2.0).otherwise(0.0).alias("preemptions")
+    )
+    p, kv = diagnose_frame(
+        UnitFrame(df=preempting, level=Level.INSTANCE, window_s=10.0, source="profiler")
+    ).findings
     assert kv.kind == "kv_shortage"
     assert p.root_causes[0] == "routing_weights" and p.facts.kv_consequence  # type: ignore[union-attr]
     # the same unit whose queue keeps growing cannot admit its work: throttling comes first
     k = pl.col("window_start_s").rank("dense") - 1
     queueing = preempting.with_columns(
-        pl.when(pl.col("unit") == "c").then(k * 3.0).otherwise(pl.col("waiting"))
-        .alias("waiting"))
-    q = next(f for f in diagnose_frame(UnitFrame(df=queueing, level=Level.INSTANCE,
-                                                 window_s=10.0, source="profiler")).findings
-             if f.kind != "kv_shortage")
+        pl.when(pl.col("unit") == "c").then(k * 3.0).otherwise(pl.col("waiting")).alias("waiting")
+    )
+    q = next(
+        f
+        for f in diagnose_frame(
+            UnitFrame(df=queueing, level=Level.INSTANCE, window_s=10.0, source="profiler")
+        ).findings
+        if f.kind != "kv_shortage"
+    )
     assert q.root_causes[0] == "kv_exhaustion"
     assert not q.facts.kv_consequence  # type: ignore[union-attr]
     # peers touching 92% in one window each is a spike, not a service short of KV (their peak
@@ -327,19 +361,24 @@ def test_kv_exhaustion_everywhere_is_capacity_not_a_local_finding() -> None:
     w = frame.df["window_start_s"].unique().sort()
     unit, start = pl.col("unit"), pl.col("window_start_s")
     spike = frame.df.with_columns(
-        pl.when(unit == "c").then(0.97)
-        .when(((unit == "a") & (start == w[5])) | ((unit == "b") & (start == w[7]))).then(0.92)
-        .otherwise(0.5).alias("kv_usage_max")
+        pl.when(unit == "c")
+        .then(0.97)
+        .when(((unit == "a") & (start == w[5])) | ((unit == "b") & (start == w[7])))
+        .then(0.92)
+        .otherwise(0.5)
+        .alias("kv_usage_max")
     )
-    (h,) = diagnose_frame(UnitFrame(df=spike, level=Level.INSTANCE, window_s=10.0,
-                                    source="profiler")).findings
+    (h,) = diagnose_frame(
+        UnitFrame(df=spike, level=Level.INSTANCE, window_s=10.0, source="profiler")
+    ).findings
     assert h.evidence["kv_exhausted"] is True
 
 
 def test_majority_hot_is_judged_against_the_underloaded_minority() -> None:
     # weights 1.8, 1.8, 1.8, 1: each hot unit's leave-one-out median is hot too
-    report = diagnose_frame(make_frame(even(a=Spec(rate=36.0), b=Spec(rate=36.0),
-                                            c=Spec(rate=36.0))))
+    report = diagnose_frame(
+        make_frame(even(a=Spec(rate=36.0), b=Spec(rate=36.0), c=Spec(rate=36.0)))
+    )
     assert report.verdict == "imbalanced"
     assert report.hot_units == ("a", "b", "c")
     assert {f.kind for f in report.findings} == {"count"}
@@ -367,10 +406,14 @@ def test_stalled_engine_is_the_worst_hot_unit_not_idle(steps_measured: bool) -> 
     from skewscope.frame import UnitFrame
 
     frame = make_frame(even(d=Spec(stalled_from=2)), source="prometheus")
-    df = frame.df if steps_measured else frame.df.with_columns(
-        pl.lit(None, dtype=pl.Float64).alias("steps"))
-    report = diagnose_frame(UnitFrame(df=df, level=Level.INSTANCE, window_s=10.0,
-                                      source="prometheus"))
+    df = (
+        frame.df
+        if steps_measured
+        else frame.df.with_columns(pl.lit(None, dtype=pl.Float64).alias("steps"))
+    )
+    report = diagnose_frame(
+        UnitFrame(df=df, level=Level.INSTANCE, window_s=10.0, source="prometheus")
+    )
     assert report.verdict == "imbalanced"
     assert "d" in report.hot_units and report.starved_units == ()
     (f,) = [f for f in report.findings if f.units == ("d",)]
@@ -383,8 +426,9 @@ def test_stalled_engine_is_the_worst_hot_unit_not_idle(steps_measured: bool) -> 
 
 def test_stalled_engine_in_a_near_idle_service_is_flagged_not_insufficient() -> None:
     quiet = Spec(rate=0.3)
-    report = diagnose_frame(make_frame(even(a=quiet, b=quiet, c=quiet,
-                                            d=Spec(rate=0.3, stalled_from=0))))
+    report = diagnose_frame(
+        make_frame(even(a=quiet, b=quiet, c=quiet, d=Spec(rate=0.3, stalled_from=0)))
+    )
     assert report.verdict == "imbalanced"
     assert report.hot_units == ("d",)
     (f,) = report.findings
@@ -414,8 +458,9 @@ def test_a_fleet_that_stops_as_a_whole_is_no_progress_not_stalled(frozen_from: i
 def test_one_hung_unit_among_idle_peers_is_still_stalled() -> None:
     # a window in which nobody finishes is frozen only when more than one unit holds requests
     idle = Spec(rate=0.0)
-    report = diagnose_frame(make_frame(even(a=idle, b=idle, c=idle, d=Spec(stalled_from=0)),
-                                       source="prometheus"))
+    report = diagnose_frame(
+        make_frame(even(a=idle, b=idle, c=idle, d=Spec(stalled_from=0)), source="prometheus")
+    )
     assert report.hot_units == ("d",)
     assert not any(n.code == NoteCode.NO_PROGRESS for n in report.notes)
 
@@ -431,8 +476,9 @@ def test_slow_but_progressing_unit_is_not_stalled() -> None:
 
     frame = make_frame(even(d=Spec(rate=40.0, ceiling=2.0)), source="prometheus")
     no_steps = frame.df.with_columns(pl.lit(None, dtype=pl.Float64).alias("steps"))
-    report = diagnose_frame(UnitFrame(df=no_steps, level=Level.INSTANCE, window_s=10.0,
-                                      source="prometheus"))
+    report = diagnose_frame(
+        UnitFrame(df=no_steps, level=Level.INSTANCE, window_s=10.0, source="prometheus")
+    )
     d = next(u for u in report.units if u.unit == "d")
     assert d.metrics["waiting"] > 100 and d.role != "stalled"
 
@@ -483,8 +529,7 @@ def test_one_hot_rank_in_one_instance_is_no_fleet_pattern() -> None:
 def test_saturated_hot_unit_says_its_finished_request_ratio_is_a_lower_bound() -> None:
     # c is sent 2x its peers' requests but finishes at most 28 a window (online counts
     # finished requests): the measured ratio (~1.4x) understates the truth (2x)
-    report = diagnose_frame(make_frame(even(c=Spec(rate=40.0, ceiling=28.0)),
-                                       source="prometheus"))
+    report = diagnose_frame(make_frame(even(c=Spec(rate=40.0, ceiling=28.0)), source="prometheus"))
     (f,) = report.findings
     assert f.units == ("c",) and f.kind == "count"
     assert f.evidence["count_ratio"] < 1.6

@@ -67,8 +67,9 @@ def _peer_reference_per_unit(
     return ref
 
 
-_CELL = st.one_of(st.floats(-1e6, 1e6),
-                  st.sampled_from([math.nan, math.inf, -math.inf, 0.0, 1.0, 2.0]))
+_CELL = st.one_of(
+    st.floats(-1e6, 1e6), st.sampled_from([math.nan, math.inf, -math.inf, 0.0, 1.0, 2.0])
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -81,10 +82,14 @@ def test_peer_reference_is_the_per_unit_median(data: st.DataObject) -> None:
     groups = tuple(data.draw(st.lists(st.sampled_from("ab"), min_size=u, max_size=u)))
     against = None
     if data.draw(st.booleans()):
-        against = {data.draw(st.sampled_from("ab")):
-                   data.draw(st.lists(st.integers(0, u - 1), max_size=u, unique=True))}
-    np.testing.assert_array_equal(peer_reference(values, groups, against),
-                                  _peer_reference_per_unit(values, groups, against))
+        against = {
+            data.draw(st.sampled_from("ab")): data.draw(
+                st.lists(st.integers(0, u - 1), max_size=u, unique=True)
+            )
+        }
+    np.testing.assert_array_equal(
+        peer_reference(values, groups, against), _peer_reference_per_unit(values, groups, against)
+    )
 
 
 @given(matrices, st.randoms(use_true_random=False))
@@ -93,8 +98,9 @@ def test_peer_reference_follows_a_permutation_of_units(rows: list[list[float]], 
     perm = list(range(values.shape[1]))
     rnd.shuffle(perm)
     groups = tuple("g" for _ in perm)
-    assert np.allclose(peer_reference(values, groups)[:, perm],
-                       peer_reference(values[:, perm], groups))
+    assert np.allclose(
+        peer_reference(values, groups)[:, perm], peer_reference(values[:, perm], groups)
+    )
 
 
 @given(st.floats(0, 1e6, allow_nan=False), st.integers(1, 30), st.integers(1, 7))
@@ -110,22 +116,33 @@ def _smooth_per_window(values: np.ndarray, width: int) -> np.ndarray:
     out = np.full(values.shape, np.nan)
     for t in range(n):
         for j in range(u):
-            around = values[max(0, t - half):t + width - half, j]
+            around = values[max(0, t - half) : t + width - half, j]
             finite = around[np.isfinite(around)]
             if np.isfinite(values[t, j]) and finite.size:
                 out[t, j] = finite.mean()
     return out
 
 
-@given(st.lists(st.lists(st.one_of(st.floats(-1e6, 1e6), st.just(math.nan), st.just(math.inf)),
-                         min_size=3, max_size=3), min_size=1, max_size=20),
-       st.integers(2, 12))  # width 1 is no smoothing: the values as they are
-def test_smoothing_is_the_mean_of_the_finite_neighbours(rows: list[list[float]],
-                                                        width: int) -> None:
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(st.floats(-1e6, 1e6), st.just(math.nan), st.just(math.inf)),
+            min_size=3,
+            max_size=3,
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    st.integers(2, 12),
+)  # width 1 is no smoothing: the values as they are
+def test_smoothing_is_the_mean_of_the_finite_neighbours(
+    rows: list[list[float]], width: int
+) -> None:
     # widths under 8 add shifted slices, 8 and more sum a sliding view: both the definition
     values = np.array(rows, dtype=np.float64)
-    np.testing.assert_allclose(smooth(values, width), _smooth_per_window(values, width),
-                               rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(
+        smooth(values, width), _smooth_per_window(values, width), rtol=1e-12, atol=1e-9
+    )
 
 
 @given(st.lists(st.booleans(), max_size=40))
@@ -136,8 +153,9 @@ def test_longest_run_matches_a_plain_count(flags: list[bool]) -> None:
 
 
 @settings(max_examples=50)
-@given(st.floats(-100, 100, allow_nan=False), st.floats(-1e3, 1e3, allow_nan=False),
-       st.integers(3, 50))
+@given(
+    st.floats(-100, 100, allow_nan=False), st.floats(-1e3, 1e3, allow_nan=False), st.integers(3, 50)
+)
 def test_trend_slope_recovers_a_line(slope: float, intercept: float, n: int) -> None:
     y = intercept + slope * np.arange(n, dtype=np.float64)
     fitted = trend_slope(y, DEFAULT_THRESHOLDS.trend_min_points)
@@ -145,8 +163,15 @@ def test_trend_slope_recovers_a_line(slope: float, intercept: float, n: int) -> 
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.floats(allow_nan=False, allow_infinity=False),
-                          st.sampled_from([0.0, -0.0, 1.0, 2.0])), min_size=1, max_size=12))
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([0.0, -0.0, 1.0, 2.0])
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_median_is_numpys(values: list[float]) -> None:
     """The analysis' median of finite values is np.median's, bit for bit (sign of zero too)."""
     x = np.array(values)

@@ -18,10 +18,15 @@ from skewscope.report.document import report_document
 
 
 def _report(stray_rate: float) -> dict:  # type: ignore[type-arg]
-    frame = make_frame({
-        "hot": Spec(rate=40, prompt=200, output=4),
-        "stray": Spec(rate=stray_rate, prompt=1, output=48),
-        "idle-1": Spec(rate=0.0), "idle-2": Spec(rate=0.0)}, windows=12)
+    frame = make_frame(
+        {
+            "hot": Spec(rate=40, prompt=200, output=4),
+            "stray": Spec(rate=stray_rate, prompt=1, output=48),
+            "idle-1": Spec(rate=0.0),
+            "idle-2": Spec(rate=0.0),
+        },
+        windows=12,
+    )
     return report_document(diagnose(Evidence(instance=frame)))  # type: ignore[no-any-return]
 
 
@@ -35,17 +40,22 @@ def test_a_stray_request_on_a_peer_is_no_weight_to_compare_with() -> None:
 
 def test_a_peer_that_served_enough_requests_still_measures_weight() -> None:
     """The floor drops only the noise: a peer with real traffic is the reference as before."""
-    frame = make_frame({"hot": Spec(rate=20, prompt=4000, output=200),
-                        **{f"p{i}": Spec(rate=20, prompt=1000, output=200) for i in range(3)}},
-                       windows=12)
+    frame = make_frame(
+        {
+            "hot": Spec(rate=20, prompt=4000, output=200),
+            **{f"p{i}": Spec(rate=20, prompt=1000, output=200) for i in range(3)},
+        },
+        windows=12,
+    )
     doc = report_document(diagnose(Evidence(instance=frame)))
     (finding,) = [f for f in doc["findings"] if f["units"] == ["hot"]]
     assert finding["kind"] == "weight"
 
 
 def _cls(kind: str, secondary: str | None, count_ratio: float) -> Classification:
-    return Classification(kind, secondary, "input", count_ratio, 3.0, 3.0, 1.0, math.nan, "",
-                          0.2, 0.8)
+    return Classification(
+        kind, secondary, "input", count_ratio, 3.0, 3.0, 1.0, math.nan, "", 0.2, 0.8
+    )
 
 
 def test_heavier_requests_by_chance_leave_the_count_part_standing() -> None:

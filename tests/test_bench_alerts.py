@@ -25,9 +25,11 @@ def test_for_fires_after_the_pending_time_and_a_gap_resets_it() -> None:
 
 
 def _truth() -> Truth:
-    eps = (Episode("a", "instance", "i1", None, "count", 1000, 2000),
-           Episode("b", "dp", "i2", "1", "weight", 3000, 4000),
-           Episode("c", "dp", "i3", "0", "capability", 5000, 6000))
+    eps = (
+        Episode("a", "instance", "i1", None, "count", 1000, 2000),
+        Episode("b", "dp", "i2", "1", "weight", 3000, 4000),
+        Episode("c", "dp", "i3", "0", "capability", 5000, 6000),
+    )
     return Truth(0, 86400, STEP, "vllm", 300, eps, ())
 
 
@@ -54,8 +56,10 @@ def test_score_counts_units_kinds_delays_and_false_alerts() -> None:
 def test_the_kind_is_the_first_alert_naming_one_as_the_backtest_scores_it() -> None:
     # the DP gap-widening alert (no kind label) fires first, the hot-unit alert names the kind
     t = _truth()
-    fired = [Fired("x", "dp", "i2", "1", None, 3100, 3400),
-             Fired("x", "dp", "i2", "1", "weight", 3300, 3900)]
+    fired = [
+        Fired("x", "dp", "i2", "1", None, 3100, 3400),
+        Fired("x", "dp", "i2", "1", "weight", 3300, 3900),
+    ]
     s = score("x", "dp", fired, t, grace_s=600)
     assert dict(s.delays)["b"] == 100 and dict(s.kinds) == {"b": "weight"}
     assert s.kind_correct == 1
@@ -66,8 +70,10 @@ def test_a_group_rule_matches_every_unit_of_its_group_and_names_no_kind() -> Non
     fleet = [Fired("g", "instance", None, None, None, 0, 86400)]  # fires all day
     s = score("g", "instance", fleet, t, grace_s=0)
     assert (s.tp, s.false_alerts, s.kind_correct, s.names_unit) == (1, 0, None, False)
-    per_instance = [Fired("g", "dp", "i2", None, None, 2000, 2100),  # before b: false
-                    Fired("g", "dp", "i3", None, None, 5000, 5100)]  # c
+    per_instance = [
+        Fired("g", "dp", "i2", None, None, 2000, 2100),  # before b: false
+        Fired("g", "dp", "i3", None, None, 5000, 5100),
+    ]  # c
     s = score("g", "dp", per_instance, t, grace_s=0)
     assert (s.tp, s.misses, s.false_alerts) == (1, 1, 1)
 
@@ -79,6 +85,8 @@ def test_false_firing_time_charges_a_rule_for_its_quiet_hours() -> None:
     s = score("g", "instance", fleet, t, grace_s=600)
     assert s.false_alerts == 0 and s.false_time_share == pytest.approx((86400 - 1600) / 86400)
     # a unit alert inside its episode costs nothing; the sibling rank's alert its whole span
-    fired = [Fired("x", "dp", "i2", "1", "weight", 3300, 3900),
-             Fired("x", "dp", "i2", "0", "weight", 3300, 3900)]
+    fired = [
+        Fired("x", "dp", "i2", "1", "weight", 3300, 3900),
+        Fired("x", "dp", "i2", "0", "weight", 3300, 3900),
+    ]
     assert score("x", "dp", fired, t, grace_s=600).false_time_share == pytest.approx(600 / 86400)

@@ -23,10 +23,14 @@ def _one(v: float, les: set[float], scale: float) -> float | None:
     return None
 
 
-@given(BOUNDS, st.lists(st.one_of(st.floats(allow_nan=True), st.integers(0, 11)), max_size=40),
-       st.sampled_from([1.0, 1000.0]))
-def test_marks_match_the_one_value_definition(les: set[float], picks: list[float | int],
-                                              scale: float) -> None:
+@given(
+    BOUNDS,
+    st.lists(st.one_of(st.floats(allow_nan=True), st.integers(0, 11)), max_size=40),
+    st.sampled_from([1.0, 1000.0]),
+)
+def test_marks_match_the_one_value_definition(
+    les: set[float], picks: list[float | int], scale: float
+) -> None:
     ordered = sorted(les)
     # ints pick a bound (times the scale, as a percentile in ms of a bound in s would be)
     vals = [ordered[p % len(ordered)] * scale if isinstance(p, int) else p for p in picks]

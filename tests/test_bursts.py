@@ -19,8 +19,9 @@ def test_one_burst_on_a_slightly_busier_rank_is_no_hot_spot(seed: int) -> None:
     # dp0 carries 1.15x its sibling's requests (under hot_ratio) and a 4x burst of two windows:
     # with the queue it leaves and the smoothing, half of the range and more runs hot
     specs = {"i/dp0": Spec(rate=23.0, burst={6: 4.0, 7: 4.0}), "i/dp1": Spec(rate=20.0)}
-    report = diagnose_frame(make_frame(specs, windows=14, window_s=WINDOW, level=Level.DP,
-                                       seed=seed))
+    report = diagnose_frame(
+        make_frame(specs, windows=14, window_s=WINDOW, level=Level.DP, seed=seed)
+    )
     assert report.hot_units == ()
     (note,) = [n for n in report.transient if n.values["unit"] == "i/dp0"]
     assert note.code == NoteCode.TRANSIENT
@@ -33,6 +34,7 @@ def test_one_burst_on_a_slightly_busier_rank_is_no_hot_spot(seed: int) -> None:
 def test_a_skew_that_holds_is_found_wherever_the_cut_falls(seed: int) -> None:
     # dp0 at 1.7x from window 5 on: 9 of 14 windows, longer than any burst
     specs = {"i/dp0": Spec(burst={w: 1.7 for w in range(5, 14)}), "i/dp1": Spec()}
-    report = diagnose_frame(make_frame(specs, windows=14, window_s=WINDOW, level=Level.DP,
-                                       seed=seed))
+    report = diagnose_frame(
+        make_frame(specs, windows=14, window_s=WINDOW, level=Level.DP, seed=seed)
+    )
     assert report.hot_units == ("i/dp0",)

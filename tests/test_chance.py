@@ -42,25 +42,40 @@ def test_length_spread_reads_the_length_mix_from_window_sums(
     for w in range(windows):
         for u in range(units):
             tok[w, u] = rng.lognormal(np.log(300.0 * (u + 1)), sigma, int(n[w, u])).sum()
-    m = SignalMatrix(windows=np.arange(windows, dtype=np.float64), units=("a", "b"),
-                     groups=("g", "g"), instances=("a", "b"), dp_ranks=(None, None),
-                     values={"requests": n, "total_tokens": tok})
+    m = SignalMatrix(
+        windows=np.arange(windows, dtype=np.float64),
+        units=("a", "b"),
+        groups=("g", "g"),
+        instances=("a", "b"),
+        dp_ranks=(None, None),
+        values={"requests": n, "total_tokens": tok},
+    )
     want = float(np.expm1(sigma**2))
     assert abs(length_spread(m, [0, 1]) - want) <= 0.3 * want + 0.02
 
 
 def test_two_equal_ranks_on_a_quiet_night_are_never_a_hot_spot() -> None:
     # judged against the sibling's count alone, one seed of these 40 draws a "hot" rank
-    hot = [seed for seed in range(40)
-           if diagnose_frame(make_frame({"i/dp0": Spec(rate=NIGHT), "i/dp1": Spec(rate=NIGHT)},
-                                        windows=14, window_s=WINDOW, level=Level.DP,
-                                        seed=seed)).hot_units]
+    hot = [
+        seed
+        for seed in range(40)
+        if diagnose_frame(
+            make_frame(
+                {"i/dp0": Spec(rate=NIGHT), "i/dp1": Spec(rate=NIGHT)},
+                windows=14,
+                window_s=WINDOW,
+                level=Level.DP,
+                seed=seed,
+            )
+        ).hot_units
+    ]
     assert hot == []
 
 
 def test_a_real_skew_on_a_quiet_night_is_still_found() -> None:
     for seed in range(10):
         specs = {"i/dp0": Spec(rate=NIGHT * 1.7), "i/dp1": Spec(rate=NIGHT)}
-        report = diagnose_frame(make_frame(specs, windows=14, window_s=WINDOW, level=Level.DP,
-                                           seed=seed))
+        report = diagnose_frame(
+            make_frame(specs, windows=14, window_s=WINDOW, level=Level.DP, seed=seed)
+        )
         assert report.hot_units == ("i/dp0",), seed

@@ -18,15 +18,42 @@ from skewscope.report.registry import by_name, for_path, names
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90s", 90), ("15m", 900), ("2h", 7200), ("1h30m", 5400), ("1d2h", 93600),
-     ("500ms", 0.5), ("0.2s", 0.2), ("1m30s", 90), ("1w", 604800), ("100y", 3153600000)],
+    [
+        ("90s", 90),
+        ("15m", 900),
+        ("2h", 7200),
+        ("1h30m", 5400),
+        ("1d2h", 93600),
+        ("500ms", 0.5),
+        ("0.2s", 0.2),
+        ("1m30s", 90),
+        ("1w", 604800),
+        ("100y", 3153600000),
+    ],
 )
 def test_durations_as_prometheus_users_type_them(text: str, seconds: float) -> None:
     assert parse_duration(text, "--x") == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-3s", "1h-30m", "15x", "", "m",
-                                  "1e400", "s15", "101y", "1e12s", "0s"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nan",
+        "inf",
+        "-inf",
+        "0",
+        "-3s",
+        "1h-30m",
+        "15x",
+        "",
+        "m",
+        "1e400",
+        "s15",
+        "101y",
+        "1e12s",
+        "0s",
+    ],
+)
 def test_bad_durations_are_usage_errors(text: str) -> None:
     with pytest.raises(UsageError, match="--x"):
         parse_duration(text, "--x")
@@ -51,8 +78,11 @@ def test_parse_duration_is_finite_positive_or_usage_error(text: str) -> None:
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
-@given(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(sorted(UNITS))),
-                min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from(sorted(UNITS))), min_size=1, max_size=4
+    )
+)
 def test_parse_duration_sums_its_parts(parts: list[tuple[int, str]]) -> None:
     """Every well-formed duration is the sum of its parts, or refused as zero / over 100y."""
     text = "".join(f"{n}{u}" for n, u in parts)
@@ -64,8 +94,21 @@ def test_parse_duration_sums_its_parts(parts: list[tuple[int, str]]) -> None:
             parse_duration(text, "--x")
 
 
-@pytest.mark.parametrize("text", ["nan", "inf", "2025-13-01", "soon", "10000-01-01", "1e15",
-                                  "-1e15", "253402300800", "9999-12-31T23:30:00-05:00", "1e308"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nan",
+        "inf",
+        "2025-13-01",
+        "soon",
+        "10000-01-01",
+        "1e15",
+        "-1e15",
+        "253402300800",
+        "9999-12-31T23:30:00-05:00",
+        "1e308",
+    ],
+)
 def test_bad_times_are_usage_errors(text: str) -> None:
     with pytest.raises(UsageError, match=r"^--start: expected "):
         parse_time(text, "--start")
@@ -78,8 +121,17 @@ def test_times_epoch_and_iso() -> None:
     assert parse_time("0", "--start") == 0 and parse_time("-5", "--start") == -5  # near 1970
 
 
-@given(st.datetimes(timezones=st.sampled_from([dt.UTC, dt.timezone(dt.timedelta(hours=-5)),
-                                                dt.timezone(dt.timedelta(hours=5, minutes=30))])))
+@given(
+    st.datetimes(
+        timezones=st.sampled_from(
+            [
+                dt.UTC,
+                dt.timezone(dt.timedelta(hours=-5)),
+                dt.timezone(dt.timedelta(hours=5, minutes=30)),
+            ]
+        )
+    )
+)
 def test_parse_time_reads_every_iso_time_as_its_utc_instant(when: dt.datetime) -> None:
     """An ISO time with an offset is its UTC instant; one a report cannot show (past 9999 once
     in UTC) is a usage error, never a traceback."""
@@ -94,7 +146,7 @@ def test_parse_time_reads_every_iso_time_as_its_utc_instant(when: dt.datetime) -
     assert parse_time(repr(want), "--end") == want
 
 
-@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**20, 10**20)))
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**20), 10**20)))
 def test_parse_time_of_any_number_is_a_showable_time_or_usage_error(value: float) -> None:
     """Epoch numbers of any size: a time the report's formatting takes, or one usage line."""
     try:
@@ -149,9 +201,16 @@ def test_atomic_write_replaces_whole_or_leaves_old(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temp file left
 
 
-@pytest.mark.parametrize("zoom", [["--start", "1e15"], ["--end", "10000-01-01"],
-                                  ["--start", "253402300800"], ["--last", "10"],
-                                  ["--last", "101y"]])
+@pytest.mark.parametrize(
+    "zoom",
+    [
+        ["--start", "1e15"],
+        ["--end", "10000-01-01"],
+        ["--start", "253402300800"],
+        ["--last", "10"],
+        ["--last", "101y"],
+    ],
+)
 def test_a_zoom_past_any_showable_time_is_one_usage_line(
     zoom: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,15 +15,16 @@ from skewscope.cli import COMMANDS, build_parser, common, readers
 
 
 def _run(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return done.stdout
 
 
 def test_one_command_imports_only_its_own_parser() -> None:
-    out = _run("import sys\nfrom skewscope.cli import main\n"
-               "main(['diagnose', '--help'])\n"
-               "print(sorted(m for m in sys.modules if m.startswith('skewscope.')))")
+    out = _run(
+        "import sys\nfrom skewscope.cli import main\n"
+        "main(['diagnose', '--help'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('skewscope.')))"
+    )
     assert "skewscope.cli.diagnose" in out
     assert "skewscope.cli.whatif" not in out and "skewscope.sim" not in out
 
@@ -42,9 +43,11 @@ def test_warm_imports_loads_on_a_thread_and_leaves_failures_to_the_caller() -> N
     assert isinstance(thread, threading.Thread)
     thread.join(timeout=30)
     assert not thread.is_alive()
-    out = _run("import sys\nfrom skewscope.cli import common\n"
-               "common.warm_imports('skewscope.report.markdown').join()\n"
-               "print('skewscope.report.markdown' in sys.modules)")
+    out = _run(
+        "import sys\nfrom skewscope.cli import common\n"
+        "common.warm_imports('skewscope.report.markdown').join()\n"
+        "print('skewscope.report.markdown' in sys.modules)"
+    )
     assert out.strip() == "True"
 
 

@@ -43,7 +43,10 @@ def test_bundled_example_matches_its_truth(capsys: pytest.CaptureFixture[str]) -
     # alone (262-472 requests in 3 minutes), and dp0 hot in all three is the fleet-wide pattern
     assert truth["meta"]["dispatcher_policy"] == "weighted(1.7,1)"
     assert sorted(d["hot_units"][0] for d in doc["drilldown"]) == [
-        "inst-0/dp0", "inst-1/dp0", "inst-2/dp0"]
+        "inst-0/dp0",
+        "inst-1/dp0",
+        "inst-2/dp0",
+    ]
     assert all(len(d["hot_units"]) == 1 for d in doc["drilldown"])
     (fleet,) = [f for f in doc["findings"] if "fleet_dp_pattern" in f["evidence"]]
     assert fleet["evidence"]["fleet_dp_pattern"]["instances"] == ["inst-0", "inst-1", "inst-2"]
@@ -57,7 +60,8 @@ def quiet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     serve ~80 requests each (a couple more held at the end), under min_requests_total."""
     toml = (EXAMPLE.parent / "cluster-skew.toml").read_text()
     toml = toml.replace("duration_s = 180", "duration_s = 60").replace(
-        "weights = [1.7, 1.0]", "weights = [2.5, 1.0]")
+        "weights = [1.7, 1.0]", "weights = [2.5, 1.0]"
+    )
     assert "duration_s = 60" in toml and "[2.5, 1.0]" in toml
     out = tmp_path_factory.mktemp("quiet")
     write_profiler(simulate(scenario_from_toml(tomllib.loads(toml), "quiet.toml")), out)
@@ -71,8 +75,9 @@ def test_quiet_instances_have_their_ranks_judged_together(
     against its own sibling)."""
     assert main(["diagnose", str(quiet_run), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    pooled = [d for d in doc["drilldown"] if d["note_facts"]
-              and d["note_facts"][0]["code"] == "dp_pooled"]
+    pooled = [
+        d for d in doc["drilldown"] if d["note_facts"] and d["note_facts"][0]["code"] == "dp_pooled"
+    ]
     assert len(pooled) == 1
     assert pooled[0]["hot_units"] == ["inst-0/dp0", "inst-2/dp0"]
     assert sorted(pooled[0]["note_facts"][0]["instances"]) == ["inst-0", "inst-2"]

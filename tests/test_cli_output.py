@@ -50,10 +50,13 @@ def test_failed_write_keeps_the_old_report_and_no_temp(
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
-@pytest.mark.parametrize(("fmt_args", "shown"), [
-    ([], "inst-1\\x1b]0;pwned\\x07|x"),
-    (["--format", "markdown"], "inst-1\\\\x1b\\]0;pwned\\\\x07\\|x"),
-])
+@pytest.mark.parametrize(
+    ("fmt_args", "shown"),
+    [
+        ([], "inst-1\\x1b]0;pwned\\x07|x"),
+        (["--format", "markdown"], "inst-1\\\\x1b\\]0;pwned\\\\x07\\|x"),
+    ],
+)
 def test_hostile_folder_names_never_reach_the_terminal_raw(
     tmp_path: Path, fmt_args: list[str], shown: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -73,10 +76,15 @@ def _widest(text: str) -> int:
     return max(len(line) for line in text.splitlines())
 
 
-@pytest.mark.parametrize("command", [["diagnose", EXAMPLE], ["compare", EXAMPLE, EXAMPLE],
-                                     ["whatif", EXAMPLE, "--jobs", "1"]], ids=lambda c: c[0])
+@pytest.mark.parametrize(
+    "command",
+    [["diagnose", EXAMPLE], ["compare", EXAMPLE, EXAMPLE], ["whatif", EXAMPLE, "--jobs", "1"]],
+    ids=lambda c: c[0],
+)
 def test_piped_text_honours_columns_and_width(
-    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Piped or -o text was 140 columns whatever $COLUMNS said; now --width N > $COLUMNS >
@@ -103,8 +111,9 @@ def test_bad_width_is_refused_before_any_work(
 ) -> None:
     assert main(["diagnose", str(tmp_path / "no-such-folder"), "--width", width]) == 2
     err = capsys.readouterr().err
-    assert err == ("skewscope: error: --width: expected a number of columns 40..1000, "
-                   f"got {width!r}\n")
+    assert err == (
+        f"skewscope: error: --width: expected a number of columns 40..1000, got {width!r}\n"
+    )
 
 
 def test_watch_width_is_checked_before_it_starts(capsys: pytest.CaptureFixture[str]) -> None:

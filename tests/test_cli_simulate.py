@@ -24,8 +24,13 @@ def test_list_shows_every_builtin_with_its_summary(capsys: pytest.CaptureFixture
 def test_out_writes_instance_folders_and_truth(tmp_path: Path) -> None:
     out = tmp_path / "ww"
     assert main(["simulate", "wrong-weights", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["inst-0", "inst-1", "inst-2", "inst-3",
-                                                     "truth.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "inst-0",
+        "inst-1",
+        "inst-2",
+        "inst-3",
+        "truth.json",
+    ]
     assert (out / "inst-1" / "batch.csv").read_text().startswith("name,res_list,")
     truth = json.loads((out / "truth.json").read_text())
     assert truth["hot_units"] == ["inst-1"] and truth["kind"] == "count"
@@ -38,8 +43,16 @@ def test_openmetrics_history_uses_the_requested_interval(tmp_path: Path) -> None
     assert main(argv) == 0
     text = om.read_text()
     assert text.rstrip().endswith("# EOF")
-    stamps = sorted({float(m) for m in re.findall(
-        r'^vllm:num_requests_running\{[^}]*instance="[^"]*inst-0"[^}]*\} \S+ (\S+)$', text, re.M)})
+    stamps = sorted(
+        {
+            float(m)
+            for m in re.findall(
+                r'^vllm:num_requests_running\{[^}]*instance="[^"]*inst-0"[^}]*\} \S+ (\S+)$',
+                text,
+                re.M,
+            )
+        }
+    )
     assert len(stamps) > 5
     assert {round(b - a, 6) for a, b in itertools.pairwise(stamps)} == {10.0}
 

@@ -40,11 +40,16 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--speed", "0"], "--speed"), (["--speed", "-2"], "--speed"),
-        (["--speed", "nan"], "--speed"), (["--speed", "inf"], "--speed"),
-        (["--speed", "fast"], "--speed"), (["--port", "70000"], "--port"),
-        (["--port", "-1"], "--port"), (["--port", "65534"], "ports up to 65537"),
-        (["--seed", "-1"], "--seed"), (["--seed", "1.5"], "--seed"),
+        (["--speed", "0"], "--speed"),
+        (["--speed", "-2"], "--speed"),
+        (["--speed", "nan"], "--speed"),
+        (["--speed", "inf"], "--speed"),
+        (["--speed", "fast"], "--speed"),
+        (["--port", "70000"], "--port"),
+        (["--port", "-1"], "--port"),
+        (["--port", "65534"], "ports up to 65537"),
+        (["--seed", "-1"], "--seed"),
+        (["--seed", "1.5"], "--seed"),
         (["--metrics-interval", "nan"], "--metrics-interval"),
         (["--clock", "manual", "--speed", "3"], "--speed"),
         (["--clock", "scrape", "--metrics-interval", "0s"], "--metrics-interval"),
@@ -57,8 +62,9 @@ def test_bad_live_arguments_are_one_line_usage_errors(
     assert expected in _one_line_error(capsys)
 
 
-def test_a_stepped_clock_without_serve_is_refused(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_stepped_clock_without_serve_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["simulate", "balanced", "--out", str(tmp_path / "o"), "--clock", "manual"]) == 2
     assert "add --serve" in _one_line_error(capsys)
     assert not (tmp_path / "o").exists()
@@ -75,8 +81,7 @@ def test_port_in_use_names_the_port(capsys: pytest.CaptureFixture[str]) -> None:
     assert f"127.0.0.1:{port}" in line and "choose another port" in line
 
 
-def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                       ) -> None:
+def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "f"
     f.write_text("mine")
     assert main(["simulate", "balanced", "--out", str(f)]) == 2
@@ -95,8 +100,10 @@ _TRUTH = '[truth]\nverdict = "balanced"\n'
         ("[cluster.rank]\nspeed = nan\n", "cluster.rank.speed"),
         ("[workload]\ninput = { median = nan }\n", "workload.input.median"),
         ('[gateway]\npolicy = "weighted"\nweights = [1.0, nan, 1.0, 1.0]\n', "gateway.weights"),
-        ("[workload.burst]\nstart_s = 1\nduration_s = 5\nmultiplier = -inf\n",
-         "workload.burst.multiplier"),
+        (
+            "[workload.burst]\nstart_s = 1\nduration_s = 5\nmultiplier = -inf\n",
+            "workload.burst.multiplier",
+        ),
         ("seed = -1\n", "seed"),
         ("[cluster]\ninstances = 1000000000\n", "cluster.instances"),
         ("[cluster]\ninstances = 64\ndp_ranks = 64\n", "cluster.instances"),
@@ -104,8 +111,10 @@ _TRUTH = '[truth]\nverdict = "balanced"\n'
         ("duration_s = 1e15\n", "duration_s"),
         ("[cluster.rank]\nblock_size = 100000000\n", "cluster.rank.block_size"),
         ("[cluster.rank]\nfixed_ms = 0.0001\n", "cluster.rank.fixed_ms"),
-        ("[workload]\ninput = { median = 1e300, max = 9000000000000000000 }\n",
-         "workload.input.max"),
+        (
+            "[workload]\ninput = { median = 1e300, max = 9000000000000000000 }\n",
+            "workload.input.max",
+        ),
         (f"seed = {2**64}\n", "seed"),  # was accepted silently
         (f"seed = {2**63}\n", "seed"),
         (f"duration_s = {10**400}\n", "duration_s"),  # an int no float holds
@@ -143,32 +152,38 @@ def test_limits_are_above_the_shipped_scenarios_and_the_benchmark() -> None:
 
 def _hour(instances: int, ranks: int, rate: float) -> Scenario:
     return Scenario(
-        name="bench", summary="", truth=GroundTruth("bench", "balanced", "instance"),
-        duration_s=3600.0, instances=instances, dp_ranks=ranks,
+        name="bench",
+        summary="",
+        truth=GroundTruth("bench", "balanced", "instance"),
+        duration_s=3600.0,
+        instances=instances,
+        dp_ranks=ranks,
         workload=WorkloadSpec(rate=rate),
     )
 
 
-def test_non_utf8_scenario_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                       ) -> None:
+def test_non_utf8_scenario_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sc = tmp_path / "latin1.toml"
     sc.write_bytes('name = "caf\xe9"\n'.encode("latin-1") + _TRUTH.encode())
     assert main(["simulate", str(sc), "--out", str(tmp_path / "o")]) == 5
     assert "latin1.toml: line 1: not UTF-8" in _one_line_error(capsys)
 
 
-def test_too_many_history_samples_is_refused(tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_too_many_history_samples_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     om = tmp_path / "h.om"
-    assert main(["simulate", "balanced", "--openmetrics", str(om),
-                 "--metrics-interval", "1ms"]) == 5
+    assert (
+        main(["simulate", "balanced", "--openmetrics", str(om), "--metrics-interval", "1ms"]) == 5
+    )
     assert "choose a longer interval" in _one_line_error(capsys)
     assert list(tmp_path.iterdir()) == []
 
 
 # ------------------------------------------------------------------------- atomic writes
-def test_failed_out_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_failed_out_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def disk_full(result: object, out: Path) -> Path:
         raise OSError(28, "No space left on device")
 
@@ -179,8 +194,7 @@ def test_failed_out_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert list(tmp_path.iterdir()) == []  # neither the folder nor a temp folder
 
 
-def test_interrupted_out_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                          ) -> None:
+def test_interrupted_out_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def ctrl_c(result: object, out: Path) -> Path:
         raise KeyboardInterrupt
 
@@ -196,7 +210,13 @@ def test_force_replaces_instance_folders_and_keeps_other_files(tmp_path: Path) -
     (out / "NOTES.txt").write_text("mine")
     assert main(["simulate", "balanced", "--out", str(out), "--force"]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        "NOTES.txt", "inst-0", "inst-1", "inst-2", "inst-3", "truth.json"]
+        "NOTES.txt",
+        "inst-0",
+        "inst-1",
+        "inst-2",
+        "inst-3",
+        "truth.json",
+    ]
     assert not (out / "inst-0" / "stale.csv").exists()
     assert (out / "inst-0" / "request.csv").is_file()
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
@@ -220,14 +240,16 @@ def test_failed_openmetrics_leaves_old_file_and_no_temp(
     assert [p.name for p in tmp_path.iterdir()] == ["h.om"]  # no temp file, no spill folder
 
 
-def test_existing_openmetrics_file_needs_force(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_existing_openmetrics_file_needs_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--openmetrics refuses to overwrite like --out and -o (it used to replace the file)."""
     om = tmp_path / "h.om"
     om.write_text("previous history\n")
     assert main(["simulate", "balanced", "--openmetrics", str(om)]) == 2
-    assert _one_line_error(capsys) == (f"skewscope: error: --openmetrics {om}: file exists "
-                                       "(use --force to overwrite)")
+    assert _one_line_error(capsys) == (
+        f"skewscope: error: --openmetrics {om}: file exists (use --force to overwrite)"
+    )
     assert om.read_text() == "previous history\n"
     assert main(["simulate", "balanced", "--openmetrics", str(om), "--force"]) == 0
     assert om.read_text().startswith("# HELP") or om.read_text().startswith("# TYPE")
@@ -245,7 +267,10 @@ def _serving(*args: str) -> Iterator[subprocess.Popen[str]]:
     """``skewscope simulate ARGS`` as a process, killed on the way out if it still runs."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "skewscope.cli", "simulate", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
     )
     try:
         yield proc
@@ -267,8 +292,10 @@ def test_ctrl_c_stops_serve_cleanly() -> None:
     """A real process and a real SIGINT, as a user's Ctrl-C (it used to be ignored)."""
     with _serving("balanced", "--serve") as proc:
         first: list[str] = []
-        reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()),  # type: ignore[union-attr]
-                                  daemon=True)
+        reader = threading.Thread(
+            target=lambda: first.append(proc.stdout.readline()),  # type: ignore[union-attr]
+            daemon=True,
+        )
         reader.start()
         reader.join(60)
         assert first and first[0].startswith("serving inst-0 at http://127.0.0.1:"), first
@@ -293,8 +320,9 @@ def test_serve_on_a_manual_clock_moves_by_the_control_endpoint() -> None:
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         reader.join(60)
-        assert lines and lines[-1].startswith("advance simulated time: POST http://127.0.0.1:"), \
+        assert lines and lines[-1].startswith("advance simulated time: POST http://127.0.0.1:"), (
             lines
+        )
         urls = [ln.split(" at ", 1)[1] for ln in lines if ln.startswith("serving ")]
         control = lines[-1].split()[4]
         assert control == urls[0].replace("/metrics", "/sim/advance")
@@ -304,7 +332,8 @@ def test_serve_on_a_manual_clock_moves_by_the_control_endpoint() -> None:
         assert moved["sim_time"] == start + 12.5 and moved["clock"] == "manual"
         for url in urls:
             assert float(httpx.get(url, timeout=10).headers["X-Skewscope-Sim-Time"]) == (
-                start + 12.5)
+                start + 12.5
+            )
         _ctrl_c(proc, timeout_s=30)
 
 
@@ -332,8 +361,10 @@ def test_simulation_progress_is_periodic_lines_off_a_terminal(
     sc.write_text("duration_s = 60\n[workload]\nrate = 80\n" + _TRUTH)  # ~4,800 arrivals
     assert main(["simulate", str(sc), "--openmetrics", str(tmp_path / "h.om")]) == 0
     err = capsys.readouterr().err
-    done = [float(m.replace(",", "")) for m in
-            re.findall(r"^skewscope: simulating busy: ([\d,]+) of 60 simulated s$", err, re.M)]
+    done = [
+        float(m.replace(",", ""))
+        for m in re.findall(r"^skewscope: simulating busy: ([\d,]+) of 60 simulated s$", err, re.M)
+    ]
     assert len(done) >= 2 and done == sorted(done) and done[-1] > 0
     assert "\r" not in err and "\x1b" not in err  # plain lines, no bar
 
@@ -347,8 +378,14 @@ def test_serve_progress_follows_the_replay_until_it_stops() -> None:
     result = make_result(n_requests=30, duration_s=20.0)
     buf = io.StringIO()
     with serve(result, "vllm", speed=40.0, grace_s=0.2) as cluster:
-        progress = Progress("replaying at 40x", result.end_s - result.start_s, "simulated s",
-                        every_s=0.0, out=buf, tty=False)
+        progress = Progress(
+            "replaying at 40x",
+            result.end_s - result.start_s,
+            "simulated s",
+            every_s=0.0,
+            out=buf,
+            tty=False,
+        )
         wait_with_progress(cluster, progress, slice_s=0.05)  # returns when the watchdog stops it
         assert cluster.stopped
     lines = buf.getvalue().splitlines()
@@ -362,8 +399,9 @@ def test_progress_escapes_a_hostile_scenario_name(tty: bool) -> None:
     from skewscope.progress import Progress
 
     buf = io.StringIO()
-    t = Progress("simulating evil\x1b]0;pwned\x07[/]", 10.0, "simulated s", every_s=0.0, out=buf,
-               tty=tty)
+    t = Progress(
+        "simulating evil\x1b]0;pwned\x07[/]", 10.0, "simulated s", every_s=0.0, out=buf, tty=tty
+    )
     t.update(5.0)
     t.close()
     assert "\x1b]0" not in buf.getvalue() and "\x07" not in buf.getvalue()

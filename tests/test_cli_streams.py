@@ -20,8 +20,9 @@ CLOSED_PIPE = 128 + signal.SIGPIPE
 
 
 def skewscope(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "skewscope.cli", *args], env=ENV, text=True,
-                          timeout=300, **kw)  # type: ignore[call-overload, no-any-return]
+    return subprocess.run(
+        [sys.executable, "-m", "skewscope.cli", *args], env=ENV, text=True, timeout=300, **kw
+    )  # type: ignore[call-overload, no-any-return]
 
 
 @pytest.fixture
@@ -65,15 +66,19 @@ def test_a_closed_pipe_ends_quietly_with_the_sigpipe_status(
 
 def test_head_reads_the_first_line_and_the_rest_ends_quietly() -> None:
     """The shell pipeline itself: the whole report's first line reaches head."""
-    done = subprocess.run(["bash", "-c", "set -o pipefail; python3 -m skewscope.cli rules "
-                           "| head -1"], env=ENV, text=True, capture_output=True, timeout=120)
+    done = subprocess.run(
+        ["bash", "-c", "set -o pipefail; python3 -m skewscope.cli rules | head -1"],
+        env=ENV,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert done.stdout.startswith("#") or done.stdout.startswith("groups")
     assert "Traceback" not in done.stderr and "Exception" not in done.stderr
     assert done.returncode in (0, CLOSED_PIPE)  # 0 when the rules fit in the pipe's buffer
 
 
-needs_dev_full = pytest.mark.skipif(not Path("/dev/full").is_char_device(),
-                                    reason="no /dev/full")
+needs_dev_full = pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="no /dev/full")
 
 
 @needs_dev_full
@@ -124,14 +129,31 @@ def test_sigterm_during_simulate_out_leaves_no_temporary_folder(
     """SIGTERM once the run's temporary folder exists (waited on, not slept for): the finally
     blocks run, nothing is left beside --out, exit 143."""
     scenario = tmp_path / "long.toml"  # the example for an hour: minutes of work, cut short
-    scenario.write_text((ROOT / "examples" / "cluster-skew.toml").read_text().replace(
-        "duration_s = 60", "duration_s = 3600"))
+    scenario.write_text(
+        (ROOT / "examples" / "cluster-skew.toml")
+        .read_text()
+        .replace("duration_s = 60", "duration_s = 3600")
+    )
     work = tmp_path / "w"
     work.mkdir()
     out = work / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "skewscope.cli", "simulate", str(scenario),
-                             "--out", str(out), "--jobs", "1"], env=ENV, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "skewscope.cli",
+            "simulate",
+            str(scenario),
+            "--out",
+            str(out),
+            "--jobs",
+            "1",
+        ],
+        env=ENV,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     spawned.append(proc)
     deadline = time.monotonic() + 120
     while not list(work.glob(".run.*.tmp")):
@@ -154,15 +176,36 @@ def test_watch_json_lines_into_a_closed_pipe_ends_quietly() -> None:
     from skewscope.sim.scenario import load_scenario
     from skewscope.sim.writers.live import serve
 
-    with serve(simulate(load_scenario("wrong-weights")), "vllm", live_clock=LiveClock.SCRAPE,
-               step_s=1.5, grace_s=60.0) as c:
+    with serve(
+        simulate(load_scenario("wrong-weights")),
+        "vllm",
+        live_clock=LiveClock.SCRAPE,
+        step_s=1.5,
+        grace_s=60.0,
+    ) as c:
         read, write = os.pipe()
         os.close(read)
         try:
-            done = skewscope(["watch", "--scrape", *c.urls.values(), "--interval", "0.25s",
-                              "--window", "1s", "--last", "4s", "--every", "0.5s",
-                              "--json-lines", "--runs", "200"],
-                             stdout=write, stderr=subprocess.PIPE)
+            done = skewscope(
+                [
+                    "watch",
+                    "--scrape",
+                    *c.urls.values(),
+                    "--interval",
+                    "0.25s",
+                    "--window",
+                    "1s",
+                    "--last",
+                    "4s",
+                    "--every",
+                    "0.5s",
+                    "--json-lines",
+                    "--runs",
+                    "200",
+                ],
+                stdout=write,
+                stderr=subprocess.PIPE,
+            )
         finally:
             os.close(write)
     assert done.returncode == CLOSED_PIPE, done.stderr

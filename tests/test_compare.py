@@ -53,7 +53,12 @@ def test_partial_fix_is_improved_and_a_new_hot_unit_is_worse() -> None:
     broken = compare(run(), run(b=Spec(rate=45.0)))
     assert by_signal(broken)["requests_per_s"].verdict == "worse"
     assert broken.verdict == "worse"
-    same = compare(run(d=Spec(rate=40.0)), run(d=Spec(rate=40.0), ), )
+    same = compare(
+        run(d=Spec(rate=40.0)),
+        run(
+            d=Spec(rate=40.0),
+        ),
+    )
     assert by_signal(same)["requests_per_s"].verdict == "unchanged"
 
 
@@ -84,25 +89,56 @@ def test_cli_compare_folders_and_json_with_the_gate(
     skewed = str(EXAMPLES / "cluster-skew")
     assert main(["diagnose", skewed, "--level", "instance", "-o", str(before)]) == 0
     # the skewed run gates as imbalanced
-    assert main(["diagnose", skewed, "--fail-on", "imbalanced", "--format", "json"]) == \
-        GATE_EXIT_CODE
+    assert (
+        main(["diagnose", skewed, "--fail-on", "imbalanced", "--format", "json"]) == GATE_EXIT_CODE
+    )
     capsys.readouterr()
-    assert main(["compare", str(before), str(fixed_run), "--level", "instance",
-                 "--format", "json", "--fail-on", "imbalanced"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(before),
+                str(fixed_run),
+                "--level",
+                "instance",
+                "--format",
+                "json",
+                "--fail-on",
+                "imbalanced",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "converged", doc
     assert doc["focus_units"] == ["inst-1"]
     req = {s["signal"]: s for s in doc["signals"]}["requests_per_s"]
     assert req["before"]["hot_peer_ratio"] > 1.5 > req["after"]["hot_peer_ratio"]
     # the other way round the fix is undone: worse, and both gates trip
-    assert main(["compare", str(fixed_run), skewed, "--level", "instance",
-                 "--fail-on", "worse"]) == GATE_EXIT_CODE
+    assert (
+        main(["compare", str(fixed_run), skewed, "--level", "instance", "--fail-on", "worse"])
+        == GATE_EXIT_CODE
+    )
     text = capsys.readouterr().out
     assert "Worse:" in text and "req/s" in text and " → " in text
     for fmt in ("markdown", "html"):
         out = tmp_path / f"c.{fmt}"
-        assert main(["compare", str(before), str(fixed_run), "--level", "instance",
-                     "--format", fmt, "-o", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "compare",
+                    str(before),
+                    str(fixed_run),
+                    "--level",
+                    "instance",
+                    "--format",
+                    fmt,
+                    "-o",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         assert "converged" in out.read_text()
     # two saved reports keep their windows and level: --level / --window would do nothing
     assert main(["compare", str(before), str(before), "--format", "json"]) == 0
@@ -143,8 +179,9 @@ def test_compare_html_opens_cleanly_in_chromium(tmp_path: Path) -> None:
     assert page.dom.count('<td class="verdict ') == len(c.signals)
     # one before/after chart per signal, each a canvas
     assert page.body_attrs()["data-charts-drawn"] == str(len(c.signals))
-    charts = re.findall(r'<div class="compare-chart" data-signal="\d+"[^>]*>(.*?)</div></figure>',
-                        page.dom, re.S)
+    charts = re.findall(
+        r'<div class="compare-chart" data-signal="\d+"[^>]*>(.*?)</div></figure>', page.dom, re.S
+    )
     assert len(charts) == len(c.signals) and all("<canvas" in ch for ch in charts)
 
 
@@ -152,10 +189,15 @@ def _doc(rates: list[list[float]]) -> dict[str, object]:
     """A minimal diagnose report dict: one unit per row of per-window request rates."""
     units = [f"u{i}" for i in range(len(rates))]
     return {
-        "verdict": "balanced", "level": "instance", "units": [{"unit": u} for u in units],
-        "hot_units": [], "starved_units": [],
-        "series": {"window_starts": list(range(len(rates[0]))),
-                   "values": {"requests_per_s": dict(zip(units, rates, strict=True))}},
+        "verdict": "balanced",
+        "level": "instance",
+        "units": [{"unit": u} for u in units],
+        "hot_units": [],
+        "starved_units": [],
+        "series": {
+            "window_starts": list(range(len(rates[0]))),
+            "values": {"requests_per_s": dict(zip(units, rates, strict=True))},
+        },
     }
 
 
@@ -176,7 +218,8 @@ def test_same_run_is_never_better_or_worse_and_scale_does_not_matter(
     b = by_signal(compare(scaled, scaled)).get("requests_per_s")
     if a is not None and b is not None:
         assert math.isclose(a.before.cv, b.before.cv, rel_tol=1e-6, abs_tol=1e-9) or (
-            math.isnan(a.before.cv) and math.isnan(b.before.cv))
+            math.isnan(a.before.cv) and math.isnan(b.before.cv)
+        )
 
 
 def test_saturated_wrong_weights_fixed_converge_despite_queue_bursts(tmp_path: Path) -> None:
@@ -197,8 +240,9 @@ def test_saturated_wrong_weights_fixed_converge_despite_queue_bursts(tmp_path: P
     c = compare(*docs)
     sig = by_signal(c)
     assert sig["queue_wait_mean_ms"].before.hot_peer_ratio > 10  # inst-1 queued, badly
-    assert {s.verdict for s in c.signals} == {"converged"}, [(s.signal, s.verdict)
-                                                             for s in c.signals]
+    assert {s.verdict for s in c.signals} == {"converged"}, [
+        (s.signal, s.verdict) for s in c.signals
+    ]
     assert c.verdict == "converged"
     assert compare(docs[1], docs[0]).verdict == "worse"
 
@@ -235,8 +279,11 @@ def test_gateway_share_of_the_hot_unit_before_and_after() -> None:
 
     def side(hot: Spec, weights: dict[str, float]) -> dict[str, object]:
         frame = make_frame({u: hot if u == "d" else Spec() for u in "abcd"}, source="prometheus")
-        gw = GatewayEvidence(source="vllm-router", policy="round_robin", units=tuple(
-            GatewayUnit(upstream=u, requests=w) for u, w in weights.items()))
+        gw = GatewayEvidence(
+            source="vllm-router",
+            policy="round_robin",
+            units=tuple(GatewayUnit(upstream=u, requests=w) for u, w in weights.items()),
+        )
         return report_document(diagnose(Evidence(instance=frame, gateway=gw)))
 
     before = side(Spec(rate=40.0), {"a": 20.0, "b": 20.0, "c": 20.0, "d": 40.0})
@@ -249,9 +296,15 @@ def test_gateway_share_of_the_hot_unit_before_and_after() -> None:
     assert compare_text.gateway_lines(c) == [line]
     assert line in compare_text.render_comparison(c, width=120)
     assert line in markdown.render_comparison(c)
-    assert compare_document(c)["gateway"] == [{"unit": "d", "before": 0.4, "after": 0.25,
-                                       "source_before": "vllm-router",
-                                       "source_after": "vllm-router"}]
+    assert compare_document(c)["gateway"] == [
+        {
+            "unit": "d",
+            "before": 0.4,
+            "after": 0.25,
+            "source_before": "vllm-router",
+            "source_after": "vllm-router",
+        }
+    ]
     assert compare(run(d=Spec(rate=40.0)), run()).gateway == ()  # no gateway on either side
     from report_schema import assert_valid
 

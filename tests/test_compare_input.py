@@ -47,24 +47,31 @@ def _first_row(doc: dict[str, Any]) -> tuple[Any, ...]:
     return ("series", "values", signal, next(iter(per_unit)))
 
 
-@pytest.mark.parametrize(("where", "value", "message"), [
-    (("hot_units",), 3, "field hot_units: expected a list of unit names, got 3"),
-    (("starved_units",), [1], "field starved_units: expected a list of unit names"),
-    (("windows",), "many", "field windows: expected a whole number of windows, got 'many'"),
-    (("windows",), 10**400, "field windows: expected a whole number of windows"),
-    (("window_s",), 10**400, "field window_s: expected a number"),
-    (("start_s",), "x", "field start_s: expected a number"),
-    (("verdict",), {"a": 1}, "field verdict: expected a string, got dict"),
-    (("units",), "inst-0", "field units: expected a list of units"),
-    (("units", 0), 7, "field units[0]: expected an object with a 'unit' name"),
-    (("units", 0, "instance"), 3, "field units[0].instance: expected a string"),
-    (("series",), [], "field series: expected an object or null"),
-    (("series", "values"), 1, "field series.values: expected an object of signals"),
-    (("gateway",), "nginx", "field gateway: expected an object or null"),
-])
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        (("hot_units",), 3, "field hot_units: expected a list of unit names, got 3"),
+        (("starved_units",), [1], "field starved_units: expected a list of unit names"),
+        (("windows",), "many", "field windows: expected a whole number of windows, got 'many'"),
+        (("windows",), 10**400, "field windows: expected a whole number of windows"),
+        (("window_s",), 10**400, "field window_s: expected a number"),
+        (("start_s",), "x", "field start_s: expected a number"),
+        (("verdict",), {"a": 1}, "field verdict: expected a string, got dict"),
+        (("units",), "inst-0", "field units: expected a list of units"),
+        (("units", 0), 7, "field units[0]: expected an object with a 'unit' name"),
+        (("units", 0, "instance"), 3, "field units[0].instance: expected a string"),
+        (("series",), [], "field series: expected an object or null"),
+        (("series", "values"), 1, "field series.values: expected an object of signals"),
+        (("gateway",), "nginx", "field gateway: expected an object or null"),
+    ],
+)
 def test_a_wrong_field_is_one_line_naming_it(
-    saved: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    where: tuple[Any, ...], value: Any, message: str,
+    saved: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    where: tuple[Any, ...],
+    value: Any,
+    message: str,
 ) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(_set(saved, where, value)))
@@ -75,11 +82,14 @@ def test_a_wrong_field_is_one_line_naming_it(
     assert f"{bad}: {message}" in err, err
 
 
-def test_a_series_row_of_the_wrong_type_or_size(saved: dict[str, Any], tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_series_row_of_the_wrong_type_or_size(
+    saved: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     row = _first_row(saved)
-    for value, message in [("abc", "expected a list of per-window values"),
-                           ([1.0, 10**400], "[1]: expected a number, null or \"inf\"")]:
+    for value, message in [
+        ("abc", "expected a list of per-window values"),
+        ([1.0, 10**400], '[1]: expected a number, null or "inf"'),
+    ]:
         bad = tmp_path / "bad.json"
         bad.write_text(json.dumps(_set(saved, row, value)))
         assert main(["compare", str(bad), str(bad)]) == 3
@@ -87,37 +97,50 @@ def test_a_series_row_of_the_wrong_type_or_size(saved: dict[str, Any], tmp_path:
         assert message in err and ".".join(row) in err, err
 
 
-def test_a_hostile_report_file_is_one_line(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_hostile_report_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
-    for path, message in [(deep, "nested 100000 levels deep"),
-                          (Path("/dev/zero"), "not a regular file")]:
+    for path, message in [
+        (deep, "nested 100000 levels deep"),
+        (Path("/dev/zero"), "not a regular file"),
+    ]:
         assert main(["compare", str(path), str(path)]) == 3
         assert f"{path}: {message}" in _one_line(capsys)
 
 
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(10**400), 10**400) | st.floats()
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**400), 10**400)
+    | st.floats()
     | st.text(max_size=4),
-    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids,
-                                                              max_size=3),
+    lambda kids: (
+        st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids, max_size=3)
+    ),
     max_leaves=8,
 )
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
-def test_any_value_in_any_field_is_checked_or_harmless(saved: dict[str, Any],
-                                                       data: st.DataObject) -> None:
+def test_any_value_in_any_field_is_checked_or_harmless(
+    saved: dict[str, Any], data: st.DataObject
+) -> None:
     """Put any JSON value at any field compare reads: it is refused with one InputError line,
     or the comparison runs (the analysis never meets a value of a type it cannot take)."""
     from skewscope.analysis.compare import compare
     from skewscope.config import DEFAULT_THRESHOLDS
 
-    places = [(k,) for k in saved] + [("units", 0, "unit"), ("units", 0, "instance"),
-                                      _first_row(saved), (*_first_row(saved), 0)]
+    places = [(k,) for k in saved] + [
+        ("units", 0, "unit"),
+        ("units", 0, "instance"),
+        _first_row(saved),
+        (*_first_row(saved), 0),
+    ]
     where = data.draw(st.sampled_from(places))
     doc = _set(saved, where, data.draw(_json_values))
     try:

@@ -41,8 +41,10 @@ def test_sources_table_sets_the_limits_not_the_report(
 
     from skewscope.cli.common import limits_from_args, thresholds_from_args
 
-    cfg = _config(tmp_path, "[sources]\nmax_query_mb = 4\nprogress_every_s = 1.5\n"
-                  "[thresholds]\nhot_ratio = 1.4\n")
+    cfg = _config(
+        tmp_path,
+        "[sources]\nmax_query_mb = 4\nprogress_every_s = 1.5\n[thresholds]\nhot_ratio = 1.4\n",
+    )
     args = argparse.Namespace(config=cfg)
     assert limits_from_args(args) == SourceLimits(max_query_mb=4.0, progress_every_s=1.5)
     assert limits_from_args(args).max_query_bytes == 4 * 2**20
@@ -71,8 +73,10 @@ def test_config_changes_the_verdict_and_the_report_says_so(
     assert th["hot_ratio"] == 3.0 and th["weight_p_value"] == 0.05  # type: ignore[index]
     assert doc["thresholds_overridden"] == ["hot_ratio", "weight_p_value"]
     assert_valid(doc)
-    assert main(["diagnose", EXAMPLE, "--level", "instance", "--config", cfg,
-                 "--format", "markdown"]) == 0
+    assert (
+        main(["diagnose", EXAMPLE, "--level", "instance", "--config", cfg, "--format", "markdown"])
+        == 0
+    )
     md = capsys.readouterr().out
     assert "set by --config: hot\\_ratio 3, weight\\_p\\_value 0.05" in md
     assert main(["diagnose", EXAMPLE, "--level", "instance", "--format", "markdown"]) == 0
@@ -89,18 +93,26 @@ def test_config_changes_the_verdict_and_the_report_says_so(
         ("[thresholds]\nhot_ratio = inf\n", "hot_ratio: expected a finite number, got inf"),
         ("[thresholds]\nkv_high = nan\n", "kv_high: expected a finite number, got nan"),
         ("[thresholds]\nhot_ratio = 0.9\n", "hot_ratio: expected a number in (1, 1000], got 0.9"),
-        ("[thresholds]\nmin_consecutive = 9\n",
-         "min_consecutive: expected at most min_windows (6), got 9"),
-        ("[sources]\nmax_scrape_mb = 0\n",
-         "[sources] max_scrape_mb: expected a number in (0, 1e9]"),
-        ("[thresholds]\nmax_query_mb = 4.0\n",
-         "[thresholds] max_query_mb: read by the sources, not the analysis; set it in the "
-         "[sources] table"),
+        (
+            "[thresholds]\nmin_consecutive = 9\n",
+            "min_consecutive: expected at most min_windows (6), got 9",
+        ),
+        (
+            "[sources]\nmax_scrape_mb = 0\n",
+            "[sources] max_scrape_mb: expected a number in (0, 1e9]",
+        ),
+        (
+            "[thresholds]\nmax_query_mb = 4.0\n",
+            "[thresholds] max_query_mb: read by the sources, not the analysis; set it in the "
+            "[sources] table",
+        ),
         ("[sources]\nhot_ratio = 1.5\n", "[sources] hot_ratio: unknown source setting"),
         ('[sources]\nmax_query_mb = "4"\n', "[sources] max_query_mb: expected a number"),
         ("[sources]\nprogress_every_s = nan\n", "progress_every_s: expected a finite number"),
-        ("hot_ratio = 1.5\n",
-         "hot_ratio: unknown key (expected a [thresholds] or [sources] table)"),
+        (
+            "hot_ratio = 1.5\n",
+            "hot_ratio: unknown key (expected a [thresholds] or [sources] table)",
+        ),
         ("thresholds = 3\n", "thresholds: expected a table, got 3"),
         ("sources = 3\n", "sources: expected a table, got 3"),
     ],
@@ -135,8 +147,22 @@ def test_unreadable_or_broken_config_is_an_input_error(
 def test_compare_uses_the_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the same capture on both sides; with a hot ratio no unit reaches, both sides are even
     cfg = _config(tmp_path, "[thresholds]\nhot_ratio = 3\n")
-    assert main(["compare", EXAMPLE, EXAMPLE, "--level", "instance", "--config", cfg,
-                 "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                EXAMPLE,
+                EXAMPLE,
+                "--level",
+                "instance",
+                "--config",
+                cfg,
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["before"]["hot_units"] == [] and doc["verdict"] == "converged"
     assert main(["compare", EXAMPLE, EXAMPLE, "--level", "instance", "--format", "json"]) == 0

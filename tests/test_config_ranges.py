@@ -37,7 +37,8 @@ def test_every_setting_has_a_range_and_its_default_is_in_it(default: Any) -> Non
     assert {f.name for f in dataclasses.fields(default)} == set(kinds)
     assert [name for name, (_, rng) in numeric(type(default)).items() if rng is None] == []
     assert [n for n, (kind, _) in kinds.items() if kind is str] == (
-        ["role_label"] if default is DEFAULT_LIMITS else [])
+        ["role_label"] if default is DEFAULT_LIMITS else []
+    )
     assert out_of_range(default) == []
     assert DEFAULT_THRESHOLDS.contradictions() == []
 
@@ -45,43 +46,91 @@ def test_every_setting_has_a_range_and_its_default_is_in_it(default: Any) -> Non
 @pytest.mark.parametrize(
     ("default", "values", "message"),
     [
-        (DEFAULT_THRESHOLDS, {"hot_ratio": 1.0},
-         "hot_ratio: expected a number in (1, 1000], got 1.0"),
-        (DEFAULT_THRESHOLDS, {"count_ratio": 0.8},
-         "count_ratio: expected a number in (1, 1000], got 0.8"),
-        (DEFAULT_THRESHOLDS, {"persist_share": 0.0},
-         "persist_share: expected a number in (0, 1], got 0.0"),
+        (
+            DEFAULT_THRESHOLDS,
+            {"hot_ratio": 1.0},
+            "hot_ratio: expected a number in (1, 1000], got 1.0",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"count_ratio": 0.8},
+            "count_ratio: expected a number in (1, 1000], got 0.8",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"persist_share": 0.0},
+            "persist_share: expected a number in (0, 1], got 0.0",
+        ),
         (DEFAULT_THRESHOLDS, {"kv_high": 1.5}, "kv_high: expected a number in (0, 1], got 1.5"),
-        (DEFAULT_THRESHOLDS, {"weight_p_value": 1},
-         "weight_p_value: expected a number in (0, 1), got 1"),
-        (DEFAULT_THRESHOLDS, {"min_windows": 0},
-         "min_windows: expected an integer in [1, 1e9], got 0"),
+        (
+            DEFAULT_THRESHOLDS,
+            {"weight_p_value": 1},
+            "weight_p_value: expected a number in (0, 1), got 1",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"min_windows": 0},
+            "min_windows: expected an integer in [1, 1e9], got 0",
+        ),
         (DEFAULT_THRESHOLDS, {"min_units": 1}, "min_units: expected an integer in [2, 1e9], got 1"),
-        (DEFAULT_THRESHOLDS, {"floor_waiting": -1},
-         "floor_waiting: expected a number in [0, 1e9], got -1"),
-        (DEFAULT_THRESHOLDS, {"stalled_max_progress": 0},
-         "stalled_max_progress: expected a number in (0, 1e9], got 0"),
-        (DEFAULT_THRESHOLDS, {"permutation_seed": -3},
-         "permutation_seed: expected an integer in [0, 4294967295], got -3"),
-        (DEFAULT_THRESHOLDS, {"min_consecutive": 8},
-         "min_consecutive: expected at most min_windows (6), got 8 (a persistent run must fit "
-         "in the windows judged)"),
-        (DEFAULT_THRESHOLDS, {"min_windows": 2},
-         "min_windows: expected at least min_consecutive (3), got 2"),
-        (DEFAULT_THRESHOLDS, {"severe_tail_ratio": 1.2, "impact_ratio": 1.5},
-         "severe_tail_ratio: expected at least impact_ratio (1.5), got 1.2"),
-        (DEFAULT_THRESHOLDS, {"mixed_share": 0.6},
-         "mixed_share: expected at most explain_share (0.5), got 0.6"),
-        (DEFAULT_THRESHOLDS, {"weight_p_value": 0.0005},
-         "weight_p_value: expected more than 1/(permutations + 1) = 0.001, got 0.0005 "
-         "(999 permutations cannot give a p-value of 0.0005 or less)"),
-        (DEFAULT_THRESHOLDS, {"permutations": 50},
-         "permutations: expected more than 1/weight_p_value - 1 = 99, got 50"),
+        (
+            DEFAULT_THRESHOLDS,
+            {"floor_waiting": -1},
+            "floor_waiting: expected a number in [0, 1e9], got -1",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"stalled_max_progress": 0},
+            "stalled_max_progress: expected a number in (0, 1e9], got 0",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"permutation_seed": -3},
+            "permutation_seed: expected an integer in [0, 4294967295], got -3",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"min_consecutive": 8},
+            "min_consecutive: expected at most min_windows (6), got 8 (a persistent run must fit "
+            "in the windows judged)",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"min_windows": 2},
+            "min_windows: expected at least min_consecutive (3), got 2",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"severe_tail_ratio": 1.2, "impact_ratio": 1.5},
+            "severe_tail_ratio: expected at least impact_ratio (1.5), got 1.2",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"mixed_share": 0.6},
+            "mixed_share: expected at most explain_share (0.5), got 0.6",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"weight_p_value": 0.0005},
+            "weight_p_value: expected more than 1/(permutations + 1) = 0.001, got 0.0005 "
+            "(999 permutations cannot give a p-value of 0.0005 or less)",
+        ),
+        (
+            DEFAULT_THRESHOLDS,
+            {"permutations": 50},
+            "permutations: expected more than 1/weight_p_value - 1 = 99, got 50",
+        ),
         (DEFAULT_LIMITS, {"max_query_mb": 0}, "max_query_mb: expected a number in (0, 1e9], got 0"),
-        (DEFAULT_LIMITS, {"progress_every_s": -5},
-         "progress_every_s: expected a number in (0, 1e9], got -5"),
-        (DEFAULT_LIMITS, {"role_label": "llm-d.ai/role"},
-         "role_label: expected a label name, got 'llm-d.ai/role'"),
+        (
+            DEFAULT_LIMITS,
+            {"progress_every_s": -5},
+            "progress_every_s: expected a number in (0, 1e9], got -5",
+        ),
+        (
+            DEFAULT_LIMITS,
+            {"role_label": "llm-d.ai/role"},
+            "role_label: expected a label name, got 'llm-d.ai/role'",
+        ),
         (DEFAULT_LIMITS, {"role_label": 3}, "role_label: expected a label name, got 3"),
     ],
 )
@@ -95,7 +144,7 @@ def test_bad_value_is_one_line_naming_the_key(
 
 def _value(kind: type) -> st.SearchStrategy[float]:
     if kind is int:
-        return st.integers(-10**6, 10**6)
+        return st.integers(-(10**6), 10**6)
     return st.floats(-1e6, 1e6, allow_nan=False) | st.sampled_from([-1.0, 0.0, 1.0, 2.0])
 
 
@@ -129,8 +178,11 @@ def test_any_toml_number_is_taken_or_refused_in_one_short_line(data: st.DataObje
     one UsageError line, never an OverflowError or a setting that allocates gigabytes."""
     default = data.draw(st.sampled_from(DEFAULTS))
     name = data.draw(st.sampled_from(sorted(numeric(type(default)))))
-    value = data.draw(st.integers(-(10**400), 10**400) | st.floats(allow_nan=False)
-                      | st.sampled_from([10**309, -(10**309), 2**64, 10**9 + 1]))
+    value = data.draw(
+        st.integers(-(10**400), 10**400)
+        | st.floats(allow_nan=False)
+        | st.sampled_from([10**309, -(10**309), 2**64, 10**9 + 1])
+    )
     try:
         got = default.updated({name: value}, WHERE)
     except UsageError as e:

@@ -13,6 +13,7 @@ from skewscope.sources.daemon_pool import DaemonPool
 def test_results_exceptions_and_nested_submits() -> None:
     seen: set[str] = set()
     with DaemonPool(3) as pool:
+
         def work(n: int) -> int:
             seen.add(threading.current_thread().name)
             assert threading.current_thread().daemon

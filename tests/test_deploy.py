@@ -65,8 +65,9 @@ def test_service_monitor_passes_the_operator_crd() -> None:
 
 
 def test_the_pieces_fit_each_other() -> None:
-    dep, svc, mon = (manifest(n) for n in ("deployment.yaml", "service.yaml",
-                                          "servicemonitor.yaml"))
+    dep, svc, mon = (
+        manifest(n) for n in ("deployment.yaml", "service.yaml", "servicemonitor.yaml")
+    )
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     assert dep["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert svc["spec"]["selector"].items() <= pod_labels.items()
@@ -79,10 +80,12 @@ def test_the_pieces_fit_each_other() -> None:
     assert svc_port["targetPort"] in ports
     assert {e["port"] for e in mon["spec"]["endpoints"]} <= {svc_port["name"]}
     assert {c["livenessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["path"]} == set(
-        PROBES)
+        PROBES
+    )
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert {c["livenessProbe"]["httpGet"]["port"], c["readinessProbe"]["httpGet"]["port"]} <= set(
-        ports)
+        ports
+    )
     args = build_parser("watch").parse_args(["watch", *c["args"]])
     assert parse_listen(args.listen) == ("0.0.0.0", ports["metrics"])
     assert not args.listen.startswith("127.")  # a pod's exporter must be reachable
@@ -97,7 +100,8 @@ def test_the_pieces_fit_each_other() -> None:
 def test_kustomization_lists_every_manifest() -> None:
     kust = manifest("kustomization.yaml")
     assert sorted(kust["resources"]) == sorted(
-        p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+        p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml"
+    )
 
 
 def _instructions(text: str) -> dict[str, list[str]]:

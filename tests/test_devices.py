@@ -72,8 +72,10 @@ def test_devices_that_do_not_divide_are_not_guessed() -> None:
 def test_mapping_file_places_ranks_by_node_name(tmp_path: Path) -> None:
     f = tmp_path / "map.toml"
     f.write_text('[devices]\n"e:8000/dp0" = ["node-a/1"]\n"e:8000/dp1" = ["node-a/0"]\n')
-    series = [gpu("x:9400", "0", 0.2, Hostname="node-a"), gpu("x:9400", "1", 0.8,
-                                                              Hostname="node-a")]
+    series = [
+        gpu("x:9400", "0", 0.2, Hostname="node-a"),
+        gpu("x:9400", "1", 0.8, Hostname="node-a"),
+    ]
     tables, _ = device_values(series, [EngineInstance("e:8000", (0, 1))], load_device_map(str(f)))
     assert tables[Level.DP]["device_util"] == {(0.0, "e:8000", 0): 0.8, (0.0, "e:8000", 1): 0.2}
     assert tables[Level.INSTANCE]["device_util"] == {(0.0, "e:8000", None): 0.5}
@@ -81,8 +83,11 @@ def test_mapping_file_places_ranks_by_node_name(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("x = 1\n", r"expected a \[devices\] table"), ('[devices]\n"a" = "b"\n', "must be a list"),
-     ("[devices\n", "not TOML")],
+    [
+        ("x = 1\n", r"expected a \[devices\] table"),
+        ('[devices]\n"a" = "b"\n', "must be a list"),
+        ("[devices\n", "not TOML"),
+    ],
 )
 def test_bad_mapping_file_is_one_clean_error(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "map.toml"
@@ -92,8 +97,9 @@ def test_bad_mapping_file_is_one_clean_error(tmp_path: Path, text: str, message:
 
 
 def test_resolve_prefers_profiling_ratio_over_percent() -> None:
-    got = resolve_devices(["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-                           "npu_chip_info_hbm_used_memory"])
+    got = resolve_devices(
+        ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "npu_chip_info_hbm_used_memory"]
+    )
     assert [(r, e.name, a.name) for r, e, a in got] == [
         ("device_util", "dcgm", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
         ("device_mem", "npu-exporter", "npu_chip_info_hbm_used_memory"),
@@ -107,8 +113,9 @@ def test_resolve_prefers_profiling_ratio_over_percent() -> None:
     st.lists(st.integers(8000, 8007), min_size=1, max_size=4, unique=True),
     st.integers(1, 4),
 )
-def test_no_device_is_placed_on_two_instances(devs: list[int], ports: list[int],
-                                              ranks: int) -> None:
+def test_no_device_is_placed_on_two_instances(
+    devs: list[int], ports: list[int], ranks: int
+) -> None:
     series = [gpu("h:9400", str(d), 0.5) for d in devs]
     engines = [EngineInstance(f"h:{p}", tuple(range(ranks)) if ranks > 1 else ()) for p in ports]
     got = place(series, engines)
@@ -124,6 +131,7 @@ def test_watch_sampler_keeps_device_exporter_samples() -> None:
     from skewscope.sources.collect import Snapshot
     from skewscope.sources.sampler import keep_read
 
-    snap = Snapshot(0.0, (("DCGM_FI_DEV_GPU_UTIL", (("gpu", "0"),), 50.0),
-                          ("go_gc_duration_seconds", (), 1.0)))
+    snap = Snapshot(
+        0.0, (("DCGM_FI_DEV_GPU_UTIL", (("gpu", "0"),), 50.0), ("go_gc_duration_seconds", (), 1.0))
+    )
     assert keep_read(snap).samples == (("DCGM_FI_DEV_GPU_UTIL", (("gpu", "0"),), 50.0),)

@@ -29,11 +29,19 @@ def test_monitoring_doc_counts_match_the_rule_file(tmp_path: Path) -> None:
     assert listed, "docs/monitoring.md no longer lists the groups"
     assert re.findall(r"`([\w-]+)`", listed.group(1)) == [g["name"] for g in groups]
 
-    counts = re.search(r"the file holds (\d+) recording rules \((\d+) to (\d+) per dialect group\)"
-                       r" and (\d+) alert rules \(the (\d+) alert names", text)
+    counts = re.search(
+        r"the file holds (\d+) recording rules \((\d+) to (\d+) per dialect group\)"
+        r" and (\d+) alert rules \(the (\d+) alert names",
+        text,
+    )
     assert counts, "docs/monitoring.md no longer states the rule counts"
     assert tuple(map(int, counts.groups())) == (
-        sum(records), min(records), max(records), len(alerts), len(set(alerts)))
+        sum(records),
+        min(records),
+        max(records),
+        len(alerts),
+        len(set(alerts)),
+    )
 
     named = re.search(r"and three alerts|the alerts (`\w+`(?:, `\w+`)* and `\w+`)", text)
     assert named and named.group(1)

@@ -27,25 +27,37 @@ def _spec(i: int, r: int, seed: int) -> Spec:
     """Instances of different request sizes (the tokens floor is each instance's own), some
     with one odd rank: hot, starved, slow, stalled, or a cold minority."""
     rng = np.random.default_rng(seed * 100 + i)  # one request size an instance
-    base = Spec(rate=20.0, prompt=float(rng.choice([200.0, 1000.0, 6000.0])),
-                output=float(rng.choice([50.0, 200.0])))
-    odd = {1: Spec(rate=40.0), 2: Spec(rate=2.0), 3: Spec(rate=20.0, speed=2.5),
-           4: Spec(rate=20.0, stalled_from=8), 5: Spec(rate=9.0)}.get(i % 9)
+    base = Spec(
+        rate=20.0,
+        prompt=float(rng.choice([200.0, 1000.0, 6000.0])),
+        output=float(rng.choice([50.0, 200.0])),
+    )
+    odd = {
+        1: Spec(rate=40.0),
+        2: Spec(rate=2.0),
+        3: Spec(rate=20.0, speed=2.5),
+        4: Spec(rate=20.0, stalled_from=8),
+        5: Spec(rate=9.0),
+    }.get(i % 9)
     if odd is not None and r == 0:
         return replace(odd, prompt=base.prompt, output=base.output)
     return base
 
 
 def _fleet(seed: int, instances: int = 12) -> tuple[UnitFrame, UnitFrame]:
-    dp = make_frame({f"i{i:02d}/dp{r}": _spec(i, r, seed)
-                     for i in range(instances) for r in range(RANKS)},
-                    level=Level.DP, seed=seed)
+    dp = make_frame(
+        {f"i{i:02d}/dp{r}": _spec(i, r, seed) for i in range(instances) for r in range(RANKS)},
+        level=Level.DP,
+        seed=seed,
+    )
     # one instance joined late: its drill has fewer windows than the fleet, never skipped
     first = dp.df["window_start_s"].min()
     late = (pl.col("instance") == "i07") & (pl.col("window_start_s") < first + 30)
     dp = replace(dp, df=dp.df.filter(~late))
-    inst = make_frame({f"i{i:02d}": Spec(rate=80.0 * (1.8 if i == 6 else 1.0))
-                       for i in range(instances)}, seed=seed)
+    inst = make_frame(
+        {f"i{i:02d}": Spec(rate=80.0 * (1.8 if i == 6 else 1.0)) for i in range(instances)},
+        seed=seed,
+    )
     return inst, dp
 
 

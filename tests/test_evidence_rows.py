@@ -13,9 +13,14 @@ from skewscope.sources import evidence
 from skewscope.sources.evidence import Key, assemble
 
 _KEYS = st.lists(
-    st.tuples(st.sampled_from([0.0, 15.0, 30.0]), st.sampled_from(["a:1", "b:1", "c"]),
-              st.sampled_from([None, 0, 1, 2])),
-    min_size=1, max_size=20, unique=True,
+    st.tuples(
+        st.sampled_from([0.0, 15.0, 30.0]),
+        st.sampled_from(["a:1", "b:1", "c"]),
+        st.sampled_from([None, 0, 1, 2]),
+    ),
+    min_size=1,
+    max_size=20,
+    unique=True,
 )
 _VALUE = st.one_of(st.floats(-1e6, 1e6), st.sampled_from([math.nan, math.inf, 0.0]))
 
@@ -56,11 +61,15 @@ def test_rows_read_by_position_equal_the_general_path(tables: dict[str, dict[Key
 
 def test_shared_order_takes_the_positional_path_and_builds_the_same_frame() -> None:
     keys = [(t, inst, dp) for inst in ("b:1", "a:1") for dp in (1, 0) for t in (15.0, 0.0)]
-    tables = {"requests": {k: float(i) for i, k in enumerate(keys)},
-              "running": {k: 2.0 * i for i, k in enumerate(keys)},
-              "ttft_p99_ms_bound": {keys[3]: 1.0}}
+    tables = {
+        "requests": {k: float(i) for i, k in enumerate(keys)},
+        "running": {k: 2.0 * i for i, k in enumerate(keys)},
+        "ttft_p99_ms_bound": {keys[3]: 1.0},
+    }
     frame = assemble(Level.DP, tables, aliases={}, window_s=15.0, source="t")
     rows = frame.df.select("window_start_s", "instance", "dp_rank", "requests").rows()
-    assert rows == sorted(((t, i, d, float(keys.index((t, i, d)))) for t, i, d in keys),
-                          key=lambda r: (r[0], r[1], r[2]))
+    assert rows == sorted(
+        ((t, i, d, float(keys.index((t, i, d)))) for t, i, d in keys),
+        key=lambda r: (r[0], r[1], r[2]),
+    )
     assert frame.df["ttft_p99_ms_bound"].drop_nulls().to_list() == [1.0]

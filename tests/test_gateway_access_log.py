@@ -15,8 +15,12 @@ from skewscope.sources.access_log import parse_time, read_access_logs
 
 DATA = Path(__file__).parent / "data" / "gateway"
 # tests/data/gateway/SOURCES.md: what each engine was actually sent while nginx logged
-NGINX_TRUTH = {"127.0.0.1:34335": 8.0, "127.0.0.1:41441": 10.0, "127.0.0.1:34681": 13.0,
-               "127.0.0.1:38417": 9.0}
+NGINX_TRUTH = {
+    "127.0.0.1:34335": 8.0,
+    "127.0.0.1:41441": 10.0,
+    "127.0.0.1:34681": 13.0,
+    "127.0.0.1:38417": 9.0,
+}
 
 
 def test_real_nginx_log_gives_what_each_engine_was_sent() -> None:
@@ -54,9 +58,14 @@ def test_time_range_keeps_only_the_engines_window() -> None:
     # per window of the engines' grid: what each upstream was sent, counted from the log
     assert gw.window_starts == tuple(first + i * window_s for i in range(n))
     for u in gw.units:
-        want = [sum(1 for t, up in logged if up == u.upstream
-                    and first + i * window_s <= t < first + (i + 1) * window_s)
-                for i in range(n)]
+        want = [
+            sum(
+                1
+                for t, up in logged
+                if up == u.upstream and first + i * window_s <= t < first + (i + 1) * window_s
+            )
+            for i in range(n)
+        ]
         assert list(u.series) == want and sum(want) == u.requests
 
 
@@ -78,8 +87,10 @@ def test_envoy_formats(name: str) -> None:
 
 def test_retried_request_counts_on_the_upstream_that_answered(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
-    log.write_text('upstream_addr="10.0.0.1:80, 10.0.0.2:80" request_length=10\n'
-                   'upstream_addr="10.0.0.3:80 : 10.0.0.2:80" request_length=10\n')
+    log.write_text(
+        'upstream_addr="10.0.0.1:80, 10.0.0.2:80" request_length=10\n'
+        'upstream_addr="10.0.0.3:80 : 10.0.0.2:80" request_length=10\n'
+    )
     gw = read_access_logs([str(log)])
     assert [(u.upstream, u.requests) for u in gw.units] == [("10.0.0.2:80", 2.0)]
 
@@ -91,12 +102,13 @@ def test_retried_request_counts_on_the_upstream_that_answered(tmp_path: Path) ->
         ('{"upstream_addr": "a:1"}\nnot json\n', ":2: expected a JSON-object"),
         ("status=200 bytes=3\n", ":1: no upstream field"),
         ("[2026] nonsense\n", ":1: expected an Envoy default-format"),
-        ('upstream_addr=- status=404\n', "no request in the access log reached an upstream"),
+        ("upstream_addr=- status=404\n", "no request in the access log reached an upstream"),
         ("[1, 2]\n", "expected an Envoy"),
     ],
 )
-def test_bad_logs_fail_with_one_line_naming_file_and_line(tmp_path: Path, text: str,
-                                                          needle: str) -> None:
+def test_bad_logs_fail_with_one_line_naming_file_and_line(
+    tmp_path: Path, text: str, needle: str
+) -> None:
     log = tmp_path / "bad.log"
     log.write_text(text)
     with pytest.raises(InputError) as e:
@@ -123,15 +135,19 @@ _rows = st.lists(st.tuples(_host, _key, st.integers(0, 10**6)), min_size=1, max_
 
 @settings(max_examples=60, deadline=None)
 @given(rows=_rows, as_json=st.booleans())
-def test_counts_sizes_and_keys_are_exact(tmp_path_factory: pytest.TempPathFactory,
-                                         rows: list[tuple[str, str, int]], as_json: bool) -> None:
+def test_counts_sizes_and_keys_are_exact(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[str, str, int]], as_json: bool
+) -> None:
     log = tmp_path_factory.mktemp("h") / "a.log"
     if as_json:
-        text = "\n".join(json.dumps({"upstream_addr": h, "http_x_session_id": k,
-                                     "request_length": b}) for h, k, b in rows)
+        text = "\n".join(
+            json.dumps({"upstream_addr": h, "http_x_session_id": k, "request_length": b})
+            for h, k, b in rows
+        )
     else:
-        text = "\n".join(f'upstream_addr={h} http_x_session_id="{k}" request_length={b}'
-                         for h, k, b in rows)
+        text = "\n".join(
+            f'upstream_addr={h} http_x_session_id="{k}" request_length={b}' for h, k, b in rows
+        )
     log.write_text(text + "\n")
     gw = read_access_logs([str(log)])
     by = {u.upstream: u for u in gw.units}

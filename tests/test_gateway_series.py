@@ -21,19 +21,22 @@ STARTS = tuple(T0 + i * WINDOW_S for i in range(WINDOWS))
 
 
 def _units(per_window: dict[str, list[float]], **kw: object) -> tuple[GatewayUnit, ...]:
-    return tuple(GatewayUnit(upstream=u, requests=sum(s), series=tuple(s),
-                             **kw.get(u, {}))  # type: ignore[arg-type]
-                 for u, s in per_window.items())
+    return tuple(
+        GatewayUnit(upstream=u, requests=sum(s), series=tuple(s), **kw.get(u, {}))  # type: ignore[arg-type]
+        for u, s in per_window.items()
+    )
 
 
 def test_dp_aware_workers_sum_into_their_instance() -> None:
     """sglang-router --dp-aware: one worker per rank, ``url@rank``; at instance level the ranks
     of an instance are one upstream, and the hot instance is the one the router sent more."""
-    frame = make_frame({h: Spec(rate=44.0) if h == HOT else Spec() for h in HOSTS},
-                       source="prometheus")
+    frame = make_frame(
+        {h: Spec(rate=44.0) if h == HOT else Spec() for h in HOSTS}, source="prometheus"
+    )
     per = {f"{h}@{r}": [(22.0 if h == HOT else 10.0)] * WINDOWS for h in HOSTS for r in (0, 1)}
-    gw = GatewayEvidence(source="sglang-router", units=_units(per), policy="round_robin",
-                         window_starts=STARTS)
+    gw = GatewayEvidence(
+        source="sglang-router", units=_units(per), policy="round_robin", window_starts=STARTS
+    )
     report = diagnose(Evidence(instance=frame, gateway=gw))
     assert report.gateway is not None
     by = {u.upstream: u for u in report.gateway.units}
@@ -49,11 +52,15 @@ def test_dp_aware_workers_join_dp_ranks() -> None:
     rank is ranked on what the router sent it."""
     inst = "10.0.0.1:8000"
     ranks = [f"{inst}/dp{r}" for r in range(4)]
-    dp = make_frame({u: Spec(rate=44.0) if u.endswith("dp2") else Spec() for u in ranks},
-                    level=Level.DP, source="prometheus")
+    dp = make_frame(
+        {u: Spec(rate=44.0) if u.endswith("dp2") else Spec() for u in ranks},
+        level=Level.DP,
+        source="prometheus",
+    )
     per = {f"{inst}@{r}": [44.0 if r == 2 else 20.0] * WINDOWS for r in range(4)}
-    gw = GatewayEvidence(source="sglang-router", units=_units(per), policy="consistent_hash",
-                         window_starts=STARTS)
+    gw = GatewayEvidence(
+        source="sglang-router", units=_units(per), policy="consistent_hash", window_starts=STARTS
+    )
     report = diagnose(Evidence(instance=dp, dp=dp, gateway=gw), level="dp")
     assert report.level == Level.DP and report.gateway is not None
     joined = {u.upstream: u.unit for u in report.gateway.units}
@@ -66,11 +73,17 @@ def test_dp_aware_workers_join_dp_ranks() -> None:
 def test_per_window_shares_say_when_routing_diverged() -> None:
     """The router sends the hot unit its share until window 8, then three times its peers':
     its share series shows the change and the report says when it started."""
-    frame = make_frame({h: Spec(rate=20.0, burst={w: 3.0 for w in range(8, WINDOWS)})
-                        if h == HOT else Spec() for h in HOSTS}, source="prometheus")
+    frame = make_frame(
+        {
+            h: Spec(rate=20.0, burst={w: 3.0 for w in range(8, WINDOWS)}) if h == HOT else Spec()
+            for h in HOSTS
+        },
+        source="prometheus",
+    )
     per = {h: [60.0 if h == HOT and w >= 8 else 20.0 for w in range(WINDOWS)] for h in HOSTS}
-    gw = GatewayEvidence(source="vllm-router", units=_units(per), policy="round_robin",
-                         window_starts=STARTS)
+    gw = GatewayEvidence(
+        source="vllm-router", units=_units(per), policy="round_robin", window_starts=STARTS
+    )
     report = diagnose(Evidence(instance=frame, gateway=gw))
     assert report.gateway is not None
     hot = next(u for u in report.gateway.units if u.upstream == HOT)
@@ -83,18 +96,30 @@ def test_per_window_shares_say_when_routing_diverged() -> None:
     assert doc["gateway"]["window_starts"][8] == T0 + 8 * WINDOW_S
 
 
-def _epp_report(router_view: dict[str, tuple[float, ...]], policy: str | None = EPP_POLICY,
-                polled: bool = True) -> Report:
+def _epp_report(
+    router_view: dict[str, tuple[float, ...]], policy: str | None = EPP_POLICY, polled: bool = True
+) -> Report:
     # the hot unit: short bursts (3x for one window every 6) that queue and drain
-    specs = {h: Spec(rate=20.0, ceiling=34.0, burst={w: 3.0 for w in range(2, WINDOWS, 6)})
-             if h == HOT else Spec() for h in HOSTS}
+    specs = {
+        h: Spec(rate=20.0, ceiling=34.0, burst={w: 3.0 for w in range(2, WINDOWS, 6)})
+        if h == HOT
+        else Spec()
+        for h in HOSTS
+    }
     frame = make_frame(specs, source="prometheus")
     per = {h: [30.0 if h == HOT else 20.0] * WINDOWS for h in HOSTS}
-    units = tuple(GatewayUnit(upstream=u.upstream, requests=u.requests, series=u.series,
-                              load_series=router_view.get(u.upstream, (0.0,) * WINDOWS))
-                  for u in _units(per))
-    gw = GatewayEvidence(source="llm-d-epp", units=units, policy=policy, window_starts=STARTS,
-                         load_polled=polled)
+    units = tuple(
+        GatewayUnit(
+            upstream=u.upstream,
+            requests=u.requests,
+            series=u.series,
+            load_series=router_view.get(u.upstream, (0.0,) * WINDOWS),
+        )
+        for u in _units(per)
+    )
+    gw = GatewayEvidence(
+        source="llm-d-epp", units=units, policy=policy, window_starts=STARTS, load_polled=polled
+    )
     return diagnose(Evidence(instance=frame, gateway=gw))
 
 
@@ -141,17 +166,22 @@ def test_dp_aware_workers_join_the_drill_down_of_an_instance_report() -> None:
     inst_rate = {h: 44.0 if h == HOT else 20.0 for h in HOSTS}
     rank_rate = {(h, r): (12.0, 32.0)[r] if h == HOT else 10.0 for h in HOSTS for r in (0, 1)}
     instance = make_frame({h: Spec(rate=v) for h, v in inst_rate.items()}, source="prometheus")
-    dp = make_frame({f"{h}/dp{r}": Spec(rate=v) for (h, r), v in rank_rate.items()},
-                    level=Level.DP, source="prometheus")
+    dp = make_frame(
+        {f"{h}/dp{r}": Spec(rate=v) for (h, r), v in rank_rate.items()},
+        level=Level.DP,
+        source="prometheus",
+    )
     per = {f"{h}@{r}": [v] * WINDOWS for (h, r), v in rank_rate.items()}
-    gw = GatewayEvidence(source="sglang-router", units=_units(per), policy="round_robin",
-                         window_starts=STARTS)
+    gw = GatewayEvidence(
+        source="sglang-router", units=_units(per), policy="round_robin", window_starts=STARTS
+    )
     report = diagnose(Evidence(instance=instance, dp=dp, gateway=gw), level="auto")
     assert report.level == Level.INSTANCE and report.gateway is not None
     assert {u.upstream for u in report.gateway.units} == set(HOSTS)
     (drill,) = [d for d in report.drilldown if d.units and d.units[0].instance == HOT]
     assert drill.gateway is not None
     assert {u.upstream: u.unit for u in drill.gateway.units} == {
-        f"{HOT}@{r}": f"{HOT}/dp{r}" for r in (0, 1)}
+        f"{HOT}@{r}": f"{HOT}/dp{r}" for r in (0, 1)
+    }
     (f,) = [f for f in drill.findings if f"{HOT}/dp1" in f.units]
     assert f.evidence["gateway"]["router_share"] == 32 / 44

@@ -49,8 +49,9 @@ class Fixed:
 
 
 def frames(**specs: Spec) -> Evidence:
-    return Evidence(instance=make_frame({u: specs.get(u, Spec()) for u in FOUR},
-                                        source="prometheus"))
+    return Evidence(
+        instance=make_frame({u: specs.get(u, Spec()) for u in FOUR}, source="prometheus")
+    )
 
 
 def _text(renderable: Any) -> str:
@@ -75,8 +76,13 @@ def test_a_stalled_incident_reads_as_stalled_in_history(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "h.sqlite"
-    w = Watcher(Fixed(frames(d=Spec(stalled_from=2))), last_s=60, every_s=30,
-                store=open_store(str(db)), open_runs=1)
+    w = Watcher(
+        Fixed(frames(d=Spec(stalled_from=2))),
+        last_s=60,
+        every_s=30,
+        store=open_store(str(db)),
+        open_runs=1,
+    )
     assert w.run_once(), w.status.last_error
     line = screen.log_line(w.status, 0.0)
     assert "d(instance,stalled,—" in line and "nan" not in line
@@ -121,22 +127,33 @@ def _sqlite_table(db: Path, columns: str, rows: Sequence[tuple[Any, ...]] = ()) 
     conn.close()
 
 
-OLD_COLUMNS = ("id INTEGER PRIMARY KEY AUTOINCREMENT, unit TEXT NOT NULL, level TEXT NOT NULL, "
-               "kind TEXT NOT NULL, onset_s DOUBLE PRECISION NOT NULL, last_seen_s DOUBLE "
-               "PRECISION NOT NULL, peak_ratio DOUBLE PRECISION, summary TEXT NOT NULL, source "
-               "TEXT NOT NULL, end_s DOUBLE PRECISION, end_reason TEXT NOT NULL")
-LOOSE = ("id INTEGER PRIMARY KEY, unit, level, kind, onset_s, last_seen_s, peak_ratio, summary, "
-         "source, end_s, end_reason, writer, lease_s")
+OLD_COLUMNS = (
+    "id INTEGER PRIMARY KEY AUTOINCREMENT, unit TEXT NOT NULL, level TEXT NOT NULL, "
+    "kind TEXT NOT NULL, onset_s DOUBLE PRECISION NOT NULL, last_seen_s DOUBLE "
+    "PRECISION NOT NULL, peak_ratio DOUBLE PRECISION, summary TEXT NOT NULL, source "
+    "TEXT NOT NULL, end_s DOUBLE PRECISION, end_reason TEXT NOT NULL"
+)
+LOOSE = (
+    "id INTEGER PRIMARY KEY, unit, level, kind, onset_s, last_seen_s, peak_ratio, summary, "
+    "source, end_s, end_reason, writer, lease_s"
+)
 
 
-@pytest.mark.parametrize(("columns", "said"), [
-    ("id INTEGER PRIMARY KEY, unit TEXT, colour TEXT", "has a column 'colour'"),
-    ("id INTEGER PRIMARY KEY, unit TEXT", "has no column 'level'"),
-    (OLD_COLUMNS.replace("onset_s DOUBLE PRECISION", "onset_s TEXT"),
-     "has column 'onset_s' of type text, expected number"),
-    (OLD_COLUMNS.replace("unit TEXT", "unit NUMERIC"),
-     "has column 'unit' of type number, expected text"),
-])
+@pytest.mark.parametrize(
+    ("columns", "said"),
+    [
+        ("id INTEGER PRIMARY KEY, unit TEXT, colour TEXT", "has a column 'colour'"),
+        ("id INTEGER PRIMARY KEY, unit TEXT", "has no column 'level'"),
+        (
+            OLD_COLUMNS.replace("onset_s DOUBLE PRECISION", "onset_s TEXT"),
+            "has column 'onset_s' of type text, expected number",
+        ),
+        (
+            OLD_COLUMNS.replace("unit TEXT", "unit NUMERIC"),
+            "has column 'unit' of type number, expected text",
+        ),
+    ],
+)
 def test_a_table_with_other_columns_is_one_line_exit_3(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], columns: str, said: str
 ) -> None:
@@ -147,8 +164,10 @@ def test_a_table_with_other_columns_is_one_line_exit_3(
     assert err.startswith(f"skewscope: error: history {db}: table {TABLE} {said}")
     assert "\n" not in err
     # watch --save refuses it before anything starts, the same way
-    assert main(["watch", "--scrape", "http://127.0.0.1:1/metrics", "--no-tui",
-                 "--save", str(db)]) == 3
+    assert (
+        main(["watch", "--scrape", "http://127.0.0.1:1/metrics", "--no-tui", "--save", str(db)])
+        == 3
+    )
     assert said in capsys.readouterr().err
 
 
@@ -166,13 +185,17 @@ def test_bad_rows_are_reported_and_skipped_never_a_traceback(
 ) -> None:
     db = tmp_path / "h.sqlite"
     good = ("u", "instance", "count", 100.0, 130.0, 1.5, "s", "src", 160.0, COOLED, "w", None)
-    _sqlite_table(db, LOOSE, [
-        (1, *good),
-        (2, None, *good[1:]),  # NULL unit
-        (3, *good[:3], "yesterday", *good[4:]),  # text in a time
-        (4, *good[:5], "high", *good[6:]),  # text in the peak ratio
-        (5, *good[:8], b"\x00", *good[9:]),  # a blob in the end time
-    ])
+    _sqlite_table(
+        db,
+        LOOSE,
+        [
+            (1, *good),
+            (2, None, *good[1:]),  # NULL unit
+            (3, *good[:3], "yesterday", *good[4:]),  # text in a time
+            (4, *good[:5], "high", *good[6:]),  # text in the peak ratio
+            (5, *good[:8], b"\x00", *good[9:]),  # a blob in the end time
+        ],
+    )
     assert main(["history", "list", "--db", str(db), "--format", "json"]) == 0
     out = capsys.readouterr()
     assert [i["id"] for i in json.loads(out.out)] == [1]
@@ -186,13 +209,16 @@ def test_bad_rows_are_reported_and_skipped_never_a_traceback(
     assert err.startswith(f"skewscope: error: history {db}: row id 3: onset_s:")
 
 
-@pytest.mark.parametrize("argv", [
-    ["history", "show", str(2**64)],
-    ["history", "show", "0"],
-    ["history", "show", "x"],
-    ["history", "list", "--limit", str(2**64)],
-    ["history", "list", "--limit", "0"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history", "show", str(2**64)],
+        ["history", "show", "0"],
+        ["history", "show", "x"],
+        ["history", "list", "--limit", str(2**64)],
+        ["history", "list", "--limit", "0"],
+    ],
+)
 def test_ids_and_limits_are_bounded_at_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
@@ -200,8 +226,9 @@ def test_ids_and_limits_are_bounded_at_the_command_line(
     open_store(str(db)).close()
     assert main([*argv, "--db", str(db)]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and ("expected a number from 1 to" in err
-                                       or "expected a whole number" in err)
+    assert "Traceback" not in err and (
+        "expected a number from 1 to" in err or "expected a whole number" in err
+    )
 
 
 def test_the_largest_id_and_limit_are_answered(
@@ -222,11 +249,25 @@ def check_two_writers(target: str) -> None:
     """Two watches on one history: the second's start closes nothing of the first's, and each
     ends only its own incident (one hot period is one incident per writer, never split)."""
     hot, calm = frames(d=Spec(rate=40.0)), frames()
-    a = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(target),
-                clock=ManualClock(1000.0), calm_runs=1, open_runs=1)
+    a = Watcher(
+        Fixed(hot),
+        last_s=60,
+        every_s=30,
+        store=open_store(target),
+        clock=ManualClock(1000.0),
+        calm_runs=1,
+        open_runs=1,
+    )
     assert a.run_once()
-    b = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(target),
-                clock=ManualClock(1010.0), calm_runs=1, open_runs=1)
+    b = Watcher(
+        Fixed(hot),
+        last_s=60,
+        every_s=30,
+        store=open_store(target),
+        clock=ManualClock(1010.0),
+        calm_runs=1,
+        open_runs=1,
+    )
     assert b.run_once()
     assert a.store is not None and b.store is not None
     opened = a.store.list(open_only=True)
@@ -252,9 +293,11 @@ def test_an_older_table_gains_the_writer_columns_and_its_open_rows_are_orphans(
     db = tmp_path / "h.sqlite"
     _sqlite_table(db, OLD_COLUMNS)
     conn = sqlite3.connect(db)
-    conn.execute(f"INSERT INTO {TABLE} (unit, level, kind, onset_s, last_seen_s, peak_ratio, "
-                 "summary, source, end_s, end_reason) VALUES ('u', 'instance', 'count', 1.0, "
-                 "2.0, NULL, 's', 'src', NULL, '')")
+    conn.execute(
+        f"INSERT INTO {TABLE} (unit, level, kind, onset_s, last_seen_s, peak_ratio, "
+        "summary, source, end_s, end_reason) VALUES ('u', 'instance', 'count', 1.0, "
+        "2.0, NULL, 's', 'src', NULL, '')"
+    )
     conn.commit()
     conn.close()
     store = open_store(str(db))
@@ -284,22 +327,30 @@ def _pg(url: str, *sql: str) -> None:
 def test_postgres_history_is_validated_migrated_and_owned_per_writer(
     postgres_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _pg(postgres_url, f"DROP TABLE IF EXISTS {TABLE}",
-        f"CREATE TABLE {TABLE} (id BIGSERIAL PRIMARY KEY, unit TEXT, colour TEXT)")
+    _pg(
+        postgres_url,
+        f"DROP TABLE IF EXISTS {TABLE}",
+        f"CREATE TABLE {TABLE} (id BIGSERIAL PRIMARY KEY, unit TEXT, colour TEXT)",
+    )
     with pytest.raises(InputError, match=f"table {TABLE} has a column 'colour'"):
         open_store(postgres_url)
     assert main(["history", "list", "--db", postgres_url]) == 3
     assert "has a column 'colour'" in capsys.readouterr().err
-    wrong = OLD_COLUMNS.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY"
-                                ).replace("onset_s DOUBLE PRECISION", "onset_s TEXT")
+    wrong = OLD_COLUMNS.replace(
+        "INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY"
+    ).replace("onset_s DOUBLE PRECISION", "onset_s TEXT")
     _pg(postgres_url, f"DROP TABLE {TABLE}", f"CREATE TABLE {TABLE} ({wrong})")
     with pytest.raises(InputError, match="has column 'onset_s' of type text, expected number"):
         open_store(postgres_url)
     old = OLD_COLUMNS.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
-    _pg(postgres_url, f"DROP TABLE {TABLE}", f"CREATE TABLE {TABLE} ({old})",
+    _pg(
+        postgres_url,
+        f"DROP TABLE {TABLE}",
+        f"CREATE TABLE {TABLE} ({old})",
         f"INSERT INTO {TABLE} (unit, level, kind, onset_s, last_seen_s, peak_ratio, summary, "
         "source, end_s, end_reason) VALUES ('u', 'instance', 'stalled', 1.0, 2.0, NULL, 's', "
-        "'src', NULL, '')")
+        "'src', NULL, '')",
+    )
     store = open_store(postgres_url)  # migrated: gains writer and lease_s
     assert store.close_orphans(10.0) == 1
     store.close()
@@ -315,8 +366,14 @@ def test_a_running_watch_closes_a_dead_writers_incidents_once_its_lease_ends(
 ) -> None:
     db = str(tmp_path / "h.sqlite")
     hot = frames(d=Spec(rate=40.0))
-    a = Watcher(Fixed(hot), last_s=60, every_s=30, store=open_store(db),
-                clock=ManualClock(1000.0), open_runs=1)
+    a = Watcher(
+        Fixed(hot),
+        last_s=60,
+        every_s=30,
+        store=open_store(db),
+        clock=ManualClock(1000.0),
+        open_runs=1,
+    )
     assert a.run_once()  # then a dies: no _finish, its lease runs to 1000 + 3 x 30 + 120
     now = ManualClock(1010.0)
     b = Watcher(Fixed(frames()), last_s=60, every_s=30, store=open_store(db), clock=now)

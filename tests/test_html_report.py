@@ -25,8 +25,9 @@ SCRIPT_PROBE = "</script><script>document.body.setAttribute('data-xss','2')</scr
 
 
 def embedded_json(page: str) -> object:
-    m = re.search(r'<script type="application/json" id="skewscope-report">(.*?)</script>', page,
-                  re.S)
+    m = re.search(
+        r'<script type="application/json" id="skewscope-report">(.*?)</script>', page, re.S
+    )
     assert m
     return json.loads(m.group(1))
 
@@ -133,14 +134,23 @@ def test_gateway_table_and_share_chart_are_drawn(tmp_path: Path) -> None:
     from skewscope.frame import Evidence, GatewayEvidence, GatewayUnit
 
     hosts = [f"10.0.0.{i}:8000" for i in range(1, 5)]
-    frame = make_frame({h: Spec(rate=40.0) if i == 2 else Spec() for i, h in enumerate(hosts)},
-                       source="prometheus")
+    frame = make_frame(
+        {h: Spec(rate=40.0) if i == 2 else Spec() for i, h in enumerate(hosts)}, source="prometheus"
+    )
     starts = tuple(float(t) for t in frame.df["window_start_s"].unique().sort())
-    gw = GatewayEvidence(source="vllm-router", policy="round_robin", window_starts=starts,
-                         units=tuple(GatewayUnit(upstream=h, requests=(40.0 if i == 2 else 20.0)
-                                                 * len(starts),
-                                                 series=(40.0 if i == 2 else 20.0,) * len(starts))
-                                     for i, h in enumerate(hosts)))
+    gw = GatewayEvidence(
+        source="vllm-router",
+        policy="round_robin",
+        window_starts=starts,
+        units=tuple(
+            GatewayUnit(
+                upstream=h,
+                requests=(40.0 if i == 2 else 20.0) * len(starts),
+                series=(40.0 if i == 2 else 20.0,) * len(starts),
+            )
+            for i, h in enumerate(hosts)
+        ),
+    )
     report = diagnose(Evidence(instance=frame, gateway=gw))
     out = tmp_path / "gateway.html"
     out.write_text(html.render_text(report))
@@ -161,8 +171,9 @@ def test_gateway_table_and_share_chart_are_drawn(tmp_path: Path) -> None:
 def _finding_sections(text: str) -> dict[str, str]:
     """Each finding's section of a page, by its title."""
     out = {}
-    for m in re.finditer(r'<section class="finding"[^>]*>\s*<h3[^>]*>(.*?)</h3>(.*?)</section>',
-                         text, re.S):
+    for m in re.finditer(
+        r'<section class="finding"[^>]*>\s*<h3[^>]*>(.*?)</h3>(.*?)</section>', text, re.S
+    ):
         out[htmllib.unescape(m.group(1))] = m.group(2)
     return out
 
@@ -199,7 +210,7 @@ def test_kv_shortage_and_fleet_findings_show_their_own_figures(tmp_path: Path) -
     assert main(["diagnose", str(EXAMPLE), "-o", str(fleet_out)]) == 0
     text = fleet_out.read_text()
     (fleet,) = [s for s in _finding_sections(text).values() if "dp0 is hot in 3 of 3" in s]
-    assert "<table" not in fleet and "<div class=\"plot\"" not in fleet
+    assert "<table" not in fleet and '<div class="plot"' not in fleet
     for section in _finding_sections(text).values():  # no finding shows a header-only table
         for table in re.findall(r'<table class="side">(.*?)</table>', section, re.S):
             assert table.count("<tr>") > 1

@@ -30,8 +30,11 @@ def modules() -> list[str]:
 def test_every_module_is_in_one_layer() -> None:
     named = [m for layer in layers() for m in layer]
     assert len(named) == len(set(named))
-    unplaced = [m for m in modules() if m not in SPLIT
-                and not any(m == n or m.startswith(n + ".") for n in named)]
+    unplaced = [
+        m
+        for m in modules()
+        if m not in SPLIT and not any(m == n or m.startswith(n + ".") for n in named)
+    ]
     assert unplaced == []
     missing = [n for n in named if n not in modules()]
     assert missing == []

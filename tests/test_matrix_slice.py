@@ -16,8 +16,11 @@ from skewscope.report.document import report_document
 
 
 def _dp_fleet() -> pl.DataFrame:
-    specs = {f"i{i}/dp{r}": Spec(rate=20.0 * (2.0 if (i, r) == (1, 0) else 1.0))
-             for i in range(3) for r in range(3)}
+    specs = {
+        f"i{i}/dp{r}": Spec(rate=20.0 * (2.0 if (i, r) == (1, 0) else 1.0))
+        for i in range(3)
+        for r in range(3)
+    }
     df = make_frame(specs, level=Level.DP).df
     # instance i2 joined late: no rows in the first four windows
     first = df["window_start_s"].min()
@@ -42,8 +45,14 @@ def test_slice_equals_the_instance_matrix() -> None:
 
 
 def test_auto_drilldown_from_slices_is_the_per_instance_report() -> None:
-    dp = make_frame({f"i{i}/dp{r}": Spec(rate=20.0 * (2.0 if (i, r) == (1, 0) else 1.0))
-                     for i in range(3) for r in range(3)}, level=Level.DP)
+    dp = make_frame(
+        {
+            f"i{i}/dp{r}": Spec(rate=20.0 * (2.0 if (i, r) == (1, 0) else 1.0))
+            for i in range(3)
+            for r in range(3)
+        },
+        level=Level.DP,
+    )
     inst = make_frame({"i0": Spec(rate=60.0), "i1": Spec(rate=120.0), "i2": Spec(rate=60.0)})
     report = diagnose(Evidence(instance=inst, dp=dp), level="auto")
     assert report.drilldown, "the hot instance i1 is drilled into"

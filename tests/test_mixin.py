@@ -25,14 +25,21 @@ from skewscope.monitor.template import RULE_THRESHOLDS, used
 
 
 def jsonnet(code: str, cwd: Path) -> Any:
-    done = subprocess.run([need("jsonnet", "jsonnet"), "-e", code], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [need("jsonnet", "jsonnet"), "-e", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
-RENDER = "local m = (import 'mixin.libsonnet'){extra}; " \
-         "{{alerts: m.prometheusAlerts, rules: m.prometheusRules, dash: m.grafanaDashboards}}"
+RENDER = (
+    "local m = (import 'mixin.libsonnet'){extra}; "
+    "{{alerts: m.prometheusAlerts, rules: m.prometheusRules, dash: m.grafanaDashboards}}"
+)
 
 
 def render(folder: Path, extra: str = "") -> Any:
@@ -48,8 +55,12 @@ def write(tmp_path: Path, *args: str) -> Path:
 def as_rule_file(rendered: Any) -> dict[str, Any]:
     """The mixin's record and alert groups merged back per dialect, as ``rules`` groups them."""
     alerts = {g["name"].removesuffix("-alerts"): g["rules"] for g in rendered["alerts"]["groups"]}
-    return {"groups": [{"name": g["name"], "rules": g["rules"] + alerts.pop(g["name"])}
-                       for g in rendered["rules"]["groups"]]}
+    return {
+        "groups": [
+            {"name": g["name"], "rules": g["rules"] + alerts.pop(g["name"])}
+            for g in rendered["rules"]["groups"]
+        ]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +71,14 @@ def default(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
 
 def test_layout_is_a_mixin(default: tuple[Path, Any]) -> None:
     folder, _ = default
-    for name in ("mixin.libsonnet", "config.libsonnet", "alerts/alerts.libsonnet",
-                 "rules/rules.libsonnet", "dashboards/dashboards.libsonnet",
-                 f"dashboards/{DASHBOARD_FILE}"):
+    for name in (
+        "mixin.libsonnet",
+        "config.libsonnet",
+        "alerts/alerts.libsonnet",
+        "rules/rules.libsonnet",
+        "dashboards/dashboards.libsonnet",
+        f"dashboards/{DASHBOARD_FILE}",
+    ):
         assert (folder / name).is_file(), name
     fields = jsonnet("std.objectFieldsAll(import 'mixin.libsonnet')", folder)
     assert {"_config", "prometheusAlerts", "prometheusRules", "grafanaDashboards"} <= set(fields)
@@ -74,8 +90,10 @@ def test_layout_is_a_mixin(default: tuple[Path, Any]) -> None:
 def test_renders_the_same_rules_and_dashboard(default: tuple[Path, Any]) -> None:
     _, rendered = default
     assert as_rule_file(rendered) == build_rules(RuleOptions())
-    assert all(g["name"].endswith("-alerts") and all("alert" in r for r in g["rules"])
-               for g in rendered["alerts"]["groups"])
+    assert all(
+        g["name"].endswith("-alerts") and all("alert" in r for r in g["rules"])
+        for g in rendered["alerts"]["groups"]
+    )
     assert all("record" in r for g in rendered["rules"]["groups"] for r in g["rules"])
     assert rendered["dash"] == {DASHBOARD_FILE: build_dashboard(DashboardOptions())}
 
@@ -100,11 +118,16 @@ def test_override_in_jsonnet_is_the_config_override(tmp_path: Path) -> None:
     give ``rules``; the same settings written by ``mixin --config`` render the same too."""
     options = ["--dialect", "vllm", "--group-by", "job"]
     base = write(tmp_path / "a", *options)
-    extra = (" + {_config+:: {thresholds+: {hot_ratio: 1.7, min_requests_per_window: 3},"
-             " windowSeconds: 60, forSeconds: 600}}")
+    extra = (
+        " + {_config+:: {thresholds+: {hot_ratio: 1.7, min_requests_per_window: 3},"
+        " windowSeconds: 60, forSeconds: 600}}"
+    )
     th = DEFAULT_THRESHOLDS.updated({"hot_ratio": 1.7, "min_requests_per_window": 3}, "test")
-    want = build_rules(RuleOptions(dialects=("vllm",), group_by=("job",), window_s=60.0,
-                                   for_s=600.0, thresholds=th))
+    want = build_rules(
+        RuleOptions(
+            dialects=("vllm",), group_by=("job",), window_s=60.0, for_s=600.0, thresholds=th
+        )
+    )
     assert want != build_rules(RuleOptions(dialects=("vllm",), group_by=("job",)))
     rendered = render(base, extra)
     assert as_rule_file(rendered) == want
@@ -113,21 +136,43 @@ def test_override_in_jsonnet_is_the_config_override(tmp_path: Path) -> None:
     assert rendered["dash"] == {DASHBOARD_FILE: build_dashboard(dash)}
     toml = tmp_path / "skewscope.toml"
     toml.write_text("[thresholds]\nhot_ratio = 1.7\nmin_requests_per_window = 3\n")
-    configured = write(tmp_path / "b", *options, "--config", str(toml), "--window", "1m",
-                       "--for", "10m")
+    configured = write(
+        tmp_path / "b", *options, "--config", str(toml), "--window", "1m", "--for", "10m"
+    )
     assert as_rule_file(render(configured)) == want
     out = tmp_path / "rules.yml"  # and rules --config writes that file too
-    assert main(["rules", *options, "--config", str(toml), "--window", "1m", "--for", "10m",
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "rules",
+                *options,
+                "--config",
+                str(toml),
+                "--window",
+                "1m",
+                "--for",
+                "10m",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert yaml.safe_load(out.read_text()) == want
 
 
 def test_a_shape_change_in_jsonnet_is_refused(default: tuple[Path, Any]) -> None:
     folder, _ = default
     done = subprocess.run(
-        [need("jsonnet", "jsonnet"), "-e",
-         "((import 'mixin.libsonnet') + {_config+:: {groupBy: ['job']}}).prometheusRules"],
-        cwd=folder, capture_output=True, text=True, timeout=600,
+        [
+            need("jsonnet", "jsonnet"),
+            "-e",
+            "((import 'mixin.libsonnet') + {_config+:: {groupBy: ['job']}}).prometheusRules",
+        ],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode != 0
     assert "_config.groupBy shapes the rule groups" in done.stderr
@@ -138,8 +183,12 @@ def test_promtool_accepts_the_rendered_rules(default: tuple[Path, Any], tmp_path
     for part in ("alerts", "rules"):
         path = tmp_path / f"{part}.yml"
         path.write_text(yaml.safe_dump(rendered[part], width=1_000_000))
-        done = subprocess.run([need("promtool", "prometheus"), "check", "rules", str(path)],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [need("promtool", "prometheus"), "check", "rules", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
 
@@ -165,8 +214,9 @@ def test_jsonnet_formats_numbers_as_python(default: tuple[Path, Any]) -> None:
     assert got["d"] == [duration(s) for s in seconds]
 
 
-def test_output_folder_is_not_overwritten_silently(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_folder_is_not_overwritten_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "mixin").mkdir()
     (tmp_path / "mixin" / "keep.txt").write_text("x")
     assert main(["mixin", "-o", str(tmp_path / "mixin")]) == 2

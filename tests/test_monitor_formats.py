@@ -48,8 +48,9 @@ def _run(tmp_path: Path, *argv: str) -> str:
     return out.read_text()
 
 
-@pytest.mark.parametrize("argv", [[], ["--dialect", "sglang", "--group-by", ""],
-                                  ["--window", "1m", "--for", "10m"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["--dialect", "sglang", "--group-by", ""], ["--window", "1m", "--for", "10m"]]
+)
 def test_prometheus_rule_fits_the_crd(tmp_path: Path, argv: list[str]) -> None:
     schema = json.loads((DATA / "prometheusrule-crd-v1.schema.json").read_text())
     doc = yaml.safe_load(_run(tmp_path, "rules", "--format", "prometheus-operator", *argv))
@@ -66,16 +67,20 @@ def test_prometheus_rule_fits_the_crd(tmp_path: Path, argv: list[str]) -> None:
     assert promtool, "promtool not found: apt-get install prometheus"
     spec = tmp_path / "spec.yml"
     spec.write_text(yaml.safe_dump(doc["spec"], width=1_000_000))
-    done = subprocess.run([promtool, "check", "rules", str(spec)], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [promtool, "check", "rules", str(spec)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
 
 def test_the_crd_schema_refuses_a_broken_rule() -> None:
     """The vendored schema (and the closed check) do refuse what the operator would."""
     schema = json.loads((DATA / "prometheusrule-crd-v1.schema.json").read_text())
-    good: dict[str, Any] = {"apiVersion": OPERATOR_API, "kind": "PrometheusRule",
-                            "spec": build_rules(RuleOptions(dialects=("vllm",)))}
+    good: dict[str, Any] = {
+        "apiVersion": OPERATOR_API,
+        "kind": "PrometheusRule",
+        "spec": build_rules(RuleOptions(dialects=("vllm",))),
+    }
     jsonschema.Draft7Validator(schema).validate(good)
     for path, value in ((("for",), "15 minutes"), (("expr",), None), (("labels",), {"a": 1})):
         bad = copy.deepcopy(good)
@@ -100,8 +105,11 @@ def test_perses_dashboard_has_the_grafana_panels(tmp_path: Path, argv: list[str]
     jsonschema.Draft202012Validator(schema).validate(perses)
     spec = perses["spec"]
     # every layout item points at a panel, every panel is placed once
-    refs = [i["content"]["$ref"].removeprefix("#/spec/panels/")
-            for lay in spec["layouts"] for i in lay["spec"]["items"]]
+    refs = [
+        i["content"]["$ref"].removeprefix("#/spec/panels/")
+        for lay in spec["layouts"]
+        for i in lay["spec"]["items"]
+    ]
     assert sorted(refs) == sorted(spec["panels"])
     # the same rows, panels, queries and legends, in the same order and places
     rows = [p["title"] for p in grafana["panels"] if p["type"] == "row"]
@@ -110,12 +118,17 @@ def test_perses_dashboard_has_the_grafana_panels(tmp_path: Path, argv: list[str]
     shown = [p for p in grafana["panels"] if p["type"] != "row"]
     assert [p["display"]["name"] for p in placed] == [p["title"] for p in shown]
     assert [p["display"]["description"] for p in placed] == [p["description"] for p in shown]
-    assert [[(q["spec"]["plugin"]["spec"]["query"], q["spec"]["plugin"]["spec"]["seriesNameFormat"])
-             for q in p["queries"]] for p in placed] == [
-        [(t["expr"], t["legendFormat"]) for t in p["targets"]] for p in shown]
+    assert [
+        [
+            (q["spec"]["plugin"]["spec"]["query"], q["spec"]["plugin"]["spec"]["seriesNameFormat"])
+            for q in p["queries"]
+        ]
+        for p in placed
+    ] == [[(t["expr"], t["legendFormat"]) for t in p["targets"]] for p in shown]
     items = [i for lay in spec["layouts"] for i in lay["spec"]["items"]]
     assert [(i["x"], i["width"], i["height"]) for i in items] == [
-        (p["gridPos"]["x"], p["gridPos"]["w"], p["gridPos"]["h"]) for p in shown]
+        (p["gridPos"]["x"], p["gridPos"]["w"], p["gridPos"]["h"]) for p in shown
+    ]
     names = [v["spec"]["name"] for v in spec["variables"]]
     assert names == [v["name"] for v in grafana["templating"]["list"] if v["type"] == "query"]
 
@@ -125,11 +138,15 @@ def test_perses_draws_the_hot_ratio(tmp_path: Path) -> None:
 
     th = DEFAULT_THRESHOLDS.updated({"hot_ratio": 1.6}, "test")
     spec = build_perses(DashboardOptions(dialects=("vllm",), thresholds=th))["spec"]
-    lines = [p["spec"]["plugin"]["spec"]["thresholds"]["steps"] for p in spec["panels"].values()
-             if "thresholds" in p["spec"]["plugin"]["spec"]]
+    lines = [
+        p["spec"]["plugin"]["spec"]["thresholds"]["steps"]
+        for p in spec["panels"].values()
+        if "thresholds" in p["spec"]["plugin"]["spec"]
+    ]
     assert lines and all(s == [{"value": 1.6, "color": "red"}] for s in lines)
     assert [v["spec"]["name"] for v in spec["variables"]] == list(
-        variable_labels(DashboardOptions()))
+        variable_labels(DashboardOptions())
+    )
 
 
 def test_perses_schema_refuses_a_misspelt_field(tmp_path: Path) -> None:
@@ -143,8 +160,10 @@ def test_perses_schema_refuses_a_misspelt_field(tmp_path: Path) -> None:
         jsonschema.Draft202012Validator(schema).validate(doc)
 
 
-@pytest.mark.parametrize("opts", [DashboardOptions(), DashboardOptions(dialects=("sglang",)),
-                                  DashboardOptions(group_by=())])
+@pytest.mark.parametrize(
+    "opts",
+    [DashboardOptions(), DashboardOptions(dialects=("sglang",)), DashboardOptions(group_by=())],
+)
 def test_grafana_dashboard_reads_back_through_the_sdk_models(opts: DashboardOptions) -> None:
     """Decoding through the SDK's typed models (which keep only the schema's fields and build
     its enums) and encoding again gives the same JSON: no field outside Grafana's schema."""

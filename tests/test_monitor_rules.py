@@ -19,16 +19,24 @@ from skewscope.sources.dialects import DIALECTS, ROLES, normalise_name, required
 
 def _alert(rules: dict, name: str, level: str = "instance") -> dict:  # type: ignore[type-arg]
     return next(
-        r for g in rules["groups"] for r in g["rules"]
+        r
+        for g in rules["groups"]
+        for r in g["rules"]
         if r.get("alert") == name and r["labels"]["level"] == level
     )
 
 
 def test_thresholds_are_read_not_copied() -> None:
     """Changing a threshold changes the rules: no number of the method is written twice."""
-    th = dataclasses.replace(DEFAULT_THRESHOLDS, hot_ratio=1.7, persist_share=0.6,
-                             alert_windows=4, alert_for_windows=2, count_ratio=1.45,
-                             floor_waiting=3.5)
+    th = dataclasses.replace(
+        DEFAULT_THRESHOLDS,
+        hot_ratio=1.7,
+        persist_share=0.6,
+        alert_windows=4,
+        alert_for_windows=2,
+        count_ratio=1.45,
+        floor_waiting=3.5,
+    )
     rules = build_rules(RuleOptions(dialects=("vllm",), window_s=60.0, thresholds=th))
     hot = _alert(rules, HOT_ALERT)
     assert ">= 1.7)" in str(rules) and ">= 0.6)" in hot["expr"]
@@ -62,17 +70,21 @@ def test_metric_names_come_from_the_dialect_table() -> None:
             assert normalise_name(part.replace("[:_]", ":")) in known, (name, part)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["rules", "--group-by", "job,instance"], "names a unit"),
-    (["rules", "--group-by", "job,job"], "repeated"),
-    (["rules", "--group-by", "9x"], "invalid label name"),
-    (["rules", "--window", "soon"], "--window"),
-    (["rules", "--for", "0s"], "--for"),
-    (["rules", "--selector", "{a=\"b\"} or up"], "selector"),
-    (["dashboard", "--group-by", "instance"], "names a unit"),
-])
-def test_bad_options_give_one_line(argv: list[str], message: str,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["rules", "--group-by", "job,instance"], "names a unit"),
+        (["rules", "--group-by", "job,job"], "repeated"),
+        (["rules", "--group-by", "9x"], "invalid label name"),
+        (["rules", "--window", "soon"], "--window"),
+        (["rules", "--for", "0s"], "--for"),
+        (["rules", "--selector", '{a="b"} or up'], "selector"),
+        (["dashboard", "--group-by", "instance"], "names a unit"),
+    ],
+)
+def test_bad_options_give_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
@@ -86,9 +98,9 @@ def test_rules_and_dashboard_take_the_config_file(tmp_path, capsys) -> None:  # 
     cfg.write_text("[thresholds]\nhot_ratio = 1.6\nstarved_ratio = 0.2\n")
     assert main(["rules", "--dialect", "vllm", "--config", str(cfg)]) == 0
     rules = capsys.readouterr().out
-    assert "heat:ratio{level=\"instance\", dialect=\"vllm\"} >= bool 1.6)" in rules
-    assert "heat:ratio{level=\"instance\", dialect=\"vllm\"} >= bool 1.3" not in rules
-    assert "starved_ratio{level=\"instance\", dialect=\"vllm\"} < bool 0.2)" in rules
+    assert 'heat:ratio{level="instance", dialect="vllm"} >= bool 1.6)' in rules
+    assert 'heat:ratio{level="instance", dialect="vllm"} >= bool 1.3' not in rules
+    assert 'starved_ratio{level="instance", dialect="vllm"} < bool 0.2)' in rules
     assert main(["dashboard", "--dialect", "vllm", "--config", str(cfg)]) == 0
     panels = json.loads(capsys.readouterr().out)["panels"]
     (ratio, _) = [p for p in panels if p["title"] == "Max / median across peers"]
@@ -116,12 +128,25 @@ def test_every_alert_links_a_runbook_that_exists(tmp_path: Path) -> None:
     assert seen == set(ALERTS)
     for alert in ALERTS:
         text = (docs / f"{alert}.md").read_text(encoding="utf-8")
-        for part in ("What it means", "Panels to open", "Commands", "Fixes, in order",
-                     "skewscope diagnose"):
+        for part in (
+            "What it means",
+            "Panels to open",
+            "Commands",
+            "Fixes, in order",
+            "skewscope diagnose",
+        ):
             assert part in text, (alert, part)
     out = tmp_path / "rules.yml"
-    assert main(["rules", "--dialect", "vllm", "--runbook-url-base", "https://wiki/rb/",
-                 "-o", str(out)]) == 0
-    urls = {r["annotations"]["runbook_url"] for g in yaml.safe_load(out.read_text())["groups"]
-            for r in g["rules"] if "alert" in r}
+    assert (
+        main(
+            ["rules", "--dialect", "vllm", "--runbook-url-base", "https://wiki/rb/", "-o", str(out)]
+        )
+        == 0
+    )
+    urls = {
+        r["annotations"]["runbook_url"]
+        for g in yaml.safe_load(out.read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
     assert urls == {f"https://wiki/rb/{a}.md" for a in ALERTS}

@@ -37,8 +37,9 @@ def _samples(which: str) -> tuple[tuple[str, tuple[tuple[str, str], ...], float]
     return tuple(parse_exposition(_text(which)).samples)
 
 
-def _value(samples: tuple[tuple[str, tuple[tuple[str, str], ...], float], ...], name: str,
-           **labels: str) -> float:
+def _value(
+    samples: tuple[tuple[str, tuple[tuple[str, str], ...], float], ...], name: str, **labels: str
+) -> float:
     return sum(v for n, lab, v in samples if n == name and labels.items() <= dict(lab).items())
 
 
@@ -56,8 +57,13 @@ def test_the_real_output_is_what_the_dialect_expects() -> None:
     per_step = _value(s, "vllm_profiling_input_count", engine="0")
     finished = _value(s, "vllm:request_success_total", engine="0")
     assert per_step > 10 * finished  # observed per engine step, not per request
-    assert abs(_value(s, "vllm_profiling_input_sum", engine="0")
-               - _value(s, "vllm:prompt_tokens_total", engine="0")) <= 4  # the warm-up's 4
+    assert (
+        abs(
+            _value(s, "vllm_profiling_input_sum", engine="0")
+            - _value(s, "vllm:prompt_tokens_total", engine="0")
+        )
+        <= 4
+    )  # the warm-up's 4
 
 
 def test_detected_as_ms_service_metric_and_read_per_rank_from_vllms_engine_label() -> None:
@@ -66,19 +72,23 @@ def test_detected_as_ms_service_metric_and_read_per_rank_from_vllms_engine_label
     summed dp="-1" histograms."""
     before, after = _samples("rank0"), _samples("rank1")
     assert detect_dialect(n for n, _, _ in before) == "ms-service-metric"
-    ev = evidence_from_snapshots({"h:8000": [Snapshot(0.0, before), Snapshot(5.0, after)]},
-                                 t0=0.0, window_s=5.0, n_windows=1)
+    ev = evidence_from_snapshots(
+        {"h:8000": [Snapshot(0.0, before), Snapshot(5.0, after)]}, t0=0.0, window_s=5.0, n_windows=1
+    )
     assert ev.dp is not None
     rows = {r["unit"]: r for r in ev.dp.df.iter_rows(named=True)}
     assert set(rows) == {"h:8000/dp0", "h:8000/dp1"}  # never a unit "-1"
-    delta = {k: _value(after, f"vllm:{k}", engine="1") - _value(before, f"vllm:{k}", engine="1")
-             for k in ("request_success_total", "prompt_tokens_total",
-                       "generation_tokens_total")}
-    assert delta == {"request_success_total": 20.0, "prompt_tokens_total": 640.0,
-                     "generation_tokens_total": 1280.0}
+    delta = {
+        k: _value(after, f"vllm:{k}", engine="1") - _value(before, f"vllm:{k}", engine="1")
+        for k in ("request_success_total", "prompt_tokens_total", "generation_tokens_total")
+    }
+    assert delta == {
+        "request_success_total": 20.0,
+        "prompt_tokens_total": 640.0,
+        "generation_tokens_total": 1280.0,
+    }
     r0, r1 = rows["h:8000/dp0"], rows["h:8000/dp1"]
-    assert (r1["requests"], r1["prompt_tokens"], r1["generation_tokens"]) == tuple(
-        delta.values())
+    assert (r1["requests"], r1["prompt_tokens"], r1["generation_tokens"]) == tuple(delta.values())
     assert (r0["requests"], r0["prompt_tokens"], r0["generation_tokens"]) == (0.0, 0.0, 0.0)
     assert r1["batch_size"] is not None and r1["batch_size"] > 0  # the profiling histogram
     for frame in (ev.instance, ev.dp):

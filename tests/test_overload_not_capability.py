@@ -25,7 +25,9 @@ def overloaded_rank(*, cost: float = 1.0) -> Evidence:
         pl.when(hot).then(0.95).otherwise(pl.col("kv_usage")).alias("kv_usage"),
         pl.when(hot).then(0.98).otherwise(pl.col("kv_usage_max")).alias("kv_usage_max"),
         pl.when(hot).then(5.0).otherwise(0.0).alias("preemptions"),
-        pl.when(hot).then(pl.col("e2e_mean_ms") * 1.47).otherwise(pl.col("e2e_mean_ms"))
+        pl.when(hot)
+        .then(pl.col("e2e_mean_ms") * 1.47)
+        .otherwise(pl.col("e2e_mean_ms"))
         .alias("e2e_mean_ms"),
         pl.when(hot).then(pl.col("busy_ms") * cost).otherwise(pl.col("busy_ms")).alias("busy_ms"),
     )

@@ -36,7 +36,11 @@ def test_prefill_worker_is_not_a_hot_spot_against_decode_workers() -> None:
     report = diagnose_frame(make_frame(_fleet(pools=True)), DEFAULT_THRESHOLDS)
     assert report.verdict == "balanced" and report.hot_units == ()
     assert {u.unit: u.pool for u in report.units} == {
-        "p0": "prefill", "d0": "decode", "d1": "decode", "d2": "decode"}
+        "p0": "prefill",
+        "d0": "decode",
+        "d1": "decode",
+        "d2": "decode",
+    }
     doc = report_document(report)
     assert_valid(doc)
     assert {u["unit"]: u["pool"] for u in doc["units"]}["p0"] == "prefill"
@@ -54,11 +58,17 @@ def _saturated(side: str) -> dict[str, Spec]:
     of requests per window (a queue builds up), the other pool has room to spare."""
     specs = {}
     for i in range(2):
-        specs[f"p{i}"] = Spec(rate=40, prompt=3000, output=1, pool="prefill",
-                              ceiling=30 if side == "prefill" else None)
+        specs[f"p{i}"] = Spec(
+            rate=40,
+            prompt=3000,
+            output=1,
+            pool="prefill",
+            ceiling=30 if side == "prefill" else None,
+        )
     for i in range(6):
-        specs[f"d{i}"] = Spec(rate=13, prompt=3000, output=50, pool="decode",
-                              ceiling=10 if side == "decode" else None)
+        specs[f"d{i}"] = Spec(
+            rate=13, prompt=3000, output=50, pool="decode", ceiling=10 if side == "decode" else None
+        )
     return specs
 
 
@@ -90,6 +100,7 @@ def test_balanced_split_has_no_pd_finding() -> None:
 
 # --- the pool labels (sources/pools.py) --------------------------------------------------
 
+
 def test_each_dialect_reads_its_stacks_pool_label() -> None:
     from skewscope.sources.pools import candidates, pools_from_labels
 
@@ -98,54 +109,70 @@ def test_each_dialect_reads_its_stacks_pool_label() -> None:
     assert (dyn.label, dyn.unit_label) == ("worker_type", "worker_id")
     assert [r.label for r in candidates("vllm")] == ["llm_d_ai_role"]
     assert [r.label for r in candidates("mindie", "pool")] == ["pool"]  # the user's only
-    sets = [({"worker_id": "7", "worker_type": "prefill"}, ""),
-            ({"worker_id": "8", "worker_type": "decode"}, ""),
-            ({"worker_id": "9", "worker_type": "aggregated"}, "")]
+    sets = [
+        ({"worker_id": "7", "worker_type": "prefill"}, ""),
+        ({"worker_id": "8", "worker_type": "decode"}, ""),
+        ({"worker_id": "9", "worker_type": "aggregated"}, ""),
+    ]
     assert pools_from_labels(sets, dyn) == {"7": "prefill", "8": "decode"}  # 9: both phases
     # the scraped target names the unit when the series do not
     role = candidates("ms-service-metric")[0]
-    assert pools_from_labels([({"role": "Decode"}, "h:1"), ({"role": "mixed"}, "h:1")],
-                             role) == {"h:1": "decode"}
+    assert pools_from_labels([({"role": "Decode"}, "h:1"), ({"role": "mixed"}, "h:1")], role) == {
+        "h:1": "decode"
+    }
 
 
 def test_a_unit_labelled_with_two_pools_is_one_line_error() -> None:
     from skewscope.sources.pools import candidates, pools_from_labels
 
     role = candidates("ms-service-metric")[0]
-    sets = [({"instance": "h:1", "role": "prefill"}, ""), ({"instance": "h:1", "role": "decode"},
-                                                           "")]
+    sets = [
+        ({"instance": "h:1", "role": "prefill"}, ""),
+        ({"instance": "h:1", "role": "decode"}, ""),
+    ]
     with pytest.raises(SourceError) as err:
         pools_from_labels(sets, role)
-    assert str(err.value) == ("unit h:1 carries role = decode and prefill on different series; "
-                              "a unit serves one pool: fix the label (or --role-label)")
+    assert str(err.value) == (
+        "unit h:1 carries role = decode and prefill on different series; "
+        "a unit serves one pool: fix the label (or --role-label)"
+    )
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--role-label", "llm-d.ai/role"],
-     "--role-label: 'llm-d.ai/role' is not a label name (letters, digits, _; e.g. role, "
-     "worker_type, llm_d_ai_role)"),
-    (["--role-label", "__name__"], "--role-label: '__name__' is not a label name"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--role-label", "llm-d.ai/role"],
+            "--role-label: 'llm-d.ai/role' is not a label name (letters, digits, _; e.g. role, "
+            "worker_type, llm_d_ai_role)",
+        ),
+        (["--role-label", "__name__"], "--role-label: '__name__' is not a label name"),
+    ],
+)
 def test_bad_role_label_is_one_line_usage_error(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from skewscope.cli import main
 
     # nothing listens on the URL: the name is refused before any request (exit 2, not 4)
-    assert main(["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "5m",
-                 *argv]) == 2
+    assert main(["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "5m", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
 
 
-def test_role_label_in_config_is_checked(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_role_label_in_config_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from skewscope.cli import main
 
     cfg = tmp_path / "c.toml"
     cfg.write_text('[sources]\nrole_label = "a.b"\n')
-    assert main(["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "5m",
-                 "--config", str(cfg)]) == 2
+    assert (
+        main(
+            ["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "5m", "--config", str(cfg)]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "[sources] role_label: expected a label name, got 'a.b'" in err[0]
 
@@ -164,8 +191,10 @@ def test_pd_scenario_runs_two_pools_and_bad_split_is_one_line() -> None:
     by = res.requests.group_by("instance").len().sort("instance")["len"].to_list()
     # every request passes a prefill instance, then a decode instance: as many on each side
     assert sum(by[:2]) >= sum(by[2:]) > 0.95 * sum(by[:2])
-    text = 'name = "x"\n[cluster]\ninstances = 2\n[pd]\nprefill_instances = 2\n' \
-           '[truth]\nverdict = "balanced"\n'
+    text = (
+        'name = "x"\n[cluster]\ninstances = 2\n[pd]\nprefill_instances = 2\n'
+        '[truth]\nverdict = "balanced"\n'
+    )
     with pytest.raises(SimulationError) as err:
         scenario_from_toml(tomllib.loads(text), "x.toml")
     assert "\n" not in str(err.value) and "prefill_instances" in str(err.value)
@@ -234,9 +263,10 @@ def test_fleet_dp_pattern_is_looked_for_inside_each_pool() -> None:
     (pattern,) = [f for f in report.findings if "fleet_dp_pattern" in f.evidence]
     assert pattern.evidence["fleet_dp_pattern"]["of_instances"] == 3
     assert pattern.evidence["fleet_dp_pattern"]["instances"] == ["d0", "d1", "d2"]
-    no_pools = Evidence(instance=make_frame({k: replace(s, pool=None) for k, s in inst.items()}),
-                        dp=make_frame({k: replace(s, pool=None) for k, s in dp.items()},
-                                      level=Level.DP))
+    no_pools = Evidence(
+        instance=make_frame({k: replace(s, pool=None) for k, s in inst.items()}),
+        dp=make_frame({k: replace(s, pool=None) for k, s in dp.items()}, level=Level.DP),
+    )
     assert not [f for f in diagnose(no_pools).findings if "fleet_dp_pattern" in f.evidence]
 
 
@@ -246,8 +276,23 @@ def test_simulate_cli_writes_a_pd_history_with_pool_labels(
     from skewscope.cli import main
 
     om, out = tmp_path / "pd.om", tmp_path / "folders"
-    assert main(["simulate", "pd-imbalanced", "--openmetrics", str(om), "--metrics-interval",
-                 "15s", "--metrics-dialect", "dynamo", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "pd-imbalanced",
+                "--openmetrics",
+                str(om),
+                "--metrics-interval",
+                "15s",
+                "--metrics-dialect",
+                "dynamo",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = om.read_text()
     assert 'worker_type="prefill"' in text and 'worker_type="decode"' in text
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [f"inst-{i}" for i in range(8)]
@@ -265,19 +310,28 @@ def test_scrape_path_reads_the_pool_from_the_real_ms_service_metric_exposition()
     texts = [(samples / name.format(w)).read_text() for w in ("rank0", "rank1")]
 
     def snaps(role: str) -> list[Snapshot]:
-        return [Snapshot(t, tuple(parse_exposition(x.replace('role="mixed"', f'role="{role}"'))
-                                  .samples)) for t, x in ((0.0, texts[0]), (5.0, texts[1]))]
+        return [
+            Snapshot(
+                t, tuple(parse_exposition(x.replace('role="mixed"', f'role="{role}"')).samples)
+            )
+            for t, x in ((0.0, texts[0]), (5.0, texts[1]))
+        ]
 
     roles = {"p:8000": "prefill", "d1:8000": "decode", "d2:8000": "decode"}
-    ev = evidence_from_snapshots({t: snaps(r) for t, r in roles.items()}, t0=0.0, window_s=5.0,
-                                 n_windows=1)
+    ev = evidence_from_snapshots(
+        {t: snaps(r) for t, r in roles.items()}, t0=0.0, window_s=5.0, n_windows=1
+    )
     assert dict(ev.instance.df.select("instance", "pool").iter_rows()) == roles
     assert "pools from label role: decode 2, prefill 1; each pool judged on its own" in ev.notes
-    mixed = evidence_from_snapshots({"h:8000": snaps("mixed")}, t0=0.0, window_s=5.0,
-                                    n_windows=1)
+    mixed = evidence_from_snapshots({"h:8000": snaps("mixed")}, t0=0.0, window_s=5.0, n_windows=1)
     assert mixed.instance.df["pool"].is_null().all()
-    both = [Snapshot(0.0, snaps("prefill")[0].samples),
-            Snapshot(5.0, snaps("prefill")[1].samples + tuple(
-                s for s in snaps("decode")[1].samples if ("role", "decode") in s[1])[:5])]
+    both = [
+        Snapshot(0.0, snaps("prefill")[0].samples),
+        Snapshot(
+            5.0,
+            snaps("prefill")[1].samples
+            + tuple(s for s in snaps("decode")[1].samples if ("role", "decode") in s[1])[:5],
+        ),
+    ]
     with pytest.raises(SourceError, match=r"^unit h:8000 carries role = decode and prefill"):
         evidence_from_snapshots({"h:8000": both}, t0=0.0, window_s=5.0, n_windows=1)

@@ -29,11 +29,14 @@ def report(specs: dict[str, Spec], absent: tuple[str, int, int]) -> dict:  # typ
 EVEN = {u: Spec() for u in UNITS}
 
 
-@pytest.mark.parametrize(("absent", "says"), [
-    (("d", 8, 12), "d was absent from 2025-04-18 18:14:40 UTC and back at 2025-04-18 18:15:20"),
-    (("d", 0, 10), "d joined at 2025-04-18 18:15:00 UTC"),
-    (("a", 14, 24), "a stopped reporting at 2025-04-18 18:15:40 UTC (lost or scaled in)"),
-])
+@pytest.mark.parametrize(
+    ("absent", "says"),
+    [
+        (("d", 8, 12), "d was absent from 2025-04-18 18:14:40 UTC and back at 2025-04-18 18:15:20"),
+        (("d", 0, 10), "d joined at 2025-04-18 18:15:00 UTC"),
+        (("a", 14, 24), "a stopped reporting at 2025-04-18 18:15:40 UTC (lost or scaled in)"),
+    ],
+)
 def test_restart_join_and_scale_in_are_no_skew_and_are_said(
     absent: tuple[str, int, int], says: str
 ) -> None:

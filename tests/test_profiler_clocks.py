@@ -40,18 +40,27 @@ def _write_dst_capture(folder: Path) -> None:
     epoch and a datetime column, kvcache.csv with datetimes only, batch.csv epoch + datetime."""
     folder.mkdir(parents=True)
     times = [T - 75 + i for i in range(150)]
-    rows = ["http_rid,start_datetime,recv_token_size,reply_token_size,execution_time(ms),"
-            "queue_wait_time(ms),first_token_latency(ms),cache_hit_rate,start_time(ms)"]
-    rows += [f"r{i},{local_dt(t, _dst(t))},100,20,500.0,10.0,50.0,N/A,{t * 1000:.3f}"
-             for i, t in enumerate(times)]
+    rows = [
+        "http_rid,start_datetime,recv_token_size,reply_token_size,execution_time(ms),"
+        "queue_wait_time(ms),first_token_latency(ms),cache_hit_rate,start_time(ms)"
+    ]
+    rows += [
+        f"r{i},{local_dt(t, _dst(t))},100,20,500.0,10.0,50.0,N/A,{t * 1000:.3f}"
+        for i, t in enumerate(times)
+    ]
     (folder / "request.csv").write_text("\n".join(rows) + "\n")
-    kv = ["name,start_time,total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,"
-          "kvcache_usage_rate"]
-    kv += [f"KVCacheStatus,{local_dt(t, _dst(t))},1000,{100 + i},{900 - i},1,0,"
-           f"{(100 + i) / 1000}" for i, t in enumerate(times)]
+    kv = [
+        "name,start_time,total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,"
+        "kvcache_usage_rate"
+    ]
+    kv += [
+        f"KVCacheStatus,{local_dt(t, _dst(t))},1000,{100 + i},{900 - i},1,0,{(100 + i) / 1000}"
+        for i, t in enumerate(times)
+    ]
     (folder / "kvcache.csv").write_text("\n".join(kv) + "\n")
-    write_batch(folder / "batch.csv", [Step(t + 0.01, prefill=[f"r{i}"])
-                                       for i, t in enumerate(times)])
+    write_batch(
+        folder / "batch.csv", [Step(t + 0.01, prefill=[f"r{i}"]) for i, t in enumerate(times)]
+    )
 
 
 def test_a_dst_change_does_not_stretch_the_windows(tmp_path: Path) -> None:
@@ -66,16 +75,29 @@ def test_a_dst_change_does_not_stretch_the_windows(tmp_path: Path) -> None:
         used = [100 + i for i in range(150) if lo <= T - 75 + i < hi]
         assert row["free_blocks_min"] == 1000 - max(used)
         assert row["kv_usage"] == pytest.approx(sum(used) / len(used) / 1000)
-    assert any("change their UTC offset during the capture (+1.00 h to +2.00 h" in n
-               for n in ev.notes)
+    assert any(
+        "change their UTC offset during the capture (+1.00 h to +2.00 h" in n for n in ev.notes
+    )
 
 
 def test_a_dst_change_gives_no_false_verdict(tmp_path: Path) -> None:
     _write_dst_capture(tmp_path / "a")
     _write_dst_capture(tmp_path / "b")
     out = tmp_path / "r.json"
-    assert main(["diagnose", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json",
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "diagnose",
+                str(tmp_path / "a"),
+                str(tmp_path / "b"),
+                "--format",
+                "json",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     assert report["window_s"] == 10 and report["verdict"] != "stalled"
     assert not any(u.get("role") == "stalled" for u in report["units"])
@@ -113,11 +135,15 @@ def test_a_clock_near_1970_is_read_in_the_units_its_files_agree_on(
 def test_files_that_no_unit_brings_together_are_one_clean_error(tmp_path: Path) -> None:
     # GIVEN kvcache.csv datetimes of 1970 next to a request.csv of 2025
     folder = tmp_path / "i"
-    write_requests(folder / "request.csv", [Req(f"r{i}", 1_745_398_333.0 + i) for i in range(5)],
-                   "cann2025")
+    write_requests(
+        folder / "request.csv", [Req(f"r{i}", 1_745_398_333.0 + i) for i in range(5)], "cann2025"
+    )
     write_kvcache(folder / "kvcache.csv", [KvSnap(E + i, 100) for i in range(5)])
-    with pytest.raises(InputError, match=r"instance i: its files disagree on the time "
-                       r"\(kvcache.csv around 1970-01-12T.*request.csv around 2025-04-23"):
+    with pytest.raises(
+        InputError,
+        match=r"instance i: its files disagree on the time "
+        r"\(kvcache.csv around 1970-01-12T.*request.csv around 2025-04-23",
+    ):
         load_profiler([str(folder)])
 
 
@@ -126,8 +152,9 @@ ZONES = st.integers(-48, 56).map(lambda q: q * 900.0)  # UTC-12 .. UTC+14 in qua
 
 
 @given(st.floats(1e5, 4e9), st.sampled_from(pc.UNITS), ZONES)
-def test_unit_from_a_datetime_beside_it_is_the_true_unit(t: float, unit: float, zone: float
-                                                         ) -> None:
+def test_unit_from_a_datetime_beside_it_is_the_true_unit(
+    t: float, unit: float, zone: float
+) -> None:
     times = pl.Series([t + i * 0.5 for i in range(20)])
     got = pc.unit_from_pair(times / unit, times + zone)
     assert got == unit

@@ -33,30 +33,61 @@ class Cluster:
     def __init__(self, root: Path) -> None:
         self.root, self.procs = root, []
         self.file = root / "scheduler.json"
-        self.procs.append(self._start(["scheduler", "--host", "127.0.0.1", "--port", "0",
-                                       "--no-dashboard", "--scheduler-file", str(self.file)],
-                                      "scheduler"))
+        self.procs.append(
+            self._start(
+                [
+                    "scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(self.file),
+                ],
+                "scheduler",
+            )
+        )
         self.client = Client(scheduler_file=str(self.file), timeout=60, set_as_default=False)
         self.address = self.client.scheduler.address
 
     def _start(self, argv: list[str], name: str) -> subprocess.Popen[bytes]:
         log = (self.root / f"{name}.log").open("wb")
-        return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_" + argv[0],
-                                 *argv[1:]], stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_" + argv[0], *argv[1:]],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
     def add_worker(self, *extra: str) -> subprocess.Popen[bytes]:
         n = len(self.procs)
-        proc = self._start(["worker", "--scheduler-file", str(self.file), "--nthreads", "1",
-                            "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
-                            "--memory-limit", MEMORY_LIMIT, *extra], f"worker-{n}")
+        proc = self._start(
+            [
+                "worker",
+                "--scheduler-file",
+                str(self.file),
+                "--nthreads",
+                "1",
+                "--no-nanny",
+                "--host",
+                "127.0.0.1",
+                "--no-dashboard",
+                "--memory-limit",
+                MEMORY_LIMIT,
+                *extra,
+            ],
+            f"worker-{n}",
+        )
         self.procs.append(proc)
         return proc
 
     def tasks_done(self) -> int:
         """``read_batch`` tasks the scheduler saw finish (in memory, then released)."""
         counts = self.client.run_on_scheduler(
-            lambda dask_scheduler: {k: dict(p.state_counts)
-                                    for k, p in dask_scheduler.task_prefixes.items()})
+            lambda dask_scheduler: {
+                k: dict(p.state_counts) for k, p in dask_scheduler.task_prefixes.items()
+            }
+        )
         return int(counts.get("read_batch", {}).get("memory", 0))
 
     def close(self) -> None:
@@ -81,13 +112,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _report(fleet: Path, out: Path, *extra: str) -> str:
-    assert main(["diagnose", str(fleet), "--format", "json", "-o", str(out), "--force",
-                 *extra]) == 0
+    assert (
+        main(["diagnose", str(fleet), "--format", "json", "-o", str(out), "--force", *extra]) == 0
+    )
     return out.read_text()
 
 
 def test_reads_run_on_the_workers_and_the_report_is_the_local_one(
-        cluster: Cluster, fleet: Path, tmp_path: Path) -> None:
+    cluster: Cluster, fleet: Path, tmp_path: Path
+) -> None:
     for _ in range(2):
         cluster.add_worker()
     cluster.client.wait_for_workers(2, timeout=60)
@@ -110,16 +143,31 @@ def test_reads_run_on_the_workers_and_the_report_is_the_local_one(
 
 
 def test_a_worker_killed_mid_task_is_replaced_and_the_report_unchanged(
-        cluster: Cluster, fleet: Path, tmp_path: Path) -> None:
+    cluster: Cluster, fleet: Path, tmp_path: Path
+) -> None:
     local = _report(fleet, tmp_path / "local.json")
     doomed = cluster.add_worker("--preload", str(PRELOAD_KILL))
     cluster.client.wait_for_workers(1, timeout=60)
     out = tmp_path / "dask.json"
-    argv = ["diagnose", str(fleet), "--format", "json", "-o", str(out), "--scheduler",
-            cluster.address]
-    run = subprocess.Popen([sys.executable, "-c", "import sys; from skewscope.cli import main; "
-                            "raise SystemExit(main(sys.argv[1:]))", *argv],
-                           stderr=subprocess.PIPE)
+    argv = [
+        "diagnose",
+        str(fleet),
+        "--format",
+        "json",
+        "-o",
+        str(out),
+        "--scheduler",
+        cluster.address,
+    ]
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from skewscope.cli import main; raise SystemExit(main(sys.argv[1:]))",
+            *argv,
+        ],
+        stderr=subprocess.PIPE,
+    )
     assert doomed.wait(timeout=120) == -9  # killed by its own plugin on its first task
     assert run.poll() is None  # the run waits for a worker, it does not fail
     cluster.add_worker()
@@ -131,11 +179,13 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_report_unchanged(
 def test_a_scheduler_that_cannot_be_reached_is_one_clean_line(fleet: Path) -> None:
     rc, err = run_cli("diagnose", str(fleet), "--scheduler", "tcp://127.0.0.1:9")
     assert rc == 4 and err.count("\n") == 1, err  # a source that cannot be reached
-    assert err.startswith("skewscope: error: --scheduler tcp://127.0.0.1:9: cannot reach the "
-                          "Dask scheduler"), err
+    assert err.startswith(
+        "skewscope: error: --scheduler tcp://127.0.0.1:9: cannot reach the Dask scheduler"
+    ), err
 
 
 def test_scheduler_is_an_option_of_the_profiler_source_only() -> None:
-    rc, err = run_cli("diagnose", "--prometheus", "http://127.0.0.1:9", "--scheduler",
-                      "tcp://127.0.0.1:9")
+    rc, err = run_cli(
+        "diagnose", "--prometheus", "http://127.0.0.1:9", "--scheduler", "tcp://127.0.0.1:9"
+    )
     assert rc == 2 and "--scheduler" in err, err

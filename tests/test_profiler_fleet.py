@@ -130,7 +130,8 @@ def test_a_worker_that_dies_leaves_its_batches_to_threads(tmp_path: Path) -> Non
     small = tiny_fleet(tmp_path / "run", 200)
     found = discover_all([str(small)])
     seen: list[int] = []
-    names = pool.read_all(found, CLOCKS, _dies_in_a_worker,
-                          progress=lambda done, total: seen.append(done))
+    names = pool.read_all(
+        found, CLOCKS, _dies_in_a_worker, progress=lambda done, total: seen.append(done)
+    )
     assert names == [f.name for f in found]
     assert seen == sorted(seen) and seen[-1] == sum(pool.csv_bytes(f) for f in found)

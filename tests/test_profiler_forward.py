@@ -52,9 +52,13 @@ def test_device_busy_share_per_rank_is_the_forward_time_of_each_window(
         .group_by("dp_rank", (pl.col("start_s") / WINDOW).floor().alias("w"))
         .agg((pl.col("ms").sum() / (WINDOW * 1000.0)).clip(upper_bound=1.0).alias("want"))
     )
-    got = ev.dp.df.select(
-        "dp_rank", (pl.col("window_start_s") / WINDOW).round(0).alias("w"), "device_util"
-    ).join(truth, on=["dp_rank", "w"], how="left").with_columns(pl.col("want").fill_null(0.0))
+    got = (
+        ev.dp.df.select(
+            "dp_rank", (pl.col("window_start_s") / WINDOW).round(0).alias("w"), "device_util"
+        )
+        .join(truth, on=["dp_rank", "w"], how="left")
+        .with_columns(pl.col("want").fill_null(0.0))
+    )
     assert got.height > 20
     assert (got["device_util"] - got["want"]).abs().max() < 1e-4  # type: ignore[operator]
     # the instance is the mean of its ranks' devices
@@ -71,12 +75,16 @@ def test_the_price_of_dp_skew_is_taken_per_step(tmp_path: Path) -> None:
     report = diagnose(load_profiler([str(tmp_path)], window_s=WINDOW), level="dp")
     (price,) = report.skew_price
     steps = _steps(result)
-    common = steps.group_by("step").agg(
-        pl.len().alias("n"),
-        (1.0 - pl.col("batch_size").mean() / pl.col("batch_size").max()).alias("share"),
-        pl.col("batch_size").max().alias("peak"),
-        pl.col("ms").max(),
-    ).filter((pl.col("n") == 4) & (pl.col("peak") > 0))
+    common = (
+        steps.group_by("step")
+        .agg(
+            pl.len().alias("n"),
+            (1.0 - pl.col("batch_size").mean() / pl.col("batch_size").max()).alias("share"),
+            pl.col("batch_size").max().alias("peak"),
+            pl.col("ms").max(),
+        )
+        .filter((pl.col("n") == 4) & (pl.col("peak") > 0))
+    )
     want = float((common["share"] * common["ms"]).sum() / common["ms"].sum())
     assert price.basis == "forward_batch" and price.steps == common.height
     assert math.isclose(price.idle_share, want, rel_tol=1e-3)
@@ -87,8 +95,10 @@ def test_the_price_of_dp_skew_is_taken_per_step(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("forward_scale", "cause", "ratio"),
-    [(1.0, "device_or_process", "device_cost_ratio"), (1 / 1.8, "scheduler_bound",
-                                                        "step_cost_ratio")],
+    [
+        (1.0, "device_or_process", "device_cost_ratio"),
+        (1 / 1.8, "scheduler_bound", "step_cost_ratio"),
+    ],
 )
 def test_a_slow_unit_is_told_device_from_host_by_its_forward_cost(
     tmp_path: Path, forward_scale: float, cause: str, ratio: str

@@ -27,9 +27,31 @@ from skewscope.sources import profiler_validate as pv
 
 FUZZ_EXAMPLES = int(os.environ.get("SKEWSCOPE_FUZZ_EXAMPLES", "60"))  # more for a campaign
 FILES = ("request.csv", "batch.csv", "kvcache.csv", "request_status.csv")
-GARBAGE = ("", "N/A", "<NA>", "nan", "inf", "-inf", "-5", "1e26", "-1e308", "0", "abc",
-           '"', '""', "\x1b]0;x\x07", "\x00", "2025-13-45 99:99:99:0", "9" * 400, "x" * 70_000,
-           "[{'rid': 'r1'", "1,2", "\r", "\u202e", "１２３")
+GARBAGE = (
+    "",
+    "N/A",
+    "<NA>",
+    "nan",
+    "inf",
+    "-inf",
+    "-5",
+    "1e26",
+    "-1e308",
+    "0",
+    "abc",
+    '"',
+    '""',
+    "\x1b]0;x\x07",
+    "\x00",
+    "2025-13-45 99:99:99:0",
+    "9" * 400,
+    "x" * 70_000,
+    "[{'rid': 'r1'",
+    "1,2",
+    "\r",
+    "\u202e",
+    "１２３",
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +62,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         folder = root / name
         simple_instance(folder, 30, ranks=2, prefix=name)
         write_kvcache(folder / "kvcache.csv", [KvSnap(T0 + i, 100 + i) for i in range(30)])
-        write_status(folder / "request_status.csv", [(T0 + i, 100 + i % 2, i % 5)
-                                                     for i in range(30)])
+        write_status(
+            folder / "request_status.csv", [(T0 + i, 100 + i % 2, i % 5) for i in range(30)]
+        )
     return root
 
 
@@ -50,8 +73,24 @@ Mutation = Callable[[bytes], bytes]
 
 @st.composite
 def mutations(draw: st.DrawFn) -> tuple[str, Mutation]:
-    kind = draw(st.sampled_from(["truncate", "flip", "cell", "column", "crlf", "encode",
-                                 "gzip", "lines", "unrecorded", "dst", "unit", "long"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "truncate",
+                "flip",
+                "cell",
+                "column",
+                "crlf",
+                "encode",
+                "gzip",
+                "lines",
+                "unrecorded",
+                "dst",
+                "unit",
+                "long",
+            ]
+        )
+    )
     pos = draw(st.floats(0, 1))
     if kind == "unrecorded":  # the exporter's "not recorded" zeros (issue 26)
         return kind, lambda b: _set_columns(b, pos, UNRECORDED)
@@ -92,9 +131,16 @@ def _recode(b: bytes, enc: str) -> bytes:
 
 
 LONG_LINE_LIMIT = 4096  # pv.LINE_MAX_BYTES while a "long" mutation is drawn
-UNRECORDED = {"queue_wait_time(ms)": "0.0", "first_token_latency(ms)": "0.0",
-              "execution_time(ms)": "", "name": "Free", "total_blocks": "0.0",
-              "used_blocks": "0.0", "free_blocks": "0.0", "blocks_allocated": "0.0"}
+UNRECORDED = {
+    "queue_wait_time(ms)": "0.0",
+    "first_token_latency(ms)": "0.0",
+    "execution_time(ms)": "",
+    "name": "Free",
+    "total_blocks": "0.0",
+    "used_blocks": "0.0",
+    "free_blocks": "0.0",
+    "blocks_allocated": "0.0",
+}
 EPOCHS = ("start_time(ms)", "end_time(ms)", "timestamp(ms)")
 
 
@@ -189,14 +235,28 @@ def _diagnose(folder: Path) -> tuple[int, str]:
     err = io.StringIO()
     out = folder / "report.json"
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        rc = main(["diagnose", str(folder / "a"), str(folder / "b"), "--format", "json",
-                   "-o", str(out), "--window", "5s"])
+        rc = main(
+            [
+                "diagnose",
+                str(folder / "a"),
+                str(folder / "b"),
+                "--format",
+                "json",
+                "-o",
+                str(out),
+                "--window",
+                "5s",
+            ]
+        )
     return rc, err.getvalue()
 
 
 @given(
-    st.lists(st.tuples(st.sampled_from(FILES), st.sampled_from("ab"), mutations()),
-             min_size=1, max_size=2)
+    st.lists(
+        st.tuples(st.sampled_from(FILES), st.sampled_from("ab"), mutations()),
+        min_size=1,
+        max_size=2,
+    )
 )
 @settings(max_examples=FUZZ_EXAMPLES, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_mutated_folder_gives_a_report_or_one_clean_line(
@@ -220,8 +280,9 @@ def test_mutated_folder_gives_a_report_or_one_clean_line(
             assert not any(ord(c) < 32 and c != "\n" for c in err), repr(err)
 
 
-def test_kvcache_cut_before_its_usage_column_is_read_without_usage(template: Path,
-                                                                   tmp_path: Path) -> None:
+def test_kvcache_cut_before_its_usage_column_is_read_without_usage(
+    template: Path, tmp_path: Path
+) -> None:
     """Found by the campaign above: kvcache.csv cut inside its header, before
     ``kvcache_usage_rate``, raised polars' ColumnNotFoundError (a traceback). The file has no
     usage then: a report (or one clean line), never a traceback."""

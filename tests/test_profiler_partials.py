@@ -28,9 +28,13 @@ def _fleet(tmp_path: Path, n: int = 3) -> list[str]:
         folder.mkdir()
         simple_instance(folder, 80 + 15 * i, ranks=2 + i % 2, period_s=0.37 + 0.24 * i)
         if i == 0:
-            write_kvcache(folder / "kvcache.csv",
-                          [KvSnap(T0 + 0.7 * k, 100 + 7 * k, allocated=k % 3, freed=k % 2)
-                           for k in range(60)])
+            write_kvcache(
+                folder / "kvcache.csv",
+                [
+                    KvSnap(T0 + 0.7 * k, 100 + 7 * k, allocated=k % 3, freed=k % 2)
+                    for k in range(60)
+                ],
+            )
         specs.append(str(folder))
     return specs
 
@@ -41,8 +45,10 @@ def _rows_frames(specs: list[str], window_s: float | None) -> dict[Level, pl.Dat
     assert all(i.tick_s is None for i in instances)
     grid = make_grid(instances, window_s)
     dp = [i for i in instances if i.has_dp]
-    return {Level.INSTANCE: unit_frame(instances, INSTANCE_LEVEL, grid, []).df,
-            Level.DP: unit_frame(dp, DP_LEVEL, grid, []).df}
+    return {
+        Level.INSTANCE: unit_frame(instances, INSTANCE_LEVEL, grid, []).df,
+        Level.DP: unit_frame(dp, DP_LEVEL, grid, []).df,
+    }
 
 
 @pytest.mark.parametrize("window_s", [None, 2.5, 7.0])
@@ -53,8 +59,7 @@ def test_partials_give_the_frames_the_rows_give(tmp_path: Path, window_s: float 
     expected = _rows_frames(specs, window_s)
     for got in (ev.instance, ev.dp):
         want = expected[got.level]
-        assert got.df.select("window_start_s", "unit").equals(
-            want.select("window_start_s", "unit"))
+        assert got.df.select("window_start_s", "unit").equals(want.select("window_start_s", "unit"))
         for col in SIGNAL_COLUMNS:
             a, b = got.df[col], want[col]
             assert a.is_null().equals(b.is_null()), col
@@ -73,7 +78,8 @@ def test_steps_per_window_match_the_written_steps(tmp_path: Path) -> None:
     want = pl.DataFrame(rows, schema=["instance", "dp_rank", "window_start_s"], orient="row")
     want = want.group_by("instance", "dp_rank", "window_start_s").agg(pl.len().alias("n"))
     got = ev.dp.df.filter(pl.col("steps") > 0).select(
-        "instance", "dp_rank", "window_start_s", pl.col("steps").cast(pl.UInt32).alias("n"))
+        "instance", "dp_rank", "window_start_s", pl.col("steps").cast(pl.UInt32).alias("n")
+    )
     key = ["instance", "dp_rank", "window_start_s"]
     assert got.sort(key).equals(want.sort(key).select(got.columns))
 

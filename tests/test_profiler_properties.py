@@ -129,8 +129,9 @@ def scheduled_fleets(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[
     """
     n = draw(st.integers(1, 24))
     rank_of = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
-    names = draw(st.lists(st.sampled_from(["batchFrameworkProcessing", "modelExec"]),
-                          min_size=n, max_size=n))
+    names = draw(
+        st.lists(st.sampled_from(["batchFrameworkProcessing", "modelExec"]), min_size=n, max_size=n)
+    )
     cells: list[list[dict[str, object]]] = [[] for _ in range(n)]
     rids = draw(st.lists(RID, min_size=1, max_size=8, unique=True))
     requests = []
@@ -154,17 +155,21 @@ def scheduled_fleets(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[
             requests.append(rid)
     requests += draw(st.lists(RID, max_size=3))  # most likely never scheduled
     batch = pl.DataFrame({"name": names, "res_list": [repr(c) for c in cells]})
-    ranks = pl.DataFrame({ps.ROW: range(n), "dp_rank": rank_of},
-                         schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64})
+    ranks = pl.DataFrame(
+        {ps.ROW: range(n), "dp_rank": rank_of}, schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64}
+    )
     return batch, ranks, requests
 
 
-def _fleet(cells: list[str], ranks: list[int], requests: list[str]
-           ) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+def _fleet(
+    cells: list[str], ranks: list[int], requests: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
     """An explicit ``scheduled_fleets`` example: scheduling rows' res_lists on their ranks."""
     batch = pl.DataFrame({"name": ["batchFrameworkProcessing"] * len(cells), "res_list": cells})
-    rows = pl.DataFrame({ps.ROW: range(len(ranks)), "dp_rank": ranks},
-                        schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64})
+    rows = pl.DataFrame(
+        {ps.ROW: range(len(ranks)), "dp_rank": ranks},
+        schema={ps.ROW: pl.UInt32, "dp_rank": pl.Int64},
+    )
     return batch, rows, requests
 
 
@@ -174,7 +179,8 @@ FAKE_PREFILL = repr([{"rid": "x', 'rid': 'y', 'iter': 0, 'z", "iter": 4}])
 
 @given(scheduled_fleets(), st.integers(0, 6))
 @example(  # a request whose only entries were written iter-first: the search finds it
-    _fleet(["[{'iter': 3, 'rid': 'a'}]", "[{'rid': 'b', 'iter': 0}]"], [1, 0], ["a", "b"]), 0)
+    _fleet(["[{'iter': 3, 'rid': 'a'}]", "[{'rid': 'b', 'iter': 0}]"], [1, 0], ["a", "b"]), 0
+)
 @example(_fleet([FAKE_PREFILL, "[{'rid': 'y', 'iter': 0}]"], [1, 0], ["y"]), 0)
 @settings(max_examples=300, deadline=None)
 def test_prefill_placement_equals_reading_every_entry(
@@ -220,12 +226,20 @@ def test_carried_matches_reduce_to_the_prefill_pass(
     assert got.sort("rid").equals(want.sort("rid"))
 
 
-CELL = st.text(alphabet=st.characters(whitelist_categories=("Ll", "Nd", "Zs"),
-                                      whitelist_characters="\",\n\r'é€"), max_size=12)
+CELL = st.text(
+    alphabet=st.characters(
+        whitelist_categories=("Ll", "Nd", "Zs"), whitelist_characters="\",\n\r'é€"
+    ),
+    max_size=12,
+)
 
 
-@given(st.lists(st.tuples(CELL, CELL), max_size=12), st.floats(0.0, 1.0), st.integers(1, 6),
-       st.none() | st.integers(0, 12))
+@given(
+    st.lists(st.tuples(CELL, CELL), max_size=12),
+    st.floats(0.0, 1.0),
+    st.integers(1, 6),
+    st.none() | st.integers(0, 12),
+)
 @settings(max_examples=300, deadline=None)
 def test_head_from_the_first_bytes_equals_reading_the_file(
     rows: list[tuple[str, str]], cut: float, head_rows: int, n_rows: int | None
@@ -239,8 +253,14 @@ def test_head_from_the_first_bytes_equals_reading_the_file(
             csv.writer(fh, lineterminator="\n").writerows(rows)
         prep = ps.Prepared(path, ["name", "start_time"], n_rows)
         n = head_rows if n_rows is None else min(head_rows, n_rows)
-        want = pl.read_csv(path, n_rows=n, infer_schema=False, columns=["start_time", "name"],
-                           encoding="utf8-lossy", glob=False)
+        want = pl.read_csv(
+            path,
+            n_rows=n,
+            infer_schema=False,
+            columns=["start_time", "name"],
+            encoding="utf8-lossy",
+            glob=False,
+        )
         saved = ps.HEAD_BYTES, ps.HEAD_ROWS
         ps.HEAD_BYTES = max(1, int(cut * path.stat().st_size))  # anywhere in the file
         ps.HEAD_ROWS = head_rows

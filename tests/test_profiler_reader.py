@@ -452,13 +452,22 @@ def test_double_quoted_rid_past_the_first_rows_is_read_whole(tmp_path: Path) -> 
     for i in range(2100):  # 4,200 rows with the execution rows
         rank = i % 2
         prefill = ["y"] if i == 2090 else [f"r{i}"] if i < 40 else []
-        steps.append(Step(T0 + i * 0.01, prof_id=f"ms_service_host-{100 + rank}", dp_rank=rank,
-                          prefill=prefill, decode=[trick] if i == 2085 else []))
+        steps.append(
+            Step(
+                T0 + i * 0.01,
+                prof_id=f"ms_service_host-{100 + rank}",
+                dp_rank=rank,
+                prefill=prefill,
+                decode=[trick] if i == 2085 else [],
+            )
+        )
     assert FULL_PREFIX_ROWS <= 2 * 2085  # the quoted row is past the rows read whole anyway
     folder = tmp_path / "i"
     write_batch(folder / "batch.csv", steps)
-    write_requests(folder / "request.csv",
-                   [Req("y", T0 + 20.9)] + [Req(f"r{i}", T0 + i * 0.01) for i in range(40)])
+    write_requests(
+        folder / "request.csv",
+        [Req("y", T0 + 20.9)] + [Req(f"r{i}", T0 + i * 0.01) for i in range(40)],
+    )
     inst = load_instance(discover_all([str(folder)])[0])
     assert inst.requests is not None
     ranks = dict(zip(inst.requests["rid"], inst.requests["dp_rank"], strict=True))
@@ -477,9 +486,15 @@ def test_request_without_a_prefill_past_the_first_rows_is_searched(tmp_path: Pat
     steps = []
     for i in range(2100):  # 4,200 rows with the execution rows
         rank = i % 2
-        steps.append(Step(T0 + i * 0.01, prof_id=f"ms_service_host-{100 + rank}", dp_rank=rank,
-                          prefill=[f"r{i}"] if i < 40 else [],
-                          decode=["late"] if i in (2095, 2098) else []))
+        steps.append(
+            Step(
+                T0 + i * 0.01,
+                prof_id=f"ms_service_host-{100 + rank}",
+                dp_rank=rank,
+                prefill=[f"r{i}"] if i < 40 else [],
+                decode=["late"] if i in (2095, 2098) else [],
+            )
+        )
     assert FULL_PREFIX_ROWS <= 2 * 2095  # its rows are past the rows read whole anyway
     folder = tmp_path / "i"
     write_batch(folder / "batch.csv", steps)

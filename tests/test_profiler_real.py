@@ -69,8 +69,10 @@ def _csv(path: Path, header: str, rows: list[list[object]]) -> Path:
     return path
 
 
-KV_HEADER = ("name,start_time,total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,"
-             "kvcache_usage_rate")
+KV_HEADER = (
+    "name,start_time,total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,"
+    "kvcache_usage_rate"
+)
 
 
 def test_free_rows_of_kvcache_carry_no_block_counts(tmp_path: Path) -> None:
@@ -80,8 +82,18 @@ def test_free_rows_of_kvcache_carry_no_block_counts(tmp_path: Path) -> None:
     rows: list[list[object]] = []
     for i, free in enumerate((900, 850, 800)):
         t = W + 2 * i
-        rows.append(["KVCacheStatus", local_dt(t).rsplit(":", 1)[0], 1000, 1000 - free, free, 5,
-                     0, (1000 - free) / 1000])
+        rows.append(
+            [
+                "KVCacheStatus",
+                local_dt(t).rsplit(":", 1)[0],
+                1000,
+                1000 - free,
+                free,
+                5,
+                0,
+                (1000 - free) / 1000,
+            ]
+        )
         rows.append(["Free", local_dt(t + 1).rsplit(":", 1)[0], 0.0, 0.0, 0.0, 0.0, 0.0, 0.12])
     _csv(tmp_path / "i" / "kvcache.csv", KV_HEADER, rows)
     write_requests(tmp_path / "i" / "request.csv", [Req("r", W + 0.5)], "cann2025")
@@ -107,8 +119,23 @@ def test_datetimes_only_are_asia_shanghai_time_with_an_override(tmp_path: Path) 
     config = tmp_path / "c.toml"
     config.write_text("[sources]\nprofiler_utc_offset_h = 0\n")
     out = tmp_path / "r.json"
-    assert main(["diagnose", str(tmp_path / "i"), "--window", "10s", "--config", str(config),
-                 "--format", "json", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "diagnose",
+                str(tmp_path / "i"),
+                "--window",
+                "10s",
+                "--config",
+                str(config),
+                "--format",
+                "json",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text())["start_s"] == W + 8 * 3600
 
 
@@ -119,10 +146,25 @@ def test_action_format_kvcache_usage_only_where_the_exporter_computed_it(tmp_pat
     # GIVEN vLLM v0's action rows: device_kvcache_left = len(block_tables) (a count), usage
     # computed by the exporter as (max Free count - count) / max Free count on Allocate,
     # AppendSlot and Free rows (below 0 where a count exceeds it), 0 on the others
-    counts = [("Allocate", 2), ("AppendSlot", 3), ("blocks", 17), ("Free", 4), ("SwapIn", 3),
-              ("SwapOut", 2), ("Allocate", 5)]
-    rows = [[f"r{i}", name, local_dt(W + i), n, (4 - n) / 4 if name in
-             ("Allocate", "AppendSlot", "Free") else 0] for i, (name, n) in enumerate(counts)]
+    counts = [
+        ("Allocate", 2),
+        ("AppendSlot", 3),
+        ("blocks", 17),
+        ("Free", 4),
+        ("SwapIn", 3),
+        ("SwapOut", 2),
+        ("Allocate", 5),
+    ]
+    rows = [
+        [
+            f"r{i}",
+            name,
+            local_dt(W + i),
+            n,
+            (4 - n) / 4 if name in ("Allocate", "AppendSlot", "Free") else 0,
+        ]
+        for i, (name, n) in enumerate(counts)
+    ]
     _csv(tmp_path / "i" / "kvcache.csv", ACTION_HEADER, rows)
     write_requests(tmp_path / "i" / "request.csv", [Req("r", W + 0.5)])
     ev = load_profiler([str(tmp_path / "i")], window_s=10)
@@ -138,8 +180,7 @@ def test_action_format_kvcache_usage_only_where_the_exporter_computed_it(tmp_pat
 
 def test_mid_2025_kvcache_with_timestamp_ms_and_no_usage_reads(tmp_path: Path) -> None:
     rows = [["KVCache", f"r{i}", round((W + i) * 1000), "Allocate", 3] for i in range(4)]
-    _csv(tmp_path / "i" / "kvcache.csv", "domain,rid,timestamp(ms),name,device_kvcache_left",
-         rows)
+    _csv(tmp_path / "i" / "kvcache.csv", "domain,rid,timestamp(ms),name,device_kvcache_left", rows)
     write_requests(tmp_path / "i" / "request.csv", [Req("r", W + 0.5)])
     ev = load_profiler([str(tmp_path / "i")], window_s=10)
     assert "kv_usage" in ev.instance.missing
@@ -147,10 +188,14 @@ def test_mid_2025_kvcache_with_timestamp_ms_and_no_usage_reads(tmp_path: Path) -
 
 
 def test_2024_request_header_in_microseconds(tmp_path: Path) -> None:
-    header = ("http_rid,start_time_httpReq(microsecond),recv_token_size,reply_token_size,"
-              "execution_time(microsecond),queue_wait_time(microsecond)")
-    rows = [[f"{i}", round((W + i) * 1e6), 100, 20, 1_500_000 + i * 1000, 20_000 + i * 1000]
-            for i in range(3)]
+    header = (
+        "http_rid,start_time_httpReq(microsecond),recv_token_size,reply_token_size,"
+        "execution_time(microsecond),queue_wait_time(microsecond)"
+    )
+    rows = [
+        [f"{i}", round((W + i) * 1e6), 100, 20, 1_500_000 + i * 1000, 20_000 + i * 1000]
+        for i in range(3)
+    ]
     _csv(tmp_path / "i" / "request.csv", header, rows)
     ev = load_profiler([str(tmp_path / "i")], window_s=10)
     (row,) = ev.instance.df.iter_rows(named=True)
@@ -165,9 +210,11 @@ def test_batch_kv_as_the_exporter_writes_it(tmp_path: Path) -> None:
     # GIVEN batch.csv without DP (<NA>), execution rows with 0.0 KV cells, scheduling rows
     # without a matching KVCacheStatus (all KV 0), and only the KV columns that were non-zero
     # somewhere (no total_blocks, no blocks_freed: the exporter leaves those out)
-    header = ("name,res_list,start_datetime,end_datetime,during_time(ms),batch_type,prof_id,"
-              "batch_size,used_blocks,free_blocks,blocks_allocated,kvcache_usage_rate,"
-              "prefill_batch_size,decode_batch_size,dp_rank,start_time(ms),end_time(ms)")
+    header = (
+        "name,res_list,start_datetime,end_datetime,during_time(ms),batch_type,prof_id,"
+        "batch_size,used_blocks,free_blocks,blocks_allocated,kvcache_usage_rate,"
+        "prefill_batch_size,decode_batch_size,dp_rank,start_time(ms),end_time(ms)"
+    )
     rows: list[list[object]] = []
     for i in range(6):
         t = W + i
@@ -175,11 +222,48 @@ def test_batch_kv_as_the_exporter_writes_it(tmp_path: Path) -> None:
         usage = 0.0 if i % 3 == 2 else used / 1000
         res = f"\"[{{'rid': 'r{i}', 'iter': 0, 'type': 0}}]\""
         us = round(t * 1e6)
-        rows.append(["batchFrameworkProcessing", res, local_dt(t), local_dt(t + 0.02), 20.0,
-                     "Prefill", "ms_service_h-1", 1, used, free, 2.0, usage, 1, 0, "<NA>", us,
-                     us + 20_000])
-        rows.append(["modelExec", "[]", local_dt(t), local_dt(t + 0.015), 15.0, "Prefill",
-                     "ms_service_h-1", 1, 0.0, 0.0, 0.0, 0.0, 1, 0, "<NA>", us, us + 15_000])
+        rows.append(
+            [
+                "batchFrameworkProcessing",
+                res,
+                local_dt(t),
+                local_dt(t + 0.02),
+                20.0,
+                "Prefill",
+                "ms_service_h-1",
+                1,
+                used,
+                free,
+                2.0,
+                usage,
+                1,
+                0,
+                "<NA>",
+                us,
+                us + 20_000,
+            ]
+        )
+        rows.append(
+            [
+                "modelExec",
+                "[]",
+                local_dt(t),
+                local_dt(t + 0.015),
+                15.0,
+                "Prefill",
+                "ms_service_h-1",
+                1,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                1,
+                0,
+                "<NA>",
+                us,
+                us + 15_000,
+            ]
+        )
     _csv(tmp_path / "i" / "batch.csv", header, rows)
     ev = load_profiler([str(tmp_path / "i")], window_s=10)
     assert ev.dp is None  # one process, <NA> ranks: no DP

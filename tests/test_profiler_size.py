@@ -49,21 +49,24 @@ def test_a_long_last_line_with_or_without_newline(
     path = tmp_path / "i" / "request.csv"
     tail = "r9,1745398333000," + "9" * 10_000 + ("\n" if newline else "")
     path.write_text(path.read_text() + tail)
-    with pytest.raises(SchemaError, match=r"request.csv: line 7: longer than 4096 bytes"
-                       r" \(10017 bytes" + ("" if newline else ", no newline")):
+    with pytest.raises(
+        SchemaError,
+        match=r"request.csv: line 7: longer than 4096 bytes"
+        r" \(10017 bytes" + ("" if newline else ", no newline"),
+    ):
         load_profiler([str(tmp_path / "i")])
 
 
-def test_rows_under_the_limit_read_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                             ) -> None:
+def test_rows_under_the_limit_read_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(pv, "LINE_MAX_BYTES", 4096)
     simple_instance(tmp_path / "i", 300, ranks=2)  # a file far larger than the limit
     ev = load_profiler([str(tmp_path / "i")], window_s=60)
     assert ev.instance.df["requests"].sum() == 300
 
 
-@given(st.lists(st.integers(0, 300), min_size=1, max_size=40), st.integers(8, 200),
-       st.booleans())
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=40), st.integers(8, 200), st.booleans())
 @settings(max_examples=200, deadline=None)
 def test_check_lines_refuses_exactly_the_files_with_a_line_over_the_limit(
     lengths: list[int], limit: int, final_newline: bool
@@ -76,8 +79,10 @@ def test_check_lines_refuses_exactly_the_files_with_a_line_over_the_limit(
         path.write_bytes(body)
         longest = max(range(len(lengths)), key=lambda i: (lengths[i] > limit, -i))
         if lengths[longest] > limit:
-            with pytest.raises(SchemaError, match=f"line {longest + 1}: longer than {limit} "
-                               f"bytes \\({lengths[longest]} bytes"):
+            with pytest.raises(
+                SchemaError,
+                match=f"line {longest + 1}: longer than {limit} bytes \\({lengths[longest]} bytes",
+            ):
                 pv.check_lines(path, limit)
         else:
             pv.check_lines(path, limit)

@@ -29,8 +29,9 @@ HEADER = REQUEST_HEADERS["cann2025"]  # http_rid,start_time(ms),recv,reply,e2e,q
 def _requests(path: Path, rows: list[list[str]]) -> Path:
     """request.csv with the given cells after http_rid,start_time(ms) (defaults filled)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [HEADER] + [",".join(r + ["100", "20", "500", "10", "50", "N/A"][len(r) - 2 :])
-                        for r in rows]
+    lines = [HEADER] + [
+        ",".join(r + ["100", "20", "500", "10", "50", "N/A"][len(r) - 2 :]) for r in rows
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -165,12 +166,12 @@ def test_truncated_file_without_a_complete_row(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- 2. values
 def test_blank_and_na_tokens_are_missing_not_zero(tmp_path: Path) -> None:
     # GIVEN 40 requests of 100 prompt tokens, every other one with a blank or N/A token cell
-    rows = [[f"q{i}", _ms(T0 + i), ["100", "", "N/A"][i % 2 * (1 + i % 4 // 2)]]
-            for i in range(40)]
+    rows = [[f"q{i}", _ms(T0 + i), ["100", "", "N/A"][i % 2 * (1 + i % 4 // 2)]] for i in range(40)]
     _requests(tmp_path / "a" / "request.csv", rows)
     # AND an instance whose reply tokens are never recorded
-    _requests(tmp_path / "b" / "request.csv",
-              [[f"p{i}", _ms(T0 + i), "100", "N/A"] for i in range(40)])
+    _requests(
+        tmp_path / "b" / "request.csv", [[f"p{i}", _ms(T0 + i), "100", "N/A"] for i in range(40)]
+    )
     ev = load_profiler([str(tmp_path)], window_s=10)
     df = ev.instance.df
     # THEN a's token totals are estimated from the known cells (100 per request), not lowered
@@ -221,8 +222,9 @@ def test_one_bad_timestamp_does_not_ruin_the_folder(tmp_path: Path, bad_ms: str)
 def test_instance_with_a_wrong_clock_is_a_clean_error(tmp_path: Path) -> None:
     # GIVEN three instances, one whose whole capture is stamped a day late
     for name, shift in (("a", 0), ("b", 0), ("c", 86400)):
-        _requests(tmp_path / name / "request.csv",
-                  [[f"q{i}", _ms(T0 + shift + i)] for i in range(40)])
+        _requests(
+            tmp_path / name / "request.csv", [[f"q{i}", _ms(T0 + shift + i)] for i in range(40)]
+        )
     # THEN it is named instead of stretching the windows over the day between
     with pytest.raises(InputError, match=r"instance c: its events .* are 24\.0 h from the"):
         load_profiler([str(tmp_path)])
@@ -264,8 +266,18 @@ def test_zoom_through_the_cli_with_iso_times(tmp_path: Path) -> None:
     simple_instance(tmp_path / "a", 1200, prefix="a")
     simple_instance(tmp_path / "b", 1200, prefix="b")
     out = tmp_path / "r.json"
-    rc, err = run_cli("diagnose", str(tmp_path), "--start", "2025-04-23T08:55:00Z",
-                      "--end", "2025-04-23T09:00:00", "-o", str(out), "--format", "json")
+    rc, err = run_cli(
+        "diagnose",
+        str(tmp_path),
+        "--start",
+        "2025-04-23T08:55:00Z",
+        "--end",
+        "2025-04-23T09:00:00",
+        "-o",
+        str(out),
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     assert "zoomed to 2025-04-23T08:55:00Z .. 2025-04-23T09:00:00Z" in out.read_text()
     # a range outside the capture, and --last with --start, are one clean line each
@@ -290,8 +302,10 @@ def test_blank_token_cells_do_not_change_the_verdict(tmp_path: Path) -> None:
             continue
         df = pl.read_csv(f, infer_schema=False)
         blank = pl.int_range(pl.len()) % 2 == 1
-        df = df.with_columns(pl.when(blank).then(pl.lit("N/A")).otherwise(pl.col(c)).alias(c)
-                             for c in ("recv_token_size", "reply_token_size"))
+        df = df.with_columns(
+            pl.when(blank).then(pl.lit("N/A")).otherwise(pl.col(c)).alias(c)
+            for c in ("recv_token_size", "reply_token_size")
+        )
         df.write_csv(f)
     # WHEN diagnosed THEN the finding is still count skew (blank was read as 0 before: the
     # peers' tokens per request halved, and the hot unit looked like a heavy-request unit)

@@ -7,10 +7,16 @@ from skewscope.frame import Level
 from skewscope.sources.dialects import get_dialect, resolve
 from skewscope.sources.prom_plan import BUCKETS, COUNT, plan_jobs
 
-HISTOGRAMS = ("time_to_first_token_seconds", "e2e_request_latency_seconds",
-              "request_queue_time_seconds")
+HISTOGRAMS = (
+    "time_to_first_token_seconds",
+    "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
+)
 NAMES = [f"vllm:{h}_{part}" for h in HISTOGRAMS for part in ("bucket", "sum", "count")] + [
-    "vllm:request_success_total", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
+    "vllm:request_success_total",
+    "vllm:num_requests_running",
+    "vllm:kv_cache_usage_perc",
+]
 
 
 def _jobs(names: list[str]) -> list:  # type: ignore[type-arg]
@@ -22,8 +28,11 @@ def _jobs(names: list[str]) -> list:  # type: ignore[type-arg]
 def test_each_latency_mean_counts_from_its_percentiles_buckets() -> None:
     jobs = _jobs(NAMES)
     buckets = {j.signal: j.counts for j in jobs if j.part == BUCKETS}
-    assert buckets == {"ttft_p99_ms": "ttft_mean_ms", "e2e_p99_ms": "e2e_mean_ms",
-                       "queue_wait_p95_ms": "queue_wait_mean_ms"}
+    assert buckets == {
+        "ttft_p99_ms": "ttft_mean_ms",
+        "e2e_p99_ms": "e2e_mean_ms",
+        "queue_wait_p95_ms": "queue_wait_mean_ms",
+    }
     counts = [j for j in jobs if j.part == COUNT]
     assert {j.signal for j in counts} == set(buckets.values())
     assert all(j.spare and "_count" in j.query for j in counts)

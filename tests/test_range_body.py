@@ -29,8 +29,30 @@ _TIME = st.one_of(
 )
 _VALUE = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.sampled_from(["1", "-0", ".5", "5.", "1e3", "1E-05", "+Inf", "-inf", "NaN", "-nan",
-                     "Infinity", "1_000", " 1", "1\n2", "", "0x10", "٣", "1e", "inf,", "in"]),
+    st.sampled_from(
+        [
+            "1",
+            "-0",
+            ".5",
+            "5.",
+            "1e3",
+            "1E-05",
+            "+Inf",
+            "-inf",
+            "NaN",
+            "-nan",
+            "Infinity",
+            "1_000",
+            " 1",
+            "1\n2",
+            "",
+            "0x10",
+            "٣",
+            "1e",
+            "inf,",
+            "in",
+        ]
+    ),
     st.text(alphabet="0123456789.eE+-infatyINFATY", max_size=6),
     st.integers(-3, 3),
 )
@@ -40,16 +62,23 @@ _VALUE = st.one_of(
 def _answers(draw: st.DrawFn, canonical: bool = False) -> bytes:
     """A range answer as the servers lay it out (keys in their order, no spaces)."""
     if canonical:
-        names, values = st.sampled_from(["instance", "engine", "le"]), st.from_regex(
-            r"[a-z0-9.:+-]{0,8}", fullmatch=True)
+        names, values = (
+            st.sampled_from(["instance", "engine", "le"]),
+            st.from_regex(r"[a-z0-9.:+-]{0,8}", fullmatch=True),
+        )
         times = st.integers(0, 10**12 - 1)  # a 13th digit is left to json
         points = st.floats(allow_nan=True, allow_infinity=True).map(repr)
     else:
         names, values, times, points = _NAME, _LABEL_VALUE, _TIME, _VALUE
-    series = draw(st.lists(st.tuples(
-        st.dictionaries(names, values, max_size=3),
-        st.lists(st.tuples(times, points).map(list), min_size=1, max_size=5),
-    ).map(lambda mv: {"metric": mv[0], "values": mv[1]}), max_size=4))
+    series = draw(
+        st.lists(
+            st.tuples(
+                st.dictionaries(names, values, max_size=3),
+                st.lists(st.tuples(times, points).map(list), min_size=1, max_size=5),
+            ).map(lambda mv: {"metric": mv[0], "values": mv[1]}),
+            max_size=4,
+        )
+    )
     ascii_only = draw(st.booleans())
     body = {"status": "success", "data": {"resultType": "matrix", "result": series}}
     return json.dumps(body, separators=(",", ":"), ensure_ascii=ascii_only).encode()
@@ -98,9 +127,27 @@ def test_an_answer_reads_as_json_or_is_left_to_it(body: bytes) -> None:
 def test_a_mutated_answer_reads_as_json_or_is_left_to_it(body: bytes, data: st.DataObject) -> None:
     at = data.draw(st.integers(0, len(body)))
     cut = data.draw(st.integers(0, 3))
-    insert = data.draw(st.sampled_from([b"", b" ", b",", b'"', b"\\", b"]", b"[", b"}", b"{",
-                                        b"\n", b"e", b"\xff", b'{"a":"b"}', b"1"]))
-    _check(body[:at] + insert + body[at + cut:])
+    insert = data.draw(
+        st.sampled_from(
+            [
+                b"",
+                b" ",
+                b",",
+                b'"',
+                b"\\",
+                b"]",
+                b"[",
+                b"}",
+                b"{",
+                b"\n",
+                b"e",
+                b"\xff",
+                b'{"a":"b"}',
+                b"1",
+            ]
+        )
+    )
+    _check(body[:at] + insert + body[at + cut :])
 
 
 @settings(max_examples=100, deadline=None)
@@ -110,10 +157,12 @@ def test_canonical_answers_take_the_fast_path(body: bytes) -> None:
 
 
 def test_known_answers() -> None:
-    body = (b'{"status":"success","data":{"resultType":"matrix","result":['
-            b'{"metric":{"engine":"0","instance":"a:1"},"values":[[10,"1.5"],[25.5,"NaN"]]},'
-            b'{"metric":{},"values":[[10,"+Inf"],[25.5,"2e3"]]},'
-            b'{"metric":{"x":"\\u00e9\\"q"},"values":[[10,"-1"]]}]}}')
+    body = (
+        b'{"status":"success","data":{"resultType":"matrix","result":['
+        b'{"metric":{"engine":"0","instance":"a:1"},"values":[[10,"1.5"],[25.5,"NaN"]]},'
+        b'{"metric":{},"values":[[10,"+Inf"],[25.5,"2e3"]]},'
+        b'{"metric":{"x":"\\u00e9\\"q"},"values":[[10,"-1"]]}]}}'
+    )
     fast = _check(body)
     assert fast is not None and len(fast) == 3
     assert fast[0].labels == {"engine": "0", "instance": "a:1"} and fast[0].times == (10, 25.5)
@@ -128,7 +177,7 @@ def test_known_answers() -> None:
         body.replace(b'"1.5"', b'"1_5"'),
         body.replace(b'[[10,"-1"]]', b"[]"),  # a series without points: read point by point
         body.replace(b"[[10,", b"[[010,"),  # no JSON number
-        body.replace(b'\\u00e9', b"\\x"),  # an escape json refuses
+        body.replace(b"\\u00e9", b"\\x"),  # an escape json refuses
         body[:-1],
     ):
         assert decode_range(other) is None, other

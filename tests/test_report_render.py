@@ -86,15 +86,17 @@ def test_bucket_bounded_percentiles_are_marked_and_never_form_a_ratio() -> None:
 
     from skewscope.frame import BOUND_LOWER, BOUND_UPPER, Level, UnitFrame
 
-    frame = make_frame({u: Spec(rate=44.0) if u == "c" else Spec() for u in "abcd"},
-                       source="prometheus")
+    frame = make_frame(
+        {u: Spec(rate=44.0) if u == "c" else Spec() for u in "abcd"}, source="prometheus"
+    )
     hot = pl.col("unit") == "c"
     df = frame.df.with_columns(
         pl.when(hot).then(10_000.0).otherwise(300.0).alias("ttft_p99_ms"),
         pl.when(hot).then(BOUND_LOWER).otherwise(BOUND_UPPER).alias("ttft_p99_ms_bound"),
     )
-    report = diagnose_frame(UnitFrame(df=df, level=Level.INSTANCE, window_s=10.0,
-                                      source="prometheus"))
+    report = diagnose_frame(
+        UnitFrame(df=df, level=Level.INSTANCE, window_s=10.0, source="prometheus")
+    )
     (f,) = report.findings
     row = next(r for r in f.side_by_side if r.metric == "ttft_p99_ms")
     assert (row.hot_bound, row.reference_bound) == ("lower", "upper")
@@ -120,8 +122,9 @@ def test_bucket_bounded_percentiles_are_marked_and_never_form_a_ratio() -> None:
 
 def test_stalled_and_fleet_findings_read_as_what_they_are() -> None:
     quiet = Spec(rate=0.3)
-    stalled = diagnose_frame(make_frame({"a": quiet, "b": quiet, "c": quiet,
-                                         "d": Spec(rate=0.3, stalled_from=0)}))
+    stalled = diagnose_frame(
+        make_frame({"a": quiet, "b": quiet, "c": quiet, "d": Spec(rate=0.3, stalled_from=0)})
+    )
     text = _terminal(stalled)
     assert "hot d (stalled engine)." in text and "[HIGH] stalled engine — d" in text
     assert "stalled skew" not in text and "stalled skew" not in markdown.render(stalled)

@@ -55,33 +55,52 @@ def test_bundled_example_with_drilldown_is_valid(example_auto: Any) -> None:
 
 @pytest.mark.parametrize(
     "case",
-    ["balanced", "insufficient", "stalled", "stalled_quiet", "inf_ratio", "starved",
-     "weight", "gateway", "fleet"],
+    [
+        "balanced",
+        "insufficient",
+        "stalled",
+        "stalled_quiet",
+        "inf_ratio",
+        "starved",
+        "weight",
+        "gateway",
+        "fleet",
+    ],
 )
 def test_reports_of_every_shape_are_valid(case: str) -> None:
     report = {
         "balanced": lambda: diagnose_frame(make_frame(EVEN)),
         "insufficient": lambda: diagnose_frame(make_frame({"solo": Spec()})),
         "stalled": lambda: diagnose_frame(
-            make_frame(EVEN | {"d": Spec(stalled_from=2)}, source="prometheus")),
-        "stalled_quiet": lambda: diagnose_frame(make_frame(
-            {u: Spec(rate=0.3) for u in "abc"} | {"d": Spec(rate=0.3, stalled_from=0)})),
-        "inf_ratio": lambda: diagnose_frame(make_frame(
-            {"v/dp0": Spec(rate=30.0), "v/dp1": Spec(until=0)}, level=Level.DP)),
+            make_frame(EVEN | {"d": Spec(stalled_from=2)}, source="prometheus")
+        ),
+        "stalled_quiet": lambda: diagnose_frame(
+            make_frame({u: Spec(rate=0.3) for u in "abc"} | {"d": Spec(rate=0.3, stalled_from=0)})
+        ),
+        "inf_ratio": lambda: diagnose_frame(
+            make_frame({"v/dp0": Spec(rate=30.0), "v/dp1": Spec(until=0)}, level=Level.DP)
+        ),
         "starved": lambda: diagnose_frame(make_frame(EVEN | {"d": Spec(until=4)})),
         "weight": lambda: diagnose_frame(make_frame(EVEN | {"c": Spec(prompt=3000.0)})),
         "gateway": _gateway_report,
-        "fleet": lambda: diagnose_frame(make_frame(
-            {f"u{i:02d}": Spec(rate=44.0) if i == 3 else Spec() for i in range(24)})),
+        "fleet": lambda: diagnose_frame(
+            make_frame({f"u{i:02d}": Spec(rate=44.0) if i == 3 else Spec() for i in range(24)})
+        ),
     }[case]()
     doc = _doc(report)
     assert_valid(doc)
     expected = {"balanced": "balanced", "insufficient": "insufficient_data"}
     assert doc["verdict"] == expected.get(case, "imbalanced")
     kinds = {f["kind"] for f in doc["findings"]}
-    want = {"stalled": "stalled", "stalled_quiet": "stalled", "weight": "weight",
-            "inf_ratio": "count", "starved": "count", "gateway": "count",
-            "fleet": "count"}.get(case)
+    want = {
+        "stalled": "stalled",
+        "stalled_quiet": "stalled",
+        "weight": "weight",
+        "inf_ratio": "count",
+        "starved": "count",
+        "gateway": "count",
+        "fleet": "count",
+    }.get(case)
     assert (doc["fleet"] is not None) == (case == "fleet")
     assert want is None or want in kinds, kinds
     if case == "inf_ratio":
@@ -90,12 +109,16 @@ def test_reports_of_every_shape_are_valid(case: str) -> None:
 
 def _gateway_report() -> Any:
     hosts = [f"10.0.0.{i}:8000" for i in range(1, 5)]
-    frame = make_frame({h: Spec(rate=44.0) if i == 2 else Spec() for i, h in enumerate(hosts)},
-                       source="prometheus")
+    frame = make_frame(
+        {h: Spec(rate=44.0) if i == 2 else Spec() for i, h in enumerate(hosts)}, source="prometheus"
+    )
     gw = GatewayEvidence(
-        source="sglang-router", policy="round_robin",
-        units=tuple(GatewayUnit(upstream=h, requests=300.0 if i == 2 else 100.0)
-                    for i, h in enumerate(hosts)),
+        source="sglang-router",
+        policy="round_robin",
+        units=tuple(
+            GatewayUnit(upstream=h, requests=300.0 if i == 2 else 100.0)
+            for i, h in enumerate(hosts)
+        ),
     )
     report = diagnose(Evidence(instance=frame, gateway=gw))
     assert report.gateway is not None
@@ -113,8 +136,9 @@ def test_bucket_bounded_percentiles_are_valid() -> None:
         pl.when(hot).then(10_000.0).otherwise(300.0).alias("ttft_p99_ms"),
         pl.when(hot).then(BOUND_LOWER).otherwise(BOUND_UPPER).alias("ttft_p99_ms_bound"),
     )
-    doc = _doc(diagnose_frame(UnitFrame(df=df, level=Level.INSTANCE, window_s=10.0,
-                                        source="prometheus")))
+    doc = _doc(
+        diagnose_frame(UnitFrame(df=df, level=Level.INSTANCE, window_s=10.0, source="prometheus"))
+    )
     assert doc["units"][2]["bounds"] == {"ttft_p99_ms": "lower"}
     assert_valid(doc)
 
@@ -135,8 +159,9 @@ def _fails(doc: Any) -> list[str]:
         (("series",), "window_starts", "windows"),
     ],
 )
-def test_a_renamed_field_fails(example_auto: Any, path: tuple[Any, ...], old: str,
-                               new: str) -> None:
+def test_a_renamed_field_fails(
+    example_auto: Any, path: tuple[Any, ...], old: str, new: str
+) -> None:
     doc = copy.deepcopy(example_auto)
     obj = doc
     for step in path:
@@ -176,9 +201,11 @@ def test_schema_lists_the_catalogue() -> None:
     # every non-metric field is required, but the pool (only in a prefill/decode fleet)
     assert unit_props - {m.key for m in METRICS} - {"pool"} == set(defs["unit"]["required"])
     assert set(defs["unit"]["properties"]["load_ratios"]["propertyNames"]["enum"]) == set(
-        HEAT_SIGNALS)
+        HEAT_SIGNALS
+    )
     assert set(defs["series"]["properties"]["values"]["propertyNames"]["enum"]) == {
-        s.key for s in SERIES}
+        s.key for s in SERIES
+    }
     signal = validator("compare").schema["$defs"]["signal"]["properties"]["signal"]["enum"]
     assert set(signal) == {s.key for s in SERIES}
 
@@ -197,8 +224,9 @@ def _run(**over: Spec) -> dict[str, Any]:
         ({"d": Spec(until=2)}, {}, "converged"),
     ],
 )
-def test_compare_reports_are_valid(before: dict[str, Spec], after: dict[str, Spec],
-                                   verdict: str) -> None:
+def test_compare_reports_are_valid(
+    before: dict[str, Spec], after: dict[str, Spec], verdict: str
+) -> None:
     from skewscope.analysis.compare import compare
 
     doc = json.loads(json.dumps(compare_document(compare(_run(**before), _run(**after)))))

@@ -31,15 +31,17 @@ def _example() -> Report:
 @cache
 def _long_ids() -> Report:
     ids = [f"10.200.{k}.17:8000-prefill-node-{k}/dp{k}" for k in range(4)]
-    return diagnose_frame(make_frame({u: Spec(rate=44.0) if k == 1 else Spec()
-                                      for k, u in enumerate(ids)}))
+    return diagnose_frame(
+        make_frame({u: Spec(rate=44.0) if k == 1 else Spec() for k, u in enumerate(ids)})
+    )
 
 
 @cache
 def _very_long_ids() -> Report:
     ids = [f"{'very-long-service-name-' * 3}{k}" for k in range(3)]
-    return diagnose_frame(make_frame({u: Spec(rate=44.0) if k == 0 else Spec()
-                                      for k, u in enumerate(ids)}))
+    return diagnose_frame(
+        make_frame({u: Spec(rate=44.0) if k == 0 else Spec() for k, u in enumerate(ids)})
+    )
 
 
 REPORTS = {"example": _example, "long-ids": _long_ids, "very-long-ids": _very_long_ids}
@@ -58,8 +60,9 @@ def _numbers(report: Report) -> set[str]:
     for r in _all_reports(report):
         for u in r.units:
             want.add(fmt.hot_share(u))
-            want.update(fmt.value(k, u.metrics.get(k), u.bounds.get(k, ""))
-                        for k in fmt.UNIT_COLUMNS)
+            want.update(
+                fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for k in fmt.UNIT_COLUMNS
+            )
         for f in r.findings:
             for row in f.side_by_side:
                 hot = fmt.value(row.metric, row.hot, row.hot_bound)
@@ -93,14 +96,22 @@ def test_narrow_terminal_uses_stacked_units_when_an_id_fills_the_line() -> None:
 
 def _hostile_report() -> Report:
     base = diagnose_frame(make_frame({"a": Spec(rate=44.0), "b": Spec(), "c": Spec()}))
-    units = tuple(dataclasses.replace(u, unit=HOSTILE if u.unit == "a" else u.unit)
-                  for u in base.units)
-    findings = tuple(dataclasses.replace(f, units=(HOSTILE,),
-                                         facts=dataclasses.replace(f.facts, unit=HOSTILE))
-                     for f in base.findings)
-    return dataclasses.replace(base, units=units, findings=findings, hot_units=(HOSTILE,),
-                               source=HOSTILE, transient=(Note.text(HOSTILE),),
-                               notes=(Note.text(f"folder {HOSTILE}: note"),))
+    units = tuple(
+        dataclasses.replace(u, unit=HOSTILE if u.unit == "a" else u.unit) for u in base.units
+    )
+    findings = tuple(
+        dataclasses.replace(f, units=(HOSTILE,), facts=dataclasses.replace(f.facts, unit=HOSTILE))
+        for f in base.findings
+    )
+    return dataclasses.replace(
+        base,
+        units=units,
+        findings=findings,
+        hot_units=(HOSTILE,),
+        source=HOSTILE,
+        transient=(Note.text(HOSTILE),),
+        notes=(Note.text(f"folder {HOSTILE}: note"),),
+    )
 
 
 @pytest.mark.parametrize("color", [False, True])

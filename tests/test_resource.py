@@ -43,8 +43,9 @@ def everywhere(frame: UnitFrame, **values: float) -> UnitFrame:
     return UnitFrame(df=df, level=frame.level, window_s=frame.window_s, source=frame.source)
 
 
-@pytest.mark.parametrize(("hot_util", "first"), [(0.95, "device_or_process"),
-                                                 (0.5, "scheduler_bound")])
+@pytest.mark.parametrize(
+    ("hot_util", "first"), [(0.95, "device_or_process"), (0.5, "scheduler_bound")]
+)
 def test_capability_skew_names_the_device_only_when_it_is_busier(
     hot_util: float, first: str
 ) -> None:
@@ -68,10 +69,10 @@ def test_device_time_against_the_peers_cost_model() -> None:
     predicts for its own steps and tokens. (A device busy all the time, never "busier", is the
     simulated slow-device case in test_profiler_forward.py.)"""
     frame = make_frame(even(d=Spec(speed=1.9)))
-    df = frame.df.with_columns(
-        (pl.col("busy_ms") / (frame.window_s * 1000.0)).alias("device_util"))
-    report = diagnose_frame(UnitFrame(df=df, level=frame.level, window_s=frame.window_s,
-                                      source=frame.source))
+    df = frame.df.with_columns((pl.col("busy_ms") / (frame.window_s * 1000.0)).alias("device_util"))
+    report = diagnose_frame(
+        UnitFrame(df=df, level=frame.level, window_s=frame.window_s, source=frame.source)
+    )
     (f,) = report.findings
     assert f.kind == "capability" and f.root_causes[0] == "device_or_process"
     assert math.isclose(f.evidence["device_cost_ratio"], 1.9, rel_tol=0.1)
@@ -133,14 +134,21 @@ def test_kv_shortage_from_free_blocks_offline() -> None:
     frame = everywhere(frame, free_blocks_min=800.0, blocks_allocated=100.0, blocks_freed=100.0)
     df = frame.df.with_columns(
         pl.when(pl.col("unit") == "d")
-        .then(pl.when(pl.col("window_start_s") == pl.col("window_start_s").min()).then(900.0)
-              .otherwise(10.0))
-        .otherwise(pl.col("free_blocks_min")).alias("free_blocks_min"),
-        pl.when(pl.col("unit") == "d").then(150.0).otherwise(pl.col("blocks_allocated"))
+        .then(
+            pl.when(pl.col("window_start_s") == pl.col("window_start_s").min())
+            .then(900.0)
+            .otherwise(10.0)
+        )
+        .otherwise(pl.col("free_blocks_min"))
+        .alias("free_blocks_min"),
+        pl.when(pl.col("unit") == "d")
+        .then(150.0)
+        .otherwise(pl.col("blocks_allocated"))
         .alias("blocks_allocated"),
     )
-    report = diagnose_frame(UnitFrame(df=df, level=frame.level, window_s=frame.window_s,
-                                      source="profiler"))
+    report = diagnose_frame(
+        UnitFrame(df=df, level=frame.level, window_s=frame.window_s, source="profiler")
+    )
     kv = next(f for f in report.findings if f.kind == "kv_shortage")
     assert {"kv_high", "alloc_outpaces_free", "batch_at_ceiling"} <= set(kv.evidence["symptoms"])
     assert "free KV blocks fall to 10 (of up to 900 free)" in summary(kv)
@@ -148,21 +156,32 @@ def test_kv_shortage_from_free_blocks_offline() -> None:
 
 def dp_frame(busy: dict[int, float], windows: int = 12, window_s: float = 30.0) -> UnitFrame:
     rows = [
-        {"window_start_s": 1.7e9 + w * window_s, "unit": f"i:1/dp{r}", "instance": "i:1",
-         "dp_rank": r, "requests": 10.0, "busy_ms": b, "running": 2.0}
+        {
+            "window_start_s": 1.7e9 + w * window_s,
+            "unit": f"i:1/dp{r}",
+            "instance": "i:1",
+            "dp_rank": r,
+            "requests": 10.0,
+            "busy_ms": b,
+            "running": 2.0,
+        }
         for w in range(windows)
         for r, b in busy.items()
     ]
     from skewscope.frame import conform
 
-    return UnitFrame(df=conform(pl.DataFrame(rows)), level=Level.DP, window_s=window_s,
-                     source="prometheus")
+    return UnitFrame(
+        df=conform(pl.DataFrame(rows)), level=Level.DP, window_s=window_s, source="prometheus"
+    )
 
 
 @pytest.mark.parametrize(
     ("busy", "idle"),
-    [({0: 900.0, 1: 300.0}, 1 / 3), ({0: 500.0, 1: 500.0}, 0.0),
-     ({0: 800.0, 1: 200.0, 2: 200.0, 3: 0.0}, 1 - 300.0 / 800.0)],
+    [
+        ({0: 900.0, 1: 300.0}, 1 / 3),
+        ({0: 500.0, 1: 500.0}, 0.0),
+        ({0: 800.0, 1: 200.0, 2: 200.0, 3: 0.0}, 1 - 300.0 / 800.0),
+    ],
 )
 def test_price_is_one_minus_mean_over_max_in_device_hours(
     busy: dict[int, float], idle: float
@@ -176,8 +195,9 @@ def test_price_is_one_minus_mean_over_max_in_device_hours(
 
 
 def test_price_is_in_the_dp_report_and_its_json() -> None:
-    frame = make_frame({f"i/dp{r}": Spec(rate=40.0 if r == 0 else 20.0) for r in range(4)},
-                       level=Level.DP)
+    frame = make_frame(
+        {f"i/dp{r}": Spec(rate=40.0 if r == 0 else 20.0) for r in range(4)}, level=Level.DP
+    )
     report = diagnose_frame(frame)
     (p,) = report.skew_price
     assert p.instance == "i" and 0.1 < p.idle_share < 0.5

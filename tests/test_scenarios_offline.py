@@ -37,8 +37,9 @@ def check_against_truth(doc: dict[str, Any], truth: dict[str, Any]) -> None:
     assert sorted(doc["starved_units"]) == sorted(truth["idle_units"])
     if truth["kind"] == "stale_load":  # one finding for the rotating group, no hot unit
         stale = [f for f in doc["findings"] if f["kind"] == "stale_load"]
-        assert [sorted(f["units"]) for f in stale] == [sorted(truth["rotating_units"])], (
-            doc["findings"])
+        assert [sorted(f["units"]) for f in stale] == [sorted(truth["rotating_units"])], doc[
+            "findings"
+        ]
         assert [c["key"] for c in stale[0]["root_causes"]] == [truth["root_cause"]]
         assert stale[0]["facts"]["anticorrelation"] < 0 and stale[0]["summary"]
         return
@@ -134,8 +135,9 @@ def test_heavy_tailed_prompts_behind_round_robin_are_chance_not_weight_skew(
     doc = run_diagnose(tmp_path, capsys)
     check_against_truth(doc, result.truth.to_dict())
     said = [*doc["notes"], *doc["transient"]]
-    assert any("consistent with chance" in n or ("inst-1" in n and "sigmas of chance" in n)
-               for n in said), said
+    assert any(
+        "consistent with chance" in n or ("inst-1" in n and "sigmas of chance" in n) for n in said
+    ), said
     again = run_diagnose(tmp_path, capsys)  # seeded: the same p-value every run
     assert again["notes"] == doc["notes"]
 
@@ -170,10 +172,14 @@ def test_fleet_wide_dp_weight_ranks_the_weight_before_its_full_kv(
     pool while its queue stays near empty. One fleet-wide finding names the dispatch policy;
     each instance's finding ranks long_requests first and kv_exhaustion after, as its
     consequence (throttling first would treat the symptom)."""
-    scenario = (Path(__file__).parents[1] / "src/skewscope/sim/scenarios/dp-weight.toml"
-                ).read_text()
-    for old, new in (('name = "dp-weight"', 'name = "fleet-dp-weight"'),
-                     ("instances = 1", "instances = 3"), ("rate = 8.0", "rate = 24.0")):
+    scenario = (
+        Path(__file__).parents[1] / "src/skewscope/sim/scenarios/dp-weight.toml"
+    ).read_text()
+    for old, new in (
+        ('name = "dp-weight"', 'name = "fleet-dp-weight"'),
+        ("instances = 1", "instances = 3"),
+        ("rate = 8.0", "rate = 24.0"),
+    ):
         assert old in scenario
         scenario = scenario.replace(old, new)
     (tmp_path / "fleet.toml").write_text(scenario)

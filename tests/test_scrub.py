@@ -59,8 +59,22 @@ def test_the_shape_check_catches_the_old_scheme_pattern() -> None:
     assert _shape(sre_parse.parse(old), True, False)
 
 
-_hostile = st.sampled_from(["a", "a%", "a:", "x://", "bearer ", "user:pw", "@", " ", "%20",
-                            "token=", "é", "Authorization: "])
+_hostile = st.sampled_from(
+    [
+        "a",
+        "a%",
+        "a:",
+        "x://",
+        "bearer ",
+        "user:pw",
+        "@",
+        " ",
+        "%20",
+        "token=",
+        "é",
+        "Authorization: ",
+    ]
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -81,15 +95,22 @@ def _known() -> list[str]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 5000), st.sampled_from([
-    ("https://alice:Pa55word9@prom:9090/x", "Pa55word9"),
-    ("Authorization: Bearer abc.def-123456", "abc.def-123456"),
-    ("curl -H 'Bearer Zm9vYmFyYmF6MTIz' x", "Zm9vYmFyYmF6MTIz"),
-    ("http://x/q?access_token=s3cr3tvalue&y=1", "s3cr3tvalue"),
-    ("upstream alice:Pa55word9@10.0.0.1:8000", "Pa55word9"),
-]), st.text(alphabet="ab :/-", max_size=40))
-def test_no_credential_is_shown_even_cut_in_part(pad: int, case: tuple[str, str],
-                                                 after: str) -> None:
+@given(
+    st.integers(0, 5000),
+    st.sampled_from(
+        [
+            ("https://alice:Pa55word9@prom:9090/x", "Pa55word9"),
+            ("Authorization: Bearer abc.def-123456", "abc.def-123456"),
+            ("curl -H 'Bearer Zm9vYmFyYmF6MTIz' x", "Zm9vYmFyYmF6MTIz"),
+            ("http://x/q?access_token=s3cr3tvalue&y=1", "s3cr3tvalue"),
+            ("upstream alice:Pa55word9@10.0.0.1:8000", "Pa55word9"),
+        ]
+    ),
+    st.text(alphabet="ab :/-", max_size=40),
+)
+def test_no_credential_is_shown_even_cut_in_part(
+    pad: int, case: tuple[str, str], after: str
+) -> None:
     """Wherever the credential falls, across the cut included, none of it is shown."""
     secret, value = case
     shown = quoted(" " * min(pad, 1) + "x" * pad + " " + secret + after)
@@ -105,7 +126,9 @@ def test_a_known_secret_cut_by_the_window_is_not_shown_in_part() -> None:
 
 
 def test_scrub_still_masks_the_known_shapes() -> None:
-    got = scrub("GET https://bob:hunter22@h/x Authorization: Bearer abc123def "
-                "api_key=zzz9 upstream u:p4ss@10.0.0.1:80")
+    got = scrub(
+        "GET https://bob:hunter22@h/x Authorization: Bearer abc123def "
+        "api_key=zzz9 upstream u:p4ss@10.0.0.1:80"
+    )
     for secret in ("hunter22", "abc123def", "zzz9", "p4ss"):
         assert secret not in got, got

@@ -24,8 +24,9 @@ NOISE = {"diurnal", "night", "burst", "restart", "scale_out", "deploy", "unit_no
 
 
 @pytest.fixture(scope="module", params=["vllm", "sglang"])
-def day(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-        ) -> tuple[dict[str, Any], pl.DataFrame, Path]:
+def day(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], pl.DataFrame, Path]:
     dialect = str(request.param)
     out = tmp_path_factory.mktemp(f"day-{dialect}")
     files = write_day(DaySpec.short(dialect=dialect), out)
@@ -35,9 +36,15 @@ def day(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 def read_history(path: Path) -> pl.DataFrame:
     """Every sample line: name, instance, rank, le, value, timestamp."""
-    raw = pl.read_csv(path, separator=" ", has_header=False, comment_prefix="#",
-                      new_columns=["head", "value", "ts"], quote_char=None,
-                      schema_overrides={"head": pl.String, "value": pl.Float64, "ts": pl.Int64})
+    raw = pl.read_csv(
+        path,
+        separator=" ",
+        has_header=False,
+        comment_prefix="#",
+        new_columns=["head", "value", "ts"],
+        quote_char=None,
+        schema_overrides={"head": pl.String, "value": pl.Float64, "ts": pl.Int64},
+    )
     h = pl.col("head")
     return raw.with_columns(
         name=h.str.extract(r"^([^{]+)"),
@@ -51,11 +58,16 @@ def names(dialect: str) -> dict[str, str]:
     """Per-rank request and prompt-token counters as the readers take them
     (sources/dialects.py: vLLM's own; SGLang's scheduler-side ones)."""
     if dialect == "vllm":
-        return {"requests": 'vllm:request_success_total{.*finished_reason="stop"',
-                "prompt": "vllm:prompt_tokens_total", "e2e": "vllm:e2e_request_latency_seconds"}
-    return {"requests": "sglang:queue_time_seconds_count",
-            "prompt": 'sglang:realtime_tokens_total{.*mode="prefill_compute"',
-            "e2e": "sglang:e2e_request_latency_seconds"}
+        return {
+            "requests": 'vllm:request_success_total{.*finished_reason="stop"',
+            "prompt": "vllm:prompt_tokens_total",
+            "e2e": "vllm:e2e_request_latency_seconds",
+        }
+    return {
+        "requests": "sglang:queue_time_seconds_count",
+        "prompt": 'sglang:realtime_tokens_total{.*mode="prefill_compute"',
+        "e2e": "sglang:e2e_request_latency_seconds",
+    }
 
 
 def per_step(df: pl.DataFrame, pattern: str) -> dict[tuple[str, str | None], np.ndarray]:
@@ -92,8 +104,14 @@ def test_truth_matches_the_contract(day: tuple[dict[str, Any], pl.DataFrame, Pat
     eps = truth["episodes"]
     assert {e["kind"] for e in eps} == KINDS
     assert {(e["level"], e["kind"]) for e in eps} == {
-        ("instance", "count"), ("instance", "weight"), ("instance", "capability"),
-        ("instance", "starved"), ("dp", "count"), ("dp", "weight"), ("dp", "stale_load")}
+        ("instance", "count"),
+        ("instance", "weight"),
+        ("instance", "capability"),
+        ("instance", "starved"),
+        ("dp", "count"),
+        ("dp", "weight"),
+        ("dp", "stale_load"),
+    }
     labels = set(df["instance"].unique().to_list())
     window = truth["window_s"]
     for e in eps:
@@ -127,7 +145,8 @@ def test_the_full_day_has_episodes_of_20_to_40_minutes() -> None:
 
 # ----------------------------------------------------------------------------- the file
 def test_scrapes_parse_with_prometheus_clients_openmetrics_parser(
-        day: tuple[dict[str, Any], pl.DataFrame, Path]) -> None:
+    day: tuple[dict[str, Any], pl.DataFrame, Path],
+) -> None:
     """Each scrape of the file (its lines at one timestamp, with the headers) is one valid
     OpenMetrics exposition; the whole file has several MetricPoints per series, which
     prometheus_client 0.26 cannot read (it drops a histogram's later points), promtool can
@@ -136,8 +155,9 @@ def test_scrapes_parse_with_prometheus_clients_openmetrics_parser(
     with path.open("rb") as f:
         f.seek(-6, 2)
         assert f.read() == b"# EOF\n"
-    lines = pl.read_csv(path, separator="\x01", has_header=False, quote_char=None,
-                        new_columns=["line"])["line"]
+    lines = pl.read_csv(
+        path, separator="\x01", has_header=False, quote_char=None, new_columns=["line"]
+    )["line"]
     stamps = sorted(df["ts"].unique().to_list())
     down = next(n for n in truth["noise"] if n["what"] == "restart")
     for ts in (stamps[1], stamps[len(stamps) // 2], stamps[-1], down["back"]):
@@ -160,35 +180,43 @@ def test_counters_only_fall_at_restarts(day: tuple[dict[str, Any], pl.DataFrame,
     truth, df, _ = day
     backs = {(n["instance"], n["back"]) for n in truth["noise"] if n["what"] == "restart"}
     cum = df.filter(pl.col("name").str.contains(r"(_total|_count|_bucket|_sum)$"))
-    falls = (cum.sort("ts").with_columns(d=pl.col("value").diff().over("head"))
-             .filter(pl.col("d") < 0))
+    falls = (
+        cum.sort("ts").with_columns(d=pl.col("value").diff().over("head")).filter(pl.col("d") < 0)
+    )
     seen = {(str(r["instance"]), int(r["ts"])) for r in falls.iter_rows(named=True)}
     assert seen and seen <= backs  # counters fall only at a restarted unit's first scrape back
     assert {i for i, _ in seen} == {i for i, _ in backs}  # ... and every restart shows one
     for key in ("requests", "prompt"):
         pattern = names(truth["dialect"])[key]
-        at_t0 = cum.filter((pl.col("ts") == truth["t0"])
-                           & pl.col("head").str.contains(pattern.replace("{", r"\{")))
+        at_t0 = cum.filter(
+            (pl.col("ts") == truth["t0"]) & pl.col("head").str.contains(pattern.replace("{", r"\{"))
+        )
         assert len(at_t0) and at_t0["value"].min() > 0  # the engines counted before the day
     joined = {n["instance"]: n["start"] for n in truth["noise"] if n["what"] == "scale_out"}
     requests = names(truth["dialect"])["requests"].replace("{", r"\{")
-    first = cum.filter(pl.col("instance").is_in(list(joined))
-                       & pl.col("head").str.contains(requests)).group_by("head").agg(
-        pl.col("value").sort_by("ts").first(), pl.col("ts").min())
+    first = (
+        cum.filter(pl.col("instance").is_in(list(joined)) & pl.col("head").str.contains(requests))
+        .group_by("head")
+        .agg(pl.col("value").sort_by("ts").first(), pl.col("ts").min())
+    )
     assert len(first) == 2 * truth["ranks"] and set(first["ts"]) == set(joined.values())
     assert first["value"].max() <= 20  # from 0: the requests of its first 15 s
 
 
 def test_units_are_absent_exactly_in_their_restart_gaps(
-        day: tuple[dict[str, Any], pl.DataFrame, Path]) -> None:
+    day: tuple[dict[str, Any], pl.DataFrame, Path],
+) -> None:
     truth, df, _ = day
     stamps = np.arange(truth["t0"], truth["t1"] + 1, truth["step_s"])
-    have = {str(k[0]): set(g["ts"].to_list())
-            for k, g in df.filter(pl.col("name").str.ends_with("running")
-                                  | (pl.col("name") == "sglang:num_running_reqs"))
-            .group_by("instance")}
-    gaps = {n["instance"]: (n["start"], n["back"]) for n in truth["noise"]
-            if n["what"] == "restart"}
+    have = {
+        str(k[0]): set(g["ts"].to_list())
+        for k, g in df.filter(
+            pl.col("name").str.ends_with("running") | (pl.col("name") == "sglang:num_running_reqs")
+        ).group_by("instance")
+    }
+    gaps = {
+        n["instance"]: (n["start"], n["back"]) for n in truth["noise"] if n["what"] == "restart"
+    }
     joins = {n["instance"]: n["start"] for n in truth["noise"] if n["what"] == "scale_out"}
     assert set(have) == set(gaps) | set(joins)
     for inst, seen in have.items():
@@ -200,16 +228,18 @@ def test_units_are_absent_exactly_in_their_restart_gaps(
 
 
 def test_diurnal_ramp_is_three_from_trough_to_peak_after_a_near_idle_night(
-        day: tuple[dict[str, Any], pl.DataFrame, Path]) -> None:
+    day: tuple[dict[str, Any], pl.DataFrame, Path],
+) -> None:
     truth, df, _ = day
-    fleet = np.nansum(np.stack(list(per_step(df, names(truth["dialect"])["requests"]).values())),
-                      axis=0)
+    fleet = np.nansum(
+        np.stack(list(per_step(df, names(truth["dialect"])["requests"]).values())), axis=0
+    )
     per_10m = fleet[1:].reshape(-1, 40).sum(axis=1)  # 10 min of 15 s steps
     night = next(n for n in truth["noise"] if n["what"] == "night")
     k_night = int((night["end"] - truth["t0"]) // 600)
-    day_part = per_10m[k_night + 1:]
+    day_part = per_10m[k_night + 1 :]
     assert 2.5 <= day_part.max() / day_part.min() <= 3.6
-    assert per_10m[:max(k_night, 1)].max() < 0.2 * day_part.max()  # the night is near idle
+    assert per_10m[: max(k_night, 1)].max() < 0.2 * day_part.max()  # the night is near idle
 
 
 def _share(series: dict[Any, np.ndarray], key: Any, on: np.ndarray, peers: list[Any]) -> float:
@@ -219,7 +249,8 @@ def _share(series: dict[Any, np.ndarray], key: Any, on: np.ndarray, peers: list[
 
 
 def test_each_injected_unit_carries_its_skew_inside_its_episode_only(
-        day: tuple[dict[str, Any], pl.DataFrame, Path]) -> None:
+    day: tuple[dict[str, Any], pl.DataFrame, Path],
+) -> None:
     truth, df, _ = day
     n = names(truth["dialect"])
     reqs, prompt = per_step(df, n["requests"]), per_step(df, n["prompt"])
@@ -230,8 +261,9 @@ def test_each_injected_unit_carries_its_skew_inside_its_episode_only(
     for e in truth["episodes"]:
         on = (stamps > e["start"]) & (stamps <= e["end"])
         # outside: the day after the night, away from the episode and the unit's restart
-        off = (stamps > night["end"] + 600) & ~((stamps > e["start"] - 600)
-                                                & (stamps <= e["end"] + 600))
+        off = (stamps > night["end"] + 600) & ~(
+            (stamps > e["start"] - 600) & (stamps <= e["end"] + 600)
+        )
         for n in truth["noise"]:
             if n["what"] == "restart" and n["instance"] == e["instance"]:
                 off &= ~((stamps >= n["start"]) & (stamps <= n["end"]))
@@ -262,7 +294,8 @@ def test_each_injected_unit_carries_its_skew_inside_its_episode_only(
 
 
 def test_stale_load_ranks_alternate_at_the_publish_period(
-        day: tuple[dict[str, Any], pl.DataFrame, Path]) -> None:
+    day: tuple[dict[str, Any], pl.DataFrame, Path],
+) -> None:
     truth, df, _ = day
     (e,) = [e for e in truth["episodes"] if e["kind"] == "stale_load"]
     reqs = per_step(df, names(truth["dialect"])["requests"])
@@ -273,9 +306,11 @@ def test_stale_load_ranks_alternate_at_the_publish_period(
     lag = 2 * e["publish_period_s"] // truth["step_s"]  # one full alternation
     x = r0 - r0.mean()
     assert np.corrcoef(x[:-lag], x[lag:])[0, 1] > 0.5
-    assert np.corrcoef(x[:-lag // 2], x[lag // 2:])[0, 1] < -0.5
-    minutes = (r0[: len(r0) // 4 * 4].reshape(-1, 4).sum(1), r1[: len(r1) // 4 * 4]
-               .reshape(-1, 4).sum(1))
+    assert np.corrcoef(x[: -lag // 2], x[lag // 2 :])[0, 1] < -0.5
+    minutes = (
+        r0[: len(r0) // 4 * 4].reshape(-1, 4).sum(1),
+        r1[: len(r1) // 4 * 4].reshape(-1, 4).sum(1),
+    )
     assert 0.8 < minutes[0].sum() / minutes[1].sum() < 1.25  # averages out over minutes
     off = (stamps > e["start"] - 900) & (stamps <= e["start"])
     a, b = reqs[(e["instance"], "0")][off], reqs[(e["instance"], "1")][off]
@@ -283,7 +318,8 @@ def test_stale_load_ranks_alternate_at_the_publish_period(
 
 
 def test_restarted_and_joining_units_warm_up_cold(
-        day: tuple[dict[str, Any], pl.DataFrame, Path]) -> None:
+    day: tuple[dict[str, Any], pl.DataFrame, Path],
+) -> None:
     truth, df, _ = day
     r = instance_sum(per_step(df, names(truth["dialect"])["requests"]))
     stamps = np.arange(truth["t0"], truth["t1"] + 1, truth["step_s"])
@@ -297,8 +333,12 @@ def test_restarted_and_joining_units_warm_up_cold(
 
 def test_cli_writes_the_short_day(tmp_path: Path) -> None:
     out = tmp_path / "d"
-    assert main(["simulate", "day", "--out", str(out), "--short", "--dialect", "sglang",
-                 "--seed", "5"]) == 0
+    assert (
+        main(
+            ["simulate", "day", "--out", str(out), "--short", "--dialect", "sglang", "--seed", "5"]
+        )
+        == 0
+    )
     truth = json.loads((out / "truth.json").read_text())
     assert truth["dialect"] == "sglang" and truth["seed"] == 5
     assert (out / "history.om").read_text().endswith("# EOF\n")
@@ -310,10 +350,12 @@ def test_the_full_day_holds_the_same_truth(tmp_path: Path) -> None:
     """The 6 h day (8.8 M samples; ~75 s to write and read back): the file checks above."""
     files = write_day(DaySpec.full(), tmp_path)
     full = (json.loads(files.truth.read_text()), read_history(files.history), files.history)
-    for check in (test_counters_only_fall_at_restarts,
-                  test_units_are_absent_exactly_in_their_restart_gaps,
-                  test_diurnal_ramp_is_three_from_trough_to_peak_after_a_near_idle_night,
-                  test_each_injected_unit_carries_its_skew_inside_its_episode_only,
-                  test_stale_load_ranks_alternate_at_the_publish_period,
-                  test_restarted_and_joining_units_warm_up_cold):
+    for check in (
+        test_counters_only_fall_at_restarts,
+        test_units_are_absent_exactly_in_their_restart_gaps,
+        test_diurnal_ramp_is_three_from_trough_to_peak_after_a_near_idle_night,
+        test_each_injected_unit_carries_its_skew_inside_its_episode_only,
+        test_stale_load_ranks_alternate_at_the_publish_period,
+        test_restarted_and_joining_units_warm_up_cold,
+    ):
         check(full)

@@ -35,20 +35,55 @@ from skewscope.sim.workload import (
 )
 
 REQUEST_COLUMNS = [
-    "rid", "instance", "dp_rank", "arrival_s", "input_tokens", "output_tokens",
-    "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "status",
+    "rid",
+    "instance",
+    "dp_rank",
+    "arrival_s",
+    "input_tokens",
+    "output_tokens",
+    "first_scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "preemptions",
+    "status",
 ]
 STEP_COLUMNS = [
-    "step_id", "instance", "dp_rank", "start_s", "end_s", "batch_size", "prefill_batch_size",
-    "decode_batch_size", "prefill_tokens", "decode_tokens", "running", "waiting", "total_blocks",
-    "used_blocks", "free_blocks", "blocks_allocated", "blocks_freed", "preempted",
+    "step_id",
+    "instance",
+    "dp_rank",
+    "start_s",
+    "end_s",
+    "batch_size",
+    "prefill_batch_size",
+    "decode_batch_size",
+    "prefill_tokens",
+    "decode_tokens",
+    "running",
+    "waiting",
+    "total_blocks",
+    "used_blocks",
+    "free_blocks",
+    "blocks_allocated",
+    "blocks_freed",
+    "preempted",
 ]
 MEMBER_COLUMNS = [
-    "step_id", "rid", "iter", "type", "num_scheduled_tokens", "num_prompt_tokens",
+    "step_id",
+    "rid",
+    "iter",
+    "type",
+    "num_scheduled_tokens",
+    "num_prompt_tokens",
     "num_computed_tokens",
 ]
-SMALL_RANK = RankSpec(max_running=16, token_budget=2048, total_blocks=1024, fixed_ms=30.0,
-                      per_prefill_token_ms=0.08, per_decode_seq_ms=2.5)
+SMALL_RANK = RankSpec(
+    max_running=16,
+    token_budget=2048,
+    total_blocks=1024,
+    fixed_ms=30.0,
+    per_prefill_token_ms=0.08,
+    per_decode_seq_ms=2.5,
+)
 SHORT = WorkloadSpec(
     rate=8.0,
     input=LengthDist(median=512, sigma=0.5, min=16, max=4096),
@@ -57,17 +92,34 @@ SHORT = WorkloadSpec(
 
 
 def make(
-    *, instances: int = 4, dp: int = 1, duration: float = 60.0, rate: float = 8.0,
-    gateway: RoutingSpec | None = None, dispatcher: RoutingSpec | None = None,
-    rank: RankSpec = SMALL_RANK, workload: WorkloadSpec | None = None, seed: int = 3,
-    overrides: tuple[tuple[str, RankSpec], ...] = (), health: tuple[Health, ...] = (),
+    *,
+    instances: int = 4,
+    dp: int = 1,
+    duration: float = 60.0,
+    rate: float = 8.0,
+    gateway: RoutingSpec | None = None,
+    dispatcher: RoutingSpec | None = None,
+    rank: RankSpec = SMALL_RANK,
+    workload: WorkloadSpec | None = None,
+    seed: int = 3,
+    overrides: tuple[tuple[str, RankSpec], ...] = (),
+    health: tuple[Health, ...] = (),
 ) -> Scenario:
     wl = dataclasses.replace(workload or SHORT, rate=rate)
     return Scenario(
-        name="t", summary="test", truth=GroundTruth("t", "balanced", "instance"),
-        duration_s=duration, seed=seed, instances=instances, dp_ranks=dp, rank=rank,
-        overrides=overrides, health=health, gateway=gateway or RoutingSpec(),
-        dispatcher=dispatcher or RoutingSpec(), workload=wl,
+        name="t",
+        summary="test",
+        truth=GroundTruth("t", "balanced", "instance"),
+        duration_s=duration,
+        seed=seed,
+        instances=instances,
+        dp_ranks=dp,
+        rank=rank,
+        overrides=overrides,
+        health=health,
+        gateway=gateway or RoutingSpec(),
+        dispatcher=dispatcher or RoutingSpec(),
+        workload=wl,
     )
 
 
@@ -80,8 +132,11 @@ def per_instance(res: SimResult) -> dict[str, int]:
 def drained() -> SimResult:
     """Arrivals only in the first 20 s of 90 s, so every request finishes."""
     wl = dataclasses.replace(SHORT, arrival="onoff", onoff=OnOff(on_s=20.0, off_s=1e6))
-    return simulate(make(duration=90.0, dp=2, workload=wl, rank=dataclasses.replace(
-        SMALL_RANK, total_blocks=300)))
+    return simulate(
+        make(
+            duration=90.0, dp=2, workload=wl, rank=dataclasses.replace(SMALL_RANK, total_blocks=300)
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +147,7 @@ def tight_kv() -> SimResult:
 
 
 # --- the contract ---------------------------------------------------------------------------
+
 
 def test_tables_have_exactly_the_contract_columns(drained: SimResult) -> None:
     assert drained.requests.columns == REQUEST_COLUMNS
@@ -194,6 +250,7 @@ def test_speed_factor_slows_steps() -> None:
 
 # --- determinism and queueing ----------------------------------------------------------------
 
+
 def test_same_seed_same_tables_other_seed_differs() -> None:
     sc = make(duration=30.0, dp=2, gateway=RoutingSpec("power_of_two"))
     a, b = simulate(sc), simulate(sc)
@@ -212,8 +269,9 @@ def test_lazy_loop_gives_the_heap_loops_tables(
     short path): the tables must be those of the global-heap loop, row for row, also under KV
     pressure (preemptions) and with batch members recorded."""
     rank = dataclasses.replace(SMALL_RANK, total_blocks=260, max_running=32)
-    sc = make(instances=3, dp=3, duration=40.0, rate=16.0, rank=rank,
-              dispatcher=RoutingSpec(dispatcher))
+    sc = make(
+        instances=3, dp=3, duration=40.0, rate=16.0, rank=rank, dispatcher=RoutingSpec(dispatcher)
+    )
     lazy = simulate(sc, record_members=members)
     monkeypatch.setattr(loop, "reads_load", lambda spec: True)  # every loop on the heap
     heap = simulate(sc, record_members=members)
@@ -236,9 +294,16 @@ def test_a_large_pool_read_at_once_picks_what_a_scan_of_it_picks(
     from skewscope.sim import policies
 
     rank = dataclasses.replace(SMALL_RANK, total_blocks=260, max_running=32)
-    sc = make(instances=70, dp=dp, duration=30.0, rate=160.0, rank=rank,
-              gateway=RoutingSpec(gateway), dispatcher=RoutingSpec("least_requests"),
-              health=(Health("inst-5", fail_at_s=12.0),))
+    sc = make(
+        instances=70,
+        dp=dp,
+        duration=30.0,
+        rate=160.0,
+        rank=rank,
+        gateway=RoutingSpec(gateway),
+        dispatcher=RoutingSpec("least_requests"),
+        health=(Health("inst-5", fail_at_s=12.0),),
+    )
     vector = simulate(sc, record_members=False)
     monkeypatch.setattr(policies, "VECTOR_MIN", 10**9)  # every pick a scan of the pool
     scan = simulate(sc, record_members=False)
@@ -252,16 +317,30 @@ def test_a_large_pool_read_at_once_picks_what_a_scan_of_it_picks(
     [(16, 260, 32, True), (1, 4000, 8, True), (7, 700, 64, False), (64, 70, 16, True)],
 )
 def test_decode_segments_give_the_step_by_step_tables(
-    block_size: int, total_blocks: int, max_running: int, chunked: bool,
+    block_size: int,
+    total_blocks: int,
+    max_running: int,
+    chunked: bool,
 ) -> None:
     """Without batch members, runs of decode-only steps are executed as segments (times from
     their anchor, KV growth from the block pattern); with members every step is executed one
     by one. Both must give the same steps and requests, row for row, also when a segment ends
     on a finish, a KV shortfall (preemption) or an arrival, and for any block size."""
-    rank = dataclasses.replace(SMALL_RANK, block_size=block_size, total_blocks=total_blocks,
-                               max_running=max_running, chunked_prefill=chunked)
-    sc = make(instances=2, dp=2, duration=40.0, rate=14.0, rank=rank,
-              dispatcher=RoutingSpec("least_tokens"))
+    rank = dataclasses.replace(
+        SMALL_RANK,
+        block_size=block_size,
+        total_blocks=total_blocks,
+        max_running=max_running,
+        chunked_prefill=chunked,
+    )
+    sc = make(
+        instances=2,
+        dp=2,
+        duration=40.0,
+        rate=14.0,
+        rank=rank,
+        dispatcher=RoutingSpec("least_tokens"),
+    )
     fast, slow = simulate(sc, record_members=False), simulate(sc, record_members=True)
     assert fast.requests.equals(slow.requests)
     assert fast.steps.equals(slow.steps)
@@ -275,8 +354,15 @@ def test_time_chunks_and_streamed_steps_give_the_same_tables(
     """Cutting the run into time chunks (every rank advanced to the cut, its steps flushed)
     changes nothing; ``on_steps`` gets those chunks in order and the result keeps none."""
     rank = dataclasses.replace(SMALL_RANK, total_blocks=260, max_running=32)
-    sc = make(instances=3, dp=2, duration=40.0, rate=16.0, rank=rank,
-              gateway=RoutingSpec(gateway), dispatcher=RoutingSpec("least_requests"))
+    sc = make(
+        instances=3,
+        dp=2,
+        duration=40.0,
+        rate=16.0,
+        rank=rank,
+        gateway=RoutingSpec(gateway),
+        dispatcher=RoutingSpec("least_requests"),
+    )
     whole = simulate(sc)
     monkeypatch.setattr(engine, "CHUNK_ROWS", 200)
     cut = simulate(sc)
@@ -299,10 +385,18 @@ def test_instances_run_apart_in_processes_give_the_same_requests(dispatcher: str
     drawn at random and a random dispatcher, each instance's on its own stream)."""
     rank = dataclasses.replace(SMALL_RANK, total_blocks=400, max_running=32)
     health = (Health("inst-1", fail_at_s=20.0), Health("inst-3", join_at_s=10.0))
-    sc = make(instances=5, dp=2, duration=40.0, rate=20.0, rank=rank, health=health,
-              gateway=RoutingSpec("weighted", weights=(1, 2, 1, 1, 3), pin_tag="",
-                                  pin_units=(4,), pin_share=0.3),
-              dispatcher=RoutingSpec(dispatcher))
+    sc = make(
+        instances=5,
+        dp=2,
+        duration=40.0,
+        rate=20.0,
+        rank=rank,
+        health=health,
+        gateway=RoutingSpec(
+            "weighted", weights=(1, 2, 1, 1, 3), pin_tag="", pin_units=(4,), pin_share=0.3
+        ),
+        dispatcher=RoutingSpec(dispatcher),
+    )
     whole = simulate(sc, record_members=False)
     apart = simulate(sc, keep_steps=False, jobs=3)
     assert apart.requests.equals(whole.requests)
@@ -331,6 +425,7 @@ def test_queueing_grows_only_when_arrivals_exceed_service() -> None:
 
 
 # --- routing policies ---------------------------------------------------------------------------
+
 
 def test_round_robin_gives_near_equal_counts() -> None:
     counts = per_instance(simulate(make(duration=30.0), record_members=False))
@@ -393,16 +488,18 @@ def test_least_requests_and_tokens_pick_the_lightest() -> None:
 def test_load_aware_policies_shed_load_from_a_slow_unit(policy: str) -> None:
     slow = (("inst-1", dataclasses.replace(SMALL_RANK, speed=2.0)),)
     rr = per_instance(simulate(make(rate=10.0, overrides=slow), record_members=False))
-    la = simulate(make(rate=10.0, overrides=slow, gateway=RoutingSpec(policy)),
-                  record_members=False)
+    la = simulate(
+        make(rate=10.0, overrides=slow, gateway=RoutingSpec(policy)), record_members=False
+    )
     got = per_instance(la)
     assert got["inst-1"] < 0.85 * rr["inst-1"]
     assert got["inst-1"] < min(got[f"inst-{i}"] for i in (0, 2, 3))
 
 
 def test_pins_concentrate_a_class_but_keep_counts_equal() -> None:
-    long = RequestClass("long", 0.1, LengthDist(median=2048, sigma=0.3, min=16, max=8192),
-                        SHORT.output)
+    long = RequestClass(
+        "long", 0.1, LengthDist(median=2048, sigma=0.3, min=16, max=8192), SHORT.output
+    )
     wl = dataclasses.replace(SHORT, classes=(long,))
     gw = RoutingSpec("round_robin", pin_tag="long", pin_units=(2,))
     res = simulate(make(duration=60.0, workload=wl, gateway=gw), record_members=False)
@@ -449,13 +546,20 @@ lengths = st.builds(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(inp=lengths, out=lengths, rate=st.floats(0, 50), dur=st.floats(1, 60),
-       seed=st.integers(0, 2**32 - 1), burst=st.booleans())
+@given(
+    inp=lengths,
+    out=lengths,
+    rate=st.floats(0, 50),
+    dur=st.floats(1, 60),
+    seed=st.integers(0, 2**32 - 1),
+    burst=st.booleans(),
+)
 def test_generated_workloads_are_sorted_and_clipped(
     inp: LengthDist, out: LengthDist, rate: float, dur: float, seed: int, burst: bool
 ) -> None:
-    spec = WorkloadSpec(rate=rate, input=inp, output=out,
-                        burst=Burst(dur / 3, dur / 3, 2.0) if burst else None)
+    spec = WorkloadSpec(
+        rate=rate, input=inp, output=out, burst=Burst(dur / 3, dur / 3, 2.0) if burst else None
+    )
     wl = generate(spec, dur, np.random.default_rng(seed))
     a = wl.arrival_s
     assert np.all(np.diff(a) >= 0) and np.all(a >= 0) and np.all(a < dur)
@@ -490,12 +594,14 @@ def test_azure_timestamps_with_seven_digits(start: datetime, frac: int) -> None:
 
 rows = st.lists(
     st.tuples(st.floats(0, 3600, allow_nan=False), st.integers(1, 100_000), st.integers(1, 5000)),
-    min_size=1, max_size=40,
+    min_size=1,
+    max_size=40,
 )
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=rows)
 def test_trace_files_roundtrip(data: list[tuple[float, int, int]], tmp_path: Path) -> None:
     t0 = datetime(2023, 11, 16, 18, 15, 46, tzinfo=UTC)
@@ -505,13 +611,19 @@ def test_trace_files_roundtrip(data: list[tuple[float, int, int]], tmp_path: Pat
         for u, (_, i, o) in zip(us, data, strict=True)
     ]
     (tmp_path / "a.csv").write_text("\n".join(csv_lines))  # no trailing newline, like Azure
-    (tmp_path / "m.jsonl").write_text("\n".join(
-        json.dumps({"timestamp": u // 1000, "input_length": i, "output_length": o, "hash_ids": []})
-        for u, (_, i, o) in zip(us, data, strict=True)
-    ))
+    (tmp_path / "m.jsonl").write_text(
+        "\n".join(
+            json.dumps(
+                {"timestamp": u // 1000, "input_length": i, "output_length": o, "hash_ids": []}
+            )
+            for u, (_, i, o) in zip(us, data, strict=True)
+        )
+    )
     order = sorted(range(len(data)), key=lambda k: us[k])
-    for tr, div in ((read_azure_csv(tmp_path / "a.csv"), 1e6),
-                    (read_mooncake_jsonl(tmp_path / "m.jsonl"), None)):
+    for tr, div in (
+        (read_azure_csv(tmp_path / "a.csv"), 1e6),
+        (read_mooncake_jsonl(tmp_path / "m.jsonl"), None),
+    ):
         assert tr.arrival_s[0] == 0.0 and np.all(np.diff(tr.arrival_s) >= 0)
         assert sorted(tr.input_tokens.tolist()) == sorted(i for _, i, _ in data)
         if div is not None:
@@ -520,8 +632,11 @@ def test_trace_files_roundtrip(data: list[tuple[float, int, int]], tmp_path: Pat
 
 
 def test_shipped_trace_excerpts_parse() -> None:
-    for name, rows_, span in (("azure-code", 2000, 853), ("azure-conv", 2000, 424),
-                              ("mooncake", 1000, 330)):
+    for name, rows_, span in (
+        ("azure-code", 2000, 853),
+        ("azure-conv", 2000, 424),
+        ("mooncake", 1000, 330),
+    ):
         tr = load_trace(TraceSpec(name))
         assert tr.arrival_s.shape[0] == rows_
         assert tr.arrival_s[0] == 0.0 and np.all(np.diff(tr.arrival_s) >= 0)
@@ -550,18 +665,31 @@ def test_builtin_scenarios_keep_the_same_tables_across_calls() -> None:
     assert simulate(sc, duration_s=20.0).steps.equals(simulate(sc, duration_s=20.0).steps)
 
 
-@pytest.mark.parametrize(("name", "text", "message"), [
-    ("m.jsonl", '{"timestamp": 1, "input_length": 1e400, "output_length": 1}\n', "line 1: bad"),
-    ("m.jsonl", '{"timestamp": 1, "input_length": ' + "9" * 30 + ', "output_length": 1}\n',
-     "line 1: bad Mooncake record (a length of"),
-    ("m.jsonl", '{"timestamp": 1e999, "input_length": 1, "output_length": 1}\n',
-     "line 1: bad Mooncake record (timestamp inf"),
-    ("m.jsonl", "[" * 50_000 + "\n", "line 1: bad Mooncake record"),
-    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,-1,2\n",
-     "line 2: a length of -1 tokens"),
-])
-def test_hostile_trace_lines_are_one_located_error(tmp_path: Path, name: str, text: str,
-                                                   message: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("m.jsonl", '{"timestamp": 1, "input_length": 1e400, "output_length": 1}\n', "line 1: bad"),
+        (
+            "m.jsonl",
+            '{"timestamp": 1, "input_length": ' + "9" * 30 + ', "output_length": 1}\n',
+            "line 1: bad Mooncake record (a length of",
+        ),
+        (
+            "m.jsonl",
+            '{"timestamp": 1e999, "input_length": 1, "output_length": 1}\n',
+            "line 1: bad Mooncake record (timestamp inf",
+        ),
+        ("m.jsonl", "[" * 50_000 + "\n", "line 1: bad Mooncake record"),
+        (
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,-1,2\n",
+            "line 2: a length of -1 tokens",
+        ),
+    ],
+)
+def test_hostile_trace_lines_are_one_located_error(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
     from skewscope.errors import SchemaError
 
     (tmp_path / name).write_text(text)

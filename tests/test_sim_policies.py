@@ -22,8 +22,13 @@ EVERY = (0, 1, 2, 3)
 class Load:
     """A hand-set LoadView: waiting and running requests, tokens and KV usage per unit."""
 
-    def __init__(self, waiting: list[int], running: list[int], tokens: list[int] | None = None,
-                 kv: list[float] | None = None) -> None:
+    def __init__(
+        self,
+        waiting: list[int],
+        running: list[int],
+        tokens: list[int] | None = None,
+        kv: list[float] | None = None,
+    ) -> None:
         self.w, self.r = waiting, running
         self.t = tokens or [0] * len(waiting)
         self.kv = kv or [0.0] * len(waiting)
@@ -83,8 +88,9 @@ def test_vllm_dp_in_flight_floor_beats_a_stale_snapshot() -> None:
     load.w, load.now = [0, 0], 1.0
     load.r = [5, 1]  # live: unit 0 busy; snapshot still (0, 0) vs (0, 1)
     assert r.choose(0, -1, (0, 1), load) == 1
-    least = Router(RoutingSpec("least_requests", publish_s=10.0), 2, np.random.default_rng(0),
-                   ("",))
+    least = Router(
+        RoutingSpec("least_requests", publish_s=10.0), 2, np.random.default_rng(0), ("",)
+    )
     least.choose(0, -1, (0, 1), Load([0, 0], [0, 1]))
     assert least.choose(0, -1, (0, 1), load) == 0  # the stale view alone would pick 0
 
@@ -93,8 +99,9 @@ def test_vllm_dp_in_flight_floor_beats_a_stale_snapshot() -> None:
 def test_sglang_names_pick_what_their_algorithm_picks(alias: str) -> None:
     load = Load([1, 0, 4, 0], [5, 2, 0, 9], tokens=[900, 50, 400, 700])
     a, b = router(alias), router(SAME_AS[alias])
-    assert [a.choose(0, -1, EVERY, load) for _ in range(8)] == \
-        [b.choose(0, -1, EVERY, load) for _ in range(8)]
+    assert [a.choose(0, -1, EVERY, load) for _ in range(8)] == [
+        b.choose(0, -1, EVERY, load) for _ in range(8)
+    ]
     assert router("shortest_queue").choose(0, -1, EVERY, load) == 1
     assert router("minimum_tokens").choose(0, -1, EVERY, load) == 1
 
@@ -153,13 +160,17 @@ def test_observed_placement_reproduces_a_run_exactly() -> None:
     inst = rq["instance"].str.strip_prefix("inst-").cast(pl.Int64).to_numpy()
     wl = Workload(
         arrival_s=(rq["arrival_s"] - first.start_s).to_numpy(),
-        input_tokens=rq["input_tokens"].to_numpy(), output_tokens=rq["output_tokens"].to_numpy(),
-        tag=np.zeros(rq.height, dtype=np.int64), session=np.full(rq.height, -1, dtype=np.int64),
-        instance_hint=inst, rank_hint=rq["dp_rank"].to_numpy(),
+        input_tokens=rq["input_tokens"].to_numpy(),
+        output_tokens=rq["output_tokens"].to_numpy(),
+        tag=np.zeros(rq.height, dtype=np.int64),
+        session=np.full(rq.height, -1, dtype=np.int64),
+        instance_hint=inst,
+        rank_hint=rq["dp_rank"].to_numpy(),
     )
     obs = RoutingSpec(OBSERVED)
-    again = simulate(sc.__class__(**{**sc.__dict__, "gateway": obs}), workload=wl,
-                     record_members=False)
+    again = simulate(
+        sc.__class__(**{**sc.__dict__, "gateway": obs}), workload=wl, record_members=False
+    )
     assert again.requests["instance"].to_list() == rq["instance"].to_list()
     a = again.requests["first_token_s"].fill_null(-1).to_numpy()
     b = rq["first_token_s"].fill_null(-1).to_numpy()
@@ -169,8 +180,9 @@ def test_observed_placement_reproduces_a_run_exactly() -> None:
 @pytest.mark.parametrize("policy", ["vllm_dp", "shortest_queue", "minimum_tokens"])
 def test_dp_balancers_even_out_a_dp_hot_rank(policy: str) -> None:
     sc = builtin_scenarios()["dp-count"]
-    fixed = simulate(sc.__class__(**{**sc.__dict__, "dispatcher": RoutingSpec(policy)}),
-                     record_members=False)
+    fixed = simulate(
+        sc.__class__(**{**sc.__dict__, "dispatcher": RoutingSpec(policy)}), record_members=False
+    )
     base = simulate(sc, record_members=False)
 
     def ttft_p99(res: object) -> float:
@@ -181,11 +193,15 @@ def test_dp_balancers_even_out_a_dp_hot_rank(policy: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(n=st.integers(1, 9),
-       ops=st.lists(st.tuples(st.sampled_from(["pick", "bump", "pool"]), st.integers(0, 2**16)),
-                    max_size=120))
+@given(
+    n=st.integers(1, 9),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["pick", "bump", "pool"]), st.integers(0, 2**16)), max_size=120
+    ),
+)
 def test_fewest_lookup_picks_what_a_scan_of_the_pool_picks(
-        n: int, ops: list[tuple[str, int]]) -> None:
+    n: int, ops: list[tuple[str, int]]
+) -> None:
     """The round-robin pick found from where the last one left off is the first unit with the
     fewest assigned, as ``min`` over the pool gives it, whatever else counts in between
     (pinned requests, rebased joiners) and however the pool changes."""

@@ -18,8 +18,18 @@ from skewscope.sim.scenario import builtin_scenarios, load_scenario
 BUILTINS = builtin_scenarios()
 CLASSIFICATION_ROWS = {"count", "weight", "capability"}
 REQUIRED = {
-    "balanced", "wrong-weights", "health-check", "sticky-sessions", "long-input", "long-output",
-    "slow-device", "kv-exhaustion", "transient-burst", "dp-count", "dp-weight", "idle",
+    "balanced",
+    "wrong-weights",
+    "health-check",
+    "sticky-sessions",
+    "long-input",
+    "long-output",
+    "slow-device",
+    "kv-exhaustion",
+    "transient-burst",
+    "dp-count",
+    "dp-weight",
+    "idle",
 }
 
 
@@ -38,19 +48,29 @@ def unit_of(res: SimResult) -> pl.Expr:
 def per_unit(res: SimResult) -> dict[str, dict[str, float]]:
     """Per unit: requests, mean input/output tokens, mean TTFT, mean step time."""
     u = unit_of(res)
-    req = res.requests.with_columns(unit=u).group_by("unit").agg(
-        n=pl.len(),
-        inp=pl.col("input_tokens").mean(),
-        out=pl.col("output_tokens").mean(),
-        ttft=(pl.col("first_token_s") - pl.col("arrival_s")).mean(),
+    req = (
+        res.requests.with_columns(unit=u)
+        .group_by("unit")
+        .agg(
+            n=pl.len(),
+            inp=pl.col("input_tokens").mean(),
+            out=pl.col("output_tokens").mean(),
+            ttft=(pl.col("first_token_s") - pl.col("arrival_s")).mean(),
+        )
     )
-    st = res.steps.with_columns(unit=u).group_by("unit").agg(
-        step=(pl.col("end_s") - pl.col("start_s")).mean(),
-        per_token=((pl.col("end_s") - pl.col("start_s"))
-                   / (pl.col("prefill_tokens") + pl.col("decode_tokens"))).median(),
-        kv=(pl.col("used_blocks") / pl.col("total_blocks")).mean(),
-        free_min=(pl.col("free_blocks") / pl.col("total_blocks")).min(),
-        preempted=pl.col("preempted").sum(),
+    st = (
+        res.steps.with_columns(unit=u)
+        .group_by("unit")
+        .agg(
+            step=(pl.col("end_s") - pl.col("start_s")).mean(),
+            per_token=(
+                (pl.col("end_s") - pl.col("start_s"))
+                / (pl.col("prefill_tokens") + pl.col("decode_tokens"))
+            ).median(),
+            kv=(pl.col("used_blocks") / pl.col("total_blocks")).mean(),
+            free_min=(pl.col("free_blocks") / pl.col("total_blocks")).min(),
+            preempted=pl.col("preempted").sum(),
+        )
     )
     rows = req.join(st, on="unit", how="left").to_dicts()
     return {r.pop("unit"): r for r in rows}
@@ -72,13 +92,19 @@ def test_builtins_cover_every_row_and_root_cause() -> None:
     # the hot finding's kv_exhaustion; unit_lost is an operations scenario (a hot unit that
     # leaves: tests/data/operations/lost-while-hot.toml, tests/test_presence.py)
     assert {sc.truth.root_cause for sc in BUILTINS.values()} >= set(Cause) - {
-        "engine_stalled", "prefix_affinity", "device_or_process", "scheduler_bound",
-        "kv_shortage", "unit_lost",
+        "engine_stalled",
+        "prefix_affinity",
+        "device_or_process",
+        "scheduler_bound",
+        "kv_shortage",
+        "unit_lost",
         "pd_ratio",  # pd_ratio: the prefill/decode scenarios (sim/scenarios/pd/)
     }
     assert load_scenario("pd-imbalanced").truth.root_cause == "pd_ratio"
     assert {sc.truth.verdict for sc in BUILTINS.values()} == {
-        "imbalanced", "balanced", "insufficient_data"
+        "imbalanced",
+        "balanced",
+        "insufficient_data",
     }
     assert {sc.truth.level for sc in BUILTINS.values()} == {"instance", "dp"}
     for name, sc in BUILTINS.items():
@@ -158,9 +184,7 @@ def test_kv_exhaustion_hot_unit_runs_out_of_blocks(runs: dict[str, SimResult]) -
     assert peers(s, hot, "kv") < 0.6 and peers(s, hot, "preempted") == 0
 
 
-def test_health_check_unit_is_starved_and_others_share_evenly(
-    runs: dict[str, SimResult]
-) -> None:
+def test_health_check_unit_is_starved_and_others_share_evenly(runs: dict[str, SimResult]) -> None:
     res = runs["health-check"]
     (idle,) = res.truth.idle_units
     s = per_unit(res)
@@ -213,6 +237,7 @@ def test_dp_scenarios_are_one_instance_with_four_ranks() -> None:
 
 # --- loading and errors -------------------------------------------------------------------------
 
+
 def test_load_by_name_and_by_path(tmp_path: Path) -> None:
     assert load_scenario("dp-count") is BUILTINS["dp-count"]
     p = tmp_path / "mine.toml"
@@ -244,14 +269,15 @@ verdict = "balanced"
         ("[workload]\narrival = 'trace'\n", "workload.arrival", "needs a [workload.trace]"),
         ("[workload.trace]\nsource = 'missing.csv'\n", "workload.trace.source", "no such trace"),
         ("[[cluster.override]]\nunit = 'inst-9'\n", "cluster.override[0].unit", "unknown unit"),
-        ("[[cluster.health]]\ninstance = 'inst-1'\nfail_at_s = true\n",
-         "cluster.health[0].fail_at_s", "expected float, got bool"),
+        (
+            "[[cluster.health]]\ninstance = 'inst-1'\nfail_at_s = true\n",
+            "cluster.health[0].fail_at_s",
+            "expected float, got bool",
+        ),
         ("[cluster.rank]\nblock_size = 0\n", "cluster.rank.block_size", "must be >= 1"),
     ],
 )
-def test_toml_errors_name_file_and_key(
-    tmp_path: Path, extra: str, key: str, message: str
-) -> None:
+def test_toml_errors_name_file_and_key(tmp_path: Path, extra: str, key: str, message: str) -> None:
     p = tmp_path / "bad.toml"
     top, _, rest = MINIMAL.partition("[cluster]")
     lines = extra if not extra.startswith("[") else ""

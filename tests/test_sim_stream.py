@@ -44,23 +44,40 @@ verdict = "balanced"
     ("gateway", "args"),
     [
         ("round_robin", ["--jobs", "2"]),  # instances in two worker processes
-        ("round_robin", ["--jobs", "1", "--metrics-dialect", "sglang",
-                         "--device-exporter", "dcgm", "--metrics-interval", "1s"]),
+        (
+            "round_robin",
+            [
+                "--jobs",
+                "1",
+                "--metrics-dialect",
+                "sglang",
+                "--device-exporter",
+                "dcgm",
+                "--metrics-interval",
+                "1s",
+            ],
+        ),
         ("least_requests", ["--metrics-dialect", "mindie", "--metrics-interval", "2s"]),
     ],
 )
 def test_streamed_history_equals_the_kept_tables(
-    gateway: str, args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    gateway: str,
+    args: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     toml = tmp_path / "mid.toml"
     toml.write_text(MID.format(gateway=gateway))
     sc = load_scenario(str(toml))
     opts = dict(zip(args[::2], args[1::2], strict=True))
-    ref = write_openmetrics(simulate(sc, record_members=False), tmp_path / "ref.om",
-                            opts.get("--metrics-dialect", "vllm"),
-                            float(opts.get("--metrics-interval", "5s").rstrip("s")),
-                            devices=opts.get("--device-exporter"))
+    ref = write_openmetrics(
+        simulate(sc, record_members=False),
+        tmp_path / "ref.om",
+        opts.get("--metrics-dialect", "vllm"),
+        float(opts.get("--metrics-interval", "5s").rstrip("s")),
+        devices=opts.get("--device-exporter"),
+    )
     # ~1,000 steps a chunk: the run is cut some 20 times, scrapes fall on both sides of cuts
     monkeypatch.setattr(engine, "CHUNK_ROWS", 1000)
     chunks: list[int] = []
@@ -89,8 +106,9 @@ def test_a_text_that_misses_its_place_is_an_error_not_a_shifted_file(tmp_path: P
     sc = load_scenario(str(toml))
     spill = tmp_path / "spill"
     spill.mkdir()
-    sinks = HistorySinks(sc.model_name, "vllm", None,
-                         scrape_times(START_S, START_S + sc.duration_s, 5.0), spill)
+    sinks = HistorySinks(
+        sc.model_name, "vllm", None, scrape_times(START_S, START_S + sc.duration_s, 5.0), spill
+    )
     parts = simulate(sc, record_members=False, keep_steps=False, jobs=2, sinks=sinks).outputs
     assert len(parts) == 2
     parts[1].sizes[3] += 1
@@ -116,10 +134,14 @@ def test_workers_report_simulated_time_to_the_parent(tmp_path: Path) -> None:
     assert apart.requests.equals(one.requests)
 
 
-@pytest.mark.parametrize(("generation", "jobs"), [("current", "2"), ("mindie", "1"),
-                                                  ("cann2025", "2")])
+@pytest.mark.parametrize(
+    ("generation", "jobs"), [("current", "2"), ("mindie", "1"), ("cann2025", "2")]
+)
 def test_streamed_profiler_folders_equal_the_kept_tables(
-    generation: str, jobs: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    generation: str,
+    jobs: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Every file of every instance, byte for byte; inst-4 fails its health check at 35 s,
@@ -135,8 +157,23 @@ def test_streamed_profiler_folders_equal_the_kept_tables(
     write_truth(kept, ref)
     monkeypatch.setattr(engine, "CHUNK_ROWS", 1000)
     out = tmp_path / "out"
-    assert main(["simulate", str(toml), "--out", str(out), "--generation", generation,
-                 "--jobs", jobs, "--openmetrics", str(tmp_path / "h.om")]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                str(toml),
+                "--out",
+                str(out),
+                "--generation",
+                generation,
+                "--jobs",
+                jobs,
+                "--openmetrics",
+                str(tmp_path / "h.om"),
+            ]
+        )
+        == 0
+    )
     files = sorted(p.relative_to(ref) for p in ref.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
     assert len(files) > 20

@@ -41,8 +41,19 @@ def _depth(obj: Any) -> int:
 # --- the nesting scan never under-counts what the parsers accept -------------------------
 
 _keys = st.sampled_from(["a", "b", "x_1", '"q.k"', "'lit[{'", '"s#\\""'])
-_scalars = st.sampled_from(['1', '1.5', '"[{#"', "'}]'", '"""m\n[x]\n"""', "2024-01-01T00:00:00",
-                            "true", "-3e2", "'''a'b'''"])
+_scalars = st.sampled_from(
+    [
+        "1",
+        "1.5",
+        '"[{#"',
+        "'}]'",
+        '"""m\n[x]\n"""',
+        "2024-01-01T00:00:00",
+        "true",
+        "-3e2",
+        "'''a'b'''",
+    ]
+)
 
 
 @st.composite
@@ -83,10 +94,15 @@ def test_toml_nesting_scan_never_undercounts(text: str) -> None:
 
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
     | st.text(alphabet='[]{}"\\ab#.\n', max_size=5),
-    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text('[]{}"\\.a', max_size=3),
-                                                              kids, max_size=3),
+    lambda kids: (
+        st.lists(kids, max_size=3)
+        | st.dictionaries(st.text('[]{}"\\.a', max_size=3), kids, max_size=3)
+    ),
     max_leaves=20,
 )
 
@@ -95,16 +111,20 @@ _json = st.recursive(
 @given(_json)
 def test_json_nesting_scan_is_exact(obj: Any) -> None:
     text = json.dumps(obj, indent=None if isinstance(obj, list) else 1)
-    assert nesting_depth(text, toml=False) == _depth(obj) + (1 if isinstance(obj, dict | list)
-                                                             else 0)
+    assert nesting_depth(text, toml=False) == _depth(obj) + (
+        1 if isinstance(obj, dict | list) else 0
+    )
 
 
-@pytest.mark.parametrize("text", [
-    "a = " + "[" * 100_000 + "]" * 100_000,
-    "a = " + "{b=" * 5000 + "1" + "}" * 5000,
-    "a" + ".a" * 100_000 + " = 1",  # tomllib is quadratic in the parts of one dotted key
-    "[" + ".".join(["t"] * 40) + "]\n" + ".".join(["k"] * 40) + " = 1",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a = " + "[" * 100_000 + "]" * 100_000,
+        "a = " + "{b=" * 5000 + "1" + "}" * 5000,
+        "a" + ".a" * 100_000 + " = 1",  # tomllib is quadratic in the parts of one dotted key
+        "[" + ".".join(["t"] * 40) + "]\n" + ".".join(["k"] * 40) + " = 1",
+    ],
+)
 def test_deep_toml_is_refused_before_the_parser(tmp_path: Path, text: str) -> None:
     f = tmp_path / "deep.toml"
     f.write_text(text)
@@ -127,20 +147,25 @@ def test_a_shallow_file_reads_whole(tmp_path: Path) -> None:
 
 # --- what is not a small regular UTF-8 file --------------------------------------------------
 
+
 def _fifo(tmp_path: Path) -> Path:
     p = tmp_path / "fifo"
     os.mkfifo(p)
     return p
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda t: _fifo(t), "not a regular file"),
-    (lambda t: Path("/dev/zero"), "not a regular file"),
-    (lambda t: t, "is a directory"),
-    (lambda t: t / "missing", r"cannot read \(No such file or directory\)"),
-])
-def test_not_a_regular_file_is_refused_without_reading(tmp_path: Path, make: Any,
-                                                       message: str) -> None:
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda t: _fifo(t), "not a regular file"),
+        (lambda t: Path("/dev/zero"), "not a regular file"),
+        (lambda t: t, "is a directory"),
+        (lambda t: t / "missing", r"cannot read \(No such file or directory\)"),
+    ],
+)
+def test_not_a_regular_file_is_refused_without_reading(
+    tmp_path: Path, make: Any, message: str
+) -> None:
     with pytest.raises(InputError, match=message):
         read_small(make(tmp_path), "f")
 
@@ -157,6 +182,7 @@ def test_size_and_encoding(tmp_path: Path) -> None:
 
 
 # --- through the commands: one line, the documented exit code -------------------------------
+
 
 def _error(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err.strip()
@@ -183,12 +209,16 @@ def _hostile(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("kind", ["deep", "dotted", "latin", "fifo", "dir", "zero"])
-@pytest.mark.parametrize(("argv", "code"), [
-    (["diagnose", EXAMPLE, "--config", "{}"], 3),
-    (["simulate", "{}", "--out", "{out}"], 5),
-])
-def test_hostile_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                  kind: str, argv: list[str], code: int) -> None:
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["diagnose", EXAMPLE, "--config", "{}"], 3),
+        (["simulate", "{}", "--out", "{out}"], 5),
+    ],
+)
+def test_hostile_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, argv: list[str], code: int
+) -> None:
     f = _hostile(tmp_path)[kind]
     args = [a.replace("{}", str(f)).replace("{out}", str(tmp_path / "o")) for a in argv]
     got = main(args)
@@ -198,8 +228,9 @@ def test_hostile_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.parametrize("value", ["9" * 400, "1" + "0" * 30, "-" + "9" * 400])
-@pytest.mark.parametrize("key", ["hot_ratio", "permutations", "smooth_windows",
-                                 "permutation_seed", "floor_waiting"])
+@pytest.mark.parametrize(
+    "key", ["hot_ratio", "permutations", "smooth_windows", "permutation_seed", "floor_waiting"]
+)
 def test_huge_numbers_in_config_are_refused_by_range(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: str
 ) -> None:
@@ -218,12 +249,18 @@ def test_hostile_device_map_is_one_line(tmp_path: Path, kind: str) -> None:
 
 
 @pytest.mark.parametrize("option", ["token_file", "password_file"])
-@pytest.mark.parametrize(("kind", "message"), [
-    ("latin", "line 1: not UTF-8 text"), ("fifo", "not a regular file"),
-    ("dir", "is a directory"), ("zero", "not a regular file"),
-])
-def test_hostile_secret_file_is_one_usage_line(tmp_path: Path, option: str, kind: str,
-                                               message: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("latin", "line 1: not UTF-8 text"),
+        ("fifo", "not a regular file"),
+        ("dir", "is a directory"),
+        ("zero", "not a regular file"),
+    ],
+)
+def test_hostile_secret_file_is_one_usage_line(
+    tmp_path: Path, option: str, kind: str, message: str
+) -> None:
     f = _hostile(tmp_path)[kind]
     extra: dict[str, Any] = {"username": "u"} if option == "password_file" else {}
     flag = "--" + option.replace("_", "-")

@@ -62,8 +62,11 @@ def test_published_counts_send_a_whole_burst_to_one_unit() -> None:
     assert set(stale) == {1}  # the unit least loaded at the publish, every time
     live = picks(RoutingSpec("least_requests"), times, Load([5, 3, 9, 7]))
     assert len(set(live)) == 4  # live counts spread them
-    local = picks(RoutingSpec("least_requests", publish_s=4.0, local_accounting=True), times,
-                  Load([5, 3, 9, 7]))
+    local = picks(
+        RoutingSpec("least_requests", publish_s=4.0, local_accounting=True),
+        times,
+        Load([5, 3, 9, 7]),
+    )
     assert local == live  # its own sends counted: the published counts plus them are the truth
     # the next publish sees unit 1 busiest: the next burst goes elsewhere
     after = picks(RoutingSpec("least_requests", publish_s=4.0), [0.1, 4.1], Load([5, 3, 9, 7]))
@@ -93,8 +96,7 @@ def test_bursts_longer_than_the_persistence_run_make_no_rank_hot(
     the rotation brings it back: by windows alone dp0, dp1 and dp3 were "persistent" count
     hot spots (this seed); over the range the ranks are even (highest 1.06x its peers)."""
     sc = builtin_scenarios()["stale-load"]
-    sc = replace(sc, duration_s=240.0, seed=4,
-                 dispatcher=replace(sc.dispatcher, publish_s=20.0))
+    sc = replace(sc, duration_s=240.0, seed=4, dispatcher=replace(sc.dispatcher, publish_s=20.0))
     doc = diagnose(sc, tmp_path, capsys)
     assert doc["hot_units"] == [] and doc["starved_units"] == [], doc["findings"]
     (f,) = doc["findings"]
@@ -111,8 +113,10 @@ def test_each_fix_removes_the_pattern(
     fix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sc = builtin_scenarios()["stale-load"]
-    spec = {"local_accounting": replace(sc.dispatcher, local_accounting=True),
-            "power_of_two": replace(sc.dispatcher, policy="power_of_two"),
-            "publish_100ms": replace(sc.dispatcher, publish_s=0.1)}[fix]
+    spec = {
+        "local_accounting": replace(sc.dispatcher, local_accounting=True),
+        "power_of_two": replace(sc.dispatcher, policy="power_of_two"),
+        "publish_100ms": replace(sc.dispatcher, publish_s=0.1),
+    }[fix]
     doc = diagnose(replace(sc, dispatcher=spec), tmp_path, capsys)
     assert doc["verdict"] == "balanced", doc["findings"]

@@ -26,8 +26,11 @@ def test_no_literal_threshold_in_the_analysis() -> None:
     for path in sorted(ANALYSIS.glob("*.py")):
         allowed = STRUCTURAL | ALLOWED.get(path.name, set())
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Constant) and type(node.value) in (int, float)
-                    and node.value not in allowed):
+            if (
+                isinstance(node, ast.Constant)
+                and type(node.value) in (int, float)
+                and node.value not in allowed
+            ):
                 found.append(f"{path.name}:{node.lineno}: {node.value}")
     assert not found, "move these into config.Thresholds:\n" + "\n".join(found)
 

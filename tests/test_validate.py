@@ -11,14 +11,36 @@ from skewscope.sources.validate import parse_number, parse_points, parse_timesta
 
 _VALUE = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.sampled_from(["1", "-0.5", ".5", "5.", "1e3", "+Inf", "-inf", "NaN", "1_000", " 1",
-                     "1\n2", "", "0x10", "٣", "1e", "nan\n", "Infinity"]),
+    st.sampled_from(
+        [
+            "1",
+            "-0.5",
+            ".5",
+            "5.",
+            "1e3",
+            "+Inf",
+            "-inf",
+            "NaN",
+            "1_000",
+            " 1",
+            "1\n2",
+            "",
+            "0x10",
+            "٣",
+            "1e",
+            "nan\n",
+            "Infinity",
+        ]
+    ),
     st.text(max_size=6),
     st.integers(-5, 5),
     st.none(),
 )
-_TIME = st.one_of(st.integers(0, 2**40), st.floats(allow_nan=True, allow_infinity=True),
-                  st.sampled_from(["1700000000", True, None]))
+_TIME = st.one_of(
+    st.integers(0, 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["1700000000", True, None]),
+)
 _POINT = st.one_of(st.tuples(_TIME, _VALUE).map(list), st.lists(_VALUE, max_size=3))
 
 

@@ -23,13 +23,16 @@ def _enums() -> dict[str, list[tuple[str, frozenset[str]]]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.ClassDef):
                 continue
-            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
-                     for b in node.bases}
+            bases = {
+                b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+            }
             if not bases & {"StrEnum", "Enum", "IntEnum"}:
                 continue
             values = frozenset(
-                str(s.value.value) for s in node.body
-                if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant))
+                str(s.value.value)
+                for s in node.body
+                if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
+            )
             out[node.name].append((str(path.relative_to(SRC)), values))
     return out
 
@@ -47,8 +50,11 @@ def test_no_vocabulary_is_defined_twice() -> None:
 
 def test_no_alias_of_str_stands_in_for_a_vocabulary() -> None:
     """``Verdict = str`` types nothing; vocabularies named like the catalogue's are its enums."""
-    names = {n for n, v in vars(catalogue).items() if isinstance(v, type) and v.__module__ ==
-             catalogue.__name__}
+    names = {
+        n
+        for n, v in vars(catalogue).items()
+        if isinstance(v, type) and v.__module__ == catalogue.__name__
+    }
     for path in sorted(SRC.rglob("*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):

@@ -102,12 +102,15 @@ def test_exporter_serves_the_contract_for_the_known_truth(
     assert ratio[("inst-0", "requests")] < 1.0 and ratio[("inst-2", "requests")] < 1.0
     assert ratio[("inst-1/dp0", "requests")] > 1.3 > ratio[("inst-1/dp1", "requests")]
     assert {dict(k[1])["signal"] for k in got if k[0] == "skewscope_unit_load_ratio"} >= {
-        "requests", "total_tokens", "busy_ms", "running"}
+        "requests",
+        "total_tokens",
+        "busy_ms",
+        "running",
+    }
     assert got[("skewscope_verdict", labels(verdict="imbalanced"))] == 1.0
     assert got[("skewscope_verdict", labels(verdict="balanced"))] == 0.0
     assert got[("skewscope_verdict", labels(verdict="insufficient_data"))] == 0.0
-    assert got[("skewscope_last_run_timestamp_seconds", ())] == pytest.approx(
-        w.status.report_at)
+    assert got[("skewscope_last_run_timestamp_seconds", ())] == pytest.approx(w.status.report_at)
     assert got[("skewscope_run_duration_seconds", ())] > 0
     for reason in ERROR_REASONS:
         assert got[("skewscope_run_errors_total", labels(reason=reason))] == 0.0
@@ -116,8 +119,9 @@ def test_exporter_serves_the_contract_for_the_known_truth(
 def test_failing_source_keeps_the_last_values_and_counts_the_error(
     evidence: Evidence, exporter: Callable[[Watcher], str]
 ) -> None:
-    source = ScriptedSource([evidence, SourceError("Prometheus at http://p:9090 did not answer"),
-                             RuntimeError("boom")])
+    source = ScriptedSource(
+        [evidence, SourceError("Prometheus at http://p:9090 did not answer"), RuntimeError("boom")]
+    )
     w = Watcher(source, last_s=60, every_s=30)
     url = exporter(w)
     assert w.run_once()
@@ -130,8 +134,10 @@ def test_failing_source_keeps_the_last_values_and_counts_the_error(
     assert after[("skewscope_run_errors_total", labels(reason="source"))] == 1.0
     unit_series = {k: v for k, v in first.items() if k[0].startswith("skewscope_unit_")}
     assert unit_series and {k: after[k] for k in unit_series} == unit_series
-    assert after[("skewscope_last_run_timestamp_seconds", ())] == first[
-        ("skewscope_last_run_timestamp_seconds", ())]
+    assert (
+        after[("skewscope_last_run_timestamp_seconds", ())]
+        == first[("skewscope_last_run_timestamp_seconds", ())]
+    )
     line = screen.log_line(w.status, 0.0)
     assert 'error="source: Prometheus' in line and "keeping report of" in line
     assert not w.run_once()  # an unexpected exception is counted, never raised
@@ -165,8 +171,11 @@ def test_incidents_come_from_consecutive_runs(report: Report) -> None:
     t = IncidentTracker("test", open_runs=1)
     opened = t.update(report, 100.0)
     assert {(i.unit, i.level, i.kind) for i in opened} == {
-        ("inst-1", "instance", "count"), ("inst-1/dp0", "dp", "count"),
-        ("inst-0/dp0", "dp", "count"), ("inst-2/dp0", "dp", "count")}
+        ("inst-1", "instance", "count"),
+        ("inst-1/dp0", "dp", "count"),
+        ("inst-0/dp0", "dp", "count"),
+        ("inst-2/dp0", "dp", "count"),
+    }
     first_peak = next(i.peak_ratio for i in opened if i.unit == "inst-1")
     t.update(hotter(report, 1.5), 130.0)
     t.update(report, 160.0)  # a lower ratio does not lower the peak
@@ -178,16 +187,25 @@ def test_incidents_come_from_consecutive_runs(report: Report) -> None:
     assert not t.open
 
 
-@pytest.mark.parametrize(("calm_runs", "want"), [
-    (2, [(100.0, 160.0, 190.0), (250.0, 250.0, None)]),  # one calm run (130) splits nothing
-    (1, [(100.0, 100.0, 130.0), (160.0, 160.0, 190.0), (250.0, 250.0, None)]),
-])
+@pytest.mark.parametrize(
+    ("calm_runs", "want"),
+    [
+        (2, [(100.0, 160.0, 190.0), (250.0, 250.0, None)]),  # one calm run (130) splits nothing
+        (1, [(100.0, 100.0, 130.0), (160.0, 160.0, 190.0), (250.0, 250.0, None)]),
+    ],
+)
 def test_an_incident_ends_only_after_k_calm_runs(
     report: Report, calm_runs: int, want: list[tuple[float, float, float | None]]
 ) -> None:
     hot, calm = report, cooled(report)
-    sequence = [(hot, 100.0), (calm, 130.0), (hot, 160.0), (calm, 190.0), (calm, 220.0),
-                (hot, 250.0)]
+    sequence = [
+        (hot, 100.0),
+        (calm, 130.0),
+        (hot, 160.0),
+        (calm, 190.0),
+        (calm, 220.0),
+        (hot, 250.0),
+    ]
     t = IncidentTracker("test", calm_runs=calm_runs, open_runs=1)
     seen: dict[tuple[str, float], tuple[float, float, float | None]] = {}
     for r, at in sequence:
@@ -225,8 +243,9 @@ def test_a_run_that_judged_nothing_neither_alarms_nor_calms(report: Report) -> N
     assert t.update(nothing, 190.0) == [] and ("inst-1", "instance") in t.open
 
 
-@pytest.mark.parametrize(("scenario", "kind"), [("health-check", "starved"),
-                                               ("stale-load", "stale_load")])
+@pytest.mark.parametrize(
+    ("scenario", "kind"), [("health-check", "starved"), ("stale-load", "stale_load")]
+)
 def test_starved_units_and_stale_groups_open_incidents_of_their_kind(
     tmp_path: Path, scenario: str, kind: str
 ) -> None:
@@ -240,8 +259,11 @@ def test_starved_units_and_stale_groups_open_incidents_of_their_kind(
     write_profiler(simulate(sc), tmp_path)
     rep = diagnose(load_profiler([str(tmp_path)]))
     truth = sc.truth
-    want = (set(truth.idle_units) if kind == "starved"
-            else {u.rsplit("/dp", 1)[0] for u in truth.rotating_units})
+    want = (
+        set(truth.idle_units)
+        if kind == "starved"
+        else {u.rsplit("/dp", 1)[0] for u in truth.rotating_units}
+    )
     got = {(i.unit, i.kind) for i in IncidentTracker("test", open_runs=1).update(rep, 1.0)}
     assert {u for u, k in got if k == kind} == want, got
 
@@ -253,8 +275,15 @@ HOT = ["inst-1", "inst-0/dp0", "inst-1/dp0", "inst-2/dp0"]
 def check_store(store: HistoryStore, report: Report) -> None:
     """The history contract, for SQLite and Postgres alike."""
     source = ScriptedSource([])
-    w = Watcher(source, last_s=60, every_s=30, store=store, calm_runs=1, open_runs=1,
-                clock=ManualClock(90.0))
+    w = Watcher(
+        source,
+        last_s=60,
+        every_s=30,
+        store=store,
+        calm_runs=1,
+        open_runs=1,
+        clock=ManualClock(90.0),
+    )
     for r, at in ((report, 100.0), (report, 130.0), (cooled(report), 160.0), (report, 190.0)):
         changed = w.tracker.update(r, at)
         w._record(changed, at)
@@ -332,18 +361,26 @@ def test_loop_runs_every_interval_and_notifies(evidence: Evidence) -> None:
     instants read from the clock (no wall-clock sleep)."""
     seen: list[tuple[bool, float]] = []
     clock = ManualClock(1000.0)
-    w = Watcher(ScriptedSource([evidence, SourceError("down")]), last_s=60, every_s=30,
-                on_run=lambda st, good: seen.append((good, clock.time())), clock=clock)
+    w = Watcher(
+        ScriptedSource([evidence, SourceError("down")]),
+        last_s=60,
+        every_s=30,
+        on_run=lambda st, good: seen.append((good, clock.time())),
+        clock=clock,
+    )
     w.loop(max_runs=3)
     assert seen == [(True, 1000.0), (False, 1030.0), (False, 1060.0)]
     assert w.status.errors["source"] == 2 and w.status.good_runs == 1
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("127.0.0.1:9109", ("127.0.0.1", 9109)),
-    ("9109", ("127.0.0.1", 9109)),
-    ("[::1]:0", ("::1", 0)),
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("127.0.0.1:9109", ("127.0.0.1", 9109)),
+        ("9109", ("127.0.0.1", 9109)),
+        ("[::1]:0", ("::1", 0)),
+    ],
+)
 def test_parse_listen(text: str, want: tuple[str, int]) -> None:
     assert parse_listen(text) == want
 
@@ -421,8 +458,9 @@ def test_sparkline_scales_to_the_series_and_leaves_gaps() -> None:
     assert screen.sparkline([nan, 0.0]) == " ▁"
 
 
-@pytest.mark.parametrize("capture", ["vllm-0.32-cpu-dp2.metrics.txt",
-                                     "vllm-0.32-cpu-single.metrics.txt"])
+@pytest.mark.parametrize(
+    "capture", ["vllm-0.32-cpu-dp2.metrics.txt", "vllm-0.32-cpu-single.metrics.txt"]
+)
 def test_sampler_drops_only_samples_no_dialect_reads(capture: str) -> None:
     """The rolling sampler keeps a fraction of each scrape; the evidence must not change."""
     from skewscope.sources.sampler import keep_read
@@ -432,8 +470,9 @@ def test_sampler_drops_only_samples_no_dialect_reads(capture: str) -> None:
     samples = parse_exposition(text).samples
     snaps = {
         f"http://10.0.0.{t}:8000/metrics": [
-            Snapshot(k * 5.0, tuple((n, lab, v * (1 + k * (t + 1) * 0.05))
-                                    for n, lab, v in samples))
+            Snapshot(
+                k * 5.0, tuple((n, lab, v * (1 + k * (t + 1) * 0.05)) for n, lab, v in samples)
+            )
             for k in range(13)
         ]
         for t in range(3)
@@ -506,7 +545,9 @@ def test_rolling_sampler_windows_sit_on_the_prometheus_grid() -> None:
     def scrape(t: float) -> Snapshot:
         text = "\n".join(
             f'vllm:request_success_total{{finished_reason="stop"}} {rate * (t - 1000.0)}\n'
-            f"vllm:num_requests_running {running}" for rate, running in ((2.0, 3.0),))
+            f"vllm:num_requests_running {running}"
+            for rate, running in ((2.0, 3.0),)
+        )
         return Snapshot(t, parse_exposition(text).samples)
 
     urls = ["http://10.0.0.1:8000/metrics", "http://10.0.0.2:8000/metrics"]

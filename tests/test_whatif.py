@@ -67,8 +67,9 @@ def test_replay_reproduces_evidence_and_the_fix_is_predicted_to_help(
         close = abs(c["replayed"] - c["observed"]) <= max(
             WHATIF.calibration_max_error * abs(c["observed"]),
             WHATIF.calibration_floor_steps * doc["service_model"]["step"]["fixed_ms"]
-            if metric.endswith("_ms") else
-            WHATIF.calibration_floor_ratio)
+            if metric.endswith("_ms")
+            else WHATIF.calibration_floor_ratio,
+        )
         assert close and c["ok"], (metric, c)
     assert doc["trusted"] is True
     by = {p["name"]: p["predicted"] for p in doc["policies"]}
@@ -117,23 +118,52 @@ def test_policy_lists_and_formats(
     assert [p["name"] for p in doc["policies"]] == ["current", "dp:vllm_dp", "dp:fix_weights"]
     pooled = whatif_json(folders["dp-count"], capsys, "--dp-policies", "vllm_dp", "--jobs", "2")
     assert pooled == doc  # worker processes give the same replays
-    assert main(["whatif", str(folders["dp-count"]), "--format", "markdown", "--jobs", "1",
-                 "--dp-policies", "vllm_dp"]) == 0
+    assert (
+        main(
+            [
+                "whatif",
+                str(folders["dp-count"]),
+                "--format",
+                "markdown",
+                "--jobs",
+                "1",
+                "--dp-policies",
+                "vllm_dp",
+            ]
+        )
+        == 0
+    )
     md = capsys.readouterr().out
     assert "| dp:vllm_dp * | dp |" in md and "TTFT P99 observed" in md
     out = tmp_path / "w.txt"
-    assert main(["whatif", str(folders["dp-count"]), "-o", str(out), "--jobs", "1",
-                 "--dp-policies", "vllm_dp"]) == 0
+    assert (
+        main(
+            [
+                "whatif",
+                str(folders["dp-count"]),
+                "-o",
+                str(out),
+                "--jobs",
+                "1",
+                "--dp-policies",
+                "vllm_dp",
+            ]
+        )
+        == 0
+    )
     assert "Recommended: dp:vllm_dp" in out.read_text()
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--policies", "nope"], "--policies: unknown policy 'nope'"),
-    (["--prometheus", "http://127.0.0.1:1"], "not both"),
-    (["--access-log", "nginx.log"], "--access-log needs --prometheus or --scrape"),
-    (["--jobs", "0"], "--jobs: expected a positive number"),
-    ([], "give profiler PATHs"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--policies", "nope"], "--policies: unknown policy 'nope'"),
+        (["--prometheus", "http://127.0.0.1:1"], "not both"),
+        (["--access-log", "nginx.log"], "--access-log needs --prometheus or --scrape"),
+        (["--jobs", "0"], "--jobs: expected a positive number"),
+        ([], "give profiler PATHs"),
+    ],
+)
 def test_usage_errors_are_one_line(
     args: list[str], fragment: str, capsys: pytest.CaptureFixture[str], folders: dict[str, Path]
 ) -> None:
@@ -159,14 +189,18 @@ def mixed_dp_scenario() -> Scenario:
     third of the requests on half the ranks, so its ranks run hot (truth by construction)."""
     base = builtin_scenarios()["dp-count"]
     return dataclasses.replace(
-        base, name="mixed-dp", instances=3, dp_ranks=4, dp_sizes=(2, 4, 4),
-        gateway=RoutingSpec("round_robin"), dispatcher=RoutingSpec("round_robin"),
-        workload=dataclasses.replace(base.workload, rate=16.0))
+        base,
+        name="mixed-dp",
+        instances=3,
+        dp_ranks=4,
+        dp_sizes=(2, 4, 4),
+        gateway=RoutingSpec("round_robin"),
+        dispatcher=RoutingSpec("round_robin"),
+        workload=dataclasses.replace(base.workload, rate=16.0),
+    )
 
 
-def test_mixed_dp_sizes_are_replayed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_mixed_dp_sizes_are_replayed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = simulate(mixed_dp_scenario())
     placed = set(result.requests.select("instance", "dp_rank").unique().iter_rows())
     assert ("inst-0", 2) not in placed and ("inst-0", 3) not in placed  # DP=2: ranks 0, 1 only
@@ -175,7 +209,8 @@ def test_mixed_dp_sizes_are_replayed(
     assert doc["dp_sizes"] == {"inst-0": 2, "inst-1": 4, "inst-2": 4}
     units = [u["unit"] for u in doc["service_model"]["units"]]
     assert units == ["inst-0/dp0", "inst-0/dp1"] + [
-        f"inst-{i}/dp{d}" for i in (1, 2) for d in range(4)]
+        f"inst-{i}/dp{d}" for i in (1, 2) for d in range(4)
+    ]
     assert all(set(p["unit_load"]) == set(units) for p in doc["policies"])
     assert doc["inferred"]["dp"].startswith("round_robin")  # equal within each instance
     assert doc["trusted"] is True
@@ -198,7 +233,8 @@ def test_without_step_times_the_replay_is_untrusted_and_says_so(
     for inst in ("inst-0", "inst-1", "inst-2", "inst-3"):  # request.csv only: no batch.csv
         (tmp_path / inst).mkdir()
         (tmp_path / inst / "request.csv").write_text(
-            (folders["wrong-weights"] / inst / "request.csv").read_text())
+            (folders["wrong-weights"] / inst / "request.csv").read_text()
+        )
     doc = whatif_json(tmp_path, capsys)
     assert doc["trusted"] is False
     codes = [n["code"] for n in doc["note_facts"]]

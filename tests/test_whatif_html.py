@@ -32,14 +32,14 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, obje
     return out, json.loads((root / "w.json").read_text())
 
 
-def test_page_is_self_contained_and_embeds_the_json(page: tuple[Path, dict[str, object]]
-                                                    ) -> None:
+def test_page_is_self_contained_and_embeds_the_json(page: tuple[Path, dict[str, object]]) -> None:
     path, doc = page
     text = path.read_text()
     assert text.startswith("<!doctype html>") and "default-src 'none'" in text
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text, re.I)
-    m = re.search(r'<script type="application/json" id="skewscope-report">(.*?)</script>',
-                  text, re.S)
+    m = re.search(
+        r'<script type="application/json" id="skewscope-report">(.*?)</script>', text, re.S
+    )
     assert m and json.loads(m.group(1)) == doc
     assert "uPlot" in text and text.count("<script") == 5 and "<img" not in text
     for p in doc["policies"]:  # type: ignore[attr-defined]
@@ -47,7 +47,7 @@ def test_page_is_self_contained_and_embeds_the_json(page: tuple[Path, dict[str, 
 
 
 def test_chromium_draws_the_charts_and_keeps_names_as_text(
-    page: tuple[Path, dict[str, object]]
+    page: tuple[Path, dict[str, object]],
 ) -> None:
     if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
         pytest.fail("chromium is not installed (apt-get install chromium; scripts/test.sh does)")

@@ -16,24 +16,33 @@ from skewscope.whatif.extract import _equal, _outputs
 from skewscope.whatif.lengths import draw_lengths
 from skewscope.whatif.replay import requests_in_system
 
-lengths = st.lists(st.tuples(st.integers(1, 5000), st.booleans(), st.integers(0, 1)),
-                   min_size=1, max_size=60)
+lengths = st.lists(
+    st.tuples(st.integers(1, 5000), st.booleans(), st.integers(0, 1)), min_size=1, max_size=60
+)
 
 
 @given(lengths)
 def test_unfinished_outputs_are_never_shortened_and_finished_ones_kept(
-    rows: list[tuple[int, bool, int]]
+    rows: list[tuple[int, bool, int]],
 ) -> None:
     out = [o for o, _, _ in rows]
     e2e = [1.0 if done else None for _, done, _ in rows]
-    req = pl.DataFrame({"output_tokens": out, "e2e_ms": e2e,
-                        "arrival_s": [float(k) for k in range(len(rows))],
-                        "ttft_ms": [None] * len(rows)},
-                       schema={"output_tokens": pl.Int64, "e2e_ms": pl.Float64,
-                               "arrival_s": pl.Float64, "ttft_ms": pl.Float64})
+    req = pl.DataFrame(
+        {
+            "output_tokens": out,
+            "e2e_ms": e2e,
+            "arrival_s": [float(k) for k in range(len(rows))],
+            "ttft_ms": [None] * len(rows),
+        },
+        schema={
+            "output_tokens": pl.Int64,
+            "e2e_ms": pl.Float64,
+            "arrival_s": pl.Float64,
+            "ttft_ms": pl.Float64,
+        },
+    )
     unit = np.array([u for _, _, u in rows])
-    steps = pl.DataFrame(schema={"instance": pl.String, "dp_rank": pl.Int64,
-                                 "exec_ms": pl.Float64})
+    steps = pl.DataFrame(schema={"instance": pl.String, "dp_rank": pl.Int64, "exec_ms": pl.Float64})
     log = RequestLog(req, steps, {"a": (0,), "b": (0,)}, 0.0, float(len(rows)))
     got, guessed = _outputs(req, unit, np.zeros_like(unit), log, ("a", "b"), WHATIF)
     assert guessed == (sum(not d for _, d, _ in rows) if any(d for _, d, _ in rows) else 0)
@@ -45,10 +54,12 @@ def test_unfinished_outputs_are_never_shortened_and_finished_ones_kept(
             assert g in {x for x, d, _ in rows if d and x >= o}
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 100), st.floats(0, 50)),
-                min_size=1, max_size=50))
-def test_requests_in_system_adds_up_to_the_time_spent(rows: list[tuple[int, float, float]]
-                                                     ) -> None:
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.floats(0, 100), st.floats(0, 50)), min_size=1, max_size=50
+    )
+)
+def test_requests_in_system_adds_up_to_the_time_spent(rows: list[tuple[int, float, float]]) -> None:
     rank = np.array([r for r, _, _ in rows])
     arrival = np.array([a for _, a, _ in rows])
     leave = arrival + np.array([s for _, _, s in rows])
@@ -69,10 +80,13 @@ def test_exactly_equal_counts_are_equal_and_a_doubled_unit_is_not(k: int, per: i
 BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, math.inf)
 
 
-@given(st.lists(st.integers(0, 40), min_size=len(BOUNDS), max_size=len(BOUNDS)),
-       st.integers(0, 2**32 - 1))
-def test_lengths_drawn_from_a_histogram_keep_its_bucket_shares(counts: list[int], seed: int
-                                                               ) -> None:
+@given(
+    st.lists(st.integers(0, 40), min_size=len(BOUNDS), max_size=len(BOUNDS)),
+    st.integers(0, 2**32 - 1),
+)
+def test_lengths_drawn_from_a_histogram_keep_its_bucket_shares(
+    counts: list[int], seed: int
+) -> None:
     """Without a mean to match, every draw lands in a bucket the histogram holds, and each
     bucket gets its share (a multinomial draw: within 5 sd)."""
     buckets = dict(zip(BOUNDS, map(float, counts), strict=True))
@@ -89,8 +103,9 @@ def test_lengths_drawn_from_a_histogram_keep_its_bucket_shares(counts: list[int]
 
 
 @given(st.lists(st.floats(0.0, 1e5), min_size=1, max_size=300), st.floats(0.01, 0.99))
-def test_quantile_through_buckets_lies_in_the_quantiles_bucket(values: list[float], q: float
-                                                              ) -> None:
+def test_quantile_through_buckets_lies_in_the_quantiles_bucket(
+    values: list[float], q: float
+) -> None:
     """Reading values through buckets gives a quantile inside the bucket the exact quantile
     falls in (what histogram_quantile promises, and why the calibration compares like with
     like)."""

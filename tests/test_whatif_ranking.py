@@ -42,14 +42,20 @@ def low_load_weights() -> Scenario:
     the skew costs no latency yet — the load spread is all there is to fix."""
     sc = builtin_scenarios()["wrong-weights"]
     return dataclasses.replace(
-        sc, name="ww-low", gateway=dataclasses.replace(sc.gateway, weights=(1.0, 2.0, 1.0, 1.0)),
-        workload=dataclasses.replace(sc.workload, rate=3.0))
+        sc,
+        name="ww-low",
+        gateway=dataclasses.replace(sc.gateway, weights=(1.0, 2.0, 1.0, 1.0)),
+        workload=dataclasses.replace(sc.workload, rate=3.0),
+    )
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    scs = {"transient-burst": builtin_scenarios()["transient-burst"],
-           "balanced": builtin_scenarios()["balanced"], "ww-low": low_load_weights()}
+    scs = {
+        "transient-burst": builtin_scenarios()["transient-burst"],
+        "balanced": builtin_scenarios()["balanced"],
+        "ww-low": low_load_weights(),
+    }
     out = {}
     for name, sc in scs.items():
         out[name] = tmp_path_factory.mktemp(name)
@@ -58,8 +64,20 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def run(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
-    assert main(["whatif", str(folder), "--jobs", "1", "--policies",
-                 "round_robin,least_requests", *extra]) == 0
+    assert (
+        main(
+            [
+                "whatif",
+                str(folder),
+                "--jobs",
+                "1",
+                "--policies",
+                "round_robin,least_requests",
+                *extra,
+            ]
+        )
+        == 0
+    )
     return capsys.readouterr().out
 
 
@@ -114,13 +132,16 @@ def test_a_hot_unit_at_low_load_is_fixed_though_no_candidate_cuts_ttft(
     assert g["skewed"] is True and g["current_spread"] >= 1.8
     assert fix["spread"]["value"] <= 0.6 * cur["spread"]["value"]  # fix_weights ~halves it
     # TTFT alone would not move: no candidate gains even 5 % (the old criterion's bar)
-    assert all(p["predicted"]["ttft_p99_ms"] > 0.95 * cur["predicted"]["ttft_p99_ms"]
-               for p in doc["policies"])
+    assert all(
+        p["predicted"]["ttft_p99_ms"] > 0.95 * cur["predicted"]["ttft_p99_ms"]
+        for p in doc["policies"]
+    )
     assert g["verdict"] == "fixes_skew" and doc["recommended"] != "current"
     rec = by[doc["recommended"]]
     assert rec["spread"]["value"] <= (1 - WHATIF.min_spread_gain) * cur["spread"]["value"]
     assert rec["predicted"]["ttft_p99_ms"] <= (
-        (1 + WHATIF.ttft_tolerance) * cur["predicted"]["ttft_p99_ms"])
+        (1 + WHATIF.ttft_tolerance) * cur["predicted"]["ttft_p99_ms"]
+    )
     text = run(folders["ww-low"], capsys, "--format", "markdown")
     assert f"Recommended: {doc['recommended']} — load spread" in text
     assert "at or above the hot ratio 1.30" in text
@@ -128,35 +149,45 @@ def test_a_hot_unit_at_low_load_is_fixed_though_no_candidate_cuts_ttft(
 
 def result(name: str, spread: float, ttft: float, tput: float = 5.0) -> wm.PolicyResult:
     m = wm.Metrics(None, None, None, ttft, None, None, None, tput)
-    return wm.PolicyResult(name, "instance", Note(W.PLAN_GATEWAY, {"policy": name}), m, (),
-                           Spread(spread, 1.0, 10.0))
+    return wm.PolicyResult(
+        name, "instance", Note(W.PLAN_GATEWAY, {"policy": name}), m, (), Spread(spread, 1.0, 10.0)
+    )
 
 
-@pytest.mark.parametrize("candidates, verdict, pick", [
-    ([result("a", 1.0, 260.0)], "no_fix", "current"),  # fixes the spread, TTFT +30 %
-    ([result("a", 1.0, 210.0), result("b", 1.05, 190.0)], "fixes_skew", "b"),
-    ([result("a", 1.0, 150.0, tput=4.0)], "no_fix", "current"),  # throughput lost
-    ([result("a", 1.85, 100.0)], "no_fix", "current"),  # spread cut by less than 10 %
-])
+@pytest.mark.parametrize(
+    "candidates, verdict, pick",
+    [
+        ([result("a", 1.0, 260.0)], "no_fix", "current"),  # fixes the spread, TTFT +30 %
+        ([result("a", 1.0, 210.0), result("b", 1.05, 190.0)], "fixes_skew", "b"),
+        ([result("a", 1.0, 150.0, tput=4.0)], "no_fix", "current"),  # throughput lost
+        ([result("a", 1.85, 100.0)], "no_fix", "current"),  # spread cut by less than 10 %
+    ],
+)
 def test_skewed_ranking(candidates: list[wm.PolicyResult], verdict: str, pick: str) -> None:
     name, _, g = recommend([result("current", 2.0, 200.0), *candidates], WHATIF)
     assert (g.verdict, name, g.skewed) == (verdict, pick, True)
 
 
-@pytest.mark.parametrize("candidates, verdict, pick", [
-    ([result("a", 1.0, 150.0)], "balanced", "current"),  # -25 %: not a large gain
-    ([result("a", 1.0, 90.0)], "latency_only", "a"),
-    ([result("a", 1.4, 50.0)], "balanced", "current"),  # would make a skew
-])
+@pytest.mark.parametrize(
+    "candidates, verdict, pick",
+    [
+        ([result("a", 1.0, 150.0)], "balanced", "current"),  # -25 %: not a large gain
+        ([result("a", 1.0, 90.0)], "latency_only", "a"),
+        ([result("a", 1.4, 50.0)], "balanced", "current"),  # would make a skew
+    ],
+)
 def test_balanced_ranking(candidates: list[wm.PolicyResult], verdict: str, pick: str) -> None:
     name, _, g = recommend([result("current", 1.1, 200.0), *candidates], WHATIF)
     assert (g.verdict, name, g.skewed) == (verdict, pick, False)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 100), st.floats(0, 80)),
-                min_size=1, max_size=40),
-       st.sampled_from([1.0, 7.0, 10.0, 33.0]))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.floats(0, 100), st.floats(0, 80)), min_size=1, max_size=40
+    ),
+    st.sampled_from([1.0, 7.0, 10.0, 33.0]),
+)
 def test_window_loads_add_up_to_the_run_load(
     reqs: list[tuple[int, float, float]], window_s: float
 ) -> None:

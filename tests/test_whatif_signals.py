@@ -93,18 +93,28 @@ level = "instance"
 def test_signal_mid_replay_stops_the_workers_before_the_parent_exits(
     sig: signal.Signals, big_folder: Path
 ) -> None:
-    stop_mid_run(sig, ["whatif", str(big_folder), "--jobs", "2", "--format", "json",
-                       "--policies", "round_robin,least_requests,least_tokens"])
+    stop_mid_run(
+        sig,
+        [
+            "whatif",
+            str(big_folder),
+            "--jobs",
+            "2",
+            "--format",
+            "json",
+            "--policies",
+            "round_robin,least_requests,least_tokens",
+        ],
+    )
 
 
-def test_signal_mid_simulation_stops_the_workers_before_the_parent_exits(
-    tmp_path: Path
-) -> None:
+def test_signal_mid_simulation_stops_the_workers_before_the_parent_exits(tmp_path: Path) -> None:
     """A streamed run of a gateway that reads no load runs its instance groups in workers."""
     scenario = tmp_path / "long.toml"
     scenario.write_text(LONG_SCENARIO)
-    stop_mid_run(signal.SIGTERM, ["simulate", str(scenario), "--out", str(tmp_path / "out"),
-                                  "--jobs", "2"])
+    stop_mid_run(
+        signal.SIGTERM, ["simulate", str(scenario), "--out", str(tmp_path / "out"), "--jobs", "2"]
+    )
     assert not (tmp_path / "out").exists()  # the atomic folder was not left half-written
 
 
@@ -113,10 +123,15 @@ def stop_mid_run(sig: signal.Signals, argv: list[str]) -> None:
     env = {**os.environ, "PYTHONPATH": src}
     proc = subprocess.Popen(
         [sys.executable, "-m", "skewscope.cli", *argv],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     seen: set[int] = set()
     workers: set[int] = set()
     try:
+
         def replaying() -> bool:
             assert proc.poll() is None, f"{argv[0]} ended first: {proc.stderr.read()}"  # type: ignore[union-attr]
             now = children(proc.pid)

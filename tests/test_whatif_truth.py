@@ -36,19 +36,34 @@ def weight_skew(duration: float = 120.0) -> Scenario:
     """Held out of the built-ins: heavy requests (both sides ~4x) pinned to inst-1 while the
     gateway counts requests (equal counts), near inst-1's saturation."""
     sc = builtin_scenarios()["long-input"]
-    heavy = RequestClass("long", 0.1, LengthDist("lognormal", median=1800, sigma=0.5, min=16,
-                                                 max=8192),
-                         LengthDist("lognormal", median=300, sigma=0.5, min=2, max=2048))
+    heavy = RequestClass(
+        "long",
+        0.1,
+        LengthDist("lognormal", median=1800, sigma=0.5, min=16, max=8192),
+        LengthDist("lognormal", median=300, sigma=0.5, min=2, max=2048),
+    )
     return dataclasses.replace(
-        sc, name="weight-heldout", seed=31, duration_s=duration,
-        rank=dataclasses.replace(sc.rank, max_running=32, total_blocks=2048, fixed_ms=20.0,
-                                 per_prefill_token_ms=0.06, per_decode_seq_ms=1.5),
+        sc,
+        name="weight-heldout",
+        seed=31,
+        duration_s=duration,
+        rank=dataclasses.replace(
+            sc.rank,
+            max_running=32,
+            total_blocks=2048,
+            fixed_ms=20.0,
+            per_prefill_token_ms=0.06,
+            per_decode_seq_ms=1.5,
+        ),
         gateway=dataclasses.replace(sc.gateway, pin_units=(1,)),
-        workload=dataclasses.replace(sc.workload, rate=7.0, classes=(heavy,),
-                                     input=LengthDist("lognormal", median=400, sigma=0.6,
-                                                      min=16, max=4096),
-                                     output=LengthDist("lognormal", median=80, sigma=0.6,
-                                                       min=2, max=1024)))
+        workload=dataclasses.replace(
+            sc.workload,
+            rate=7.0,
+            classes=(heavy,),
+            input=LengthDist("lognormal", median=400, sigma=0.6, min=16, max=4096),
+            output=LengthDist("lognormal", median=80, sigma=0.6, min=2, max=1024),
+        ),
+    )
 
 
 def whatif_doc(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Any:
@@ -61,8 +76,9 @@ def whatif_doc(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) ->
 def test_a_rerouted_scenario_serves_the_same_requests() -> None:
     sc = dataclasses.replace(builtin_scenarios()["long-input"], duration_s=30.0)
     a = simulate(sc, record_members=False).requests.sort("arrival_s")
-    b = simulate(rerouted(sc, gateway=RoutingSpec("least_tokens")),
-                 record_members=False).requests.sort("arrival_s")
+    b = simulate(
+        rerouted(sc, gateway=RoutingSpec("least_tokens")), record_members=False
+    ).requests.sort("arrival_s")
     for col in ("arrival_s", "input_tokens", "output_tokens"):
         assert a[col].to_list() == b[col].to_list()
     assert a["instance"].to_list() != b["instance"].to_list()  # only the placement changed
@@ -73,8 +89,10 @@ def test_predictions_come_true_on_a_weight_skew() -> None:
     assert c.report.trusted
     for p in c.report.policies[1:]:
         true = c.actual_of(p.name).predicted
-        assert ape(p.predicted.max_over_median_load, true.max_over_median_load,
-                   "max_over_median_load") < 0.10, p.name
+        assert (
+            ape(p.predicted.max_over_median_load, true.max_over_median_load, "max_over_median_load")
+            < 0.10
+        ), p.name
         assert ape(p.predicted.e2e_p50_ms, true.e2e_p50_ms, "e2e_p50_ms") < 0.07, p.name
         assert ape(p.predicted.ttft_p99_ms, true.ttft_p99_ms, "ttft_p99_ms") < 0.30, p.name
     assert c.report.recommended != "round_robin"  # the current policy class is no fix
@@ -93,8 +111,10 @@ def test_the_weight_skew_replay_reproduces_the_queue_and_names_the_correlation(
     assert doc["trusted"]
     corr = [n for n in doc["note_facts"] if n["code"] == "whatif_correlated"]
     assert len(corr) == 1 and corr[0]["units"] == ["inst-1"] and corr[0]["ratio"] > 1.5
-    said = ("placement is correlated with request length: the router is not round robin, or a "
-            "client pins its long requests")
+    said = (
+        "placement is correlated with request length: the router is not round robin, or a "
+        "client pins its long requests"
+    )
     assert any(n.startswith(said) for n in doc["notes"])
     assert "correlated with request length" in doc["inferred"]["instance"]
     assert doc["ranking"]["excluded"] == ["round_robin"] and doc["ranking"]["robust"]
@@ -102,8 +122,10 @@ def test_the_weight_skew_replay_reproduces_the_queue_and_names_the_correlation(
     by = {p["name"]: p for p in doc["policies"]}
     assert by["round_robin"]["robust"] is None and by["current"]["robust"] is None
     # ranked on the worse TTFT P99 of plain and pinned (heavy requests kept on inst-1)
-    worse = {n: max(by[n]["predicted"]["ttft_p99_ms"], by[n]["robust"]["ttft_p99_ms"])
-             for n in ("least_requests", "least_tokens")}
+    worse = {
+        n: max(by[n]["predicted"]["ttft_p99_ms"], by[n]["robust"]["ttft_p99_ms"])
+        for n in ("least_requests", "least_tokens")
+    }
     assert doc["recommended"] == min(worse, key=worse.get)
     settings = {f["stack"]: f for f in doc["fix"]["settings"]}
     assert doc["fix"]["policy"] == doc["recommended"]
@@ -148,22 +170,30 @@ def test_fix_settings_per_stack() -> None:
     by = {f.stack: f for f in fix_settings("least_tokens", "instance", "vllm", names)}
     assert (by["nginx"].setting, by["nginx"].match) == ("least_conn;", "closest")
     assert (by["sglang-router"].setting, by["vllm-router"].setting) == (
-        "--policy power_of_two", "--policy power_of_two")
+        "--policy power_of_two",
+        "--policy power_of_two",
+    )
     assert "kv-cache-utilization-scorer" in by["llm-d"].setting
     by = {f.stack: f for f in fix_settings("power_of_two", "instance", "llm-d", names)}
     assert by["nginx"].setting == "random two least_conn;" and by["llm-d"].in_use
     assert by["vllm-router"].match == "exact"
-    by = {f.stack: f for f in fix_settings("fix_weights", "instance", "profiler", names,
-                                           (0.36, 0.64))}
-    assert by["nginx"].setting == ("server 10.0.0.5:8000 weight=10; "
-                                   "server 10.0.0.6:8000 weight=18;")
+    by = {
+        f.stack: f for f in fix_settings("fix_weights", "instance", "profiler", names, (0.36, 0.64))
+    }
+    assert by["nginx"].setting == (
+        "server 10.0.0.5:8000 weight=10; server 10.0.0.6:8000 weight=18;"
+    )
     by = {f.stack: f for f in fix_settings("dp:minimum_tokens", "dp", "sglang", names)}
     assert by["sglang"].setting.startswith("--load-balance-method minimum_tokens")
     assert by["sglang"].match == "exact" and by["sglang"].in_use and not by["vllm"].in_use
     by = {f.stack: f for f in fix_settings("dp:vllm_dp", "dp", "vllm", names)}
     assert by["vllm"].match == "exact" and "no X-data-parallel-rank header" in by["vllm"].setting
-    by = {f.stack: f for f in fix_settings("remove_slow_unit", "instance", "profiler", names,
-                                           units=("10.0.0.6:8000",))}
+    by = {
+        f.stack: f
+        for f in fix_settings(
+            "remove_slow_unit", "instance", "profiler", names, units=("10.0.0.6:8000",)
+        )
+    }
     assert by["nginx"].setting == "server 10.0.0.6:8000 down;"
     assert fix_settings("current", "observed", "vllm", names) == ()
 
@@ -175,11 +205,26 @@ def test_the_fix_is_in_every_format(tmp_path: Path, capsys: pytest.CaptureFixtur
     sglang = next(f for f in doc["fix"]["settings"] if f["stack"] == "sglang")
     assert sglang["setting"].startswith("--load-balance-method minimum_tokens")
     assert "dp:round_robin" in doc["ranking"]["excluded"]  # long prompts pinned to dp3
-    for fmt, needle in (("markdown", "| sglang | `--load-balance-method minimum_tokens"),
-                        ("terminal", "sglang: --load-balance-method minimum_tokens"),
-                        ("html", "<code>--load-balance-method minimum_tokens")):
-        assert main(["whatif", str(tmp_path), "--format", fmt, "--jobs", "1", "--dp-policies",
-                     "round_robin,minimum_tokens"]) == 0
+    for fmt, needle in (
+        ("markdown", "| sglang | `--load-balance-method minimum_tokens"),
+        ("terminal", "sglang: --load-balance-method minimum_tokens"),
+        ("html", "<code>--load-balance-method minimum_tokens"),
+    ):
+        assert (
+            main(
+                [
+                    "whatif",
+                    str(tmp_path),
+                    "--format",
+                    fmt,
+                    "--jobs",
+                    "1",
+                    "--dp-policies",
+                    "round_robin,minimum_tokens",
+                ]
+            )
+            == 0
+        )
         out = capsys.readouterr().out
         assert needle in out, fmt
         assert "TTFT P99" in out
@@ -188,8 +233,7 @@ def test_the_fix_is_in_every_format(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_simulate_reroutes_from_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["simulate", "long-input", "--out", str(tmp_path / "x"), "--gateway",
-                 "nope"]) == 2
+    assert main(["simulate", "long-input", "--out", str(tmp_path / "x"), "--gateway", "nope"]) == 2
     assert "--gateway: unknown policy 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
@@ -208,14 +252,18 @@ def test_online_load_comes_from_the_e2e_counters_when_they_are_there() -> None:
     from skewscope.whatif.extract import Layout
     from skewscope.whatif.online import exact_spent, spent_load
 
-    df = pl.DataFrame({"instance": ["a", "a", "b", "b"], "dp_rank": [0, 0, 0, 0],
-                       "requests": [2.0, 0.0, 4.0, 1.0], "e2e_mean_ms": [500.0, None, 250.0,
-                                                                        1000.0]})
+    df = pl.DataFrame(
+        {
+            "instance": ["a", "a", "b", "b"],
+            "dp_rank": [0, 0, 0, 0],
+            "requests": [2.0, 0.0, 4.0, 1.0],
+            "e2e_mean_ms": [500.0, None, 250.0, 1000.0],
+        }
+    )
     assert exact_spent(df, at_start=False)
     assert not exact_spent(df, at_start=True)  # SGLang counts requests leaving the queue
     assert not exact_spent(df.with_columns(pl.lit(None, pl.Float64).alias("e2e_mean_ms")), False)
-    wl = request_log(simulate(dataclasses.replace(builtin_scenarios()["balanced"],
-                                                  duration_s=5.0)))
+    wl = request_log(simulate(dataclasses.replace(builtin_scenarios()["balanced"], duration_s=5.0)))
     obs = dataclasses.replace(whatif_obs(wl), layout=Layout(("a", "b"), 1), duration_s=10.0)
     load = spent_load(df, obs, {("a", 0): 0, ("b", 0): 0})
     # seconds spent by the finished requests (E2E sum increases) over the 10 s run

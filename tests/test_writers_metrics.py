@@ -39,10 +39,17 @@ from skewscope.sim.writers.openmetrics import iter_import_lines, write_family, w
 SAMPLES = Path(__file__).parent / "data" / "samples"
 # The families the diagnosis reads (vLLM names; counters as the parser names them).
 DIAGNOSIS_FAMILIES = (
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success",
-    "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds", "vllm:iteration_tokens_total", "vllm:num_preemptions",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:request_success",
+    "vllm:time_to_first_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:iteration_tokens_total",
+    "vllm:num_preemptions",
     "vllm:cache_config_info",
 )
 
@@ -56,22 +63,26 @@ def _parse(text: str) -> dict[str, dict[tuple[str, tuple[tuple[str, str], ...]],
     """family -> {(sample name, sorted labels): value}."""
     out: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
     for fam in text_string_to_metric_families(text):
-        out[fam.name] = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                         for s in fam.samples}
+        out[fam.name] = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in fam.samples}
     return out
 
 
-def _value(fams: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]], sample: str,
-           **want: str) -> float:
+def _value(
+    fams: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]], sample: str, **want: str
+) -> float:
     """Sum of a sample's values over series whose labels include ``want``."""
     family = re.sub(r"(_total|_count|_sum|_bucket)$", "", sample)
     fam = fams.get(family) or fams[sample]
-    return sum(v for (name, labels), v in fam.items()
-               if name == sample and all(dict(labels).get(k) == w for k, w in want.items()))
+    return sum(
+        v
+        for (name, labels), v in fam.items()
+        if name == sample and all(dict(labels).get(k) == w for k, w in want.items())
+    )
 
 
-def _expected_totals(result: SimResult, instance: str, rank: int,
-                     at: float | None = None) -> dict[str, float]:
+def _expected_totals(
+    result: SimResult, instance: str, rank: int, at: float | None = None
+) -> dict[str, float]:
     """Totals of events at or before ``at`` (default: the end of the run) straight from the
     tables, with the writer's documented semantics (a step that ends after ``at`` or a request
     that finishes after it is not counted yet)."""
@@ -81,8 +92,11 @@ def _expected_totals(result: SimResult, instance: str, rank: int,
     started = req.filter(pl.col("first_token_s") <= at)
     finished = req.filter(pl.col("finish_s") <= at)
     ended = st.filter(pl.col("end_s") <= at)
-    busy = req.filter((pl.col("arrival_s") <= at) & (pl.col("status") != "rejected")
-                      & (pl.col("finish_s").is_null() | (pl.col("finish_s") > at)))
+    busy = req.filter(
+        (pl.col("arrival_s") <= at)
+        & (pl.col("status") != "rejected")
+        & (pl.col("finish_s").is_null() | (pl.col("finish_s") > at))
+    )
     return {
         "prompt": float(started["input_tokens"].sum()),
         "generation": float(ended["decode_tokens"].sum() + started.height),
@@ -108,14 +122,20 @@ def _check_vllm_totals(result: SimResult, at: float) -> None:
             assert _value(fams, "vllm:request_success_total", engine=e) == want["success"]
             assert _value(fams, "vllm:num_preemptions_total", engine=e) == want["preemptions"]
             assert _value(fams, "vllm:iteration_tokens_total_count", engine=e) == want["steps"]
-            assert (_value(fams, "vllm:time_to_first_token_seconds_count", engine=e)
-                    == want["ttft_count"])
-            assert (_value(fams, "vllm:e2e_request_latency_seconds_count", engine=e)
-                    == want["e2e_count"])
+            assert (
+                _value(fams, "vllm:time_to_first_token_seconds_count", engine=e)
+                == want["ttft_count"]
+            )
+            assert (
+                _value(fams, "vllm:e2e_request_latency_seconds_count", engine=e)
+                == want["e2e_count"]
+            )
             assert _value(fams, "vllm:e2e_request_latency_seconds_sum", engine=e) == (
-                pytest.approx(want["e2e_sum"]))
-            busy = (_value(fams, "vllm:num_requests_running", engine=e)
-                    + _value(fams, "vllm:num_requests_waiting", engine=e))
+                pytest.approx(want["e2e_sum"])
+            )
+            busy = _value(fams, "vllm:num_requests_running", engine=e) + _value(
+                fams, "vllm:num_requests_waiting", engine=e
+            )
             assert busy == want["busy"]
 
 
@@ -132,7 +152,8 @@ def test_every_dialect_parses_at_any_time(result: SimResult, dialect: str) -> No
                 if fam.type != "histogram":
                     continue
                 by_series: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = (
-                    defaultdict(list))
+                    defaultdict(list)
+                )
                 counts = {}
                 for s in fam.samples:
                     rest = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
@@ -153,8 +174,10 @@ def test_vllm_counters_equal_simresult_totals_at_end(result: SimResult) -> None:
     _check_vllm_totals(result, last)
     whole = result.requests.filter(pl.col("first_token_s").is_not_null())
     fams = _parse(ClusterModel(result, "vllm").text("inst-0", last))
-    assert _value(fams, "vllm:prompt_tokens_total") == whole.filter(
-        pl.col("instance") == "inst-0")["input_tokens"].sum()
+    assert (
+        _value(fams, "vllm:prompt_tokens_total")
+        == whole.filter(pl.col("instance") == "inst-0")["input_tokens"].sum()
+    )
     # the fixture's hot rank preempts, so the preemption counter is really exercised
     assert _expected_totals(result, "inst-0", 0)["preemptions"] > 0
 
@@ -173,6 +196,7 @@ def test_gauges_follow_the_run(result: SimResult) -> None:
 
 def test_vllm_families_and_labels_match_real_captures(result: SimResult) -> None:
     """Our vLLM exposition has the real capture's families, types, label names, buckets."""
+
     def shape(text: str) -> dict[str, tuple[str, dict[str, frozenset[str]], tuple[float, ...]]]:
         out = {}
         for fam in text_string_to_metric_families(text):
@@ -182,17 +206,26 @@ def test_vllm_families_and_labels_match_real_captures(result: SimResult) -> None
                 names[s.name] |= {k for k in s.labels if k != "le"}
                 if "le" in s.labels:
                     les.add(float(s.labels["le"]))
-            out[fam.name] = (fam.type, {k: frozenset(v) for k, v in names.items()},
-                             tuple(sorted(les)))
+            out[fam.name] = (
+                fam.type,
+                {k: frozenset(v) for k, v in names.items()},
+                tuple(sorted(les)),
+            )
         return out
 
     def engines(text: str, family: str) -> set[str]:
-        return {s.labels["engine"] for f in text_string_to_metric_families(text)
-                if f.name == family for s in f.samples}
+        return {
+            s.labels["engine"]
+            for f in text_string_to_metric_families(text)
+            if f.name == family
+            for s in f.samples
+        }
 
     model = ClusterModel(result, "vllm")
-    for inst, capture in (("inst-0", "vllm-0.32-cpu-dp2.metrics.txt"),
-                          ("inst-1", "vllm-0.32-cpu-single.metrics.txt")):
+    for inst, capture in (
+        ("inst-0", "vllm-0.32-cpu-dp2.metrics.txt"),
+        ("inst-1", "vllm-0.32-cpu-single.metrics.txt"),
+    ):
         real_text = (SAMPLES / capture).read_text()
         real = shape(real_text)
         ours_text = model.text(inst, result.end_s)
@@ -225,15 +258,18 @@ def test_mindie_has_no_dp_label_and_percent_kv(result: SimResult) -> None:
     mindie = ClusterModel(result, "mindie")
     for t in np.linspace(result.start_s, result.end_s, 7):
         fams = _parse(mindie.text("inst-0", float(t)))
-        assert all(len(dict(k[1])) == 1 for f in fams.values() for k in f
-                   if not k[0].endswith("_bucket"))  # model_name only
+        assert all(
+            len(dict(k[1])) == 1 for f in fams.values() for k in f if not k[0].endswith("_bucket")
+        )  # model_name only
         ref = _parse(vllm.text("inst-0", float(t)))
         assert _value(fams, "prompt_tokens_total") == _value(ref, "vllm:prompt_tokens_total")
         kv = _value(fams, "npu_cache_usage_perc")
         assert 0 <= kv <= 100
         ranks = [r for r in result.ranks if r.instance == "inst-0"]
-        used = sum(_value(ref, "vllm:kv_cache_usage_perc", engine=str(r.dp_rank))
-                   * r.total_blocks for r in ranks)
+        used = sum(
+            _value(ref, "vllm:kv_cache_usage_perc", engine=str(r.dp_rank)) * r.total_blocks
+            for r in ranks
+        )
         assert kv == pytest.approx(100 * used / sum(r.total_blocks for r in ranks))
 
 
@@ -258,8 +294,7 @@ def test_simulator_engine_output(tmp_path: Path) -> None:
     """The simulator engine's output gives consistent exposition too."""
     from skewscope.sim import engine, scenario
 
-    res = engine.simulate(scenario.load_scenario("balanced"), duration_s=60.0,
-                          record_members=False)
+    res = engine.simulate(scenario.load_scenario("balanced"), duration_s=60.0, record_members=False)
     _check_vllm_totals(res, res.end_s)
     write_openmetrics(res, tmp_path / "h.om", "vllm", 15.0)
     _promtool_blocks(tmp_path / "h.om", tmp_path / "blocks")
@@ -269,15 +304,20 @@ def test_simulator_engine_output(tmp_path: Path) -> None:
 def _promtool_blocks(om: Path, blocks: Path) -> str:
     promtool = shutil.which("promtool")
     assert promtool, "promtool is required (Debian package prometheus): install it"
-    cp = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om),
-                         str(blocks)], capture_output=True, text=True, timeout=120)
+    cp = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(blocks)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cp.returncode == 0, cp.stderr
     return cp.stdout
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_promtool_accepts_openmetrics_history(result: SimResult, dialect: str,
-                                              tmp_path: Path) -> None:
+def test_promtool_accepts_openmetrics_history(
+    result: SimResult, dialect: str, tmp_path: Path
+) -> None:
     om = write_openmetrics(result, tmp_path / "h.om", dialect, step_s=5.0)
     text = om.read_text()
     assert text.endswith("\n# EOF\n")
@@ -299,11 +339,18 @@ def test_promtool_stored_the_simresult_totals(result: SimResult, tmp_path: Path)
     (blocks / "wal").mkdir(exist_ok=True)  # dump opens the dir as a TSDB
     promtool = shutil.which("promtool")
     assert promtool
-    dump = subprocess.run([promtool, "tsdb", "dump", str(blocks)], capture_output=True,
-                          text=True, timeout=120, check=True).stdout
+    dump = subprocess.run(
+        [promtool, "tsdb", "dump", str(blocks)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     last: dict[tuple[str, str], tuple[int, float]] = {}
-    pat = re.compile(r'__name__="vllm:prompt_tokens_total".*engine="(\d+)".*'
-                     r'instance="127\.0\.0\.1:([^"]+)".* (\S+) (\d+)$')
+    pat = re.compile(
+        r'__name__="vllm:prompt_tokens_total".*engine="(\d+)".*'
+        r'instance="127\.0\.0\.1:([^"]+)".* (\S+) (\d+)$'
+    )
     for line in dump.splitlines():
         m = pat.search(line)
         if m:
@@ -319,29 +366,54 @@ def test_promtool_stored_the_simresult_totals(result: SimResult, tmp_path: Path)
 
 def test_import_lines_match_openmetrics_samples(result: SimResult, tmp_path: Path) -> None:
     lines = list(iter_import_lines(result, "vllm", step_s=5.0))
-    line = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*\{[^}]*\} \S+ \d{13}$')
+    line = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*\{[^}]*\} \S+ \d{13}$")
     assert all(line.match(x) for x in lines)
     om = write_openmetrics(result, tmp_path / "h.om", "vllm", step_s=5.0).read_text()
-    om_samples = {(x.rsplit(" ", 2)[0], round(float(x.rsplit(" ", 1)[1]) * 1000)):
-                  x.rsplit(" ", 2)[1] for x in om.splitlines() if not x.startswith("#")}
+    om_samples = {
+        (x.rsplit(" ", 2)[0], round(float(x.rsplit(" ", 1)[1]) * 1000)): x.rsplit(" ", 2)[1]
+        for x in om.splitlines()
+        if not x.startswith("#")
+    }
     imp = {(x.rsplit(" ", 2)[0], int(x.rsplit(" ", 1)[1])): x.rsplit(" ", 2)[1] for x in lines}
     assert imp.keys() == om_samples.keys()
     # the file's values (polars' CSV writer) read back as the same floats as format_value's
     assert [float(v) for v in imp.values()] == [float(om_samples[k]) for k in imp]
-    assert all(v in ("NaN", "+Inf", "-Inf") or v[0].isdigit() or v[0] == "-"
-               for v in om_samples.values())
+    assert all(
+        v in ("NaN", "+Inf", "-Inf") or v[0].isdigit() or v[0] == "-" for v in om_samples.values()
+    )
 
 
 def test_openmetrics_values_read_back_as_the_same_floats(tmp_path: Path) -> None:
     """Integral counts, long fractions, tiny and huge values, NaN and both infinities: each
     written value parses to the float it was (Go's ParseFloat reads what float() reads)."""
-    values = np.array([0.0, 1.0, 3.0, 2.0**53, 1e22, 0.1 + 0.2, 1e-5, 1.5e-7, 123.456,
-                       np.nan, np.inf, -np.inf, -0.5])
+    values = np.array(
+        [
+            0.0,
+            1.0,
+            3.0,
+            2.0**53,
+            1e22,
+            0.1 + 0.2,
+            1e-5,
+            1.5e-7,
+            123.456,
+            np.nan,
+            np.inf,
+            -np.inf,
+            -0.5,
+        ]
+    )
     stamps = [f"{1745395200 + 5 * j:.3f}" for j in range(len(values))]
     out = io.BytesIO()
     series = [[Series("m", (("a", "b"),), values)]]
-    write_family(out, MetricSpec("m", "gauge", "running", "help"), [("i", series)], stamps,
-                 {"i": {"instance": "x", "job": "j"}}, header=False)
+    write_family(
+        out,
+        MetricSpec("m", "gauge", "running", "help"),
+        [("i", series)],
+        stamps,
+        {"i": {"instance": "x", "job": "j"}},
+        header=False,
+    )
     # one series, a scrape per value: one line each, in time order
     lines = out.getvalue().decode().splitlines()
     assert [line.split(" ")[2] for line in lines] == stamps
@@ -361,13 +433,17 @@ def _served(url: str) -> tuple[float, dict[str, float]]:
     fams = _parse(r.text)
     return float(r.headers[SIM_TIME_HEADER]), {
         "prompt": _value(fams, "vllm:prompt_tokens_total"),
-        "success": _value(fams, "vllm:request_success_total")}
+        "success": _value(fams, "vllm:request_success_total"),
+    }
 
 
 def _truth_at(result: SimResult, instance: str, at: float) -> dict[str, float]:
     """The same two counters from the run's tables at ``at``."""
-    totals = [_expected_totals(result, instance, r.dp_rank, at) for r in result.ranks
-              if r.instance == instance]
+    totals = [
+        _expected_totals(result, instance, r.dp_rank, at)
+        for r in result.ranks
+        if r.instance == instance
+    ]
     return {k: sum(t[k] for t in totals) for k in ("prompt", "success")}
 
 
@@ -408,11 +484,16 @@ def test_live_manual_clock_moves_only_by_the_control_endpoint(result: SimResult)
                 t, got = _served(url)
                 assert t == at and got == _truth_at(result, i, at)
         for bad in ({"seconds": -1}, {"seconds": "5"}, {"seconds": True}, {}):
-            assert httpx.post(f"{base['inst-0']}/sim/advance", json=bad,
-                              timeout=5).status_code == 400
+            assert (
+                httpx.post(f"{base['inst-0']}/sim/advance", json=bad, timeout=5).status_code == 400
+            )
         info = httpx.get(f"{base['inst-1']}/sim/time", timeout=5).json()
-        assert info == {"sim_time": at, "start_s": result.start_s, "end_s": result.end_s,
-                        "clock": "manual"}
+        assert info == {
+            "sim_time": at,
+            "start_s": result.start_s,
+            "end_s": result.end_s,
+            "clock": "manual",
+        }
         with pytest.raises(ValueError, match="finite"):
             cluster.advance(math.inf)
         assert not cluster.stopped
@@ -435,8 +516,7 @@ def test_live_scrape_clock_steps_each_instance_per_answer(result: SimResult) -> 
         assert cluster.sim_time("inst-0") == result.end_s
         assert cluster.sim_time() == result.start_s  # inst-1 was never scraped
         base = inst0.removesuffix("/metrics")
-        assert httpx.post(f"{base}/sim/advance", json={"seconds": 1},
-                          timeout=5).status_code == 409
+        assert httpx.post(f"{base}/sim/advance", json={"seconds": 1}, timeout=5).status_code == 409
         with pytest.raises(ValueError, match="not advanced by hand"):
             cluster.advance(1.0)
         assert not cluster.stopped
@@ -485,8 +565,15 @@ def test_victoriametrics_ingests_import_lines(result: SimResult, tmp_path: Path)
         port = s.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [vm, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
-         "-retentionPeriod=100y"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            vm,
+            f"-storageDataPath={tmp_path / 'vm'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-retentionPeriod=100y",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -498,18 +585,27 @@ def test_victoriametrics_ingests_import_lines(result: SimResult, tmp_path: Path)
             assert time.monotonic() < deadline, "victoria-metrics did not start"
             time.sleep(0.1)
         body = "\n".join(iter_import_lines(result, "vllm", step_s=15.0)) + "\n"
-        assert httpx.post(f"{base}/api/v1/import/prometheus", content=body,
-                          timeout=30).status_code == 204
+        assert (
+            httpx.post(f"{base}/api/v1/import/prometheus", content=body, timeout=30).status_code
+            == 204
+        )
         httpx.get(f"{base}/internal/force_flush", timeout=10)
         got: dict[tuple[str, str], float] = {}
         deadline = time.monotonic() + 20
         while len(got) < len(result.ranks) and time.monotonic() < deadline:
             time.sleep(0.3)
-            data = httpx.get(f"{base}/api/v1/query", timeout=10, params={
-                "query": 'vllm:prompt_tokens_total{job="skewscope-sim"}',
-                "time": f"{result.end_s:.3f}"}).json()
-            got = {(x["metric"]["instance"], x["metric"]["engine"]): float(x["value"][1])
-                   for x in data["data"]["result"]}
+            data = httpx.get(
+                f"{base}/api/v1/query",
+                timeout=10,
+                params={
+                    "query": 'vllm:prompt_tokens_total{job="skewscope-sim"}',
+                    "time": f"{result.end_s:.3f}",
+                },
+            ).json()
+            got = {
+                (x["metric"]["instance"], x["metric"]["engine"]): float(x["value"][1])
+                for x in data["data"]["result"]
+            }
         for r in result.ranks:
             want = _expected_totals(result, r.instance, r.dp_rank)["prompt"]
             assert got[(f"127.0.0.1:{r.instance}", str(r.dp_rank))] == want

@@ -22,50 +22,84 @@ from skewscope.sim.records import SimResult
 from skewscope.sim.writers.profiler import format_datetimes, res_list_frame, write_profiler
 from skewscope.sim.writers.truth import write_truth
 
-REQUEST_CURRENT = ("http_rid,start_datetime,recv_token_size,reply_token_size,execution_time(ms),"
-                   "queue_wait_time(ms),first_token_latency(ms),cache_hit_rate,start_time(ms)")
-REQUEST_DEC2025 = ("http_rid,start_time,start_datetime,recv_token_size,reply_token_size,"
-                   "execution_time(ms),queue_wait_time(ms),first_token_latency(ms),cache_hit_rate")
-REQUEST_CANN2025 = ("http_rid,start_time(ms),recv_token_size,reply_token_size,execution_time(ms),"
-                    "queue_wait_time(ms),first_token_latency(ms),cache_hit_rate")
+REQUEST_CURRENT = (
+    "http_rid,start_datetime,recv_token_size,reply_token_size,execution_time(ms),"
+    "queue_wait_time(ms),first_token_latency(ms),cache_hit_rate,start_time(ms)"
+)
+REQUEST_DEC2025 = (
+    "http_rid,start_time,start_datetime,recv_token_size,reply_token_size,"
+    "execution_time(ms),queue_wait_time(ms),first_token_latency(ms),cache_hit_rate"
+)
+REQUEST_CANN2025 = (
+    "http_rid,start_time(ms),recv_token_size,reply_token_size,execution_time(ms),"
+    "queue_wait_time(ms),first_token_latency(ms),cache_hit_rate"
+)
 BATCH_CURRENT = (
     "name,res_list,start_datetime,end_datetime,during_time(ms),batch_type,prof_id,batch_size,"
     "total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,kvcache_usage_rate,"
     "prefill_batch_size,decode_batch_size,prefill_scheduled_tokens,decode_scheduled_tokens,"
-    "total_scheduled_tokens,dp_rank,start_time(ms),end_time(ms)")
-BATCH_DEC2025 = (BATCH_CURRENT.replace("start_datetime", "start_time", 1)
-                 .replace("end_datetime", "end_time", 1)
-                 .replace(",batch_size,", ",total_batch_size,", 1))
+    "total_scheduled_tokens,dp_rank,start_time(ms),end_time(ms)"
+)
+BATCH_DEC2025 = (
+    BATCH_CURRENT.replace("start_datetime", "start_time", 1)
+    .replace("end_datetime", "end_time", 1)
+    .replace(",batch_size,", ",total_batch_size,", 1)
+)
 BATCH_CANN2025 = (
     "name,res_list,start_time(ms),end_time(ms),during_time(ms),batch_type,prof_id,"
     "total_batch_size,Prefill_batch_size,Decode_batch_size,Prefill_scheduled_tokens,"
-    "Decode_scheduled_tokens,total_scheduled_tokens")
+    "Decode_scheduled_tokens,total_scheduled_tokens"
+)
 BATCH_MINDIE = BATCH_CURRENT.replace(
-    "total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,kvcache_usage_rate,", "")
-KV_VLLM = ("name,start_time,total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,"
-           "kvcache_usage_rate")
+    "total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,kvcache_usage_rate,", ""
+)
+KV_VLLM = (
+    "name,start_time,total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,"
+    "kvcache_usage_rate"
+)
 KV_MINDIE = "rid,name,start_time,device_kvcache_left,kvcache_usage_rate"
-FORWARD = ("name,relative_start_time(ms),start_datetime,end_datetime,during_time(ms),"
-           "bubble_time(ms),batch_size,batch_type,forward_iter,dp_rank,prof_id,hostname,"
-           "start_time(ms),end_time(ms)")
+FORWARD = (
+    "name,relative_start_time(ms),start_datetime,end_datetime,during_time(ms),"
+    "bubble_time(ms),batch_size,batch_type,forward_iter,dp_rank,prof_id,hostname,"
+    "start_time(ms),end_time(ms)"
+)
 # exporter_forward.py generations (Cztk5380/msserviceprofiler): Dec 2025 renames the datetimes
 # to start_time/end_time and drops the epoch columns; CANN 2025 has the epoch ms columns only
-FORWARD_DEC2025 = ("name,relative_start_time(ms),start_time,end_time,during_time(ms),"
-                   "bubble_time(ms),batch_size,batch_type,forward_iter,dp_rank,prof_id,hostname")
+FORWARD_DEC2025 = (
+    "name,relative_start_time(ms),start_time,end_time,during_time(ms),"
+    "bubble_time(ms),batch_size,batch_type,forward_iter,dp_rank,prof_id,hostname"
+)
 FORWARD_CANN2025 = FORWARD_DEC2025.replace("start_time,end_time", "start_time(ms),end_time(ms)")
-REQUEST_STATUS = ("hostuid,pid,start_datetime,relative_timestamp(ms),waiting,running,swapped,"
-                  "timestamp(ms)")
+REQUEST_STATUS = (
+    "hostuid,pid,start_datetime,relative_timestamp(ms),waiting,running,swapped,timestamp(ms)"
+)
 
 EXPECTED = {
-    "current": {"request.csv": REQUEST_CURRENT, "batch.csv": BATCH_CURRENT,
-                "kvcache.csv": KV_VLLM, "forward.csv": FORWARD,
-                "request_status.csv": REQUEST_STATUS},
-    "dec2025": {"request.csv": REQUEST_DEC2025, "batch.csv": BATCH_DEC2025,
-                "kvcache.csv": KV_VLLM, "forward.csv": FORWARD_DEC2025},
-    "cann2025": {"request.csv": REQUEST_CANN2025, "batch.csv": BATCH_CANN2025,
-                 "kvcache.csv": KV_VLLM, "forward.csv": FORWARD_CANN2025},
-    "mindie": {"request.csv": REQUEST_CURRENT, "batch.csv": BATCH_MINDIE,
-               "kvcache.csv": KV_MINDIE, "forward.csv": FORWARD},
+    "current": {
+        "request.csv": REQUEST_CURRENT,
+        "batch.csv": BATCH_CURRENT,
+        "kvcache.csv": KV_VLLM,
+        "forward.csv": FORWARD,
+        "request_status.csv": REQUEST_STATUS,
+    },
+    "dec2025": {
+        "request.csv": REQUEST_DEC2025,
+        "batch.csv": BATCH_DEC2025,
+        "kvcache.csv": KV_VLLM,
+        "forward.csv": FORWARD_DEC2025,
+    },
+    "cann2025": {
+        "request.csv": REQUEST_CANN2025,
+        "batch.csv": BATCH_CANN2025,
+        "kvcache.csv": KV_VLLM,
+        "forward.csv": FORWARD_CANN2025,
+    },
+    "mindie": {
+        "request.csv": REQUEST_CURRENT,
+        "batch.csv": BATCH_MINDIE,
+        "kvcache.csv": KV_MINDIE,
+        "forward.csv": FORWARD,
+    },
 }
 COLON_DT = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}:\d{6}$")
 SUFFIX = re.compile(r"-[a-f0-9]{8}$")
@@ -108,17 +142,22 @@ def test_exact_header_lines(folders: dict[str, Path], result: SimResult, gen: st
 
 
 def test_datetimes_have_colon_microseconds_in_shanghai_time(
-        folders: dict[str, Path], result: SimResult) -> None:
+    folders: dict[str, Path], result: SimResult
+) -> None:
     req = _read(folders["current"] / "inst-0" / "request.csv")
     batch = _read(folders["current"] / "inst-0" / "batch.csv")
     kv = _read(folders["current"] / "inst-0" / "kvcache.csv")
-    for col in (req["start_datetime"], batch["start_datetime"], batch["end_datetime"],
-                kv["start_time"]):
+    for col in (
+        req["start_datetime"],
+        batch["start_datetime"],
+        batch["end_datetime"],
+        kv["start_time"],
+    ):
         assert col.str.contains(COLON_DT.pattern).all()
-    first = result.requests.filter(pl.col("instance") == "inst-0").sort("arrival_s").row(
-        0, named=True)
-    expected = datetime.fromtimestamp(first["arrival_s"], SHANGHAI).strftime(
-        "%Y-%m-%d %H:%M:%S:%f")
+    first = (
+        result.requests.filter(pl.col("instance") == "inst-0").sort("arrival_s").row(0, named=True)
+    )
+    expected = datetime.fromtimestamp(first["arrival_s"], SHANGHAI).strftime("%Y-%m-%d %H:%M:%S:%f")
     assert req["start_datetime"][0] == expected
 
 
@@ -155,20 +194,24 @@ def test_counts_equal_simresult_tables(folders: dict[str, Path], result: SimResu
         # bubble is the gap to the device's next forward (empty on its last)
         for _, dev in fwd.group_by("prof_id"):
             assert dev["forward_iter"].cast(pl.Int64).sort().to_list() == list(
-                range(1, dev.height + 1))
+                range(1, dev.height + 1)
+            )
             assert dev["bubble_time(ms)"].null_count() == 1
         members = result.members.join(steps.select("step_id"), on="step_id")
         assert sum(len(_rids(s)) for s in sched["res_list"]) == members.height
         assert sched["batch_size"].cast(pl.Int64).sum() == steps["batch_size"].sum()
-        assert (sched["total_scheduled_tokens"].cast(pl.Int64).sum()
-                == (steps["prefill_tokens"] + steps["decode_tokens"]).sum())
+        assert (
+            sched["total_scheduled_tokens"].cast(pl.Int64).sum()
+            == (steps["prefill_tokens"] + steps["decode_tokens"]).sum()
+        )
         # KV columns filled on scheduling rows, 0 on execution rows
         assert sched["used_blocks"].cast(pl.Int64).sum() == steps["used_blocks"].sum()
         assert (execs["used_blocks"].cast(pl.Int64) == 0).all()
 
 
 def test_res_list_rids_match_request_rids_after_stripping_suffix(
-        folders: dict[str, Path], result: SimResult) -> None:
+    folders: dict[str, Path], result: SimResult
+) -> None:
     for inst in result.instances:
         d = folders["suffixed"] / inst
         http = set(_read(d / "request.csv")["http_rid"])
@@ -176,16 +219,19 @@ def test_res_list_rids_match_request_rids_after_stripping_suffix(
         rids = {r for s in batch["res_list"] for r in _rids(s)}
         assert rids and all(SUFFIX.search(r) for r in rids)
         assert {SUFFIX.sub("", r) for r in rids} <= http
-        plain = {r for s in _read(folders["current"] / inst / "batch.csv")["res_list"]
-                 for r in _rids(s)}
+        plain = {
+            r for s in _read(folders["current"] / inst / "batch.csv")["res_list"] for r in _rids(s)
+        }
         assert plain == {SUFFIX.sub("", r) for r in rids}
 
 
 def test_one_prof_id_per_dp_rank_and_no_dp_column_where_none(
-        folders: dict[str, Path], result: SimResult) -> None:
+    folders: dict[str, Path], result: SimResult
+) -> None:
     batch = _read(folders["current"] / "inst-0" / "batch.csv")  # 2 DP ranks
-    per_rank = batch.group_by("dp_rank").agg(pl.col("prof_id").n_unique().alias("n"),
-                                             pl.col("prof_id").first())
+    per_rank = batch.group_by("dp_rank").agg(
+        pl.col("prof_id").n_unique().alias("n"), pl.col("prof_id").first()
+    )
     assert sorted(per_rank["dp_rank"].to_list()) == ["0", "1"]
     assert per_rank["n"].to_list() == [1, 1]
     expected = {str(r.dp_rank): r.prof_id for r in result.ranks if r.instance == "inst-0"}
@@ -258,23 +304,37 @@ def test_datetime_formatter_round_trips(t: float) -> None:
     assert abs(back.astimezone(UTC).timestamp() - t) <= 1e-6 + 1e-12 * t
 
 
-_member = st.fixed_dictionaries({
-    "rid": st.one_of(st.from_regex(r"[A-Za-z0-9_.:\-]{1,20}", fullmatch=True),
-                     st.text(min_size=1, max_size=12)),  # quotes/backslashes: repr fallback
-    "iter": st.integers(0, 10_000), "type": st.integers(0, 1),
-    "num_scheduled_tokens": st.integers(0, 100_000), "num_prompt_tokens": st.integers(0, 10**6),
-    "num_computed_tokens": st.integers(0, 10**6),
-})
+_member = st.fixed_dictionaries(
+    {
+        "rid": st.one_of(
+            st.from_regex(r"[A-Za-z0-9_.:\-]{1,20}", fullmatch=True),
+            st.text(min_size=1, max_size=12),
+        ),  # quotes/backslashes: repr fallback
+        "iter": st.integers(0, 10_000),
+        "type": st.integers(0, 1),
+        "num_scheduled_tokens": st.integers(0, 100_000),
+        "num_prompt_tokens": st.integers(0, 10**6),
+        "num_computed_tokens": st.integers(0, 10**6),
+    }
+)
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.lists(_member, min_size=1, max_size=6), min_size=1, max_size=5))
 def test_res_list_formatter_round_trips(steps: list[list[dict[str, object]]]) -> None:
     rows = [{"step_id": i, **m} for i, ms in enumerate(steps) for m in ms]
-    members = pl.DataFrame(rows, schema={
-        "step_id": pl.Int64, "rid": pl.Utf8, "iter": pl.Int64, "type": pl.Int64,
-        "num_scheduled_tokens": pl.Int64, "num_prompt_tokens": pl.Int64,
-        "num_computed_tokens": pl.Int64})
+    members = pl.DataFrame(
+        rows,
+        schema={
+            "step_id": pl.Int64,
+            "rid": pl.Utf8,
+            "iter": pl.Int64,
+            "type": pl.Int64,
+            "num_scheduled_tokens": pl.Int64,
+            "num_prompt_tokens": pl.Int64,
+            "num_computed_tokens": pl.Int64,
+        },
+    )
     out = res_list_frame(members).sort("step_id")
     assert out["step_id"].to_list() == list(range(len(steps)))
     for i, text in enumerate(out["res_list"]):

@@ -16,8 +16,11 @@ def main(prom: str, load_path: str) -> int:
     with open(load_path) as f:
         load = json.load(f)
     start, end = math.floor(load["start_s"]) - 10, math.ceil(load["end_s"]) + 10
-    want = {"requests": load["ok"], "prompt_tokens": load["prompt_tokens"],
-            "generation_tokens": load["gen_tokens"]}
+    want = {
+        "requests": load["ok"],
+        "prompt_tokens": load["prompt_tokens"],
+        "generation_tokens": load["gen_tokens"],
+    }
     rank = load["rank"]
     bad = 0
     for step in (2.0, 5.0, 10.0):
@@ -29,9 +32,11 @@ def main(prom: str, load_path: str) -> int:
         off = {k: abs(got[k] - want[k]) / want[k] for k in want}
         ok = all(v <= 0.01 for v in off.values()) and others == 0
         bad += not ok
-        print(f"  {'ok  ' if ok else 'FAIL'} step {step:g} s: rank {rank} "
-              + ", ".join(f"{k} {got[k]:g} (sent {want[k]:g})" for k in want)
-              + f"; other ranks {others:g} requests")
+        print(
+            f"  {'ok  ' if ok else 'FAIL'} step {step:g} s: rank {rank} "
+            + ", ".join(f"{k} {got[k]:g} (sent {want[k]:g})" for k in want)
+            + f"; other ranks {others:g} requests"
+        )
     print("exact: PASS" if not bad else "exact: FAIL")
     return 1 if bad else 0
 

@@ -50,13 +50,30 @@ def span(load: dict[str, Any]) -> tuple[int, int]:
 
 def whatif(prom: str, load: dict[str, Any], out: Path) -> dict[str, Any]:
     start, end = span(load)
-    cmd = [sys.executable, "-m", "skewscope.cli", "whatif", "--prometheus", prom,
-           "--start", str(start), "--end", str(end), "--dp-policies", "round_robin,vllm_dp",
-           "--format", "json", "-o", str(out), "--force"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "skewscope.cli",
+        "whatif",
+        "--prometheus",
+        prom,
+        "--start",
+        str(start),
+        "--end",
+        str(end),
+        "--dp-policies",
+        "round_robin,vllm_dp",
+        "--format",
+        "json",
+        "-o",
+        str(out),
+        "--force",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[2:5])} exited {done.returncode}: "
-                           f"{done.stderr.strip()[-300:]}")
+        raise RuntimeError(
+            f"{' '.join(cmd[2:5])} exited {done.returncode}: {done.stderr.strip()[-300:]}"
+        )
     doc: dict[str, Any] = json.loads(out.read_text())
     return doc
 
@@ -77,8 +94,11 @@ def counters_at(prom: str, t: int) -> dict[str, dict[str, float]]:
     before it)."""
     out: dict[str, dict[str, float]] = {}
     for name, metric in COUNTERS.items():
-        r = httpx.get(f"{prom}/api/v1/query",
-                      params={"query": f"sum by (engine) ({metric})", "time": t}, timeout=30)
+        r = httpx.get(
+            f"{prom}/api/v1/query",
+            params={"query": f"sum by (engine) ({metric})", "time": t},
+            timeout=30,
+        )
         r.raise_for_status()
         for s in r.json()["data"]["result"]:
             out.setdefault(s["metric"].get("engine", "?"), {})[name] = float(s["value"][1])
@@ -89,8 +109,10 @@ def exact_deltas(prom: str, load: dict[str, Any]) -> dict[str, dict[str, float]]
     """Per rank over the run: COUNTERS' increase between the idle gaps around it."""
     start, end = span(load)
     before, after = counters_at(prom, start - 1), counters_at(prom, end + 4)
-    return {e: {k: v - before.get(e, {}).get(k, 0.0) for k, v in after[e].items()}
-            for e in sorted(after)}
+    return {
+        e: {k: v - before.get(e, {}).get(k, 0.0) for k, v in after[e].items()}
+        for e in sorted(after)
+    }
 
 
 def exact_mean_ms(split: dict[str, dict[str, float]], key: str) -> float | None:
@@ -129,15 +151,19 @@ def client_pct(load: dict[str, Any], q: float) -> float | None:
 def main(prom: str, pinned_path: str, balanced_path: str, outdir: str) -> int:
     out = Path(outdir)
     pinned, balanced = (json.loads(Path(p).read_text()) for p in (pinned_path, balanced_path))
-    problems = [f"{name} run: {ld['ok']} of {ld['requests']} answered"
-                for name, ld in (("pinned", pinned), ("balanced", balanced))
-                if ld["ok"] != ld["requests"]]
+    problems = [
+        f"{name} run: {ld['ok']} of {ld['requests']} answered"
+        for name, ld in (("pinned", pinned), ("balanced", balanced))
+        if ld["ok"] != ld["requests"]
+    ]
     pred_doc = whatif(prom, pinned, out / "whatif-pinned.json")
     true_doc = whatif(prom, balanced, out / "whatif-balanced.json")
     cand = next((p for p in pred_doc["policies"] if p["name"] == CANDIDATE), None)
     if cand is None:
-        print(f"  FAIL no {CANDIDATE} candidate in the pinned run's whatif "
-              f"(policies: {[p['name'] for p in pred_doc['policies']]})")
+        print(
+            f"  FAIL no {CANDIDATE} candidate in the pinned run's whatif "
+            f"(policies: {[p['name'] for p in pred_doc['policies']]})"
+        )
         print("referee: FAIL")
         return 1
     predicted: dict[str, float | None] = cand["predicted"]
@@ -148,26 +174,48 @@ def main(prom: str, pinned_path: str, balanced_path: str, outdir: str) -> int:
     actual["max_over_median_load"] = ratio([d.get("e2e_s", 0.0) for d in split.values()])
     shares_pred = cand.get("unit_load") or {}
     total_spent = sum(d.get("e2e_s", 0.0) for d in split.values()) or 1.0
-    print(f"referee: {pinned.get('lengths', 'fixed')} lengths, seed {pinned.get('seed')}, "
-          f"{pinned['requests']} requests; pinned {span(pinned)}, balanced {span(balanced)}")
-    print("  pinned run, per rank (exact counters): " + ", ".join(
-        f"engine {e}: {d.get('requests', 0):g} req, {d.get('e2e_s', 0):.1f} s in system"
-        for e, d in pinned_split.items()))
-    print("  balanced run, per rank (exact counters): " + ", ".join(
-        f"engine {e}: {d.get('requests', 0):g} req, {d.get('e2e_s', 0):.1f} s in system "
-        f"(load share {d.get('e2e_s', 0) / total_spent:.3f})" for e, d in split.items()))
-    print(f"  balanced max/median load: {num(actual['max_over_median_load'])} from the counter"
-          f" deltas, {num(seen_ratio)} as the balanced whatif reads its evidence")
-    print("  predicted load share (dp:vllm_dp): " + ", ".join(
-        f"{u}: {v:.3f}" for u, v in shares_pred.items()))
-    print(f"  pinned whatif: trusted={pred_doc['trusted']}, recommended={pred_doc['recommended']}"
-          f" ({pred_doc['ranking']['verdict']}); balanced whatif: trusted={true_doc['trusted']}")
+    print(
+        f"referee: {pinned.get('lengths', 'fixed')} lengths, seed {pinned.get('seed')}, "
+        f"{pinned['requests']} requests; pinned {span(pinned)}, balanced {span(balanced)}"
+    )
+    print(
+        "  pinned run, per rank (exact counters): "
+        + ", ".join(
+            f"engine {e}: {d.get('requests', 0):g} req, {d.get('e2e_s', 0):.1f} s in system"
+            for e, d in pinned_split.items()
+        )
+    )
+    print(
+        "  balanced run, per rank (exact counters): "
+        + ", ".join(
+            f"engine {e}: {d.get('requests', 0):g} req, {d.get('e2e_s', 0):.1f} s in system "
+            f"(load share {d.get('e2e_s', 0) / total_spent:.3f})"
+            for e, d in split.items()
+        )
+    )
+    print(
+        f"  balanced max/median load: {num(actual['max_over_median_load'])} from the counter"
+        f" deltas, {num(seen_ratio)} as the balanced whatif reads its evidence"
+    )
+    print(
+        "  predicted load share (dp:vllm_dp): "
+        + ", ".join(f"{u}: {v:.3f}" for u, v in shares_pred.items())
+    )
+    print(
+        f"  pinned whatif: trusted={pred_doc['trusted']}, recommended={pred_doc['recommended']}"
+        f" ({pred_doc['ranking']['verdict']}); balanced whatif: trusted={true_doc['trusted']}"
+    )
     step = pred_doc["service_model"]["step"]
-    calibrated = not any(n.get("code") in ("whatif_no_itl_histogram", "whatif_not_reproduced")
-                         and not n.get("metrics") for n in pred_doc["note_facts"])
-    print(f"  pinned service model: fixed {step['fixed_ms']:.2f} ms + "
-          f"{step['per_prefill_token_ms']:.4f} ms/prefill token + {step['per_decode_seq_ms']:.3f}"
-          f" ms/decode seq ({'calibrated' if calibrated else 'NOT calibrated: defaults'})")
+    calibrated = not any(
+        n.get("code") in ("whatif_no_itl_histogram", "whatif_not_reproduced")
+        and not n.get("metrics")
+        for n in pred_doc["note_facts"]
+    )
+    print(
+        f"  pinned service model: fixed {step['fixed_ms']:.2f} ms + "
+        f"{step['per_prefill_token_ms']:.4f} ms/prefill token + {step['per_decode_seq_ms']:.3f}"
+        f" ms/decode seq ({'calibrated' if calibrated else 'NOT calibrated: defaults'})"
+    )
     for n in pred_doc["notes"]:
         if "calibrat" in n or "default" in n:
             print(f"    note: {n[:200]}")
@@ -177,30 +225,60 @@ def main(prom: str, pinned_path: str, balanced_path: str, outdir: str) -> int:
         p, a = predicted.get(key), actual.get(key)
         e = err(p, a)
         gated = key == "max_over_median_load"
-        verdict = ("n/a" if e is None else "ok" if goal is None or abs(e) <= goal else "missed")
-        print(f"  {label:22} {num(p):>11} {num(a):>11} {pct(e):>9}  "
-              + (f"{goal:.0%} ({verdict}{', gated' if gated else ', reported'})" if goal
-                 else "reported"))
-        rows.append({"metric": key, "predicted": p, "actual": a, "error": e, "goal": goal,
-                     "gated": gated})
+        verdict = "n/a" if e is None else "ok" if goal is None or abs(e) <= goal else "missed"
+        print(
+            f"  {label:22} {num(p):>11} {num(a):>11} {pct(e):>9}  "
+            + (
+                f"{goal:.0%} ({verdict}{', gated' if gated else ', reported'})"
+                if goal
+                else "reported"
+            )
+        )
+        rows.append(
+            {"metric": key, "predicted": p, "actual": a, "error": e, "goal": goal, "gated": gated}
+        )
         if gated and (e is None or abs(e) > LOAD_TOLERANCE):
             problems.append(f"max/median load: predicted {num(p)}, actual {num(a)} ({pct(e)})")
-    means = {run: {k: exact_mean_ms(sp, k) for k in ("queue", "ttft", "e2e")}
-             for run, sp in (("pinned", pinned_split), ("balanced", split))}
-    print("  exact means from the counters (ms), pinned / balanced: " + ", ".join(
-        f"{k} {num(means['pinned'][k])} / {num(means['balanced'][k])}"
-        for k in ("queue", "ttft", "e2e")))
-    print("    (a percentile whose value is in a histogram's first bucket is interpolated in it:"
-          " vLLM's queue-time buckets start at 300 ms, so a sub-ms queue reads ~285 ms)")
-    print(f"  client-side E2E median / P99 (ms): pinned {num(client_pct(pinned, 0.5))} / "
-          f"{num(client_pct(pinned, 0.99))}, balanced {num(client_pct(balanced, 0.5))} / "
-          f"{num(client_pct(balanced, 0.99))}")
-    (out / "referee.json").write_text(json.dumps({
-        "lengths": pinned.get("lengths"), "seed": pinned.get("seed"),
-        "requests": pinned["requests"], "rows": rows, "trusted": pred_doc["trusted"],
-        "calibrated": calibrated, "service_model_step": step, "balanced_whatif_load": seen_ratio,
-        "balanced_split": split, "pinned_split": pinned_split, "exact_means_ms": means,
-        "predicted_share": shares_pred, "problems": problems}, indent=1))
+    means = {
+        run: {k: exact_mean_ms(sp, k) for k in ("queue", "ttft", "e2e")}
+        for run, sp in (("pinned", pinned_split), ("balanced", split))
+    }
+    print(
+        "  exact means from the counters (ms), pinned / balanced: "
+        + ", ".join(
+            f"{k} {num(means['pinned'][k])} / {num(means['balanced'][k])}"
+            for k in ("queue", "ttft", "e2e")
+        )
+    )
+    print(
+        "    (a percentile whose value is in a histogram's first bucket is interpolated in it:"
+        " vLLM's queue-time buckets start at 300 ms, so a sub-ms queue reads ~285 ms)"
+    )
+    print(
+        f"  client-side E2E median / P99 (ms): pinned {num(client_pct(pinned, 0.5))} / "
+        f"{num(client_pct(pinned, 0.99))}, balanced {num(client_pct(balanced, 0.5))} / "
+        f"{num(client_pct(balanced, 0.99))}"
+    )
+    (out / "referee.json").write_text(
+        json.dumps(
+            {
+                "lengths": pinned.get("lengths"),
+                "seed": pinned.get("seed"),
+                "requests": pinned["requests"],
+                "rows": rows,
+                "trusted": pred_doc["trusted"],
+                "calibrated": calibrated,
+                "service_model_step": step,
+                "balanced_whatif_load": seen_ratio,
+                "balanced_split": split,
+                "pinned_split": pinned_split,
+                "exact_means_ms": means,
+                "predicted_share": shares_pred,
+                "problems": problems,
+            },
+            indent=1,
+        )
+    )
     for p in problems:
         print(f"  FAIL {p}")
     print("referee: PASS" if not problems else "referee: FAIL")

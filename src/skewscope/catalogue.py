@@ -336,4 +336,5 @@ POLICY_CLASS: dict[str, PolicyClass] = {
 # Policy classes that pick by a load figure the router polls from the engines, and so can act
 # on a stale one (prefix policies fall back to the least-loaded worker when imbalanced).
 POLLED_LOAD_CLASSES: frozenset[PolicyClass] = frozenset(
-    {PolicyClass.LOAD_AWARE, PolicyClass.PREFIX})
+    {PolicyClass.LOAD_AWARE, PolicyClass.PREFIX}
+)

@@ -218,13 +218,16 @@ class Thresholds:
         its own table."""
         for key in values:
             if key in SOURCE_SETTINGS:
-                raise UsageError(f"{where} {key}: read by the sources, not the analysis; "
-                                 "set it in the [sources] table")
+                raise UsageError(
+                    f"{where} {key}: read by the sources, not the analysis; "
+                    "set it in the [sources] table"
+                )
         new = override(self, values, where, "threshold")
         for want, why in new.contradictions():
             key = next((k for k in values if k in want), next(iter(want)))  # file order
-            raise UsageError(f"{where} {key}: expected {want[key]}, got {getattr(new, key)!r} "
-                             f"({why})")
+            raise UsageError(
+                f"{where} {key}: expected {want[key]}, got {getattr(new, key)!r} ({why})"
+            )
         return new
 
     def contradictions(self) -> list[tuple[dict[str, str], str]]:
@@ -234,13 +237,20 @@ class Thresholds:
         for low, high, why in _ORDERED:
             a, b = getattr(self, low), getattr(self, high)
             if a > b:
-                found.append(({low: f"at most {high} ({b:g})", high: f"at least {low} ({a:g})"},
-                              why))
+                found.append(
+                    ({low: f"at most {high} ({b:g})", high: f"at least {low} ({a:g})"}, why)
+                )
         n, p = self.permutations, self.weight_p_value
         if p <= 1 / (n + 1):  # the smallest p-value the permutation test can give
-            found.append(({"weight_p_value": f"more than 1/(permutations + 1) = {1 / (n + 1):.3g}",
-                           "permutations": f"more than 1/weight_p_value - 1 = {1 / p - 1:g}"},
-                          f"{n} permutations cannot give a p-value of {p:g} or less"))
+            found.append(
+                (
+                    {
+                        "weight_p_value": f"more than 1/(permutations + 1) = {1 / (n + 1):.3g}",
+                        "permutations": f"more than 1/weight_p_value - 1 = {1 / p - 1:g}",
+                    },
+                    f"{n} permutations cannot give a p-value of {p:g} or less",
+                )
+            )
         return found
 
     @property

@@ -21,9 +21,17 @@ class Progress:
     """``update(done, detail)`` with ``done`` in ``[0, total]`` of ``unit``; ``close()`` when
     finished (or use it as a context manager). ``enabled=False`` prints nothing."""
 
-    def __init__(self, what: str, total: float, unit: str, *, every_s: float | None = None,
-                 out: TextIO | None = None, tty: bool | None = None,
-                 enabled: bool = True) -> None:
+    def __init__(
+        self,
+        what: str,
+        total: float,
+        unit: str,
+        *,
+        every_s: float | None = None,
+        out: TextIO | None = None,
+        tty: bool | None = None,
+        enabled: bool = True,
+    ) -> None:
         # ``what`` can quote a scenario name from a user's file: one bounded, escaped line
         self.what, self.total, self.unit = one_line(what, 120), total, unit
         self.every_s = DEFAULT_LIMITS.progress_every_s if every_s is None else every_s
@@ -58,8 +66,7 @@ class Progress:
         """The plain line: ``skewscope: WHAT: DONE of TOTAL UNIT[, DETAIL]`` (whole numbers
         from a total of 10 up, one decimal below)."""
         digits = 0 if self.total >= 10 else 1
-        text = (f"skewscope: {self.what}: {done:,.{digits}f} of {self.total:,.{digits}f} "
-                f"{self.unit}")
+        text = f"skewscope: {self.what}: {done:,.{digits}f} of {self.total:,.{digits}f} {self.unit}"
         return f"{text}, {one_line(detail, 80)}" if detail else text
 
     def close(self) -> None:
@@ -70,6 +77,7 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

@@ -52,8 +52,9 @@ class Range:
     def text(self) -> str:
         low, high = _num(self.low), _num(self.high)
         if self.low is not None and self.high is not None:
-            return (f"in {'(' if self.low_open else '['}{low}, {high}"
-                    f"{')' if self.high_open else ']'}")
+            return (
+                f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+            )
         if self.low is not None:
             return f"{'>' if self.low_open else '>='} {low}"
         assert self.high is not None
@@ -115,8 +116,11 @@ def _pattern(cls: type, name: str) -> Pattern | None:
 
 def out_of_range(obj: object) -> list[tuple[str, str]]:
     """(field, what it must be) of every field of ``obj`` outside its type's range."""
-    return [(name, rng.text()) for name, (_, rng) in field_kinds(type(obj)).items()
-            if rng is not None and not rng.holds(getattr(obj, name))]
+    return [
+        (name, rng.text())
+        for name, (_, rng) in field_kinds(type(obj)).items()
+        if rng is not None and not rng.holds(getattr(obj, name))
+    ]
 
 
 def override(obj: T, values: Mapping[str, object], where: str, what: str) -> T:
@@ -138,8 +142,11 @@ def override(obj: T, values: Mapping[str, object], where: str, what: str) -> T:
             clean[key] = value
             continue
         want = "an integer" if kind is int else "a number"
-        if (isinstance(value, bool) or not isinstance(value, int | float)
-                or (kind is int and not isinstance(value, int))):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or (kind is int and not isinstance(value, int))
+        ):
             raise UsageError(f"{where} {key}: expected {want}, got {_shown(value)}")
         if isinstance(value, float) and not math.isfinite(value):
             raise UsageError(f"{where} {key}: expected a finite number, got {value!r}")

@@ -37,8 +37,13 @@ def _fail(error: type[SkewscopeError], what: str, why: str) -> SkewscopeError:
     return error(one_line(f"{what}: {why}"))
 
 
-def read_small(path: str | Path, what: str, *, limit: int = SMALL_FILE_BYTES,
-               error: type[SkewscopeError] = InputError) -> str:
+def read_small(
+    path: str | Path,
+    what: str,
+    *,
+    limit: int = SMALL_FILE_BYTES,
+    error: type[SkewscopeError] = InputError,
+) -> str:
     """The text of the regular file ``path`` (at most ``limit`` bytes, UTF-8), or ``error``
     with one line starting ``what:`` (e.g. ``"--config f.toml"``)."""
     try:
@@ -178,8 +183,13 @@ def _check_depth(text: str, what: str, error: type[SkewscopeError], toml: bool) 
         raise _fail(error, what, f"nested {depth} levels deep, expected at most {MAX_NESTING}")
 
 
-def load_toml(path: str | Path, what: str, *, limit: int = SMALL_FILE_BYTES,
-              error: type[SkewscopeError] = InputError) -> dict[str, Any]:
+def load_toml(
+    path: str | Path,
+    what: str,
+    *,
+    limit: int = SMALL_FILE_BYTES,
+    error: type[SkewscopeError] = InputError,
+) -> dict[str, Any]:
     """``read_small`` + the nesting check + ``tomllib``; invalid TOML is ``error`` with the
     parser's line and column."""
     text = read_small(path, what, limit=limit, error=error)
@@ -192,16 +202,21 @@ def load_toml(path: str | Path, what: str, *, limit: int = SMALL_FILE_BYTES,
         raise _fail(error, what, f"not TOML ({type(exc).__name__}: {exc})") from None
 
 
-def load_json(path: str | Path, what: str, *, limit: int = SMALL_FILE_BYTES,
-              error: type[SkewscopeError] = InputError) -> Any:
+def load_json(
+    path: str | Path,
+    what: str,
+    *,
+    limit: int = SMALL_FILE_BYTES,
+    error: type[SkewscopeError] = InputError,
+) -> Any:
     """``read_small`` + the nesting check + ``json``; invalid JSON is ``error`` with its line."""
     text = read_small(path, what, limit=limit, error=error)
     _check_depth(text, what, error, toml=False)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _fail(error, what, f"not JSON (line {exc.lineno} column {exc.colno}: "
-                                 f"{exc.msg})") from None
+        raise _fail(
+            error, what, f"not JSON (line {exc.lineno} column {exc.colno}: {exc.msg})"
+        ) from None
     except (RecursionError, ValueError) as exc:
         raise _fail(error, what, f"not JSON ({exc})") from None
-

@@ -35,8 +35,9 @@ def stops_deferred() -> Iterator[None]:
         yield
         return
     caught: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
-                for s in DEFERRED_SIGNALS}
+    previous = {
+        s: signal.signal(s, lambda signum, _frame: caught.append(signum)) for s in DEFERRED_SIGNALS
+    }
     try:
         yield
     finally:
@@ -59,16 +60,18 @@ class _Pool(ProcessPoolExecutor):
 
 
 @contextlib.contextmanager
-def process_pool(max_workers: int, grace_s: float = STOP_GRACE_S,
-                 initializer: Callable[..., None] | None = None, initargs: tuple[Any, ...] = ()
-                 ) -> Iterator[ProcessPoolExecutor]:
+def process_pool(
+    max_workers: int,
+    grace_s: float = STOP_GRACE_S,
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple[Any, ...] = (),
+) -> Iterator[ProcessPoolExecutor]:
     """A forkserver pool (forking a process that runs polars' thread pool can deadlock the
     child; ``multiprocessing.get_context("forkserver")`` is the context its queues need too);
     on any exception its workers are terminated — killed after ``grace_s`` — and joined before
     the exception goes on."""
     ctx = multiprocessing.get_context("forkserver")
-    ex = _Pool(max_workers=max_workers, mp_context=ctx, initializer=initializer,
-               initargs=initargs)
+    ex = _Pool(max_workers=max_workers, mp_context=ctx, initializer=initializer, initargs=initargs)
     try:
         yield ex
     except BaseException:

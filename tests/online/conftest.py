@@ -34,8 +34,11 @@ def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) ->
 def scraped_after(prom: str, t: float, targets: int, job: str = "fleet") -> bool:
     """Prometheus has scraped all ``targets`` of ``job`` (up) at or after epoch ``t``: what
     happened before ``t`` is in its TSDB. A condition to wait on, instead of a sleep."""
-    r = httpx.get(f"{prom}/api/v1/query", timeout=10, params={
-        "query": f'count(timestamp(up{{job="{job}"}} == 1) >= {t:.3f})'})
+    r = httpx.get(
+        f"{prom}/api/v1/query",
+        timeout=10,
+        params={"query": f'count(timestamp(up{{job="{job}"}} == 1) >= {t:.3f})'},
+    )
     got = r.json()["data"]["result"]
     return bool(got) and int(float(got[0]["value"][1])) == targets
 

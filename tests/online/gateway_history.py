@@ -37,12 +37,12 @@ def _window(t_off: int) -> int:
     return max(0, (t_off - 1) // WINDOW)
 
 
-def _engine(t0: int, t_off: int, inst: str, engine: str, count: float, running: float,
-            waiting: float) -> Iterator[Sample]:
+def _engine(
+    t0: int, t_off: int, inst: str, engine: str, count: float, running: float, waiting: float
+) -> Iterator[Sample]:
     lab = _lab(job="vllm", instance=inst, engine=engine, model_name="m")
     t = t0 + t_off
-    yield Sample("vllm:request_success_total", _lab(**dict(lab), finished_reason="stop"), t,
-                 count)
+    yield Sample("vllm:request_success_total", _lab(**dict(lab), finished_reason="stop"), t, count)
     yield Sample("vllm:prompt_tokens_total", lab, t, count * 100.0)
     yield Sample("vllm:generation_tokens_total", lab, t, count * 50.0)
     yield Sample("vllm:num_requests_running", lab, t, running)
@@ -57,21 +57,46 @@ def _epp(t_off: int) -> Iterator[Sample]:
     w, t = _window(t_off), T_EPP + t_off
     for pod in PODS:
         rate = 3.0 if pod == "vllm-c" else 1.0
-        yield from _engine(T_EPP, t_off, pod, "0", rate * t_off, 4.0 * rate,
-                           _epp_waiting(pod, w))
-        epp = _lab(job="epp", instance="epp:9090", endpoint_name=pod, namespace="llm",
-                   port="8000", status="success", target_model_name="m")
+        yield from _engine(T_EPP, t_off, pod, "0", rate * t_off, 4.0 * rate, _epp_waiting(pod, w))
+        epp = _lab(
+            job="epp",
+            instance="epp:9090",
+            endpoint_name=pod,
+            namespace="llm",
+            port="8000",
+            status="success",
+            target_model_name="m",
+        )
         yield Sample("llm_d_epp_scheduler_attempts_total", epp, t, rate * t_off)
         # llm-d's picker counts every attempt under the Inference Extension's name too
-        legacy = _lab(job="epp", instance="epp:9090", pod_name=pod, namespace="llm",
-                      port="8000", status="success", target_model_name="m")
+        legacy = _lab(
+            job="epp",
+            instance="epp:9090",
+            pod_name=pod,
+            namespace="llm",
+            port="8000",
+            status="success",
+            target_model_name="m",
+        )
         yield Sample("inference_extension_scheduler_attempts_total", legacy, t, rate * t_off)
         seen = _epp_waiting(pod, w - LAG) if w >= LAG else 0.5
-        yield Sample("llm_d_epp_per_endpoint_queue_size",
-                     _lab(job="epp", instance="epp:9090", model_server_endpoint=f"{pod}-rank-0",
-                          name="pool"), t, seen)
-    failed = _lab(job="epp", instance="epp:9090", endpoint_name="", namespace="", port="",
-                  status="failure", target_model_name="m")
+        yield Sample(
+            "llm_d_epp_per_endpoint_queue_size",
+            _lab(
+                job="epp", instance="epp:9090", model_server_endpoint=f"{pod}-rank-0", name="pool"
+            ),
+            t,
+            seen,
+        )
+    failed = _lab(
+        job="epp",
+        instance="epp:9090",
+        endpoint_name="",
+        namespace="",
+        port="",
+        status="failure",
+        target_model_name="m",
+    )
     yield Sample("llm_d_epp_scheduler_attempts_total", failed, t, float(t_off // 60))
     pool = _lab(job="epp", instance="epp:9090", name="pool")
     yield Sample("llm_d_epp_ready_endpoints", pool, t, 4.0)
@@ -96,17 +121,22 @@ def _ps(t_off: int) -> Iterator[Sample]:
         count = _ps_count(host, t_off)
         yield from _engine(T_PS, t_off, host, "0", count, 4.0 * _ps_rate(host, w), 0.5)
         server = f"http://{host}"
-        lat = _lab(job="router", instance="router:8001", model="m", server=server,
-                   status="success")
+        lat = _lab(job="router", instance="router:8001", model="m", server=server, status="success")
         yield Sample("vllm:request_latency_seconds_count", lat, t, count)
         yield Sample("vllm:request_latency_seconds_sum", lat, t, count * 0.5)
         router = _lab(job="router", instance="router:8001", server=server)
-        yield Sample("vllm:healthy_pods_total", router, t,
-                     0.0 if host == HOSTS[3] and w in DOWN else 1.0)
+        yield Sample(
+            "vllm:healthy_pods_total", router, t, 0.0 if host == HOSTS[3] and w in DOWN else 1.0
+        )
         yield Sample("vllm:num_requests_running", router, t, 4.0 * _ps_rate(host, w))
         yield Sample("vllm:current_qps", router, t, _ps_rate(host, w))
-    decisions = _lab(job="router", instance="router:8001", algorithm="session",
-                     decision="unknown", reason="unknown")
+    decisions = _lab(
+        job="router",
+        instance="router:8001",
+        algorithm="session",
+        decision="unknown",
+        reason="unknown",
+    )
     yield Sample("vllm:routing_decisions_total", decisions, t, 6.0 * t_off)
 
 
@@ -115,12 +145,24 @@ def _gie(t_off: int) -> Iterator[Sample]:
     for rank in range(4):
         rate = 3.0 if rank == 2 else 1.0
         yield from _engine(T_GIE, t_off, "vllm-a", str(rank), rate * t_off, 4.0 * rate, 0.5)
-        gie = _lab(job="epp", instance="epp:9090", namespace="llm", pod_name="vllm-a",
-                   port=str(8000 + rank), status="success", target_model_name="m")
+        gie = _lab(
+            job="epp",
+            instance="epp:9090",
+            namespace="llm",
+            pod_name="vllm-a",
+            port=str(8000 + rank),
+            status="success",
+            target_model_name="m",
+        )
         yield Sample("inference_extension_scheduler_attempts_total", gie, t, rate * t_off)
-        yield Sample("inference_pool_per_pod_queue_size",
-                     _lab(job="epp", instance="epp:9090", model_server_pod=f"vllm-a-rank-{rank}",
-                          name="pool"), t, 0.5)
+        yield Sample(
+            "inference_pool_per_pod_queue_size",
+            _lab(
+                job="epp", instance="epp:9090", model_server_pod=f"vllm-a-rank-{rank}", name="pool"
+            ),
+            t,
+            0.5,
+        )
     pool = _lab(job="epp", instance="epp:9090", name="pool")
     yield Sample("inference_pool_ready_pods", pool, t, 4.0)
     yield Sample("inference_pool_average_kv_cache_utilization", pool, t, 0.3)

@@ -87,8 +87,10 @@ http {{
 """)
     url = f"http://127.0.0.1:{port}"
     with running([binary, "-p", str(tmp), "-c", str(conf)], tmp / "nginx.out") as proc:
-        wait_until(lambda: proc.poll() is None and httpx.get(f"{url}/nginx-ready").status_code
-                   == 204, f"nginx (log: {tmp / 'logs' / 'error.log'})")
+        wait_until(
+            lambda: proc.poll() is None and httpx.get(f"{url}/nginx-ready").status_code == 204,
+            f"nginx (log: {tmp / 'logs' / 'error.log'})",
+        )
         yield url, log
 
 
@@ -96,30 +98,53 @@ ROUTER_PACKAGES = {"sglang-router": "sglang-router (pip)", "vllm-router": "vllm-
 
 
 @contextlib.contextmanager
-def router(kind: str, workers: Sequence[str], tmp: Path, policy: str,
-           extra: Sequence[str] = ()) -> Iterator[tuple[str, str]]:
+def router(
+    kind: str, workers: Sequence[str], tmp: Path, policy: str, extra: Sequence[str] = ()
+) -> Iterator[tuple[str, str]]:
     """sglang-router or vllm-router (same flags; sglang's under ``launch``) in front of
     ``workers``; yields (its URL, its /metrics host:port)."""
     binary = need(kind, ROUTER_PACKAGES[kind])
     port, mport = free_port(), free_port()
-    cmd = [binary, *(["launch"] if kind == "sglang-router" else []),
-           "--host", "127.0.0.1", "--port", str(port),
-           "--worker-urls", *workers, "--policy", policy,
-           "--prometheus-host", "127.0.0.1", "--prometheus-port", str(mport),
-           "--worker-startup-check-interval", "1", "--worker-startup-timeout-secs", "30",
-           "--health-check-interval-secs", "1", "--log-level", "warn" if kind ==
-           "sglang-router" else "warning", *extra]
+    cmd = [
+        binary,
+        *(["launch"] if kind == "sglang-router" else []),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--worker-urls",
+        *workers,
+        "--policy",
+        policy,
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(mport),
+        "--worker-startup-check-interval",
+        "1",
+        "--worker-startup-timeout-secs",
+        "30",
+        "--health-check-interval-secs",
+        "1",
+        "--log-level",
+        "warn" if kind == "sglang-router" else "warning",
+        *extra,
+    ]
     url = f"http://127.0.0.1:{port}"
     with running(cmd, tmp / "router.log") as proc:
-        wait_until(lambda: proc.poll() is None and
-                   len(httpx.get(f"{url}/workers").json().get("workers", [])) == len(workers),
-                   f"{kind} (log: {tmp / 'router.log'})", timeout_s=60)
+        wait_until(
+            lambda: (
+                proc.poll() is None
+                and len(httpx.get(f"{url}/workers").json().get("workers", [])) == len(workers)
+            ),
+            f"{kind} (log: {tmp / 'router.log'})",
+            timeout_s=60,
+        )
         yield url, f"127.0.0.1:{mport}"
 
 
 @contextlib.contextmanager
-def scraping_prometheus(targets: Sequence[str], tmp: Path,
-                        interval_s: int = 1) -> Iterator[str]:
+def scraping_prometheus(targets: Sequence[str], tmp: Path, interval_s: int = 1) -> Iterator[str]:
     """A real Prometheus scraping ``targets`` (host:port) every ``interval_s`` seconds."""
     binary = need("prometheus", "prometheus")
     port = free_port()
@@ -127,13 +152,20 @@ def scraping_prometheus(targets: Sequence[str], tmp: Path,
     (tmp / "prometheus.yml").write_text(
         f"global:\n  scrape_interval: {interval_s}s\n  evaluation_interval: {interval_s}s\n"
         f"scrape_configs:\n  - job_name: fleet\n    static_configs:\n"
-        f"      - targets: [{listed}]\n")
-    cmd = [binary, f"--config.file={tmp / 'prometheus.yml'}",
-           f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}"]
+        f"      - targets: [{listed}]\n"
+    )
+    cmd = [
+        binary,
+        f"--config.file={tmp / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
     url = f"http://127.0.0.1:{port}"
     with running(cmd, tmp / "prometheus.log") as proc:
-        wait_until(lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code
-                   == 200, f"Prometheus (log: {tmp / 'prometheus.log'})")
+        wait_until(
+            lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code == 200,
+            f"Prometheus (log: {tmp / 'prometheus.log'})",
+        )
         yield url
 
 
@@ -142,22 +174,39 @@ def volume_gate(tmp: Path) -> list[str]:
     the traffic is as fast as the gateway answers, so a busy machine sends fewer than the
     default 100 in the range (57 seen) and some 1 s windows fall under 2 requests a unit (5 of 9
     seen); what the gateway tests check is who got the traffic, not the gates."""
-    (tmp / "gate.toml").write_text("[thresholds]\nmin_requests_total = 30\n"
-                                   "min_requests_per_window = 1.0\n")
+    (tmp / "gate.toml").write_text(
+        "[thresholds]\nmin_requests_total = 30\nmin_requests_per_window = 1.0\n"
+    )
     return ["--config", str(tmp / "gate.toml")]
 
 
-def scrape_diagnose(cluster: LiveCluster, load: Callable[[threading.Event], None],
-                    extra: Sequence[str], out: Path) -> dict[str, Any]:
+def scrape_diagnose(
+    cluster: LiveCluster, load: Callable[[threading.Event], None], extra: Sequence[str], out: Path
+) -> dict[str, Any]:
     """``diagnose --scrape`` of every engine for 9 s (1 s windows) while ``load`` runs in a
     thread until told to stop; the JSON report."""
     stop = threading.Event()
     thread = threading.Thread(target=load, args=(stop,))
     thread.start()
     try:
-        code = main(["diagnose", "--scrape", *cluster.urls.values(), "--duration", "9s",
-                     "--interval", "250ms", "--window", "1s", *extra, "--format", "json",
-                     "-o", str(out)])
+        code = main(
+            [
+                "diagnose",
+                "--scrape",
+                *cluster.urls.values(),
+                "--duration",
+                "9s",
+                "--interval",
+                "250ms",
+                "--window",
+                "1s",
+                *extra,
+                "--format",
+                "json",
+                "-o",
+                str(out),
+            ]
+        )
     finally:
         stop.set()
         thread.join(timeout=30)

@@ -65,8 +65,12 @@ def samples(inc: Incident) -> Iterator[Sample]:
     dialect, step = d.get("dialect", "vllm"), inc.step_s
     amp = float(d.get("noise", 0.05))
     units: list[str] = sorted({u for p in d["phase"] for u in p["units"]})
-    totals = {u: dict.fromkeys(("requests", "prompt", "output", "preemptions", "ttft", "e2e",
-                                "queue"), 0.0) for u in units}
+    totals = {
+        u: dict.fromkeys(
+            ("requests", "prompt", "output", "preemptions", "ttft", "e2e", "queue"), 0.0
+        )
+        for u in units
+    }
     t, k = 0, 0
     for phase in d["phase"]:
         end = t + int(phase["minutes"] * 60)
@@ -97,16 +101,21 @@ def samples(inc: Incident) -> Iterator[Sample]:
                     tot["ttft"] += n_req * float(spec.get("ttft_s", 0.0))
                     tot["e2e"] += n_req * float(spec.get("e2e_s", 0.0))
                     tot["queue"] += n_req * float(spec.get("queue_s", 0.0))
-                gauges = {g: float(spec.get(g, 0.0)) * (factor if rot is not None and g != "kv"
-                                                         else 1.0) * w for g in GAUGES}
+                gauges = {
+                    g: float(spec.get(g, 0.0))
+                    * (factor if rot is not None and g != "kv" else 1.0)
+                    * w
+                    for g in GAUGES
+                }
                 gauges["kv"] = min(1.0, gauges["kv"])
                 yield from _series(dialect, d, u, T0 + t, gauges, totals[u])
             t += step
             k += 1
 
 
-def _series(dialect: str, d: dict[str, Any], unit: str, at: int, g: dict[str, float],
-            tot: dict[str, float]) -> Iterator[Sample]:
+def _series(
+    dialect: str, d: dict[str, Any], unit: str, at: int, g: dict[str, float], tot: dict[str, float]
+) -> Iterator[Sample]:
     inst, _, rank = unit.partition("/")
     job = d.get("job", "incident")
     if dialect == "vllm":
@@ -122,14 +131,21 @@ def _series(dialect: str, d: dict[str, Any], unit: str, at: int, g: dict[str, fl
         yield s("num_requests_waiting", g["waiting"])
         yield s("kv_cache_usage_perc", g["kv"])
         yield s("num_preemptions_total", tot["preemptions"])
-        for name, key in (("time_to_first_token_seconds", "ttft"),
-                          ("e2e_request_latency_seconds", "e2e"),
-                          ("request_queue_time_seconds", "queue")):
+        for name, key in (
+            ("time_to_first_token_seconds", "ttft"),
+            ("e2e_request_latency_seconds", "e2e"),
+            ("request_queue_time_seconds", "queue"),
+        ):
             yield s(name + "_sum", tot[key])
             yield s(name + "_count", tot["requests"])
     elif dialect == "sglang":
-        lab = {"job": job, "instance": inst, "dp_rank": rank or "0", "tp_rank": rank or "0",
-               "model_name": d["model"]}
+        lab = {
+            "job": job,
+            "instance": inst,
+            "dp_rank": rank or "0",
+            "tp_rank": rank or "0",
+            "model_name": d["model"],
+        }
 
         def s(name: str, value: float, **extra: str) -> Sample:
             return Sample("sglang:" + name, tuple(sorted({**lab, **extra}.items())), at, value)
@@ -162,15 +178,19 @@ def mismatches(doc: dict[str, Any], expect: dict[str, Any]) -> list[str]:
     kinds = expect.get("kind", [])
     target = set(expect.get("hot_units", [])) | set(expect.get("starved_units", []))
     main = [f for f in findings if set(f["units"]) & target] or [
-        f for f in findings if f["kind"] in kinds]
+        f for f in findings if f["kind"] in kinds
+    ]
     if kinds and (not main or main[0]["kind"] not in kinds):
         out.append(f"kind {[f['kind'] for f in main]} (expected one of {kinds})")
     if "capability" not in kinds and any(f["kind"] == "capability" for f in findings):
-        out.append("a capability finding the thread does not support: "
-                   f"{[f['units'] for f in findings if f['kind'] == 'capability']}")
+        out.append(
+            "a capability finding the thread does not support: "
+            f"{[f['units'] for f in findings if f['kind'] == 'capability']}"
+        )
     causes = expect.get("root_cause", [])
-    if causes and (not main or not main[0]["root_causes"]
-                   or main[0]["root_causes"][0]["key"] not in causes):
+    if causes and (
+        not main or not main[0]["root_causes"] or main[0]["root_causes"][0]["key"] not in causes
+    ):
         got = [c["key"] for c in main[0]["root_causes"]] if main else []
         out.append(f"root causes {got} (expected first one of {causes})")
     if expect.get("kv_shortage") and not any(f["kind"] == "kv_shortage" for f in findings):
@@ -180,9 +200,13 @@ def mismatches(doc: dict[str, Any], expect: dict[str, Any]) -> list[str]:
             out.append(f"no note with {text!r}")
     if "lockstep" in expect:  # the price of DP skew in the reading that holds for the model
         said = "step in lockstep (MoE" if expect["lockstep"] else "do not step in lockstep"
-        prices = [t for t, n in zip(doc["notes"], doc["note_facts"], strict=True)
-                  if n["code"] == "skew_price"]
+        prices = [
+            t
+            for t, n in zip(doc["notes"], doc["note_facts"], strict=True)
+            if n["code"] == "skew_price"
+        ]
         if any(said not in t for t in prices) or any(
-                p["lockstep"] is not expect["lockstep"] for p in doc["skew_price"]):
+            p["lockstep"] is not expect["lockstep"] for p in doc["skew_price"]
+        ):
             out.append(f"price note {prices} (expected lockstep={expect['lockstep']})")
     return out

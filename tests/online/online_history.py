@@ -180,8 +180,9 @@ def _sglang_dp_attention(t_off: int) -> Iterator[Sample]:
     k, at = t_off // STEP, T0 + t_off
     for dp, (req, run) in SGLANG_DPA.items():
         for tp in (str(2 * int(dp)), str(2 * int(dp) + 1)):
-            lab = _lab(job="sglang-dpa", instance="s2:30000", dp_rank=dp, tp_rank=tp,
-                       moe_ep_rank=tp)
+            lab = _lab(
+                job="sglang-dpa", instance="s2:30000", dp_rank=dp, tp_rank=tp, moe_ep_rank=tp
+            )
             yield Sample("sglang:num_running_reqs", lab, at, run)
             yield Sample("sglang:queue_time_seconds_count", lab, at, req * k)
 
@@ -233,8 +234,13 @@ DYNAMO_FRONTENDS = ("fe-a:8000", "fe-b:8000")
 def _dynamo(t_off: int) -> Iterator[Sample]:
     k, at = t_off // STEP, T0 + t_off
     for worker, (req, inflight, kv) in DYNAMO.items():
-        base = {"job": "dynamo", "instance": "dyn:9090", "worker_id": worker,
-                "dynamo_namespace": "dynamo", "dynamo_component": "backend"}
+        base = {
+            "job": "dynamo",
+            "instance": "dyn:9090",
+            "worker_id": worker,
+            "dynamo_namespace": "dynamo",
+            "dynamo_component": "backend",
+        }
         gen = _lab(**base, dynamo_endpoint="generate")
         yield Sample("dynamo_component_requests_total", gen, at, req * k)
         yield Sample("dynamo_component_inflight_requests", gen, at, inflight)
@@ -243,8 +249,13 @@ def _dynamo(t_off: int) -> Iterator[Sample]:
         yield Sample("dynamo_component_kvstats_gpu_cache_usage_percent", _lab(**base), at, kv)
     for frontend in DYNAMO_FRONTENDS:
         for (worker, rank), (active, waiting) in DYNAMO_RANKS.items():
-            lab = _lab(job="dynamo", instance=frontend, worker_id=worker, dp_rank=rank,
-                       worker_type="decode")
+            lab = _lab(
+                job="dynamo",
+                instance=frontend,
+                worker_id=worker,
+                dp_rank=rank,
+                worker_type="decode",
+            )
             yield Sample("dynamo_frontend_worker_request_active_slots", lab, at, active)
             yield Sample("dynamo_frontend_worker_num_requests_waiting", lab, at, waiting)
             yield Sample("dynamo_frontend_worker_active_decode_blocks", lab, at, 100.0 * active)
@@ -263,8 +274,17 @@ def _llmd(t_off: int) -> Iterator[Sample]:
 def history() -> list[Sample]:
     out: list[Sample] = []
     for t_off in range(0, SPAN + 1, STEP):
-        for gen in (_vllm, _scale, _mindie, _sglang, _sglang_tokenizer, _devices, _dynamo, _llmd,
-                    _sglang_dp_attention):
+        for gen in (
+            _vllm,
+            _scale,
+            _mindie,
+            _sglang,
+            _sglang_tokenizer,
+            _devices,
+            _dynamo,
+            _llmd,
+            _sglang_dp_attention,
+        ):
             out.extend(gen(t_off))
     return out
 

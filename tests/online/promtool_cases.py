@@ -60,6 +60,7 @@ def _cumulative(rate: Fn, minutes: int = MINUTES) -> list[float]:
 
 def _unit_series(u: Unit, minutes: int = MINUTES) -> dict[str, tuple[str, list[float]]]:
     """role/sample key -> (sample suffix, values)."""
+
     def cum(rate: Fn) -> list[float]:
         return _cumulative(rate, minutes)
 
@@ -77,7 +78,8 @@ def _unit_series(u: Unit, minutes: int = MINUTES) -> dict[str, tuple[str, list[f
     }
     for b in (*E2E_BOUNDS, float("inf")):
         series[f"e2e:bucket:{b}"] = (
-            "_bucket", cum(lambda t, b=b: u.req(t) if u.e2e_s(t) <= b else 0.0),
+            "_bucket",
+            cum(lambda t, b=b: u.req(t) if u.e2e_s(t) <= b else 0.0),
         )
     return series
 
@@ -86,8 +88,9 @@ def _fmt(v: float) -> str:
     return f"{v:.6g}"
 
 
-def input_series(dialect: str, units: list[Unit], model: str = "m", minutes: int = MINUTES
-                 ) -> list[dict[str, str]]:
+def input_series(
+    dialect: str, units: list[Unit], model: str = "m", minutes: int = MINUTES
+) -> list[dict[str, str]]:
     """promtool ``input_series`` of ``units`` as ``dialect`` exposes them, one sample every
     ``STEP_S`` over ``minutes``.
 
@@ -131,8 +134,7 @@ def to_openmetrics(series: list[dict[str, str]], t0: int) -> str:
     create-blocks-from openmetrics`` (one family per metric name, ``# EOF``)."""
     lines = []
     for s in sorted(series, key=lambda s: s["series"].split("{", 1)[0]):
-        lines += [f"{s['series']} {v} {t0 + k * STEP_S}"
-                  for k, v in enumerate(s["values"].split())]
+        lines += [f"{s['series']} {v} {t0 + k * STEP_S}" for k, v in enumerate(s["values"].split())]
     return "\n".join(lines) + "\n# EOF\n"
 
 

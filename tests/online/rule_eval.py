@@ -31,21 +31,24 @@ def inline(expr: str, records: list[dict[str, Any]]) -> str:
                     out = _with_label(out, k, v)
                 for k, v in matchers.items():
                     if k not in labels:  # a further matcher: keep only its series
-                        out = f'({out} and on ({k}) {_with_label("vector(1)", k, v)})'
+                        out = f"({out} and on ({k}) {_with_label('vector(1)', k, v)})"
                 return out
         raise AssertionError(f"no recording rule for {m.group(0)}")
 
     return _REF.sub(one, expr)
 
 
-def evaluate(url: str, rules: dict[str, Any], alert: str, start: float, end: float,
-             step: float) -> list[dict[str, Any]]:
+def evaluate(
+    url: str, rules: dict[str, Any], alert: str, start: float, end: float, step: float
+) -> list[dict[str, Any]]:
     """The inlined ``alert``'s answer over [start, end] (a Prometheus range matrix)."""
     records = [r for g in rules["groups"] for r in g["rules"] if "record" in r]
     (rule,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == alert]
-    got = httpx.get(f"{url}/api/v1/query_range", params={
-        "query": inline(rule["expr"], records), "start": start, "end": end, "step": step},
-        timeout=60)
+    got = httpx.get(
+        f"{url}/api/v1/query_range",
+        params={"query": inline(rule["expr"], records), "start": start, "end": end, "step": step},
+        timeout=60,
+    )
     assert got.status_code == 200, got.text[:500]
     return got.json()["data"]["result"]  # type: ignore[no-any-return]
 

@@ -29,36 +29,76 @@ def day_score(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
     tmp = tmp_path_factory.mktemp("day")
     write_day(DaySpec.short(), tmp / "day")
     truth = json.loads((tmp / "day" / "truth.json").read_text())
-    backfill(need("promtool", "prometheus"), tmp / "day" / "history.om", tmp / "blocks",
-             timeout_s=600)
+    backfill(
+        need("promtool", "prometheus"), tmp / "day" / "history.om", tmp / "blocks", timeout_s=600
+    )
     window = int(truth["window_s"])
     with serve_prometheus(need("prometheus", "prometheus"), tmp / "blocks", tmp) as url:
         out = tmp / "backtest.json"
-        argv = ["backtest", "--prometheus", url, "--start", str(truth["t0"]), "--end",
-                str(truth["t1"]), "--dialect", truth["dialect"], "--window", f"{window}s",
-                "--step", f"{window // 5}s", "--episodes", str(tmp / "day" / "truth.json"),
-                "--format", "json", "-o", str(out)]
+        argv = [
+            "backtest",
+            "--prometheus",
+            url,
+            "--start",
+            str(truth["t0"]),
+            "--end",
+            str(truth["t1"]),
+            "--dialect",
+            truth["dialect"],
+            "--window",
+            f"{window}s",
+            "--step",
+            f"{window // 5}s",
+            "--episodes",
+            str(tmp / "day" / "truth.json"),
+            "--format",
+            "json",
+            "-o",
+            str(out),
+        ]
         assert main(argv) == 0
     got: dict[str, Any] = json.loads(out.read_text())
     got["window_s"] = window
-    print("short day:", {k: got["score"][k] for k in (
-        "episodes", "detected", "alerts", "false_alerts", "precision", "recall", "f1",
-        "median_delay_s", "p90_delay_s", "false_alerts_per_day", "kind_correct")})
+    print(
+        "short day:",
+        {
+            k: got["score"][k]
+            for k in (
+                "episodes",
+                "detected",
+                "alerts",
+                "false_alerts",
+                "precision",
+                "recall",
+                "f1",
+                "median_delay_s",
+                "p90_delay_s",
+                "false_alerts_per_day",
+                "kind_correct",
+            )
+        },
+    )
     yield got
 
 
 def test_every_injected_skew_is_found_in_time_with_its_kind(day_score: dict[str, Any]) -> None:
     s = day_score["score"]
     assert s["recall"] == 1.0, [m for m in s["matches"] if not m["detected"]]
-    wrong = [(m["id"], m["alert_kind"]) for m in s["matches"]
-             if m["alert_kind"] != m["kind"] and m["kind"] != "stale_load"]
+    wrong = [
+        (m["id"], m["alert_kind"])
+        for m in s["matches"]
+        if m["alert_kind"] != m["kind"] and m["kind"] != "stale_load"
+    ]
     assert not wrong
     w = day_score["window_s"]
     assert s["median_delay_s"] <= (DEFAULT_THRESHOLDS.alert_windows + 2) * w
 
 
-@pytest.mark.xfail(strict=True, reason="the rules alert on the day's bursts and on DP-pair "
-                   "noise (measured in docs/monitoring.md; issue 21)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="the rules alert on the day's bursts and on DP-pair "
+    "noise (measured in docs/monitoring.md; issue 21)",
+)
 def test_the_day_raises_no_false_alert(day_score: dict[str, Any]) -> None:
     assert day_score["score"]["false_alerts"] == 0
 

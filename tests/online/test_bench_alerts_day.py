@@ -34,9 +34,15 @@ def _run(tmp_path: Path, dialect: str, short: bool, every_s: float) -> DayRun:
     work = tmp_path / "eval"
     work.mkdir()
     watch = SHORT_WATCH if short else {}
-    return run_day(day, work, grace_s=GRACE_S, watch_every_s=every_s,
-                   watch_last_s=watch.get("last_s", WATCH_LAST_S),
-                   watch_window_s=watch.get("window_s"), log=False)
+    return run_day(
+        day,
+        work,
+        grace_s=GRACE_S,
+        watch_every_s=every_s,
+        watch_last_s=watch.get("last_s", WATCH_LAST_S),
+        watch_window_s=watch.get("window_s"),
+        log=False,
+    )
 
 
 def _by(run: DayRun) -> dict[tuple[str, str], Score]:
@@ -76,8 +82,11 @@ def test_full_day_meets_the_goals(tmp_path: Path, dialect: str) -> None:
     right, at both levels (the rules when this tree has the backtest evaluator, else watch)."""
     run = _run(tmp_path, dialect, short=False, every_s=30.0)
     by = _by(run)
-    source = ("skewscope rules" if any(s.source == "skewscope rules" for s in run.scores)
-              else "skewscope watch")
+    source = (
+        "skewscope rules"
+        if any(s.source == "skewscope rules" for s in run.scores)
+        else "skewscope watch"
+    )
     for level in LEVELS:
         s = by[source, level]
         assert s.false_alerts == 0, (level, s)

@@ -112,17 +112,20 @@ def test_real_backend_lists_the_bucket_bounds_and_marks_no_interpolated_answer(
 
     client = PromClient(backend)
     try:
-        name = next(n for n in client.metric_names(T0, T0 + SPAN, "")
-                    if n.endswith("time_to_first_token_seconds_bucket"))
+        name = next(
+            n
+            for n in client.metric_names(T0, T0 + SPAN, "")
+            if n.endswith("time_to_first_token_seconds_bucket")
+        )
         alias = Alias(name.removesuffix("_bucket"), "engine")
-        result = client.query_range(bucket_bounds_query(alias, SPAN, '{job="vllm-dp"}'),
-                                    T0 + SPAN, T0 + SPAN, SPAN)
+        result = client.query_range(
+            bucket_bounds_query(alias, SPAN, '{job="vllm-dp"}'), T0 + SPAN, T0 + SPAN, SPAN
+        )
     finally:
         client.close()
     les = {r["metric"]["le"] for r in result}
     assert {float(x) for x in les} == {float(x) for x in TTFT_BOUNDS}
-    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW,
-                         selector='job="vllm-dp"')
+    ev = load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW, selector='job="vllm-dp"')
     assert ev.dp is not None
     for frame in (ev.instance, ev.dp):
         assert frame.df["ttft_p99_ms"].null_count() < frame.df.height

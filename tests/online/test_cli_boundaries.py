@@ -21,23 +21,70 @@ def one_line(capsys: pytest.CaptureFixture[str]) -> str:
     return err.strip()
 
 
-@pytest.mark.parametrize(("argv", "option"), [
-    (["diagnose", "--prometheus", LONG_URL, "--last", "10m"], "--prometheus"),
-    (["diagnose", LONG_URL], "PATH"),
-    (["diagnose", "--scrape", LONG_URL], "--scrape"),
-    (["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "10m",
-      "--gateway-url", LONG_URL], "--gateway-url"),
-    (["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "10m",
-      "--selector", LONG_SELECTOR], "--selector"),
-    (["diagnose", "--prometheus", "http://127.0.0.1:9", "--last", "10m",
-      "--device-selector", LONG_SELECTOR], "--device-selector"),
-    (["compare", "--prometheus", LONG_URL, "--before-start", "0", "--before-end", "60",
-      "--after-start", "60", "--after-end", "120"], "--prometheus"),
-    (["watch", "--scrape", LONG_URL, "--runs", "1"], "--scrape"),
-    (["whatif", "--prometheus", LONG_URL, "--last", "10m"], "--prometheus"),
-    (["rules", "--selector", LONG_SELECTOR], "--selector"),
-    (["dashboard", "--selector", LONG_SELECTOR], "--selector"),
-])
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["diagnose", "--prometheus", LONG_URL, "--last", "10m"], "--prometheus"),
+        (["diagnose", LONG_URL], "PATH"),
+        (["diagnose", "--scrape", LONG_URL], "--scrape"),
+        (
+            [
+                "diagnose",
+                "--prometheus",
+                "http://127.0.0.1:9",
+                "--last",
+                "10m",
+                "--gateway-url",
+                LONG_URL,
+            ],
+            "--gateway-url",
+        ),
+        (
+            [
+                "diagnose",
+                "--prometheus",
+                "http://127.0.0.1:9",
+                "--last",
+                "10m",
+                "--selector",
+                LONG_SELECTOR,
+            ],
+            "--selector",
+        ),
+        (
+            [
+                "diagnose",
+                "--prometheus",
+                "http://127.0.0.1:9",
+                "--last",
+                "10m",
+                "--device-selector",
+                LONG_SELECTOR,
+            ],
+            "--device-selector",
+        ),
+        (
+            [
+                "compare",
+                "--prometheus",
+                LONG_URL,
+                "--before-start",
+                "0",
+                "--before-end",
+                "60",
+                "--after-start",
+                "60",
+                "--after-end",
+                "120",
+            ],
+            "--prometheus",
+        ),
+        (["watch", "--scrape", LONG_URL, "--runs", "1"], "--scrape"),
+        (["whatif", "--prometheus", LONG_URL, "--last", "10m"], "--prometheus"),
+        (["rules", "--selector", LONG_SELECTOR], "--selector"),
+        (["dashboard", "--selector", LONG_SELECTOR], "--selector"),
+    ],
+)
 def test_absurd_sizes_are_refused_at_the_option(
     argv: list[str], option: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -53,11 +100,26 @@ def test_a_url_httpx_refuses_is_one_source_line(
     HTTP boundary (sources/fetch.py), for the Prometheus client and for a scrape."""
     config = tmp_path / "big.toml"
     config.write_text("[sources]\nmax_url_kb = 200\n")
-    assert main(["diagnose", "--config", str(config), "--prometheus", LONG_URL,
-                 "--last", "10m"]) == 4
+    assert (
+        main(["diagnose", "--config", str(config), "--prometheus", LONG_URL, "--last", "10m"]) == 4
+    )
     assert "not a URL httpx can request (URL too long)" in one_line(capsys)
-    assert main(["diagnose", "--config", str(config), "--scrape", LONG_URL,
-                 "--interval", "0.1s", "--duration", "10m"]) == 4
+    assert (
+        main(
+            [
+                "diagnose",
+                "--config",
+                str(config),
+                "--scrape",
+                LONG_URL,
+                "--interval",
+                "0.1s",
+                "--duration",
+                "10m",
+            ]
+        )
+        == 4
+    )
     assert "not a URL httpx can request" in one_line(capsys)
 
 
@@ -69,8 +131,22 @@ def test_scrape_of_ports_nobody_listens_on_gives_up_early(
     cfg = tmp_path / "c.toml"
     cfg.write_text("[sources]\n" + config)
     urls = [f"http://127.0.0.1:{free_port()}/metrics" for _ in range(2)]
-    assert main(["diagnose", "--config", str(cfg), "--scrape", *urls, "--interval", "0.1s",
-                 "--duration", "10m"]) == 4
+    assert (
+        main(
+            [
+                "diagnose",
+                "--config",
+                str(cfg),
+                "--scrape",
+                *urls,
+                "--interval",
+                "0.1s",
+                "--duration",
+                "10m",
+            ]
+        )
+        == 4
+    )
     err = one_line(capsys)
     assert f"no /metrics target answered in {rounds} scrape rounds" in err
     assert "all 2 targets: cannot connect to /metrics target at" in err
@@ -84,13 +160,23 @@ class Failing(Quiet):
         self.end_headers()
 
 
-def test_a_target_that_answers_is_never_given_up_on(capsys: pytest.CaptureFixture[str]
-                                                    ) -> None:
+def test_a_target_that_answers_is_never_given_up_on(capsys: pytest.CaptureFixture[str]) -> None:
     """HTTP 500 every time is an answer: the scrape runs its duration and reports the failure
     as before (the give-up is for nobody listening at all)."""
     with serve(Failing) as url:
-        code = main(["diagnose", "--scrape", url + "/metrics", "--interval", "0.1s",
-                     "--duration", "1s", "--window", "0.5s"])
+        code = main(
+            [
+                "diagnose",
+                "--scrape",
+                url + "/metrics",
+                "--interval",
+                "0.1s",
+                "--duration",
+                "1s",
+                "--window",
+                "0.5s",
+            ]
+        )
     err = capsys.readouterr().err
     assert code == 4, err
     assert "no /metrics target answered" not in err

@@ -22,8 +22,21 @@ def test_scrape_of_live_simulated_dp_skew_finds_the_hot_rank(
     # however late a busy machine makes them (the run never ends before the scrape does)
     with serve(result, "vllm", live_clock=LiveClock.SCRAPE, step_s=5.0, grace_s=30.0) as cluster:
         urls = list(cluster.urls.values())
-        code = main(["diagnose", "--scrape", *urls, "--duration", "7s", "--interval", "0.25s",
-                     "--window", "1s", "--format", "json"])
+        code = main(
+            [
+                "diagnose",
+                "--scrape",
+                *urls,
+                "--duration",
+                "7s",
+                "--interval",
+                "0.25s",
+                "--window",
+                "1s",
+                "--format",
+                "json",
+            ]
+        )
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["source"] == "scrape"
@@ -49,8 +62,10 @@ def test_prometheus_down_is_one_line_and_exit_4(capsys: pytest.CaptureFixture[st
         (["diagnose"], "give profiler PATHs"),
         (["diagnose", "--prometheus", "http://127.0.0.1:1"], "needs a range"),
         (["diagnose", "--prometheus", "http://127.0.0.1:1", "--last", "soon"], "--last"),
-        (["diagnose", "--scrape", "http://127.0.0.1:1/metrics", "--duration=-3s"],
-         "positive duration"),
+        (
+            ["diagnose", "--scrape", "http://127.0.0.1:1/metrics", "--duration=-3s"],
+            "positive duration",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_with_exit_2(

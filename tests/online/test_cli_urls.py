@@ -21,8 +21,18 @@ from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import builtin_scenarios
 from skewscope.sim.writers.live import serve
 
-RANGE = ["--start", str(T0), "--end", str(T0 + SPAN), "--step", "60s",
-         "--selector", 'job="vllm-dp"', "--format", "json"]
+RANGE = [
+    "--start",
+    str(T0),
+    "--end",
+    str(T0 + SPAN),
+    "--step",
+    "60s",
+    "--selector",
+    'job="vllm-dp"',
+    "--format",
+    "json",
+]
 
 
 @pytest.mark.parametrize("strip_scheme", [False, True])
@@ -48,8 +58,20 @@ def test_metrics_endpoint_as_path_is_scraped(capsys: pytest.CaptureFixture[str])
     result = simulate(builtin_scenarios()["dp-count"], record_members=False)
     with serve(result, "vllm", live_clock=LiveClock.SCRAPE, step_s=5.0, grace_s=30.0) as cluster:
         base = cluster.urls["inst-0"].removesuffix("/metrics").removeprefix("http://")
-        code = main(["diagnose", base, "--duration", "3s", "--interval", "0.5s",
-                     "--window", "1s", "--format", "json"])
+        code = main(
+            [
+                "diagnose",
+                base,
+                "--duration",
+                "3s",
+                "--interval",
+                "0.5s",
+                "--window",
+                "1s",
+                "--format",
+                "json",
+            ]
+        )
     assert code == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["source"] == "scrape"

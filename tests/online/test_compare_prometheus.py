@@ -15,10 +15,25 @@ def test_compare_two_prometheus_ranges(
     prometheus_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     half = SPAN // 2
-    args = ["compare", "--prometheus", prometheus_url, "--selector", '{job="vllm-dp"}',
-            "--step", f"{WINDOW}s", "--level", "instance",
-            "--before-start", str(T0), "--before-end", str(T0 + half),
-            "--after-start", str(T0 + half), "--after-end", str(T0 + SPAN)]
+    args = [
+        "compare",
+        "--prometheus",
+        prometheus_url,
+        "--selector",
+        '{job="vllm-dp"}',
+        "--step",
+        f"{WINDOW}s",
+        "--level",
+        "instance",
+        "--before-start",
+        str(T0),
+        "--before-end",
+        str(T0 + half),
+        "--after-start",
+        str(T0 + half),
+        "--after-end",
+        str(T0 + SPAN),
+    ]
     assert main([*args, "--format", "json", "--fail-on", "worse"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["before"]["source"] == doc["after"]["source"] == "prometheus"

@@ -47,7 +47,10 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, flo
         span = (min(span[0], result.start_s), max(span[1], result.end_s))
         for dialect in SIMULATED_DIALECTS:
             om = write_openmetrics(
-                result, tmp / f"{scenario}-{dialect}.om", dialect=dialect, step_s=STEP_S,
+                result,
+                tmp / f"{scenario}-{dialect}.om",
+                dialect=dialect,
+                step_s=STEP_S,
                 job=f"{scenario}-{dialect}",
                 instance_labels={i: f"{scenario}-{dialect}-{i}:8000" for i in result.instances},
             )
@@ -88,8 +91,11 @@ def targets(dashboard: dict[str, Any], pools: bool = False) -> list[tuple[str, s
 
 
 def query_range(url: str, expr: str, start: float, end: float) -> list[Any]:
-    r = httpx.get(f"{url}/api/v1/query_range",
-                  params={"query": expr, "start": start, "end": end, "step": 15}, timeout=60)
+    r = httpx.get(
+        f"{url}/api/v1/query_range",
+        params={"query": expr, "start": start, "end": end, "step": 15},
+        timeout=60,
+    )
     body = r.json()
     assert r.status_code == 200 and body["status"] == "success", body.get("error", body)
     result: list[Any] = body["data"]["result"]
@@ -118,9 +124,11 @@ def test_variables_and_annotation_parse(history: tuple[str, float, float]) -> No
             continue
         m = re.fullmatch(r"label_values\((\{.*\}), (\w+)\)", var["query"])
         assert m, var["query"]
-        r = httpx.get(f"{url}/api/v1/series",
-                      params={"match[]": substitute(m.group(1), values), "start": start,
-                              "end": end}, timeout=60)
+        r = httpx.get(
+            f"{url}/api/v1/series",
+            params={"match[]": substitute(m.group(1), values), "start": start, "end": end},
+            timeout=60,
+        )
         series = r.json()["data"]
         assert any(m.group(2) in s for s in series), f"variable {var['name']} has no values"
     for ann in dash["annotations"]["list"]:

@@ -90,24 +90,33 @@ class Stack:
 
     def alerts(self, name: str) -> list[dict[str, Any]]:
         with Receiver.lock:
-            return [a for n in self.notifications for a in n["alerts"]
-                    if a["labels"]["alertname"] == name]
+            return [
+                a
+                for n in self.notifications
+                for a in n["alerts"]
+                if a["labels"]["alertname"] == name
+            ]
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    prom, am = need("prometheus", "prometheus"), need("prometheus-alertmanager",
-                                                      "prometheus-alertmanager")
+    prom, am = (
+        need("prometheus", "prometheus"),
+        need("prometheus-alertmanager", "prometheus-alertmanager"),
+    )
     amtool = need("amtool", "prometheus-alertmanager")
     tmp = tmp_path_factory.mktemp("deploy-live")
     notes: list[dict[str, Any]] = []
     handler = type("Hook", (Receiver,), {"got": notes})
     with http_serve(handler) as hook_url:
-
         config = documented_alertmanager_config()
         (tmp / "documented.yml").write_text(yaml.safe_dump(config))
-        check = subprocess.run([amtool, "check-config", str(tmp / "documented.yml")],
-                               capture_output=True, text=True, timeout=60)
+        check = subprocess.run(
+            [amtool, "check-config", str(tmp / "documented.yml")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert check.returncode == 0, check.stdout + check.stderr
         for r in config["receivers"]:
             for w in r.get("webhook_configs", []):
@@ -118,51 +127,76 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         (tmp / "alertmanager.yml").write_text(yaml.safe_dump(config))
         am_port = free_port()
         am_url = f"http://127.0.0.1:{am_port}"
-        am_cmd = [am, f"--config.file={tmp / 'alertmanager.yml'}",
-                  f"--storage.path={tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
-                  "--cluster.listen-address="]
+        am_cmd = [
+            am,
+            f"--config.file={tmp / 'alertmanager.yml'}",
+            f"--storage.path={tmp / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{am_port}",
+            "--cluster.listen-address=",
+        ]
 
         result = simulate(load_scenario(SCENARIO))
         truth = truth_dict(result)
         window = WINDOWS.choose(result.end_s - result.start_s) / SPEED
-        (tmp / "rules.yml").write_text(render_rules(RuleOptions(dialects=("vllm",),
-                                                                window_s=window)))
+        (tmp / "rules.yml").write_text(
+            render_rules(RuleOptions(dialects=("vllm",), window_s=window))
+        )
         interval_ms = round(window * 1000 / 4)
         interval = f"{interval_ms}ms"
         prom_config: dict[str, Any] = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "rule_files": [str(tmp / "rules.yml")],
-            "alerting": {"alertmanagers": [
-                {"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+            "alerting": {
+                "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]
+            },
         }
         (tmp / "prometheus.yml").write_text(json.dumps(prom_config))
         port = free_port()
         prom_url = f"http://127.0.0.1:{port}"
-        prom_cmd = [prom, f"--config.file={tmp / 'prometheus.yml'}", "--web.enable-lifecycle",
-                    f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}"]
-        with running(am_cmd, tmp / "alertmanager.log") as amp, \
-                running(prom_cmd, tmp / "prometheus.log") as pp:
-            wait_until(lambda: amp.poll() is None and httpx.get(f"{am_url}/-/ready").status_code
-                       == 200, f"Alertmanager (log: {tmp / 'alertmanager.log'})")
-            wait_until(lambda: pp.poll() is None and httpx.get(f"{prom_url}/-/ready").status_code
-                       == 200, f"Prometheus (log: {tmp / 'prometheus.log'})")
+        prom_cmd = [
+            prom,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            "--web.enable-lifecycle",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
+        with (
+            running(am_cmd, tmp / "alertmanager.log") as amp,
+            running(prom_cmd, tmp / "prometheus.log") as pp,
+        ):
+            wait_until(
+                lambda: amp.poll() is None and httpx.get(f"{am_url}/-/ready").status_code == 200,
+                f"Alertmanager (log: {tmp / 'alertmanager.log'})",
+            )
+            wait_until(
+                lambda: pp.poll() is None and httpx.get(f"{prom_url}/-/ready").status_code == 200,
+                f"Prometheus (log: {tmp / 'prometheus.log'})",
+            )
             # each scrape of an instance is SPEED scrape intervals of simulated time on (SPEED x
             # wall time on a quiet machine): the run moves as Prometheus sees it, so a busy
             # machine's late scrapes cannot let it end before the rules have judged it
-            cluster = serve(result, "vllm", live_clock=LiveClock.SCRAPE,
-                            step_s=interval_ms / 1000 * SPEED, grace_s=5.0)
+            cluster = serve(
+                result,
+                "vllm",
+                live_clock=LiveClock.SCRAPE,
+                step_s=interval_ms / 1000 * SPEED,
+                grace_s=5.0,
+            )
             try:
                 address = {i: u.split("//", 1)[1].split("/", 1)[0] for i, u in cluster.urls.items()}
-                prom_config["scrape_configs"] = [{"job_name": SCENARIO, "static_configs": [
-                    {"targets": list(address.values())}]}]
+                prom_config["scrape_configs"] = [
+                    {"job_name": SCENARIO, "static_configs": [{"targets": list(address.values())}]}
+                ]
                 (tmp / "prometheus.yml").write_text(json.dumps(prom_config))
                 reloaded = time.time()
                 assert httpx.post(f"{prom_url}/-/reload", timeout=30).status_code == 200
                 # the deployed watch runs every 30 s: started once Prometheus holds two scrapes
                 # of every target, its first run has data (else the second, 30 s on, would)
-                wait_until(lambda: scraped_after(prom_url, reloaded + 1.0, len(address),
-                                                 SCENARIO),
-                           "two scrapes of every simulated instance", timeout_s=60)
+                wait_until(
+                    lambda: scraped_after(prom_url, reloaded + 1.0, len(address), SCENARIO),
+                    "two scrapes of every simulated instance",
+                    timeout_s=60,
+                )
                 (hot_unit,) = truth["hot_units"]
                 with deployed_watch(prom_url, tmp, []) as watch:
                     yield Stack(notes, am_url, address[hot_unit], watch)
@@ -185,8 +219,13 @@ def deployed_watch(prom_url: str, tmp: Path, out: list[str]) -> Iterator[Watch]:
     args[args.index("--prometheus") + 1] = prom_url
     args[args.index("--listen") + 1] = f"127.0.0.1:{port}"
     env = {**os.environ, "SKEWSCOPE_HISTORY": str(tmp / "history.sqlite")}
-    proc = subprocess.Popen([sys.executable, "-m", "skewscope.cli", "watch", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skewscope.cli", "watch", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
     def read() -> None:
         assert proc.stdout is not None
@@ -213,15 +252,18 @@ def _get(url: str) -> httpx.Response | None:
 
 def test_hot_unit_alert_reaches_the_webhook_with_its_labels(stack: Stack) -> None:
     def fired() -> bool:
-        return any(a["labels"].get("instance") == stack.hot_address and a["status"] == "firing"
-                   for a in stack.alerts(HOT_ALERT))
+        return any(
+            a["labels"].get("instance") == stack.hot_address and a["status"] == "firing"
+            for a in stack.alerts(HOT_ALERT)
+        )
 
     # a deadline, not a duration: the simulated run at SPEED, Prometheus' rule windows, and
     # room for a busy machine's late scrapes (the run waits for them)
     run_s = 2 * 200.0 / SPEED + 60.0
     wait_until(fired, f"{HOT_ALERT} for {stack.hot_address} at the webhook", timeout_s=run_s)
-    alert = next(a for a in stack.alerts(HOT_ALERT)
-                 if a["labels"].get("instance") == stack.hot_address)
+    alert = next(
+        a for a in stack.alerts(HOT_ALERT) if a["labels"].get("instance") == stack.hot_address
+    )
     assert alert["labels"]["level"] == "instance"
     assert alert["labels"]["kind"] == "count"
     assert alert["labels"]["job"] == SCENARIO
@@ -239,44 +281,71 @@ def test_a_starved_unit_inhibits_its_peers_hot_alert(stack: Stack) -> None:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
     def alert(name: str, job: str, instance: str) -> dict[str, Any]:
-        return {"labels": {"alertname": name, "job": job, "model_name": "m",
-                           "level": "instance", "instance": instance, "kind": "count"},
-                "startsAt": now, "annotations": {"summary": "posted by the test"}}
+        return {
+            "labels": {
+                "alertname": name,
+                "job": job,
+                "model_name": "m",
+                "level": "instance",
+                "instance": instance,
+                "kind": "count",
+            },
+            "startsAt": now,
+            "annotations": {"summary": "posted by the test"},
+        }
 
-    posted = [alert(STARVED_ALERT, "pool-a", "10.1.0.1:8000"),
-              alert(HOT_ALERT, "pool-a", "10.1.0.2:8000"),
-              alert(HOT_ALERT, "pool-b", "10.1.0.3:8000")]
-    assert httpx.post(f"{stack.alertmanager}/api/v2/alerts", json=posted,
-                      timeout=10).status_code == 200
+    posted = [
+        alert(STARVED_ALERT, "pool-a", "10.1.0.1:8000"),
+        alert(HOT_ALERT, "pool-a", "10.1.0.2:8000"),
+        alert(HOT_ALERT, "pool-b", "10.1.0.3:8000"),
+    ]
+    assert (
+        httpx.post(f"{stack.alertmanager}/api/v2/alerts", json=posted, timeout=10).status_code
+        == 200
+    )
 
     def state(instance: str) -> dict[str, Any] | None:
         got = httpx.get(f"{stack.alertmanager}/api/v2/alerts", timeout=10).json()
         return next((a["status"] for a in got if a["labels"].get("instance") == instance), None)
 
-    wait_until(lambda: (state("10.1.0.2:8000") or {}).get("state") == "suppressed",
-               "the hot alert inhibited by its group's starved one")
+    wait_until(
+        lambda: (state("10.1.0.2:8000") or {}).get("state") == "suppressed",
+        "the hot alert inhibited by its group's starved one",
+    )
     assert state("10.1.0.2:8000")["inhibitedBy"]  # type: ignore[index]
     assert state("10.1.0.3:8000")["state"] == "active"  # type: ignore[index]
 
     def delivered(instance: str) -> bool:
-        return any(a["labels"].get("instance") == instance
-                   for n in stack.notifications for a in n["alerts"])
+        return any(
+            a["labels"].get("instance") == instance
+            for n in stack.notifications
+            for a in n["alerts"]
+        )
 
-    wait_until(lambda: delivered("10.1.0.1:8000") and delivered("10.1.0.3:8000"),
-               "the starved alert and the other job's hot alert at the webhook")
+    wait_until(
+        lambda: delivered("10.1.0.1:8000") and delivered("10.1.0.3:8000"),
+        "the starved alert and the other job's hot alert at the webhook",
+    )
     assert not delivered("10.1.0.2:8000")
 
 
 def test_the_deployed_watch_is_ready_serves_and_stops_on_sigterm(stack: Stack) -> None:
     w = stack.watch
-    wait_until(lambda: (r := _get(f"{w.base}/healthz")) is not None and r.status_code == 200,
-               "/healthz of the deployed watch")
-    wait_until(lambda: (r := _get(f"{w.base}/readyz")) is not None and r.status_code == 200,
-               "/readyz of the deployed watch", timeout_s=120)
+    wait_until(
+        lambda: (r := _get(f"{w.base}/healthz")) is not None and r.status_code == 200,
+        "/healthz of the deployed watch",
+    )
+    wait_until(
+        lambda: (r := _get(f"{w.base}/readyz")) is not None and r.status_code == 200,
+        "/readyz of the deployed watch",
+        timeout_s=120,
+    )
     metrics = httpx.get(f"{w.base}/metrics", timeout=10).text
     assert re.search(r'^skewscope_verdict\{verdict="[a-z_]+"\} 1\.0$', metrics, re.M)
     assert "skewscope_last_run_timestamp_seconds" in metrics
     w.proc.send_signal(signal.SIGTERM)
     assert w.proc.wait(timeout=120) == 0, w.out[-10:]
-    wait_until(lambda: bool(w.out) and w.out[-1] == "skewscope watch: stopped",
-               f"the stop line (output: {w.out[-5:]})")
+    wait_until(
+        lambda: bool(w.out) and w.out[-1] == "skewscope watch: stopped",
+        f"the stop line (output: {w.out[-5:]})",
+    )

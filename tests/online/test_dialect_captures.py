@@ -104,7 +104,9 @@ def test_router_side_samples_name_units_by_label(
         assert ev.dp is not None and ev.dp.units == dp_units
         dp = {r["unit"]: r for r in ev.dp.df.iter_rows(named=True)}
         assert (dp["7587888160958628/dp0"]["running"], dp["7587888160958628/dp0"]["waiting"]) == (
-            11.0, 5.0)
+            11.0,
+            5.0,
+        )
         assert dp["7587888160958628/dp1"]["running"] == 3.0
     else:
         assert rows["qwen-decode-7d9f-x97w2"]["waiting"] == 9.0
@@ -114,6 +116,7 @@ def test_router_side_samples_name_units_by_label(
 def test_sglang_tp_copies_are_read_once_by_the_scraper_too() -> None:
     """DP attention: rank 1's schedulers are tp_rank 2 and 3 (copies of one series); both
     ranks are read, each once."""
+
     def text(k: int) -> str:
         lines = []
         for dp, tps, run, req in (("0", ("0", "1"), 3.0, 6), ("1", ("2", "3"), 1.0, 2)):
@@ -135,13 +138,19 @@ def test_inference_extension_queue_per_pod_rank_is_a_dp_unit() -> None:
     """The Inference Extension picker's per-pod queue (tests/data/gateway/
     inference-extension-epp.prom, names from its source) names a DP pod's endpoints
     ``<pod>-rank-<n>``: the ranks are DP units and the pod is the instance."""
-    text = (Path(__file__).parents[1] / "data" / "gateway" /
-            "inference-extension-epp.prom").read_text()
-    samples = tuple(s for s in parse_exposition(text).samples
-                    if s[0] == "inference_pool_per_pod_queue_size")
+    text = (
+        Path(__file__).parents[1] / "data" / "gateway" / "inference-extension-epp.prom"
+    ).read_text()
+    samples = tuple(
+        s for s in parse_exposition(text).samples if s[0] == "inference_pool_per_pod_queue_size"
+    )
     assert detect_dialect(s[0] for s in samples) == "llm-d"
-    ev = evidence_from_snapshots({"epp:9090": [Snapshot(0.0, samples), Snapshot(5.0, samples)]},
-                                 t0=0.0, window_s=5.0, n_windows=1)
+    ev = evidence_from_snapshots(
+        {"epp:9090": [Snapshot(0.0, samples), Snapshot(5.0, samples)]},
+        t0=0.0,
+        window_s=5.0,
+        n_windows=1,
+    )
     assert ev.instance.units == ["vllm-a"]
     assert ev.dp is not None and ev.dp.units == ["vllm-a/dp0", "vllm-a/dp1"]
     dp = {r["unit"]: r["waiting"] for r in ev.dp.df.iter_rows(named=True)}

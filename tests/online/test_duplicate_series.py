@@ -32,19 +32,34 @@ def _history() -> list[Sample]:
         k = t_off // STEP
         for inst, jobs in JOBS.items():
             for job in jobs:
-                lab = tuple(sorted({"job": job, "instance": inst, "engine": "0",
-                                    "model_name": "m"}.items()))
+                lab = tuple(
+                    sorted({"job": job, "instance": inst, "engine": "0", "model_name": "m"}.items())
+                )
                 at = T0 + t_off
-                out += [Sample("vllm:request_success_total", (*lab, ("finished_reason", "stop")),
-                               at, RATE * k),
-                        Sample("vllm:prompt_tokens_total", lab, at, RATE * 100 * k),
-                        Sample("vllm:generation_tokens_total", lab, at, RATE * 50 * k),
-                        Sample("vllm:num_requests_running", lab, at, 4.0),
-                        Sample("vllm:num_requests_waiting", lab, at, 1.0)]
+                out += [
+                    Sample(
+                        "vllm:request_success_total",
+                        (*lab, ("finished_reason", "stop")),
+                        at,
+                        RATE * k,
+                    ),
+                    Sample("vllm:prompt_tokens_total", lab, at, RATE * 100 * k),
+                    Sample("vllm:generation_tokens_total", lab, at, RATE * 50 * k),
+                    Sample("vllm:num_requests_running", lab, at, 4.0),
+                    Sample("vllm:num_requests_waiting", lab, at, 1.0),
+                ]
         for replica in ("epp-0:9090", "epp-1:9090"):
             for endpoint, queue in QUEUES.items():
-                lab = tuple(sorted({"job": "llm-d", "instance": replica, "name": "pool",
-                                    "model_server_endpoint": endpoint}.items()))
+                lab = tuple(
+                    sorted(
+                        {
+                            "job": "llm-d",
+                            "instance": replica,
+                            "name": "pool",
+                            "model_server_endpoint": endpoint,
+                        }.items()
+                    )
+                )
                 out.append(Sample(EPP, lab, T0 + t_off, queue))
     return out
 
@@ -63,9 +78,23 @@ def test_a_target_scraped_by_two_jobs_is_read_once_and_noted(
     doubled_prometheus: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "r.json"
-    code = main(["diagnose", "--prometheus", doubled_prometheus, "--start", str(T0),
-                 "--end", str(T0 + SPAN), "--window", "60s", "--level", "instance",
-                 "-o", str(out)])
+    code = main(
+        [
+            "diagnose",
+            "--prometheus",
+            doubled_prometheus,
+            "--start",
+            str(T0),
+            "--end",
+            str(T0 + SPAN),
+            "--window",
+            "60s",
+            "--level",
+            "instance",
+            "-o",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     doc = json.loads(out.read_text())
     assert doc["verdict"] == "balanced", doc["verdict"]
@@ -83,23 +112,31 @@ def test_a_target_scraped_by_two_jobs_is_read_once_and_noted(
 def test_a_router_unit_from_two_replicas_is_read_once(doubled_prometheus: str) -> None:
     from skewscope.sources.prometheus import load_prometheus
 
-    ev = load_prometheus(doubled_prometheus, start=T0, end=T0 + SPAN, window_s=60,
-                         dialect="llm-d")
+    ev = load_prometheus(doubled_prometheus, start=T0, end=T0 + SPAN, window_s=60, dialect="llm-d")
     assert ev.dp is not None
     waiting = ev.dp.df.group_by("unit").agg(__import__("polars").col("waiting").max())
     got = dict(waiting.iter_rows())
     assert got == {"vllm-a/dp0": 3.0, "vllm-a/dp1": 3.0, "vllm-b/dp0": 3.0, "vllm-b/dp1": 3.0}
-    assert any("exported by more than one scrape job or target" in n and "epp-1:9090" in n
-               for n in ev.notes), ev.notes
+    assert any(
+        "exported by more than one scrape job or target" in n and "epp-1:9090" in n
+        for n in ev.notes
+    ), ev.notes
 
 
 def test_two_scrape_targets_serving_one_router_are_read_once() -> None:
     """--scrape: two EPP replicas (two targets) serve the same per-endpoint series."""
-    text = "".join(f'{EPP}{{name="pool",model_server_endpoint="{e}"}} {q}\n'
-                   for e, q in QUEUES.items())
+    text = "".join(
+        f'{EPP}{{name="pool",model_server_endpoint="{e}"}} {q}\n' for e, q in QUEUES.items()
+    )
     with serve(static(text)) as one, serve(static(text)) as two:
-        ev = load_scrape([one + "/metrics", two + "/metrics"], duration_s=1.0, interval_s=0.25,
-                         window_s=0.5, progress=False, dialect="llm-d")
+        ev = load_scrape(
+            [one + "/metrics", two + "/metrics"],
+            duration_s=1.0,
+            interval_s=0.25,
+            window_s=0.5,
+            progress=False,
+            dialect="llm-d",
+        )
     frame = ev.dp if ev.dp is not None else ev.instance
     assert frame.level in (Level.DP, Level.INSTANCE)
     assert set(frame.df["waiting"].drop_nulls().to_list()) == {3.0}

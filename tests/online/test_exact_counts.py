@@ -52,13 +52,17 @@ def _history() -> list[Sample]:
         for k, v in enumerate(values):
             t = T1 + 1 + SCRAPE * k
 
-            def s(name: str, value: float, _b: dict[str, str] = base, _t: int = t,
-                  **extra: str) -> Sample:
+            def s(
+                name: str, value: float, _b: dict[str, str] = base, _t: int = t, **extra: str
+            ) -> Sample:
                 return Sample(name, tuple(sorted({**_b, **extra}.items())), _t, value)
 
-            samples += [s("vllm:request_success_total", v, finished_reason="length"),
-                        s("vllm:prompt_tokens_total", 10 * v),
-                        s("vllm:num_requests_running", 1.0), s("vllm:num_requests_waiting", 0.0)]
+            samples += [
+                s("vllm:request_success_total", v, finished_reason="length"),
+                s("vllm:prompt_tokens_total", 10 * v),
+                s("vllm:num_requests_running", 1.0),
+                s("vllm:num_requests_waiting", 0.0),
+            ]
     return samples
 
 

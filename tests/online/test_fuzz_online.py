@@ -26,8 +26,9 @@ json_leaf = st.one_of(
 )
 json_any = st.recursive(
     json_leaf,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 label_value = st.one_of(
@@ -55,8 +56,9 @@ def _is_clean(err: SourceError) -> bool:
 
 good_number = st.sampled_from(["1", "0", "2.5", "NaN", "+Inf", "7e2"])
 point = mostly(
-    st.tuples(st.sampled_from([T + 60, T + 120, "1700000100", T]),
-              mostly(good_number, number_text)).map(list),
+    st.tuples(
+        st.sampled_from([T + 60, T + 120, "1700000100", T]), mostly(good_number, number_text)
+    ).map(list),
     json_any,
 )
 series = mostly(
@@ -65,8 +67,11 @@ series = mostly(
             "metric": mostly(
                 st.fixed_dictionaries(
                     {"instance": mostly(st.sampled_from(["x:1", "y:1", ""]), json_leaf)},
-                    optional={"engine": mostly(st.sampled_from(["0", "1"]),
-                                               st.one_of(label_value, json_leaf))},
+                    optional={
+                        "engine": mostly(
+                            st.sampled_from(["0", "1"]), st.one_of(label_value, json_leaf)
+                        )
+                    },
                 ),
                 json_any,
             ),
@@ -77,16 +82,22 @@ series = mostly(
 )
 matrix = mostly(
     st.fixed_dictionaries(
-        {"resultType": mostly(st.just("matrix"), st.sampled_from(["vector", ""])),
-         "result": mostly(st.lists(series, min_size=1, max_size=4), json_any)}
+        {
+            "resultType": mostly(st.just("matrix"), st.sampled_from(["vector", ""])),
+            "result": mostly(st.lists(series, min_size=1, max_size=4), json_any),
+        }
     ),
     json_any,
 )
 names = mostly(
     st.just(["vllm:num_requests_running", "vllm:request_success_total"]),
     st.one_of(
-        st.lists(st.one_of(st.sampled_from(["vllm:num_requests_running", "sglang:token_usage"]),
-                           json_leaf), max_size=3),
+        st.lists(
+            st.one_of(
+                st.sampled_from(["vllm:num_requests_running", "sglang:token_usage"]), json_leaf
+            ),
+            max_size=3,
+        ),
         json_any,
     ),
 )
@@ -96,12 +107,13 @@ def envelope(data: Any) -> Any:
     return mostly(
         st.fixed_dictionaries(
             {"status": st.just("success"), "data": st.just(data)},
-            optional={"warnings": st.one_of(st.lists(st.text(max_size=10), max_size=2),
-                                            json_any)},
+            optional={"warnings": st.one_of(st.lists(st.text(max_size=10), max_size=2), json_any)},
         ),
         st.one_of(
-            st.fixed_dictionaries({"status": st.sampled_from(["error", "", "ok"])},
-                                  optional={"errorType": json_leaf, "error": json_any}),
+            st.fixed_dictionaries(
+                {"status": st.sampled_from(["error", "", "ok"])},
+                optional={"errorType": json_leaf, "error": json_any},
+            ),
             json_any,
         ),
     )
@@ -147,8 +159,12 @@ def test_prometheus_decoder_gives_evidence_or_one_clean_error(
 # ------------------------------------------------------------------------------------------------
 # Exposition: parse_exposition + evidence_from_snapshots on fuzzed /metrics text
 
-NAMES = ["vllm:num_requests_running", "vllm:request_success_total",
-         "vllm:time_to_first_token_seconds_bucket", "vllm:kv_cache_usage_perc"]
+NAMES = [
+    "vllm:num_requests_running",
+    "vllm:request_success_total",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:kv_cache_usage_perc",
+]
 
 
 @st.composite
@@ -167,8 +183,10 @@ def exposition_line(draw: st.DrawFn) -> str:
 
 
 @FUZZ
-@given(st.lists(st.lists(exposition_line(), max_size=12).map("\n".join), min_size=1,
-                max_size=5), st.booleans())
+@given(
+    st.lists(st.lists(exposition_line(), max_size=12).map("\n".join), min_size=1, max_size=5),
+    st.booleans(),
+)
 def test_exposition_path_gives_evidence_or_one_clean_error(
     texts: list[str], with_failure: bool
 ) -> None:
@@ -180,8 +198,9 @@ def test_exposition_path_gives_evidence_or_one_clean_error(
     if with_failure:
         snaps.append(Snapshot(float(len(texts)), None, "cannot connect: connection refused"))
     try:
-        ev = evidence_from_snapshots({"h:1": snaps}, t0=0.0, window_s=2.0,
-                                     n_windows=max(1, len(snaps) // 2))
+        ev = evidence_from_snapshots(
+            {"h:1": snaps}, t0=0.0, window_s=2.0, n_windows=max(1, len(snaps) // 2)
+        )
     except SourceError as err:
         assert _is_clean(err), str(err)
         return

@@ -24,8 +24,9 @@ T = 1_700_000_040.0  # multiple of 60
 NAMES = ["vllm:num_requests_running", "vllm:request_success_total"]
 
 
-def prom(result: Any = None, *, names: Any = NAMES, raw: bytes | None = None,
-         engine: str = "0") -> Any:
+def prom(
+    result: Any = None, *, names: Any = NAMES, raw: bytes | None = None, engine: str = "0"
+) -> Any:
     """A Prometheus-shaped handler: ``result`` replaces every range-query result (None: one
     good series per unit), ``raw`` replaces every body."""
 
@@ -44,8 +45,9 @@ def prom(result: Any = None, *, names: Any = NAMES, raw: bytes | None = None,
             metric = {"instance": inst}
             if "engine" in q["query"][0]:
                 metric["engine"] = engine
-            series.append({"metric": metric,
-                           "values": [[start + i * step, value] for i in range(n)]})
+            series.append(
+                {"metric": metric, "values": [[start + i * step, value] for i in range(n)]}
+            )
         data = {"resultType": "matrix", "result": series if result is None else result}
         return 200, json.dumps({"status": "success", "data": data}).encode()
 
@@ -59,9 +61,11 @@ def _load(url: str) -> Any:
 @pytest.mark.parametrize(
     ("handler", "needle"),
     [
-        (prom([{"metric": {"instance": "x:1"}, "values": [[T, "abc"]]}]),
-         "point 0 as [1700000040.0, 'abc']"),
-        (prom([{"metric": {"instance": "x:1"}, "values": [[T]]}]), "expected [time, \"number\"]"),
+        (
+            prom([{"metric": {"instance": "x:1"}, "values": [[T, "abc"]]}]),
+            "point 0 as [1700000040.0, 'abc']",
+        ),
+        (prom([{"metric": {"instance": "x:1"}, "values": [[T]]}]), 'expected [time, "number"]'),
         (prom([{"metric": {"instance": "x:1"}, "values": [[T, "1", "2"]]}]), "point 0"),
         (prom([{"metric": {"instance": "x:1"}, "values": [["soon", "1"]]}]), "point 0"),
         (prom([{"metric": {"instance": "x:1"}, "values": [[T, "1_000"]]}]), "point 0"),
@@ -108,7 +112,7 @@ def test_unit_reporting_only_nan_is_named_in_a_note() -> None:
 
 
 GOOD = (
-    '# TYPE vllm:num_requests_running gauge\n'
+    "# TYPE vllm:num_requests_running gauge\n"
     'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
     'vllm:num_requests_running{engine="1",model_name="m"} 1\n'
 )
@@ -119,14 +123,15 @@ def test_malformed_exposition_lines_are_dropped_and_counted() -> None:
     parsed = parse_exposition(text)
     assert [s[2] for s in parsed.samples] == [3.0, 1.0]
     assert parsed.malformed == 3
-    assert parsed.example.startswith("line 4: vllm:num_requests_running{engine=\"2\"} 1 2 3 4")
+    assert parsed.example.startswith('line 4: vllm:num_requests_running{engine="2"} 1 2 3 4')
 
 
 def test_malformed_lines_in_a_scrape_become_a_note() -> None:
-    text = GOOD + "vllm:num_requests_running{engine=\"2\"} abc\n"
+    text = GOOD + 'vllm:num_requests_running{engine="2"} abc\n'
     with serve(static_handler(text)) as url:
-        ev = load_scrape([url + "/metrics"], duration_s=0.4, interval_s=0.2, window_s=0.4,
-                         progress=False)
+        ev = load_scrape(
+            [url + "/metrics"], duration_s=0.4, interval_s=0.2, window_s=0.4, progress=False
+        )
     assert ev.dp is not None and sorted(set(ev.dp.df["dp_rank"].to_list())) == [0, 1]
     note = next(n for n in ev.notes if "malformed exposition line" in n)
     # one bad line per scrape; a loaded machine may skip a round, so count, do not fix, them
@@ -153,8 +158,9 @@ def _hist(le: str, count: float, engine: str = "0") -> str:
 
 def test_bucket_bound_that_is_not_a_number_is_skipped_with_a_note() -> None:
     text = GOOD + _hist("0.5", 1) + _hist("abc", 2) + _hist("+Inf", 3)
-    ev = evidence_from_snapshots({"h:1": _snaps({0.0: text, 1.0: text})}, t0=0.0,
-                                 window_s=2.0, n_windows=1)
+    ev = evidence_from_snapshots(
+        {"h:1": _snaps({0.0: text, 1.0: text})}, t0=0.0, window_s=2.0, n_windows=1
+    )
     assert any("le='abc'" in n and "bucket bound" in n for n in ev.notes), ev.notes
 
 
@@ -182,7 +188,8 @@ def test_hot_target_dying_mid_scrape_keeps_early_evidence_and_nulls_the_rest() -
     assert hot_rows["running"].to_list()[3:] == [None, None, None]
     assert any(
         "target hot:1 answered no scrape in 3 of 6 windows (windows 3-5" in n
-        and "missing, not zero" in n for n in ev.notes
+        and "missing, not zero" in n
+        for n in ev.notes
     ), ev.notes
 
 
@@ -198,8 +205,13 @@ def test_target_down_then_up_does_not_count_the_gap_as_one_burst() -> None:
 def test_dead_port_with_scheme_less_url_is_noted_and_named() -> None:
     port = free_port()
     with pytest.raises(SourceError) as err:
-        load_scrape([f"127.0.0.1:{port}/metrics"], duration_s=0.2, interval_s=0.1,
-                    window_s=0.2, progress=False)
+        load_scrape(
+            [f"127.0.0.1:{port}/metrics"],
+            duration_s=0.2,
+            interval_s=0.1,
+            window_s=0.2,
+            progress=False,
+        )
     assert f"http://127.0.0.1:{port}/metrics" in str(err.value)
 
 
@@ -209,22 +221,28 @@ def test_hot_target_that_dies_half_way_is_still_found_hot() -> None:
     snaps = {}
     for i in range(4):
         rate, running = (60, 8) if i == 0 else (20, 2)
-        texts = {float(t): None if i == 0 and t >= 20 else _rank_text(running, rate * t)
-                 for t in range(40)}
+        texts = {
+            float(t): None if i == 0 and t >= 20 else _rank_text(running, rate * t)
+            for t in range(40)
+        }
         snaps[f"h{i}:1"] = _snaps(texts)
     ev = evidence_from_snapshots(snaps, t0=0.0, window_s=2.0, n_windows=20)
     report = diagnose(ev, level="instance")
     assert report.verdict == "imbalanced" and report.hot_units[0] == "h0:1"
-    assert any("target h0:1 answered no scrape in 10 of 20 windows" in n
-               for n in lines(report.notes))
+    assert any(
+        "target h0:1 answered no scrape in 10 of 20 windows" in n for n in lines(report.notes)
+    )
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("text", [
-    "x" * 300_000,  # a run of letters: the old scheme pattern tried it from every letter
-    "a%" * 150_000,
-    "https://u:" + "p" * 300_000,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 300_000,  # a run of letters: the old scheme pattern tried it from every letter
+        "a%" * 150_000,
+        "https://u:" + "p" * 300_000,
+    ],
+)
 def test_a_300_kb_error_or_warning_is_one_bounded_scrubbed_line(text: str) -> None:
     """A server's 300 KB error message (40 k characters took 8.7 s to scrub): the message is cut
     before it is scrubbed, so it is one short line whatever its length; so is a warning."""

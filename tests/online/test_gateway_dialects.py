@@ -63,16 +63,32 @@ def test_history_uses_the_sources_names_and_labels(history: list[Sample]) -> Non
 
 
 def _diagnose(prom: str, t0: int, capsys: pytest.CaptureFixture[str], *extra: str) -> dict:  # type: ignore[type-arg]
-    code = main(["diagnose", "--prometheus", prom, "--start", str(t0), "--end", str(t0 + SPAN),
-                 "--step", f"{WINDOW}s", "--selector", '{job="vllm"}', "--format", "json",
-                 *extra])
+    code = main(
+        [
+            "diagnose",
+            "--prometheus",
+            prom,
+            "--start",
+            str(t0),
+            "--end",
+            str(t0 + SPAN),
+            "--step",
+            f"{WINDOW}s",
+            "--selector",
+            '{job="vllm"}',
+            "--format",
+            "json",
+            *extra,
+        ]
+    )
     out = capsys.readouterr().out
     assert code in (0, 1), out
     return json.loads(out)  # type: ignore[no-any-return]
 
 
 def test_llm_d_endpoint_picker_sends_more_and_decides_on_stale_load(
-        prom: str, capsys: pytest.CaptureFixture[str]) -> None:
+    prom: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     doc = _diagnose(prom, T_EPP, capsys)
     gw = doc["gateway"]
     assert gw["source"] == "llm-d-epp" and gw["policy"] == EPP_POLICY
@@ -86,20 +102,33 @@ def test_llm_d_endpoint_picker_sends_more_and_decides_on_stale_load(
     assert hot["kind"] == "count" and hot["evidence"]["gateway"]["router_share"] > 0.45
     (stale,) = gw["stale_load"]
     assert stale["unit"] == "vllm-c" and stale["lag_windows"] == LAG
-    assert gw["pool"] == {"ready endpoints": 4, "average KV utilisation": 0.4,
-                          "average queue": 1}
+    assert gw["pool"] == {"ready endpoints": 4, "average KV utilisation": 0.4, "average queue": 1}
     # the failed scheduling attempts (empty endpoint labels) are no upstream
     assert "" not in by
     # llm-d's picker exports the Inference Extension's names too: one router, no "several"
     assert not [n for n in doc["notes"] if "several routers" in n]
-    assert main(["diagnose", "--prometheus", prom, "--start", str(T_EPP), "--end",
-                 str(T_EPP + SPAN), "--step", f"{WINDOW}s", "--selector", '{job="vllm"}']) in (0, 1)
+    assert main(
+        [
+            "diagnose",
+            "--prometheus",
+            prom,
+            "--start",
+            str(T_EPP),
+            "--end",
+            str(T_EPP + SPAN),
+            "--step",
+            f"{WINDOW}s",
+            "--selector",
+            '{job="vllm"}',
+        ]
+    ) in (0, 1)
     text = capsys.readouterr().out
     assert "stale load: llm-d-epp under epp-scorers saw vllm-c's queue off by" in text
 
 
 def test_production_stack_router_session_policy_and_health(
-        prom: str, capsys: pytest.CaptureFixture[str]) -> None:
+    prom: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     doc = _diagnose(prom, T_PS, capsys)
     gw = doc["gateway"]
     assert gw["source"] == "vllm-production-stack" and gw["policy"] == "session"
@@ -117,11 +146,25 @@ def test_production_stack_router_session_policy_and_health(
 
 
 def test_production_stack_routers_engine_names_are_not_an_engine(
-        prom: str, capsys: pytest.CaptureFixture[str]) -> None:
+    prom: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """No --selector: the router's vllm:num_requests_running{server} copies share the engines'
     names, and still only the four engines are units (a series with ``server`` is a router's)."""
-    code = main(["diagnose", "--prometheus", prom, "--start", str(T_PS), "--end",
-                 str(T_PS + SPAN), "--step", f"{WINDOW}s", "--format", "json"])
+    code = main(
+        [
+            "diagnose",
+            "--prometheus",
+            prom,
+            "--start",
+            str(T_PS),
+            "--end",
+            str(T_PS + SPAN),
+            "--step",
+            f"{WINDOW}s",
+            "--format",
+            "json",
+        ]
+    )
     out = capsys.readouterr().out
     assert code in (0, 1), out
     doc = json.loads(out)
@@ -129,8 +172,9 @@ def test_production_stack_routers_engine_names_are_not_an_engine(
     assert doc["hot_units"] == [HOSTS[2]]
 
 
-def test_inference_extension_ports_are_dp_ranks(prom: str,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_inference_extension_ports_are_dp_ranks(
+    prom: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A pod's scheduling counts per port are its DP ranks (ascending port order) and join the
     engines' DP units; the hot rank's finding is ranked on what the picker sent it."""
     doc = _diagnose(prom, T_GIE, capsys, "--level", "dp")
@@ -144,8 +188,10 @@ def test_inference_extension_ports_are_dp_ranks(prom: str,
 
 
 def test_no_router_in_the_range_is_no_gateway_evidence(prom: str) -> None:
-    assert load_router_prometheus(prom, start=T_EPP - 7 * 24 * 3600,
-                                  end=T_EPP - 7 * 24 * 3600 + SPAN) is None
+    assert (
+        load_router_prometheus(prom, start=T_EPP - 7 * 24 * 3600, end=T_EPP - 7 * 24 * 3600 + SPAN)
+        is None
+    )
 
 
 def test_watch_shows_and_exports_the_gateway_share(prom: str) -> None:
@@ -160,15 +206,28 @@ def test_watch_shows_and_exports_the_gateway_share(prom: str) -> None:
     from skewscope.monitor.exporter import ReportCollector
     from skewscope.monitor.watch import Watcher
 
-    args = build_parser().parse_args(["watch", "--prometheus", prom, "--selector",
-                                      '{job="vllm"}', "--last", f"{SPAN}s", "--step",
-                                      f"{WINDOW}s"])
+    args = build_parser().parse_args(
+        [
+            "watch",
+            "--prometheus",
+            prom,
+            "--selector",
+            '{job="vllm"}',
+            "--last",
+            f"{SPAN}s",
+            "--step",
+            f"{WINDOW}s",
+        ]
+    )
     source = build_source(args, float(SPAN), float(WINDOW))
     w = Watcher(source, last_s=SPAN, every_s=30, clock=ManualClock(T_PS + SPAN))
     assert w.run_once()
-    shares = {tuple(s.labels[k] for k in ("unit", "level", "source")): s.value
-              for fam in ReportCollector(lambda: w.status).collect()
-              if fam.name == "skewscope_gateway_share" for s in fam.samples}
+    shares = {
+        tuple(s.labels[k] for k in ("unit", "level", "source")): s.value
+        for fam in ReportCollector(lambda: w.status).collect()
+        if fam.name == "skewscope_gateway_share"
+        for s in fam.samples
+    }
     assert shares[HOSTS[2], "instance", "vllm-production-stack"] == pytest.approx(0.52, abs=0.02)
     assert len(shares) == len(HOSTS)
     console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115

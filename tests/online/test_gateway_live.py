@@ -27,21 +27,51 @@ def _traffic(url: str, stop: threading.Event) -> None:
         for j in range(2000):  # bounded; stopped when the scrape ends
             if stop.is_set():
                 return
-            assert c.post(f"{url}/v1/completions",
-                          json={"model": "m", "prompt": f"q {j}", "max_tokens": 4}
-                          ).status_code == 200
+            assert (
+                c.post(
+                    f"{url}/v1/completions",
+                    json={"model": "m", "prompt": f"q {j}", "max_tokens": 4},
+                ).status_code
+                == 200
+            )
 
 
-def _watch(urls: list[str], gateway: str, runs: int, capsys: pytest.CaptureFixture[str],
-           load: threading.Thread, stop: threading.Event, extra: list[str]) -> dict[str, Any]:
+def _watch(
+    urls: list[str],
+    gateway: str,
+    runs: int,
+    capsys: pytest.CaptureFixture[str],
+    load: threading.Thread,
+    stop: threading.Event,
+    extra: list[str],
+) -> dict[str, Any]:
     """``watch --scrape`` with ``--gateway-url`` for ``runs`` runs of 1 s; its last report
     (a run before the first samples has none: it logs its error and prints no JSON)."""
     capsys.readouterr()
     load.start()
     try:
-        code = main(["watch", "--scrape", *urls, "--interval", "250ms", "--window", "1s",
-                     "--last", "8s", "--every", "1s", "--no-tui", "--json-lines",
-                     "--gateway-url", gateway, "--runs", str(runs), *extra])
+        code = main(
+            [
+                "watch",
+                "--scrape",
+                *urls,
+                "--interval",
+                "250ms",
+                "--window",
+                "1s",
+                "--last",
+                "8s",
+                "--every",
+                "1s",
+                "--no-tui",
+                "--json-lines",
+                "--gateway-url",
+                gateway,
+                "--runs",
+                str(runs),
+                *extra,
+            ]
+        )
     finally:
         stop.set()
         load.join(timeout=30)
@@ -53,22 +83,27 @@ def _watch(urls: list[str], gateway: str, runs: int, capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.parametrize("command", ["diagnose", "watch"])
-def test_unit_missing_from_the_routers_pool(command: str, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_unit_missing_from_the_routers_pool(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with sim_engines("idle") as cluster:
         workers = base_urls(cluster)
         left_out = workers[3].removeprefix("http://")
         with router("sglang-router", workers[:3], tmp_path, "round_robin") as (url, _):
             assert set(read_workers(url)) == {w.removeprefix("http://") for w in workers[:3]}
             if command == "diagnose":
-                doc = scrape_diagnose(cluster, lambda stop: _traffic(url, stop),
-                                      ["--gateway-url", url, *volume_gate(tmp_path)],
-                                      tmp_path / "report.json")
+                doc = scrape_diagnose(
+                    cluster,
+                    lambda stop: _traffic(url, stop),
+                    ["--gateway-url", url, *volume_gate(tmp_path)],
+                    tmp_path / "report.json",
+                )
             else:
                 stop = threading.Event()
                 load = threading.Thread(target=_traffic, args=(url, stop))
-                doc = _watch(list(cluster.urls.values()), url, 10, capsys, load, stop,
-                             volume_gate(tmp_path))
+                doc = _watch(
+                    list(cluster.urls.values()), url, 10, capsys, load, stop, volume_gate(tmp_path)
+                )
     assert doc["starved_units"] == [left_out], doc["notes"]
     finding = next(f for f in doc["findings"] if left_out in f["units"])
     assert finding["root_causes"][0]["key"] == "health_check"
@@ -81,9 +116,11 @@ def test_unit_missing_from_the_routers_pool(command: str, tmp_path: Path,
 
 @pytest.mark.parametrize(
     ("status", "body", "needle"),
-    [(200, b"<html>", "did not return a worker list"),
-     (200, b'{"workers": [{"no_url": 1}]}', "did not return a worker list"),
-     (404, b"{}", "answered HTTP 404")],
+    [
+        (200, b"<html>", "did not return a worker list"),
+        (200, b'{"workers": [{"no_url": 1}]}', "did not return a worker list"),
+        (404, b"{}", "answered HTTP 404"),
+    ],
 )
 def test_bad_worker_list_is_one_source_error(status: int, body: bytes, needle: str) -> None:
     with serve(json_handler(lambda _h: (status, body))) as url, pytest.raises(SourceError) as e:

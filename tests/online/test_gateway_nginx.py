@@ -28,12 +28,15 @@ BODY = {"model": "m", "prompt": "tell me a story " * 8, "max_tokens": 4}
 
 def _routed(cluster: LiveCluster) -> dict[str, float]:
     """host:port -> requests the engine there was actually sent."""
-    return {u.removeprefix("http://").removesuffix("/metrics"): cluster.routed[i].finished
-            for i, u in cluster.urls.items()}
+    return {
+        u.removeprefix("http://").removesuffix("/metrics"): cluster.routed[i].finished
+        for i, u in cluster.urls.items()
+    }
 
 
-def _heavy_keys(send: Callable[[str], None], cluster: LiveCluster, n: int = 3) -> tuple[
-        list[str], str]:
+def _heavy_keys(
+    send: Callable[[str], None], cluster: LiveCluster, n: int = 3
+) -> tuple[list[str], str]:
     """``n`` session keys nginx hashes onto the same engine (found by sending each once)."""
     by_upstream: dict[str, list[str]] = {}
     for k in range(200):
@@ -47,8 +50,13 @@ def _heavy_keys(send: Callable[[str], None], cluster: LiveCluster, n: int = 3) -
     raise AssertionError("no engine got n keys")
 
 
-def _traffic(url: str, heavy: list[str], seconds_worth: int, stop: threading.Event,
-             light: list[str] | None = None) -> None:
+def _traffic(
+    url: str,
+    heavy: list[str],
+    seconds_worth: int,
+    stop: threading.Event,
+    light: list[str] | None = None,
+) -> None:
     """Bounded load: per round, every heavy key 3 times and every ``light`` key once (default:
     4 one-off keys)."""
     with httpx.Client(timeout=10) as c:
@@ -58,8 +66,12 @@ def _traffic(url: str, heavy: list[str], seconds_worth: int, stop: threading.Eve
             extra = light if light is not None else [f"u{r}-{j}" for j in range(4)]
             keys = [*(h for h in heavy for _ in range(3)), *extra]
             for key in keys:
-                assert c.post(f"{url}/v1/completions", json=BODY,
-                              headers={"X-Session-Id": key}).status_code == 200
+                assert (
+                    c.post(
+                        f"{url}/v1/completions", json=BODY, headers={"X-Session-Id": key}
+                    ).status_code
+                    == 200
+                )
 
 
 def _upstream_lines(log: Path) -> int:
@@ -70,6 +82,7 @@ def test_access_log_counts_match_what_each_engine_got(tmp_path: Path) -> None:
     with sim_engines("idle") as cluster:
         ups = [u.removeprefix("http://") for u in base_urls(cluster)]
         with nginx(ups, tmp_path, HASH) as (url, log), httpx.Client(timeout=10) as c:
+
             def send(key: str) -> None:
                 c.post(f"{url}/v1/completions", json=BODY, headers={"X-Session-Id": key})
 
@@ -78,8 +91,11 @@ def test_access_log_counts_match_what_each_engine_got(tmp_path: Path) -> None:
             # nginx writes a request's line, and an engine counts it finished, around the time
             # the client has its answer: wait until both have the last ones (a stop in between
             # loses a line)
-            wait_until(lambda: _upstream_lines(log) == sum(_routed(cluster).values()),
-                       "every proxied request in the access log", timeout_s=10)
+            wait_until(
+                lambda: _upstream_lines(log) == sum(_routed(cluster).values()),
+                "every proxied request in the access log",
+                timeout_s=10,
+            )
             truth = _routed(cluster)
         gw = read_access_logs([str(log)])
     got = {u.upstream: u.requests for u in gw.units}
@@ -91,8 +107,9 @@ def test_access_log_counts_match_what_each_engine_got(tmp_path: Path) -> None:
     assert any("no upstream" in n for n in gw.notes)  # nginx's own readiness answer
 
 
-def _one_key_per_other_upstream(send: Callable[[str], None], cluster: LiveCluster,
-                                hot: str) -> list[str]:
+def _one_key_per_other_upstream(
+    send: Callable[[str], None], cluster: LiveCluster, hot: str
+) -> list[str]:
     """A light session key for every engine but ``hot``: the background traffic reaches each of
     them evenly (one-off keys hash by chance, and with ~1 request per 1 s window a chance
     pile-up on one peer reads as a second hot unit)."""
@@ -127,6 +144,7 @@ def sticky_nginx(tmp_path: Path) -> Iterator[Sticky]:
     with sim_engines("idle") as cluster:
         ups = [u.removeprefix("http://") for u in base_urls(cluster)]
         with nginx(ups, tmp_path, HASH) as (url, log), httpx.Client(timeout=10) as c:
+
             def send(key: str) -> None:
                 c.post(f"{url}/v1/completions", json=BODY, headers={"X-Session-Id": key})
 
@@ -139,10 +157,12 @@ def test_diagnose_joins_nginx_log_to_engine_metrics(tmp_path: Path) -> None:
     """End to end through the CLI: --scrape the engines while nginx routes, --access-log."""
     with sticky_nginx(tmp_path) as st:
         heavy, hot = st.heavy, st.hot
-        doc = scrape_diagnose(st.cluster,
-                              lambda stop: _traffic(st.url, heavy, 400, stop, st.light),
-                              ["--access-log", str(st.log), *volume_gate(tmp_path)],
-                              tmp_path / "report.json")
+        doc = scrape_diagnose(
+            st.cluster,
+            lambda stop: _traffic(st.url, heavy, 400, stop, st.light),
+            ["--access-log", str(st.log), *volume_gate(tmp_path)],
+            tmp_path / "report.json",
+        )
     assert doc["verdict"] == "imbalanced", doc["notes"]
     assert doc["hot_units"] == [hot]
     finding = doc["findings"][0]
@@ -172,8 +192,20 @@ def test_watch_follows_the_nginx_log_while_it_is_written(tmp_path: Path) -> None
     with sticky_nginx(tmp_path) as st:
         heavy, hot = st.heavy, st.hot
         args = build_parser().parse_args(
-            ["watch", "--scrape", *st.cluster.urls.values(), "--interval", "250ms",
-             "--window", "1s", "--last", "10s", "--access-log", str(st.log)])
+            [
+                "watch",
+                "--scrape",
+                *st.cluster.urls.values(),
+                "--interval",
+                "250ms",
+                "--window",
+                "1s",
+                "--last",
+                "10s",
+                "--access-log",
+                str(st.log),
+            ]
+        )
         source = build_source(args, 10.0, 1.0)
         stop = threading.Event()
         load = threading.Thread(target=_traffic, args=(st.url, heavy, 400, stop, st.light))
@@ -181,19 +213,37 @@ def test_watch_follows_the_nginx_log_while_it_is_written(tmp_path: Path) -> None
         try:
             # the volume gate at 30 requests: the load goes as fast as nginx answers, fewer than
             # the default 100 land in 10 s on a busy machine; the runs' content is tested here
-            w = Watcher(source, last_s=10.0, every_s=1.0,
-                        thresholds=DEFAULT_THRESHOLDS.updated({"min_requests_total": 30}, "test"))
-            wait_until(lambda: w.run_once() and (r := w.status.report) is not None
-                       and r.gateway is not None and len(r.gateway.units) == len(st.cluster.urls)
-                       and r.hot_units == (hot,),
-                       "a watch run naming the hot upstream", timeout_s=90)
+            w = Watcher(
+                source,
+                last_s=10.0,
+                every_s=1.0,
+                thresholds=DEFAULT_THRESHOLDS.updated({"min_requests_total": 30}, "test"),
+            )
+            wait_until(
+                lambda: (
+                    w.run_once()
+                    and (r := w.status.report) is not None
+                    and r.gateway is not None
+                    and len(r.gateway.units) == len(st.cluster.urls)
+                    and r.hot_units == (hot,)
+                ),
+                "a watch run naming the hot upstream",
+                timeout_s=90,
+            )
             first = w.status.report
             assert first is not None and first.gateway is not None
             last = first.gateway.window_starts[-1]
             # a later run: the lines appended since, over its own (later) windows
-            wait_until(lambda: w.run_once() and (r := w.status.report) is not None
-                       and r.gateway is not None and r.gateway.window_starts[-1] > last,
-                       "a run over later windows", timeout_s=60)
+            wait_until(
+                lambda: (
+                    w.run_once()
+                    and (r := w.status.report) is not None
+                    and r.gateway is not None
+                    and r.gateway.window_starts[-1] > last
+                ),
+                "a run over later windows",
+                timeout_s=60,
+            )
             second = w.status.report
         finally:
             stop.set()

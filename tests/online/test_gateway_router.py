@@ -30,8 +30,10 @@ PREFIX = "You are a careful assistant for the ACME support desk. " * 25
 
 
 def _routed(cluster: LiveCluster) -> dict[str, float]:
-    return {u.removeprefix("http://").removesuffix("/metrics"): cluster.routed[i].finished
-            for i, u in cluster.urls.items()}
+    return {
+        u.removeprefix("http://").removesuffix("/metrics"): cluster.routed[i].finished
+        for i, u in cluster.urls.items()
+    }
 
 
 class Fleet:
@@ -43,19 +45,26 @@ class Fleet:
 
     def send(self, prompt: str, key: str | None = None) -> int:
         headers = {"X-SMG-Routing-Key": key, "X-Session-Id": key} if key else {}
-        r = self.client.post(f"{self.router}/v1/completions", headers=headers,
-                             json={"model": "m", "prompt": prompt, "max_tokens": 4})
+        r = self.client.post(
+            f"{self.router}/v1/completions",
+            headers=headers,
+            json={"model": "m", "prompt": prompt, "max_tokens": 4},
+        )
         return r.status_code
 
     def scraped(self, what: str) -> None:
         """Wait until Prometheus has scraped every target since now (what was sent before is
         in its TSDB): a condition, however slow a busy machine makes the scrapes."""
         t = time.time()
-        wait_until(lambda: scraped_after(self.prom, t, self.targets),
-                   f"a scrape of all {self.targets} targets after {what}", timeout_s=60)
+        wait_until(
+            lambda: scraped_after(self.prom, t, self.targets),
+            f"a scrape of all {self.targets} targets after {what}",
+            timeout_s=60,
+        )
 
-    def run(self, one_round: Callable[[int], None],
-            events: dict[int, Callable[[], None]] | None = None) -> dict[str, object]:
+    def run(
+        self, one_round: Callable[[int], None], events: dict[int, Callable[[], None]] | None = None
+    ) -> dict[str, object]:
         """``ROUNDS`` rounds of traffic on a one-second grid (a late round starts at once; the
         count of requests never depends on the machine's speed), each event before its round;
         then, once Prometheus has scraped the last answers, diagnose the range."""
@@ -68,8 +77,23 @@ class Fleet:
         end = time.time()
         self.scraped("the last round")
         out = self.cluster_dir / "report.json"
-        code = main(["diagnose", "--prometheus", self.prom, "--start", f"{start:.3f}",
-                     "--end", f"{end:.3f}", "--step", STEP, "--format", "json", "-o", str(out)])
+        code = main(
+            [
+                "diagnose",
+                "--prometheus",
+                self.prom,
+                "--start",
+                f"{start:.3f}",
+                "--end",
+                f"{end:.3f}",
+                "--step",
+                STEP,
+                "--format",
+                "json",
+                "-o",
+                str(out),
+            ]
+        )
         assert code == 0
         return json.loads(out.read_text())  # type: ignore[no-any-return]
 
@@ -142,18 +166,38 @@ def test_sticky_routing_keys(fleet: Fleet) -> None:
     gw = doc["gateway"]
     assert f"The gateway ({gw['source']}) sent" in finding["summary"]
     assert f"under {gw['policy']}" in finding["summary"]
-    assert (gw["source"], gw["policy"]) in {("sglang-router", "manual"),
-                                            ("vllm-router", "consistent_hash")}
+    assert (gw["source"], gw["policy"]) in {
+        ("sglang-router", "manual"),
+        ("vllm-router", "consistent_hash"),
+    }
     assert gw["policy_class"] == "sticky"
     row = next(u for u in gw["units"] if u["upstream"] == hot)
     assert row["unit"] == hot and row["router_share"] > 0.4
     assert abs(row["router_share"] - row["engine_share"]) < 0.1
 
 
-@pytest.mark.parametrize("fleet", [("sglang-router", "round_robin", (
-    "--health-failure-threshold", "2", "--health-success-threshold", "1",
-    "--cb-failure-threshold", "2", "--cb-timeout-duration-secs", "60",
-    "--retry-max-retries", "3"))], indirect=True)
+@pytest.mark.parametrize(
+    "fleet",
+    [
+        (
+            "sglang-router",
+            "round_robin",
+            (
+                "--health-failure-threshold",
+                "2",
+                "--health-success-threshold",
+                "1",
+                "--cb-failure-threshold",
+                "2",
+                "--cb-timeout-duration-secs",
+                "60",
+                "--retry-max-retries",
+                "3",
+            ),
+        )
+    ],
+    indirect=True,
+)
 def test_failing_worker_is_a_health_check_and_the_breaker_keeps_it_out(fleet: Fleet) -> None:
     sick = base_urls(fleet.cluster)[3]
     sick_unit = sick.removeprefix("http://")

@@ -31,13 +31,26 @@ def incident_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
 
 
 def diagnose(url: str, inc: Incident, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
-    iso = [datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-           for t in (T0, T0 + inc.span_s)]
+    iso = [
+        datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for t in (T0, T0 + inc.span_s)
+    ]
     window = ["--window", inc.data["window"]] if "window" in inc.data else []
     arch = inc.data.get("architecture")  # what the operator knows of the model: --lockstep
     window += ["--lockstep", "yes" if arch == "dp_attention" else "no"] if arch else []
-    argv = ["diagnose", "--prometheus", url, "--start", iso[0], "--end", iso[1],
-            "--selector", f'{{job="{inc.data["job"]}"}}', "--format", "json", *window]
+    argv = [
+        "diagnose",
+        "--prometheus",
+        url,
+        "--start",
+        iso[0],
+        "--end",
+        iso[1],
+        "--selector",
+        f'{{job="{inc.data["job"]}"}}',
+        "--format",
+        "json",
+        *window,
+    ]
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
 

@@ -26,8 +26,9 @@ def _prometheus(url: str, **kw: Any) -> Any:
 
 
 def _scrape(url: str, **kw: Any) -> Any:
-    return load_scrape([url + "/metrics"], duration_s=0.4, interval_s=0.2, window_s=0.4,
-                       progress=False, **kw)
+    return load_scrape(
+        [url + "/metrics"], duration_s=0.4, interval_s=0.2, window_s=0.4, progress=False, **kw
+    )
 
 
 @pytest.mark.parametrize("in_headers", [False, True], ids=["body", "headers"])
@@ -68,8 +69,21 @@ def test_config_sources_table_sets_the_scrape_limit(
     cfg = tmp_path / "skewscope.toml"
     cfg.write_text("[sources]\nmax_scrape_mb = 0.25\n")
     with serve(endless_handler()) as url:
-        code = main(["diagnose", "--scrape", url + "/metrics", "--duration", "0.4s",
-                     "--interval", "0.2s", "--window", "0.4s", "--config", str(cfg)])
+        code = main(
+            [
+                "diagnose",
+                "--scrape",
+                url + "/metrics",
+                "--duration",
+                "0.4s",
+                "--interval",
+                "0.2s",
+                "--window",
+                "0.4s",
+                "--config",
+                str(cfg),
+            ]
+        )
     err = capsys.readouterr().err
     assert code == 4
     assert "more than the 256 KiB response limit" in err, err

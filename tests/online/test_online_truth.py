@@ -70,16 +70,22 @@ def victoria_scenarios(
     tmp = tmp_path_factory.mktemp("vm-scenarios")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [vm, f"-storageDataPath={tmp / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
-           "-retentionPeriod=100y", "-search.disableCache"]
+    cmd = [
+        vm,
+        f"-storageDataPath={tmp / 'vm'}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-retentionPeriod=100y",
+        "-search.disableCache",
+    ]
     with running(cmd, tmp / "vm.log") as proc:
         wait_until(
             lambda: proc.poll() is None and httpx.get(f"{url}/health").status_code == 200,
             "VictoriaMetrics",
         )
         for job, result in [*runs.items(), (SCALE_IN, runs["balanced"])]:
-            lines = iter_import_lines(result, "vllm", STEP_S, job=job,
-                                      instance_labels=_labels(result))
+            lines = iter_import_lines(
+                result, "vllm", STEP_S, job=job, instance_labels=_labels(result)
+            )
             if job == SCALE_IN:
                 lines = (ln for ln in lines if _scale_in_keep(result, ln, 1000.0))
             body = "\n".join(lines) + "\n"
@@ -92,8 +98,11 @@ def victoria_scenarios(
         def last_job_queryable() -> bool:
             r = httpx.get(
                 f"{url}/api/v1/series",
-                params={"match[]": f'{{job="{SCALE_IN}"}}', "start": span.start_s,
-                        "end": span.end_s},
+                params={
+                    "match[]": f'{{job="{SCALE_IN}"}}',
+                    "start": span.start_s,
+                    "end": span.end_s,
+                },
             )
             return bool(r.json().get("data"))
 
@@ -109,8 +118,9 @@ def store(request: pytest.FixtureRequest) -> str:
 def _diagnose(url: str, job: str, result: SimResult) -> dict:  # type: ignore[type-arg]
     from skewscope.sources.prometheus import load_prometheus
 
-    evidence = load_prometheus(url, start=result.start_s, end=result.end_s,
-                               selector=f'{{job="{job}"}}')
+    evidence = load_prometheus(
+        url, start=result.start_s, end=result.end_s, selector=f'{{job="{job}"}}'
+    )
     return report_document(diagnose(evidence))
 
 
@@ -123,9 +133,7 @@ def test_scenario_history_diagnoses_to_truth(
     check_against_truth(doc, runs[name].truth.to_dict())
 
 
-def test_scale_in_is_explained_not_reported_as_skew(
-    store: str, runs: dict[str, SimResult]
-) -> None:
+def test_scale_in_is_explained_not_reported_as_skew(store: str, runs: dict[str, SimResult]) -> None:
     doc = _diagnose(store, SCALE_IN, runs["balanced"])
     assert doc["verdict"] == "balanced"
     assert doc["starved_units"] == []

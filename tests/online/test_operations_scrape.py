@@ -54,16 +54,24 @@ def test_operation_through_scrape(name: str) -> None:
         labels.pop("job")
         text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         by_unit.setdefault(unit, {}).setdefault((s.t - T0) // step, []).append(
-            f"{s.name}{{{text}}} {s.value!r}\n")
+            f"{s.name}{{{text}}} {s.value!r}\n"
+        )
     # The handlers step the history once per scrape, so real time is irrelevant: a ManualClock
     # runs the rounds back to back (none late, none skipped) through the path diagnose --scrape
     # takes (load_scrape, diagnose, the JSON document).
     with contextlib.ExitStack() as stack:
-        urls = {u: stack.enter_context(serve(stepping(steps, last)))
-                for u, steps in sorted(by_unit.items())}
-        evidence = load_scrape([f"{url}/metrics" for url in urls.values()],
-                               duration_s=(last + 1) * step, interval_s=step,
-                               window_s=4 * step, progress=False, clock=ManualClock(T0))
+        urls = {
+            u: stack.enter_context(serve(stepping(steps, last)))
+            for u, steps in sorted(by_unit.items())
+        }
+        evidence = load_scrape(
+            [f"{url}/metrics" for url in urls.values()],
+            duration_s=(last + 1) * step,
+            interval_s=step,
+            window_s=4 * step,
+            progress=False,
+            clock=ManualClock(T0),
+        )
     doc = report_document(diagnose(evidence))
     assert not any("rounds were skipped" in n for n in doc["notes"]), doc["notes"]
     unit_of = {u: url.removeprefix("http://") for u, url in urls.items()}

@@ -20,9 +20,13 @@ from skewscope.sources.prometheus import load_prometheus
 
 STEP = 5.0
 WINDOW = 15.0
-CASES = [("pd-imbalanced", "vllm"), ("pd-imbalanced", "ms-service-metric"),
-         ("pd-imbalanced", "dynamo"), ("pd-hot-decode-rank", "vllm"),
-         ("pd-imbalanced", "mindie")]
+CASES = [
+    ("pd-imbalanced", "vllm"),
+    ("pd-imbalanced", "ms-service-metric"),
+    ("pd-imbalanced", "dynamo"),
+    ("pd-hot-decode-rank", "vllm"),
+    ("pd-imbalanced", "mindie"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +41,28 @@ def prom(tmp_path_factory: pytest.TempPathFactory, runs: dict[str, SimResult]) -
     prometheus, promtool = need("prometheus", "prometheus"), need("promtool", "prometheus")
     tmp = tmp_path_factory.mktemp("pdprom")
     for name, dialect in CASES:
-        om = write_openmetrics(runs[name], tmp / f"{name}-{dialect}.om", dialect, STEP,
-                               job=f"{name}-{dialect}",
-                               role_label="pool" if dialect == "mindie" else None)
+        om = write_openmetrics(
+            runs[name],
+            tmp / f"{name}-{dialect}.om",
+            dialect,
+            STEP,
+            job=f"{name}-{dialect}",
+            role_label="pool" if dialect == "mindie" else None,
+        )
         backfill(promtool, om, tmp / "blocks")
     with serve_prometheus(prometheus, tmp / "blocks", tmp) as url:
         yield url
 
 
 def _load(prom: str, result: SimResult, job: str, **kw: object):  # type: ignore[no-untyped-def]
-    return load_prometheus(prom, start=result.start_s, end=result.end_s - STEP, step_s=WINDOW,
-                           selector=f'job="{job}"', **kw)  # type: ignore[arg-type]
+    return load_prometheus(
+        prom,
+        start=result.start_s,
+        end=result.end_s - STEP,
+        step_s=WINDOW,
+        selector=f'job="{job}"',
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "ms-service-metric", "dynamo"])
@@ -64,8 +79,11 @@ def test_pd_imbalance_found_in_each_labelling_dialect(
     assert pd.evidence["saturated_pool"] == "prefill" and pd.evidence["pd_ratio"] == "2:6"
     assert len(pd.units) == 2 and all(pools[u] == "prefill" for u in pd.units)
     # a prefill worker is no count hot spot against decode workers
-    assert not [f for f in report.findings if f.kind == "count"
-                and set(f.units) & {u for u, p in pools.items() if p == "prefill"}]
+    assert not [
+        f
+        for f in report.findings
+        if f.kind == "count" and set(f.units) & {u for u, p in pools.items() if p == "prefill"}
+    ]
 
 
 def test_hot_decode_rank_found_inside_its_pool(prom: str, runs: dict[str, SimResult]) -> None:
@@ -73,8 +91,9 @@ def test_hot_decode_rank_found_inside_its_pool(prom: str, runs: dict[str, SimRes
     report = diagnose(_load(prom, result, "pd-hot-decode-rank-vllm"))
     assert not [f for f in report.findings if f.kind == Kind.PD_IMBALANCE]
     assert [u.split(":")[-1] for u in report.hot_units] == ["inst-5"]  # a decode instance
-    drilled = {u.split(":")[-1]: f.kind for d in report.drilldown for f in d.findings
-               for u in f.units}
+    drilled = {
+        u.split(":")[-1]: f.kind for d in report.drilldown for f in d.findings for u in f.units
+    }
     assert drilled == {"inst-5/dp1": "capability"}, drilled
 
 
@@ -95,9 +114,7 @@ def test_role_label_names_a_label_the_dialect_does_not_know(
         _load(prom, result, job, role_label="worker_type")
 
 
-def test_pd_alert_fires_on_the_imbalanced_fleet_only(
-    prom: str, runs: dict[str, SimResult]
-) -> None:
+def test_pd_alert_fires_on_the_imbalanced_fleet_only(prom: str, runs: dict[str, SimResult]) -> None:
     """The generated SkewscopePDImbalance, evaluated at explicit times (every 5 s of the
     backfilled history, its recorded series inlined), fires on the saturated prefill pool of
     pd-imbalanced for longer than its ``for:`` and never on pd-hot-decode-rank, whose split
@@ -111,10 +128,14 @@ def test_pd_alert_fires_on_the_imbalanced_fleet_only(
     fired = {}
     for name in ("pd-imbalanced", "pd-hot-decode-rank"):
         result = runs[name]
-        rules_job = build_rules(RuleOptions(dialects=("vllm",), window_s=window, for_s=for_s,
-                                            selector=f'job="{name}-vllm"'))
-        series = evaluate(prom, rules_job, PD_ALERT, result.start_s + 2 * window,
-                          result.end_s - STEP, STEP)
+        rules_job = build_rules(
+            RuleOptions(
+                dialects=("vllm",), window_s=window, for_s=for_s, selector=f'job="{name}-vllm"'
+            )
+        )
+        series = evaluate(
+            prom, rules_job, PD_ALERT, result.start_s + 2 * window, result.end_s - STEP, STEP
+        )
         fired[name] = {s["metric"].get("pool"): longest_run(s["values"], STEP) for s in series}
     assert fired["pd-hot-decode-rank"] == {}
     assert set(fired["pd-imbalanced"]) == {"prefill"}
@@ -122,9 +143,7 @@ def test_pd_alert_fires_on_the_imbalanced_fleet_only(
     assert rules["groups"][0]["name"] == "skewscope-vllm"
 
 
-def test_dashboard_pool_row_shows_the_saturated_pool(
-    prom: str, runs: dict[str, SimResult]
-) -> None:
+def test_dashboard_pool_row_shows_the_saturated_pool(prom: str, runs: dict[str, SimResult]) -> None:
     """The dashboard's prefill/decode row, queried as Grafana would (variables at their
     defaults, the job chosen), draws the prefill pool's queue above the decode pool's."""
     import httpx
@@ -137,9 +156,17 @@ def test_dashboard_pool_row_shows_the_saturated_pool(
     values = {**defaults(dash), "job": "pd-imbalanced-vllm", "__rate_interval": "15s"}
     result = runs["pd-imbalanced"]
     (expr,) = [e for t, e in targets(dash, pools=True) if t.startswith("Waiting requests per")]
-    got = httpx.get(f"{prom}/api/v1/query_range", params={
-        "query": substitute(expr, values), "start": result.start_s + 30,
-        "end": result.end_s - STEP, "step": 15}, timeout=60).json()["data"]["result"]
-    mean = {s["metric"]["pool"]: sum(float(v) for _, v in s["values"]) / len(s["values"])
-            for s in got}
+    got = httpx.get(
+        f"{prom}/api/v1/query_range",
+        params={
+            "query": substitute(expr, values),
+            "start": result.start_s + 30,
+            "end": result.end_s - STEP,
+            "step": 15,
+        },
+        timeout=60,
+    ).json()["data"]["result"]
+    mean = {
+        s["metric"]["pool"]: sum(float(v) for _, v in s["values"]) / len(s["values"]) for s in got
+    }
     assert set(mean) == {"prefill", "decode"} and mean["prefill"] > 1.0 > 10 * mean["decode"]

@@ -22,8 +22,9 @@ from skewscope.sources.dialects import SignalSpec, get_dialect
 from skewscope.sources.prom_plan import Row, bucket_quantiles
 
 BOUNDS = (-1.0, 0.0, 0.005, 0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 10.0, math.inf)
-COUNTS = st.one_of(st.integers(0, 40).map(float),
-                   st.sampled_from([0.0, 0.5, 1e-9, 2.5, math.nan, math.inf, -1.0]))
+COUNTS = st.one_of(
+    st.integers(0, 40).map(float), st.sampled_from([0.0, 0.5, 1e-9, 2.5, math.nan, math.inf, -1.0])
+)
 ALIAS = get_dialect("vllm").roles["ttft"][0]
 
 
@@ -53,18 +54,22 @@ def fleets(draw: st.DrawFn) -> dict[tuple[str, str], list[tuple[str, float]]]:
     return out
 
 
-def _prometheus(url: str, q: float, fleet: dict[tuple[str, str], list[tuple[str, float]]],
-                by: str) -> dict[str, float]:
+def _prometheus(
+    url: str, q: float, fleet: dict[tuple[str, str], list[tuple[str, float]]], by: str
+) -> dict[str, float]:
     parts = [
         f'label_replace(label_replace(label_replace(vector({_number(c)}), "le", "{le}", "", ""),'
         f' "instance", "{inst}", "", ""), "engine", "{rank}", "", "")'
-        for (inst, rank), les in fleet.items() for le, c in les
+        for (inst, rank), les in fleet.items()
+        for le, c in les
     ]
     query = f"histogram_quantile({q!r}, sum by ({by}, le) ({' or '.join(parts)}))"
     r = httpx.get(f"{url}/api/v1/query", params={"query": query, "time": "1000"}, timeout=30)
     assert r.status_code == 200, r.text
-    return {"/".join(s["metric"][k.strip()] for k in by.split(",")): float(s["value"][1])
-            for s in r.json()["data"]["result"]}
+    return {
+        "/".join(s["metric"][k.strip()] for k in by.split(",")): float(s["value"][1])
+        for s in r.json()["data"]["result"]
+    }
 
 
 def _same(a: float, b: float) -> bool:
@@ -75,26 +80,36 @@ def _same(a: float, b: float) -> bool:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fleet=fleets(), q=st.one_of(st.sampled_from([0.0, 0.5, 0.95, 0.99, 1.0]),
-                                   st.floats(0.0, 1.0)))
+@given(
+    fleet=fleets(), q=st.one_of(st.sampled_from([0.0, 0.5, 0.95, 0.99, 1.0]), st.floats(0.0, 1.0))
+)
 def test_client_percentiles_are_prometheus_histogram_quantile(
     prometheus_url: str, fleet: dict[tuple[str, str], list[tuple[str, float]]], q: float
 ) -> None:
-    rows: list[Row] = [({"instance": inst, "engine": rank, "le": le}, (1000.0,), [c])
-                       for (inst, rank), les in fleet.items() for le, c in les]
+    rows: list[Row] = [
+        ({"instance": inst, "engine": rank, "le": le}, (1000.0,), [c])
+        for (inst, rank), les in fleet.items()
+        for le, c in les
+    ]
     spec = SignalSpec("ttft_p99_ms", "ttft", "quantile", quantile=q)
     bad: list[str] = []
     tables, les = bucket_quantiles(rows, spec, ALIAS, 60.0, bad)
     assert not bad
     for level, by in ((Level.DP, "instance, engine"), (Level.INSTANCE, "instance")):
         want = _prometheus(prometheus_url, q, fleet, by)
-        got = {k[1] + ("" if k[2] is None else f"/{k[2]}"): v / 1000.0
-               for k, v in tables[level].items()}
+        got = {
+            k[1] + ("" if k[2] is None else f"/{k[2]}"): v / 1000.0
+            for k, v in tables[level].items()
+        }
         assert got.keys() == want.keys()
         for unit, value in want.items():
             assert _same(got[unit], value), (level, unit, got[unit], value)
-    assert les == {b for les_ in fleet.values() for le, _ in les_
-                   for b in [float(le.replace("+Inf", "inf").replace("Inf", "inf"))]}
+    assert les == {
+        b
+        for les_ in fleet.values()
+        for le, _ in les_
+        for b in [float(le.replace("+Inf", "inf").replace("Inf", "inf"))]
+    }
 
 
 @pytest.mark.parametrize("q", [0.5, 0.99])

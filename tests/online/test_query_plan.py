@@ -71,12 +71,28 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def _diagnose(url: str, out: Path, monkeypatch: pytest.MonkeyPatch, shared: bool,
-              selector: str = "") -> str:
+def _diagnose(
+    url: str, out: Path, monkeypatch: pytest.MonkeyPatch, shared: bool, selector: str = ""
+) -> str:
     monkeypatch.setattr(prom, "load_prometheus", functools.partial(_REAL, shared_plan=shared))
-    code = main(["diagnose", "--prometheus", url, "--start", str(FLEET.T0),
-                 "--end", str(FLEET.T0 + SMALL.span_s), "--selector", selector,
-                 "--format", "markdown", "-o", str(out), "--force"])
+    code = main(
+        [
+            "diagnose",
+            "--prometheus",
+            url,
+            "--start",
+            str(FLEET.T0),
+            "--end",
+            str(FLEET.T0 + SMALL.span_s),
+            "--selector",
+            selector,
+            "--format",
+            "markdown",
+            "-o",
+            str(out),
+            "--force",
+        ]
+    )
     assert code == 0
     return out.read_text()
 
@@ -110,8 +126,9 @@ def test_the_query_count_does_not_grow_with_the_fleet(
     whole = len(sent)
     sent.clear()
     one = FLEET.instance_label(3)
-    _diagnose(fleet_url, tmp_path / "one.md", monkeypatch, shared=True,
-              selector=f'instance="{one}"')
+    _diagnose(
+        fleet_url, tmp_path / "one.md", monkeypatch, shared=True, selector=f'instance="{one}"'
+    )
     assert len(sent) == whole == 17
 
 
@@ -130,7 +147,7 @@ def _same_report(a: str, b: str) -> bool:
             if not digits or digits != len(y.group(1) or ""):  # names, counts: exact
                 return False
             va, vb = (float(m.group().replace(",", "")) for m in (x, y))
-            if abs(va - vb) > 1.01 * 10 ** -digits:
+            if abs(va - vb) > 1.01 * 10**-digits:
                 return False
     return True
 
@@ -151,16 +168,25 @@ def _close(a: object, b: object) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("job", ["vllm-dp", "vllm-scale", "sglang", "sglang-dpa", "mindie",
-                                 "dynamo", "llm-d"])
+@pytest.mark.parametrize(
+    "job", ["vllm-dp", "vllm-scale", "sglang", "sglang-dpa", "mindie", "dynamo", "llm-d"]
+)
 def test_both_plans_give_the_same_tables_for_every_dialect_in_the_history(
     backend: str, job: str
 ) -> None:
     """The session history: a counter reset, a rank that joins late, spellings with ``:`` and
     ``_``, SGLang's copies per TP rank, Dynamo's worker labels, llm-d's ``-rank-<n>`` units."""
-    got = {shared: prom.load_prometheus(backend, start=T0, end=T0 + SPAN, step_s=WINDOW,
-                                        selector=f'job="{job}"', shared_plan=shared)
-           for shared in (True, False)}
+    got = {
+        shared: prom.load_prometheus(
+            backend,
+            start=T0,
+            end=T0 + SPAN,
+            step_s=WINDOW,
+            selector=f'job="{job}"',
+            shared_plan=shared,
+        )
+        for shared in (True, False)
+    }
     new, old = _tables(got[True]), _tables(got[False])
     assert new.keys() == old.keys() and new
     for key, row in new.items():
@@ -180,10 +206,10 @@ def _variant(job: str, keep: Any) -> list[Any]:
     out = []
     for s in history():
         labels = dict(s.labels)
-        if labels.get("job") == "vllm-dp" and keep(s.name.split(":")[-1].removeprefix("vllm_"),
-                                                    labels):
-            out.append(type(s)(s.name, tuple(sorted({**labels, "job": job}.items())), s.t,
-                               s.value))
+        if labels.get("job") == "vllm-dp" and keep(
+            s.name.split(":")[-1].removeprefix("vllm_"), labels
+        ):
+            out.append(type(s)(s.name, tuple(sorted({**labels, "job": job}.items())), s.t, s.value))
     return out
 
 
@@ -192,9 +218,17 @@ VARIANTS = {  # job: which samples it keeps, and whether the ttft _count query m
     # a bucket set without +Inf: no count from the buckets, the spare query answers
     "no-inf": (lambda n, lab: not (n == f"{TTFT}_bucket" and lab["le"] == "+Inf"), True),
     # one rank without +Inf: the +Inf series do not cover every _sum group
-    "one-rank-no-inf": (lambda n, lab: not (n == f"{TTFT}_bucket" and lab["le"] == "+Inf"
-                                            and lab["instance"] == "b:8000"
-                                            and lab["engine"] == "1"), True),
+    "one-rank-no-inf": (
+        lambda n, lab: (
+            not (
+                n == f"{TTFT}_bucket"
+                and lab["le"] == "+Inf"
+                and lab["instance"] == "b:8000"
+                and lab["engine"] == "1"
+            )
+        ),
+        True,
+    ),
     # only _sum and _count, as a summary exposes: no percentile, the count queried as before
     "no-buckets": (lambda n, lab: n != f"{TTFT}_bucket", True),
 }
@@ -206,20 +240,29 @@ def variants_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("variants")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [need("victoria-metrics", "victoria-metrics"), f"-storageDataPath={tmp / 'vm'}",
-           f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=100y", "-search.disableCache"]
+    cmd = [
+        need("victoria-metrics", "victoria-metrics"),
+        f"-storageDataPath={tmp / 'vm'}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-retentionPeriod=100y",
+        "-search.disableCache",
+    ]
     samples = [s for job, (keep, _) in VARIANTS.items() for s in _variant(job, keep)]
     with running(cmd, tmp / "vm.log") as proc:
-        wait_until(lambda: proc.poll() is None and httpx.get(f"{url}/health").status_code == 200,
-                   "VictoriaMetrics")
+        wait_until(
+            lambda: proc.poll() is None and httpx.get(f"{url}/health").status_code == 200,
+            "VictoriaMetrics",
+        )
         resp = httpx.post(f"{url}/api/v1/import/prometheus", content=to_vm_import(samples))
         assert resp.status_code == 204, resp.text
         n_series = len({(s.name, s.labels) for s in samples})
 
         def imported() -> bool:
             httpx.get(f"{url}/internal/force_flush")
-            r = httpx.get(f"{url}/api/v1/series", params={
-                "match[]": '{job=~".+"}', "start": T0, "end": T0 + SPAN})
+            r = httpx.get(
+                f"{url}/api/v1/series",
+                params={"match[]": '{job=~".+"}', "start": T0, "end": T0 + SPAN},
+            )
             return len(r.json().get("data", [])) >= n_series
 
         wait_until(imported, "VictoriaMetrics import")
@@ -233,8 +276,14 @@ def test_a_means_count_from_the_inf_bucket_or_the_spare_query_gives_the_per_leve
     got = {}
     for shared in (True, False):
         sent.clear()
-        got[shared] = prom.load_prometheus(variants_url, start=T0, end=T0 + SPAN, step_s=WINDOW,
-                                           selector=f'job="{job}"', shared_plan=shared)
+        got[shared] = prom.load_prometheus(
+            variants_url,
+            start=T0,
+            end=T0 + SPAN,
+            step_s=WINDOW,
+            selector=f'job="{job}"',
+            shared_plan=shared,
+        )
         if shared:
             counted = any(f"{TTFT}_count" in q for q in sent)
     new, old = _tables(got[True]), _tables(got[False])

@@ -17,8 +17,19 @@ def test_a_range_outside_the_history_names_the_data_span(
     backend: str, offset: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     start = T0 + offset
-    code = main(["diagnose", "--prometheus", backend, "--start", str(start),
-                 "--end", str(start + 600), "--selector", '{job="vllm-dp"}'])
+    code = main(
+        [
+            "diagnose",
+            "--prometheus",
+            backend,
+            "--start",
+            str(start),
+            "--end",
+            str(start + 600),
+            "--selector",
+            '{job="vllm-dp"}',
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 4, err
     assert err.count("\n") == 1 and "no known serving-engine" not in err
@@ -31,8 +42,18 @@ def test_a_range_outside_the_history_names_the_data_span(
 def test_a_target_without_engine_metrics_keeps_its_own_error(
     backend: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["diagnose", "--prometheus", backend, "--start", str(T0),
-                 "--end", str(T0 + 600), "--selector", '{job="no-such-job"}'])
+    code = main(
+        [
+            "diagnose",
+            "--prometheus",
+            backend,
+            "--start",
+            str(T0),
+            "--end",
+            str(T0 + 600),
+            "--selector",
+            '{job="no-such-job"}',
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 4 and "no known serving-engine metrics" in err
-

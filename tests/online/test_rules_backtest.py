@@ -48,13 +48,20 @@ FLOOR_FALSE = ("sticky-sessions", "inst-2")
 
 
 @pytest.fixture(scope="module")
-def fired(tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]]]:
+def fired(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]]]:
     tmp = tmp_path_factory.mktemp("rules-backtest")
     runs: dict[str, SimResult] = {n: simulate(s) for n, s in sorted(builtin_scenarios().items())}
     for job, result in runs.items():
-        om = write_openmetrics(result, tmp / f"{job}.om", DIALECT, STEP_S, job=job,
-                               instance_labels={i: i for i in result.instances})
+        om = write_openmetrics(
+            result,
+            tmp / f"{job}.om",
+            DIALECT,
+            STEP_S,
+            job=job,
+            instance_labels={i: i for i in result.instances},
+        )
         backfill(need("promtool", "prometheus"), om, tmp / "blocks")
     # the window the diagnosis judges most runs by (10 s; the two 120 s runs get 5 s)
     chosen = [WINDOWS.choose(r.end_s - r.start_s) for r in runs.values()]
@@ -62,8 +69,9 @@ def fired(tmp_path_factory: pytest.TempPathFactory
     start = min(r.start_s for r in runs.values())
     end = max(r.end_s for r in runs.values())
     with serve_prometheus(need("prometheus", "prometheus"), tmp / "blocks", tmp) as url:
-        episodes = backtest_url(url, start, end, dialect=DIALECT, window_s=window,
-                                step_s=window / 2)
+        episodes = backtest_url(
+            url, start, end, dialect=DIALECT, window_s=window, step_s=window / 2
+        )
     by_job: dict[str, list[AlertEpisode]] = {job: [] for job in runs}
     for e in episodes:
         by_job[dict(e.labels)["job"]].append(e)
@@ -75,18 +83,24 @@ def _unit(e: AlertEpisode) -> str:
 
 
 def _story(eps: list[AlertEpisode]) -> str:
-    return "; ".join(f"{e.alert} {_unit(e)} {e.level} {e.kind} {e.start:.0f}-{e.end:.0f}"
-                     for e in eps) or "no alert"
+    return (
+        "; ".join(f"{e.alert} {_unit(e)} {e.level} {e.kind} {e.start:.0f}-{e.end:.0f}" for e in eps)
+        or "no alert"
+    )
 
 
 def test_skew_scenarios_alert_on_their_unit(
-        fired: tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]]) -> None:
+    fired: tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]],
+) -> None:
     """The truth's units alert at the truth's level, the first alert on each names the truth's
     kind; any other unit that alerts is a hot peer of a starved unit (the documented
     Alertmanager inhibit rule silences those): nothing else may alert."""
     truths, by_job = fired
-    skewed = [j for j, t in truths.items() if t["verdict"] == "imbalanced"
-              and j not in WINDOW_SCALED_SKEW | {STALE}]
+    skewed = [
+        j
+        for j, t in truths.items()
+        if t["verdict"] == "imbalanced" and j not in WINDOW_SCALED_SKEW | {STALE}
+    ]
     assert skewed
     for job in skewed:
         t, eps = truths[job], by_job[job]
@@ -100,37 +114,51 @@ def test_skew_scenarios_alert_on_their_unit(
             assert unit in first, f"{job}: {unit} never alerted; {_story(eps)}"
             got = first[unit]
             assert (got.level, got.kind) == (t["level"], kind), f"{job}: {_story(eps)}"
-        extra = {u: e for u, e in first.items() if u not in {u for u, _ in want}
-                 and (job, u) != FLOOR_FALSE}
+        extra = {
+            u: e
+            for u, e in first.items()
+            if u not in {u for u, _ in want} and (job, u) != FLOOR_FALSE
+        }
         starved = bool(t["idle_units"])
         assert not extra or (starved and all(e.kind != STARVED_KIND for e in extra.values())), (
-            f"{job}: unexplained alerts on {sorted(extra)}; {_story(eps)}")
+            f"{job}: unexplained alerts on {sorted(extra)}; {_story(eps)}"
+        )
 
 
 def test_quiet_scenarios_never_alert(
-        fired: tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]]) -> None:
+    fired: tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]],
+) -> None:
     truths, by_job = fired
-    quiet = [j for j, t in truths.items() if t["verdict"] != "imbalanced"
-             and j not in WINDOW_SCALED_SKEW]
+    quiet = [
+        j for j, t in truths.items() if t["verdict"] != "imbalanced" and j not in WINDOW_SCALED_SKEW
+    ]
     assert {"balanced", "idle"} <= set(quiet)
     for job in quiet:
         assert not by_job[job], f"{job} alerted: {_story(by_job[job])}"
 
 
-@pytest.mark.xfail(strict=True, reason="the rules have no stale-load pattern: rotating bursts "
-                   "alert on single ranks for a window or two (known gap, issue 21)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="the rules have no stale-load pattern: rotating bursts "
+    "alert on single ranks for a window or two (known gap, issue 21)",
+)
 def test_stale_load_does_not_alert_on_its_rotating_ranks(
-        fired: tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]]) -> None:
+    fired: tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]],
+) -> None:
     truths, by_job = fired
     assert not truths[STALE]["hot_units"]
     hot = [e for e in by_job[STALE] if e.alert == HOT_ALERT]
     assert not hot, _story(hot)
 
 
-@pytest.mark.xfail(strict=True, reason="a 170 ms queue wait against the 100 ms floor for three "
-                   "windows alerts (known false alert, issue 21)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="a 170 ms queue wait against the 100 ms floor for three "
+    "windows alerts (known false alert, issue 21)",
+)
 def test_a_peer_queueing_slightly_above_the_floor_does_not_alert(
-        fired: tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]]) -> None:
+    fired: tuple[dict[str, dict[str, Any]], dict[str, list[AlertEpisode]]],
+) -> None:
     _, by_job = fired
     job, unit = FLOOR_FALSE
     assert not [e for e in by_job[job] if _unit(e) == unit], _story(by_job[job])

@@ -68,8 +68,9 @@ def _address(url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def fired(tmp_path_factory: pytest.TempPathFactory,
-          ) -> Iterator[tuple[dict[str, Served], Seen, Timeline]]:
+def fired(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, Served], Seen, Timeline]]:
     """Serve every scenario, run Prometheus on the rules, and count, per firing alert (job,
     alert, instance, rank, level), the polls that saw it with each ``kind``; keep each job's
     alert timeline for the failure messages."""
@@ -91,23 +92,36 @@ def fired(tmp_path_factory: pytest.TempPathFactory,
     (tmp / "prometheus.yml").write_text(json.dumps(config))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [prom, f"--config.file={tmp / 'prometheus.yml'}", "--web.enable-lifecycle",
-           f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}"]
+    cmd = [
+        prom,
+        f"--config.file={tmp / 'prometheus.yml'}",
+        "--web.enable-lifecycle",
+        f"--storage.tsdb.path={tmp / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
     seen: Seen = {}
     timeline: Timeline = {}
     with running(cmd, tmp / "prometheus.log") as proc:
         # Prometheus first, then the clusters (their clock starts when they serve), then the
         # scrape jobs by a config reload: no simulated time is lost to Prometheus' start-up.
-        wait_until(lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code
-                   == 200, f"Prometheus (log: {tmp / 'prometheus.log'})")
+        wait_until(
+            lambda: proc.poll() is None and httpx.get(f"{url}/-/ready").status_code == 200,
+            f"Prometheus (log: {tmp / 'prometheus.log'})",
+        )
         try:
             for name, result in results.items():
                 # SPEED x wall time on a quiet machine, stepped per scrape: a busy machine's late
                 # scrapes cannot let a run end before the rules have judged it
-                cluster = serve(result, DIALECT, live_clock=LiveClock.SCRAPE,
-                                step_s=interval_ms / 1000 * SPEED, grace_s=5.0)
-                served[name] = Served(truth_dict(result), cluster,
-                                      {i: _address(u) for i, u in cluster.urls.items()})
+                cluster = serve(
+                    result,
+                    DIALECT,
+                    live_clock=LiveClock.SCRAPE,
+                    step_s=interval_ms / 1000 * SPEED,
+                    grace_s=5.0,
+                )
+                served[name] = Served(
+                    truth_dict(result), cluster, {i: _address(u) for i, u in cluster.urls.items()}
+                )
             config["scrape_configs"] = [
                 {"job_name": name, "static_configs": [{"targets": list(s.address.values())}]}
                 for name, s in served.items()
@@ -121,8 +135,13 @@ def fired(tmp_path_factory: pytest.TempPathFactory,
                 now: dict[str, list[tuple[str, ...]]] = {name: [] for name in served}
                 for a in alerts:
                     lab = a["labels"]
-                    key = (lab["job"], lab["alertname"], lab["instance"],
-                           lab.get(RANK or "", ""), lab["level"])
+                    key = (
+                        lab["job"],
+                        lab["alertname"],
+                        lab["instance"],
+                        lab.get(RANK or "", ""),
+                        lab["level"],
+                    )
                     now[lab["job"]].append((*key[1:], lab.get("kind", ""), a["state"]))
                     if a["state"] == "firing":
                         seen.setdefault(key, Counter())[lab.get("kind", "")] += 1
@@ -154,32 +173,40 @@ def _story(name: str, timeline: Timeline, served: dict[str, Served]) -> str:
 
 
 def test_skew_scenarios_alert_on_their_unit(
-        fired: tuple[dict[str, Served], Seen, Timeline]) -> None:
+    fired: tuple[dict[str, Served], Seen, Timeline],
+) -> None:
     """The truth's units alert, at the truth's level; the kind the alert carried most of the
     time is the truth's (a label flip restarts ``for``, so it is rare, not impossible)."""
     served, seen, timeline = fired
-    skewed = {n: s for n, s in served.items() if s.truth["verdict"] == "imbalanced"
-              and n not in NOT_JUDGED}
+    skewed = {
+        n: s
+        for n, s in served.items()
+        if s.truth["verdict"] == "imbalanced" and n not in NOT_JUDGED
+    }
     assert skewed, "no skew scenario among the built-ins"
     for name, s in skewed.items():
-        got = {k[1:]: kinds for k, kinds in seen.items()
-               if k[0] == name and k[1] in (HOT_ALERT, STARVED_ALERT)}
+        got = {
+            k[1:]: kinds
+            for k, kinds in seen.items()
+            if k[0] == name and k[1] in (HOT_ALERT, STARVED_ALERT)
+        }
         want = _expected(s)
         story = _story(name, timeline, served)
-        assert set(want) <= set(got), (
-            f"{name}: fired {sorted(got)}, truth {sorted(want)}; {story}")
+        assert set(want) <= set(got), f"{name}: fired {sorted(got)}, truth {sorted(want)}; {story}"
         for key, kind in want.items():
             assert got[key].most_common(1)[0][0] == kind, f"{name}: kinds {got[key]}; {story}"
 
 
 def test_quiet_scenarios_never_alert(fired: tuple[dict[str, Served], Seen, Timeline]) -> None:
     served, seen, timeline = fired
-    quiet = [n for n, s in served.items() if s.truth["verdict"] != "imbalanced"
-             and n not in NOT_JUDGED]
+    quiet = [
+        n for n, s in served.items() if s.truth["verdict"] != "imbalanced" and n not in NOT_JUDGED
+    ]
     assert {"balanced", "idle"} <= set(quiet)
     for name in quiet:
         assert not [k for k in seen if k[0] == name], (
-            f"{name} alerted: {sorted(seen)}; {_story(name, timeline, served)}")
+            f"{name} alerted: {sorted(seen)}; {_story(name, timeline, served)}"
+        )
 
 
 def test_rules_file_is_what_prometheus_loaded(tmp_path: Path) -> None:

@@ -38,9 +38,7 @@ def promtool() -> str:
 
 
 def run_promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [promtool(), *args], cwd=cwd, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([promtool(), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(
@@ -75,10 +73,17 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def hot(instance: str, kind: str, dialect: str, rank: str | None = None,
-        alert: str = HOT_ALERT) -> dict[str, str]:
-    labels = {"alertname": alert, "job": "j", "model_name": "m", "instance": instance,
-              "dialect": dialect, "level": "instance" if rank is None else "dp"}
+def hot(
+    instance: str, kind: str, dialect: str, rank: str | None = None, alert: str = HOT_ALERT
+) -> dict[str, str]:
+    labels = {
+        "alertname": alert,
+        "job": "j",
+        "model_name": "m",
+        "instance": instance,
+        "dialect": dialect,
+        "level": "instance" if rank is None else "dp",
+    }
     if rank is not None:
         rank_label = DIALECTS[dialect].rank_label
         assert rank_label is not None
@@ -97,44 +102,72 @@ def two_jobs() -> list[Unit]:
 CASES = {
     "count": Case("vllm", fleet(req=const(8.0)), [hot("i0", "count", "vllm")]),
     "weight": Case("vllm", fleet(prompt=const(1500.0)), [hot("i0", "weight", "vllm")]),
-    "capability": Case("vllm", fleet(running=const(12.0), e2e_s=const(5.0)),
-                       [hot("i0", "capability", "vllm")]),
-    "starved": Case("vllm", fleet(req=const(0.01), running=const(0.0)),
-                    [hot("i0", "", "vllm", alert=STARVED_ALERT)]),
-    "idle": Case("vllm", [Unit(f"i{k}", req=const(0.01)) for k in range(4)]
-                 + [Unit("i4", req=const(0.03), running=const(3.0))], []),
+    "capability": Case(
+        "vllm", fleet(running=const(12.0), e2e_s=const(5.0)), [hot("i0", "capability", "vllm")]
+    ),
+    "starved": Case(
+        "vllm",
+        fleet(req=const(0.01), running=const(0.0)),
+        [hot("i0", "", "vllm", alert=STARVED_ALERT)],
+    ),
+    "idle": Case(
+        "vllm",
+        [Unit(f"i{k}", req=const(0.01)) for k in range(4)]
+        + [Unit("i4", req=const(0.03), running=const(3.0))],
+        [],
+    ),
     # Persistence is counted in windows: a burst of half a window (a 150 s burst at the 5 min
     # window, 30 s here) never fires ...
-    "burst": Case("vllm", fleet(req=burst(4.0, 2.0, 22, 22.5), running=burst(4.0, 2.0, 22, 22.5)),
-                  [], eval_min=(23, 24, 25, 26, 27, 30)),
+    "burst": Case(
+        "vllm",
+        fleet(req=burst(4.0, 2.0, 22, 22.5), running=burst(4.0, 2.0, 22, 22.5)),
+        [],
+        eval_min=(23, 24, 25, 26, 27, 30),
+    ),
     # ... and a skew fires within the horizon (4 windows) plus two windows of its onset, not
     # before the smoothing and the horizon's share are reached
     "fresh-skew-early": Case("vllm", fleet(req=burst(4.0, 2.0, 20, 40)), [], eval_min=(22,)),
-    "fresh-skew-in-time": Case("vllm", fleet(req=burst(4.0, 2.0, 20, 40)),
-                               [hot("i0", "count", "vllm")], eval_min=(26, 30)),
+    "fresh-skew-in-time": Case(
+        "vllm", fleet(req=burst(4.0, 2.0, 20, 40)), [hot("i0", "count", "vllm")], eval_min=(26, 30)
+    ),
     "balanced-two-jobs": Case("vllm", two_jobs(), []),
     "one-group-across-jobs": Case(
-        "vllm", two_jobs(),
-        [{k: v for k, v in hot(f"b{n}", "count", "vllm").items() if k != "job"}
-         for n in range(4)],
-        group_by=("model_name",)),
-    "escaped-names": Case("vllm", fleet(req=const(8.0)), [hot("i0", "count", "vllm")],
-                          escape_colons=True),
+        "vllm",
+        two_jobs(),
+        [{k: v for k, v in hot(f"b{n}", "count", "vllm").items() if k != "job"} for n in range(4)],
+        group_by=("model_name",),
+    ),
+    "escaped-names": Case(
+        "vllm", fleet(req=const(8.0)), [hot("i0", "count", "vllm")], escape_colons=True
+    ),
     "dp-count": Case("vllm", dp_fleet(req=const(8.0)), [hot("i0", "count", "vllm", "0")]),
-    "dp-weight-ms": Case("ms-service-metric", dp_fleet(gen=const(300.0)),
-                         [hot("i0", "weight", "ms-service-metric", "0")]),
-    "dp-sglang-running": Case("sglang", dp_fleet(running=const(12.0)),
-                              [hot("i0", "unknown", "sglang", "0")]),
+    "dp-weight-ms": Case(
+        "ms-service-metric",
+        dp_fleet(gen=const(300.0)),
+        [hot("i0", "weight", "ms-service-metric", "0")],
+    ),
+    "dp-sglang-running": Case(
+        "sglang", dp_fleet(running=const(12.0)), [hot("i0", "unknown", "sglang", "0")]
+    ),
     # rank 0's scheduler series come from two TP ranks (copies of one series): read once, the
     # ranks are even and nothing fires
-    "dp-sglang-tp-copies": Case("sglang", [Unit("i0", rank=str(k), copies=2 if k == 0 else 1)
-                                           for k in range(4)], []),
+    "dp-sglang-tp-copies": Case(
+        "sglang", [Unit("i0", rank=str(k), copies=2 if k == 0 else 1) for k in range(4)], []
+    ),
     "mindie-count": Case("mindie", fleet(req=const(8.0)), [hot("i0", "count", "mindie")]),
     "dp-gap-widening": Case(
         "vllm",
-        [Unit("i0", rank=str(k), running=(lambda t: 4.0 + 0.5 * t) if k == 0 else const(4.0),
-              e2e_s=lambda t: 1.0 + 0.2 * t) for k in range(4)],
-        [hot("i0", "unknown", "vllm", "0"), hot("i0", "", "vllm", "0", alert=GAP_ALERT)]),
+        [
+            Unit(
+                "i0",
+                rank=str(k),
+                running=(lambda t: 4.0 + 0.5 * t) if k == 0 else const(4.0),
+                e2e_s=lambda t: 1.0 + 0.2 * t,
+            )
+            for k in range(4)
+        ],
+        [hot("i0", "unknown", "vllm", "0"), hot("i0", "", "vllm", "0", alert=GAP_ALERT)],
+    ),
 }
 
 
@@ -165,8 +198,12 @@ def test_promtool_unit(tmp_path: Path, name: str) -> None:
     for minute in case.eval_min:
         for alert in ALERTS:
             exp = [
-                {"exp_labels": {**{k: v for k, v in a.items() if k != "alertname"},
-                                "severity": "warning"}}
+                {
+                    "exp_labels": {
+                        **{k: v for k, v in a.items() if k != "alertname"},
+                        "severity": "warning",
+                    }
+                }
                 for a in case.alerts
                 if a["alertname"] == alert
             ]
@@ -194,28 +231,34 @@ def test_promtool_annotations(tmp_path: Path) -> None:
         "instance i0 has been hot (>= 1.3x the peer median on a load or queue signal) in at "
         "least 0.5 of the last 4m, for 1m: requests 2.00x, tokens per request 1.00x, "
         "latency 1.00x its peers'. Full evidence: skewscope diagnose --prometheus  --last 24m "
-        "--level instance --selector '{job=\"j\",model_name=\"m\"}'"
+        '--level instance --selector \'{job="j",model_name="m"}\''
     )
     doc = {
         "rule_files": ["rules.yml"],
         "evaluation_interval": "15s",
-        "tests": [{
-            "interval": "15s",
-            "input_series": input_series("vllm", units),
-            "alert_rule_test": [{
-                "eval_time": "30m",
-                "alertname": HOT_ALERT,
-                "exp_alerts": [{
-                    "exp_labels": labels,
-                    "exp_annotations": {
-                        "summary": "instance i0 runs hot: up to 2.00x the peer median on "
-                                   "requests (count skew)",
-                        "description": description,
-                        "runbook_url": f"{DEFAULT_RUNBOOK_URL_BASE}/{HOT_ALERT}.md",
-                    },
-                }],
-            }],
-        }],
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": input_series("vllm", units),
+                "alert_rule_test": [
+                    {
+                        "eval_time": "30m",
+                        "alertname": HOT_ALERT,
+                        "exp_alerts": [
+                            {
+                                "exp_labels": labels,
+                                "exp_annotations": {
+                                    "summary": "instance i0 runs hot: up to 2.00x the peer median"
+                                    " on requests (count skew)",
+                                    "description": description,
+                                    "runbook_url": f"{DEFAULT_RUNBOOK_URL_BASE}/{HOT_ALERT}.md",
+                                },
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
     }
     (tmp_path / "test.yml").write_text(yaml.safe_dump(doc, width=1_000_000))
     done = run_promtool("test", "rules", "test.yml", cwd=tmp_path)
@@ -243,14 +286,30 @@ def test_promtool_rules_follow_config_thresholds(
             r.pop("annotations", None)
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
     units = fleet(req=const(6.0), running=const(6.0))  # 1.5x the peers' 4 req/s and running
-    exp = [{"exp_labels": {**{k: v for k, v in hot("i0", "count", "vllm").items()
-                              if k != "alertname"}, "severity": "warning"}}] if fires else []
+    exp = (
+        [
+            {
+                "exp_labels": {
+                    **{k: v for k, v in hot("i0", "count", "vllm").items() if k != "alertname"},
+                    "severity": "warning",
+                }
+            }
+        ]
+        if fires
+        else []
+    )
     doc = {
         "rule_files": ["rules.yml"],
         "evaluation_interval": "30s",
-        "tests": [{"interval": "15s", "input_series": input_series("vllm", units),
-                   "alert_rule_test": [{"eval_time": "30m", "alertname": HOT_ALERT,
-                                        "exp_alerts": exp}]}],
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": input_series("vllm", units),
+                "alert_rule_test": [
+                    {"eval_time": "30m", "alertname": HOT_ALERT, "exp_alerts": exp}
+                ],
+            }
+        ],
     }
     (tmp_path / "test.yml").write_text(yaml.safe_dump(doc, width=1_000_000))
     done = run_promtool("test", "rules", "test.yml", cwd=tmp_path)

@@ -145,8 +145,11 @@ def test_live_scrape_matches_truth_with_reset_and_one_target_down() -> None:
 
 def test_all_targets_down_is_source_error() -> None:
     urls = [f"http://127.0.0.1:{free_port()}/metrics" for _ in range(2)]
-    with pytest.raises(SourceError, match=r"no /metrics target answered .*all 2 targets: cannot "
-                       "connect"):
+    with pytest.raises(
+        SourceError,
+        match=r"no /metrics target answered .*all 2 targets: cannot "
+        "connect",
+    ):
         load_scrape(urls, duration_s=0.2, interval_s=0.1, window_s=0.2, progress=False)
 
 

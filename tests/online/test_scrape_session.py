@@ -59,8 +59,19 @@ def ctrl_c_after_scrapes(served: list[int], n: int) -> Iterator[None]:
 
 
 def _scrape_argv(url: str, duration: str) -> list[str]:
-    return ["diagnose", "--scrape", url + "/metrics", "--duration", duration, "--interval",
-            "0.1s", "--window", "0.2s", "--format", "json"]
+    return [
+        "diagnose",
+        "--scrape",
+        url + "/metrics",
+        "--duration",
+        duration,
+        "--interval",
+        "0.1s",
+        "--window",
+        "0.2s",
+        "--format",
+        "json",
+    ]
 
 
 def test_ctrl_c_during_scrape_diagnoses_what_was_collected(
@@ -83,15 +94,22 @@ def test_ctrl_c_before_one_window_is_one_clean_line(capsys: pytest.CaptureFixtur
         code = main([*_scrape_argv(url, "30s")[:-4], "--window", "10s"])
     err = capsys.readouterr().err
     assert code == 4
-    assert re.match(r"skewscope: error: interrupted after \d+s, before one whole window of 10s",
-                    err)
+    assert re.match(
+        r"skewscope: error: interrupted after \d+s, before one whole window of 10s", err
+    )
     assert err.count("\n") == 1
 
 
 def test_progress_without_a_terminal_is_a_plain_line(capsys: pytest.CaptureFixture[str]) -> None:
     with serve(static_handler(PINNED.read_text())) as url:
-        load_scrape([url + "/metrics"], duration_s=0.4, interval_s=0.1, window_s=0.2,
-                    progress=True, limits=SourceLimits(progress_every_s=0.0))
+        load_scrape(
+            [url + "/metrics"],
+            duration_s=0.4,
+            interval_s=0.1,
+            window_s=0.2,
+            progress=True,
+            limits=SourceLimits(progress_every_s=0.0),
+        )
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) >= 4
     assert re.fullmatch(
@@ -119,9 +137,11 @@ def test_prometheus_url_without_scheme_assumes_http_and_says_so() -> None:
 
 @pytest.mark.parametrize(
     ("url", "needle"),
-    [("ftp://h/metrics", "scheme must be http or https, got 'ftp'"),
-     ("http://h:99999/metrics", "is not a valid URL"),
-     ("http:///metrics", "has no host")],
+    [
+        ("ftp://h/metrics", "scheme must be http or https, got 'ftp'"),
+        ("http://h:99999/metrics", "is not a valid URL"),
+        ("http:///metrics", "has no host"),
+    ],
 )
 def test_unusable_scrape_urls_are_usage_errors(
     url: str, needle: str, capsys: pytest.CaptureFixture[str]
@@ -167,8 +187,9 @@ def test_rolling_sampler_stamps_each_round_with_its_nominal_tick() -> None:
             self.wfile.write(body)
 
     with serve(Slow) as url:
-        sampler = RollingScraper([url + "/metrics"], span_s=600.0, interval_s=5.0,
-                                 window_s=10.0, clock=clock).start()
+        sampler = RollingScraper(
+            [url + "/metrics"], span_s=600.0, interval_s=5.0, window_s=10.0, clock=clock
+        ).start()
         deadline = time.monotonic() + 20
         while len(sampler._buf[url + "/metrics"]) < 5 and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -33,8 +33,10 @@ def echo_prometheus(seen: list[dict[str, str]], *, in_warnings: bool = False) ->
             data = []  # no series carries a pool label
         else:
             values = [[int(T) + 60, "1"], [int(T) + 120, "1"]]
-            data = {"resultType": "matrix",
-                    "result": [{"metric": {"instance": "x:1"}, "values": values}]}
+            data = {
+                "resultType": "matrix",
+                "result": [{"metric": {"instance": "x:1"}, "values": values}],
+            }
         body = {"status": "success", "data": data, "warnings": [echoed, f"raw {TOKEN}"]}
         return 200, json.dumps(body).encode()
 
@@ -42,8 +44,18 @@ def echo_prometheus(seen: list[dict[str, str]], *, in_warnings: bool = False) ->
 
 
 def _diagnose(url: str, *extra: str) -> list[str]:
-    return ["diagnose", "--prometheus", url, "--start", T, "--end", str(int(T) + 120),
-            "--step", "60s", *extra]
+    return [
+        "diagnose",
+        "--prometheus",
+        url,
+        "--start",
+        T,
+        "--end",
+        str(int(T) + 120),
+        "--step",
+        "60s",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("in_warnings", [False, True], ids=["error", "warnings"])
@@ -118,8 +130,20 @@ def static_recording(seen: list[dict[str, str]]) -> type:
 
 
 def _scrape(url: str, *extra: str) -> list[str]:
-    return ["diagnose", "--scrape", url + "/metrics", "--duration", "0.4s", "--interval",
-            "0.2s", "--window", "0.4s", "--format", "json", *extra]
+    return [
+        "diagnose",
+        "--scrape",
+        url + "/metrics",
+        "--duration",
+        "0.4s",
+        "--interval",
+        "0.2s",
+        "--window",
+        "0.4s",
+        "--format",
+        "json",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -131,8 +155,11 @@ def _scrape(url: str, *extra: str) -> list[str]:
     ids=["ambient-held-back", "named-sent"],
 )
 def test_scrape_targets_get_only_named_credentials(
-    extra: tuple[str, ...], sent: str | None, note: str,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    extra: tuple[str, ...],
+    sent: str | None,
+    note: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("SKEWSCOPE_PROM_TOKEN", TOKEN)
     monkeypatch.setenv("MY_SCRAPE_TOKEN", TOKEN)

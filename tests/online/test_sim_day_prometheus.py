@@ -48,14 +48,26 @@ def named(doc: dict[str, Any]) -> dict[str, str]:
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_diagnose_names_each_injected_unit_over_its_episode(
-        days: tuple[str, dict[str, Any]], dialect: str, tmp_path: Path) -> None:
+    days: tuple[str, dict[str, Any]], dialect: str, tmp_path: Path
+) -> None:
     url, truths = days
     truth = truths[dialect]
     wrong = []
     for e in truth["episodes"]:
         out = tmp_path / f"{e['id']}.json"
-        argv = ["diagnose", "--prometheus", url, "--start", str(e["start"]), "--end",
-                str(e["end"]), "--selector", f'{{job="{truth["job"]}"}}', "-o", str(out)]
+        argv = [
+            "diagnose",
+            "--prometheus",
+            url,
+            "--start",
+            str(e["start"]),
+            "--end",
+            str(e["end"]),
+            "--selector",
+            f'{{job="{truth["job"]}"}}',
+            "-o",
+            str(out),
+        ]
         assert main(argv) == 0, e["id"]
         units = named(json.loads(out.read_text()))
         inst = e["instance"]

@@ -47,9 +47,15 @@ def prom(tmp_path_factory: pytest.TempPathFactory, runs: dict[str, SimResult]) -
     for name, result in runs.items():
         for suffix, (dialect, devices) in WRITES.items():
             job = f"{name}-{suffix}"
-            om = write_openmetrics(result, tmp / f"{job}.om", dialect, STEP_S, job=job,
-                                   instance_labels={i: i for i in result.instances},
-                                   devices=devices)
+            om = write_openmetrics(
+                result,
+                tmp / f"{job}.om",
+                dialect,
+                STEP_S,
+                job=job,
+                instance_labels={i: i for i in result.instances},
+                devices=devices,
+            )
             backfill(promtool, om, tmp / "blocks")
     with serve_prometheus(prometheus, tmp / "blocks", tmp) as url:
         yield url
@@ -57,8 +63,9 @@ def prom(tmp_path_factory: pytest.TempPathFactory, runs: dict[str, SimResult]) -
 
 def _diagnose(url: str, result: SimResult, job: str) -> tuple[Any, dict[str, Any]]:
     sel = f'{{job="{job}"}}'
-    ev = load_prometheus(url, start=result.start_s, end=result.end_s, selector=sel,
-                         device_selector=sel)
+    ev = load_prometheus(
+        url, start=result.start_s, end=result.end_s, selector=sel, device_selector=sel
+    )
     return ev, report_document(diagnose(ev))
 
 
@@ -67,13 +74,17 @@ def test_with_a_device_exporter_the_diagnosis_is_the_truth(
     prom: str, runs: dict[str, SimResult], name: str
 ) -> None:
     result = runs[name]
-    for suffix, alias in (("dcgm", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
-                          ("npu", "npu_chip_info_utilization")):
+    for suffix, alias in (
+        ("dcgm", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+        ("npu", "npu_chip_info_utilization"),
+    ):
         ev, doc = _diagnose(prom, result, f"{name}-{suffix}")
         check_against_truth(doc, result.truth.to_dict())
         assert ev.instance.aliases["device_util"] == alias
-        assert any(f"{len(result.instances)} of {len(result.instances)} instance(s) joined to "
-                   "devices" in n for n in ev.notes), ev.notes
+        assert any(
+            f"{len(result.instances)} of {len(result.instances)} instance(s) joined to devices" in n
+            for n in ev.notes
+        ), ev.notes
         assert ev.instance.df["device_util"].min() > 0.9  # the simulated devices never idle
         assert ev.instance.df["device_mem_mb"].min() >= 20_000.0  # weights + KV in use
     if name == "slow-device":  # vLLM names give steps and tokens: the device's cost is known

@@ -113,13 +113,23 @@ def test_live_simulated_endpoints_scrape(sim_runs: dict[str, SimResult]) -> None
         urls = [u if u.endswith("/metrics") else u + "/metrics" for u in cluster.urls.values()]
         # a generous deadline per fetch: the rounds keep no wall-clock schedule here, and a
         # fetch a busy machine answers late must not be lost
-        ev = load_scrape(urls, duration_s=3.0, interval_s=0.1, window_s=0.5, progress=False,
-                         clock=clock, timeout_s=30.0)
+        ev = load_scrape(
+            urls,
+            duration_s=3.0,
+            interval_s=0.1,
+            window_s=0.5,
+            progress=False,
+            clock=clock,
+            timeout_s=30.0,
+        )
     assert ev.dp is not None and len(ev.dp.units) == 4
     assert not any("skipped" in n or "failed" in n for n in ev.notes), ev.notes
     got = dict(ev.dp.df.group_by("unit").agg(pl.col("requests").sum()).iter_rows())
-    span = 20.0 * float(ev.dp.df["window_start_s"].max() + 0.5  # type: ignore[operator]
-                        - ev.dp.df["window_start_s"].min())
+    span = 20.0 * float(
+        ev.dp.df["window_start_s"].max()
+        + 0.5  # type: ignore[operator]
+        - ev.dp.df["window_start_s"].min()
+    )
     truth = finished_per_unit(result, result.start_s, result.start_s + span, True)
     port = {u.split("//", 1)[1].split("/", 1)[0]: i for i, u in cluster.urls.items()}
     named = {f"127.0.0.1:{port[u.split('/')[0]]}/{u.split('/')[1]}": n for u, n in got.items()}

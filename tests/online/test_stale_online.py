@@ -46,8 +46,9 @@ def test_rotating_bursts_are_one_stale_load_finding_online(
     prom: str, runs: dict[str, SimResult], name: str
 ) -> None:
     result = runs[name]
-    ev = load_prometheus(prom, start=result.start_s, end=result.end_s, step_s=WINDOW,
-                         selector=f'job="{name}"')
+    ev = load_prometheus(
+        prom, start=result.start_s, end=result.end_s, step_s=WINDOW, selector=f'job="{name}"'
+    )
     doc = report_document(diagnose(ev))
     assert doc["level"] == "dp" and doc["hot_units"] == [], doc["findings"]
     if name == "fixed":

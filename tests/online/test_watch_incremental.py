@@ -71,13 +71,19 @@ class Server:
         self._run: Iterator[object] | None = None
 
     def start(self) -> None:
-        cmd = [need("prometheus", "prometheus"), f"--config.file={self.tmp / 'prometheus.yml'}",
-               f"--storage.tsdb.path={self.data}", "--storage.tsdb.retention.time=100y",
-               f"--web.listen-address=127.0.0.1:{self.port}"]
+        cmd = [
+            need("prometheus", "prometheus"),
+            f"--config.file={self.tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self.data}",
+            "--storage.tsdb.retention.time=100y",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+        ]
         self._cm = running(cmd, self.tmp / "prometheus.log")
         proc = self._cm.__enter__()
-        wait_until(lambda: proc.poll() is None
-                   and httpx.get(f"{self.url}/-/ready").status_code == 200, "Prometheus")
+        wait_until(
+            lambda: proc.poll() is None and httpx.get(f"{self.url}/-/ready").status_code == 200,
+            "Prometheus",
+        )
 
     def stop(self) -> None:
         self._cm.__exit__(None, None, None)
@@ -95,9 +101,20 @@ def server(blocks: Path, tmp_path: Path) -> Iterator[Server]:
 
 def watch_source(url: str) -> PrometheusSource:
     """The source ``skewscope watch --prometheus URL ... --debug`` runs on."""
-    args = build_parser().parse_args(["watch", "--prometheus", url, "--selector", SELECTOR,
-                                      "--last", f"{LAST:g}s", "--window", f"{WINDOW:g}s",
-                                      "--debug"])
+    args = build_parser().parse_args(
+        [
+            "watch",
+            "--prometheus",
+            url,
+            "--selector",
+            SELECTOR,
+            "--last",
+            f"{LAST:g}s",
+            "--window",
+            f"{WINDOW:g}s",
+            "--debug",
+        ]
+    )
     source = build_source(args, LAST, WINDOW)
     assert isinstance(source, PrometheusSource)
     return source
@@ -129,8 +146,10 @@ def test_each_run_is_a_full_diagnose_at_the_same_instant(
     finally:
         source.close()
     assert found_hot == len(loaded) > 30  # the known hot units, run after run
-    seen = [line.removeprefix("skewscope watch: debug: ")
-            for line in capsys.readouterr().err.splitlines()]
+    seen = [
+        line.removeprefix("skewscope watch: debug: ")
+        for line in capsys.readouterr().err.splitlines()
+    ]
     assert len(seen) == len(loaded)
     assert seen[0] == "full read of 10 windows: nothing kept yet"
     assert all(line.startswith("incremental read: ") for line in seen[1:]), seen
@@ -149,10 +168,12 @@ def test_each_run_is_a_full_diagnose_at_the_same_instant(
 def test_a_restarted_server_is_read_in_full_and_said_so(server: Server) -> None:
     clock = ManualClock(T0 + 600)
     seen: list[str] = []
-    reader = IncrementalPrometheus(server.url, window_s=WINDOW, selector=SELECTOR,
-                                   debug=seen.append)
-    w = Watcher(PrometheusSource("prometheus", LAST, reader.load), last_s=LAST, every_s=30,
-                clock=clock)
+    reader = IncrementalPrometheus(
+        server.url, window_s=WINDOW, selector=SELECTOR, debug=seen.append
+    )
+    w = Watcher(
+        PrometheusSource("prometheus", LAST, reader.load), last_s=LAST, every_s=30, clock=clock
+    )
     try:
         for now in (T0 + 600, T0 + 630):
             clock.set(now)
@@ -183,38 +204,54 @@ def test_a_settled_window_that_changed_is_seen_and_the_range_read_again(
     scraper's outage; the watch keeps that window, settled. Then the samples arrive (a remote
     write catching up, a backfill): the next run reads the window again, finds it changed,
     reads the whole range and says so; its Evidence is the full read's."""
-    gap = [s for s in history()
-           if dict(s.labels).get("instance") == "a:8000" and T0 + 720 < s.t <= T0 + 750]
+    gap = [
+        s
+        for s in history()
+        if dict(s.labels).get("instance") == "a:8000" and T0 + 720 < s.t <= T0 + 750
+    ]
     rest = [s for s in history() if s not in gap]
     assert gap
     vm = need("victoria-metrics", "victoria-metrics")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [vm, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
-           "-retentionPeriod=100y", "-search.disableCache"]
+    cmd = [
+        vm,
+        f"-storageDataPath={tmp_path / 'vm'}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-retentionPeriod=100y",
+        "-search.disableCache",
+    ]
 
     def imported(samples: list[Sample]) -> None:
         r = httpx.post(f"{url}/api/v1/import/prometheus", content=to_vm_import(samples))
         assert r.status_code == 204, r.text
-        want = sum(1 for s in samples if s.name == "vllm:num_requests_running"
-                   and dict(s.labels)["instance"] == "a:8000")
+        want = sum(
+            1
+            for s in samples
+            if s.name == "vllm:num_requests_running" and dict(s.labels)["instance"] == "a:8000"
+        )
 
         def visible() -> bool:
             httpx.get(f"{url}/internal/force_flush")
-            r = httpx.get(f"{url}/api/v1/query", params={
-                "query": 'count_over_time(vllm:num_requests_running{instance="a:8000"}[2h])',
-                "time": T0 + 1201})
+            r = httpx.get(
+                f"{url}/api/v1/query",
+                params={
+                    "query": 'count_over_time(vllm:num_requests_running{instance="a:8000"}[2h])',
+                    "time": T0 + 1201,
+                },
+            )
             return sum(float(x["value"][1]) for x in r.json()["data"]["result"]) >= want
 
         wait_until(visible, "VictoriaMetrics import")
 
     seen: list[str] = []
     with running(cmd, tmp_path / "vm.log") as proc:
-        wait_until(lambda: proc.poll() is None and httpx.get(f"{url}/health").status_code == 200,
-                   "VictoriaMetrics")
+        wait_until(
+            lambda: proc.poll() is None and httpx.get(f"{url}/health").status_code == 200,
+            "VictoriaMetrics",
+        )
         imported(rest)
-        reader = IncrementalPrometheus(url, window_s=WINDOW, selector=SELECTOR,
-                                       debug=seen.append)
+        reader = IncrementalPrometheus(url, window_s=WINDOW, selector=SELECTOR, debug=seen.append)
         try:
             for now in (T0 + 720, T0 + 750, T0 + 780):
                 same_evidence(reader.load(now - LAST, now), full(url, now))
@@ -224,9 +261,14 @@ def test_a_settled_window_that_changed_is_seen_and_the_range_read_again(
             same_evidence(got, full(url, now))
         finally:
             reader.close()
-    assert [line.split(":")[0] for line in seen] == ["full read of 10 windows",
-                                                     "incremental read", "incremental read",
-                                                     "full read of 10 windows"], seen
+    assert [line.split(":")[0] for line in seen] == [
+        "full read of 10 windows",
+        "incremental read",
+        "incremental read",
+        "full read of 10 windows",
+    ], seen
     # a:8000's ranks had no sample in that window: now they have
-    assert seen[-1] == (f"full read of 10 windows: the window at {T0 + 720} read again has "
-                        "other units for instance kv_usage (2 where 1 were kept)"), seen
+    assert seen[-1] == (
+        f"full read of 10 windows: the window at {T0 + 720} read again has "
+        "other units for instance kv_usage (2 where 1 were kept)"
+    ), seen

@@ -47,8 +47,9 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     prometheus, promtool = need("prometheus", "prometheus"), need("promtool", "prometheus")
     tmp = tmp_path_factory.mktemp("whatif-prom")
     for name in [*CASES, SESSIONS]:
-        om = write_openmetrics(simulate(builtin_scenarios()[name]), tmp / f"{name}.om", "vllm",
-                               STEP, job=name)
+        om = write_openmetrics(
+            simulate(builtin_scenarios()[name]), tmp / f"{name}.om", "vllm", STEP, job=name
+        )
         backfill(promtool, om, tmp / "blocks")
     with serve_prometheus(prometheus, tmp / "blocks", tmp) as url:
         yield url
@@ -56,9 +57,24 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def whatif_online(url: str, name: str, capsys: pytest.CaptureFixture[str], *extra: str) -> Any:
     sc = builtin_scenarios()[name]
-    argv = ["whatif", "--prometheus", url, "--start", str(START_S),
-            "--end", str(START_S + sc.duration_s), "--step", WINDOW,
-            "--selector", f'{{job="{name}"}}', "--format", "json", "--jobs", "1", *extra]
+    argv = [
+        "whatif",
+        "--prometheus",
+        url,
+        "--start",
+        str(START_S),
+        "--end",
+        str(START_S + sc.duration_s),
+        "--step",
+        WINDOW,
+        "--selector",
+        f'{{job="{name}"}}',
+        "--format",
+        "json",
+        "--jobs",
+        "1",
+        *extra,
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     doc = json.loads(capsys.readouterr().out)
     assert_valid(doc, "whatif")
@@ -70,16 +86,18 @@ def test_online_replay_reproduces_metrics_and_the_fix_is_predicted_to_help(
     name: str, prom: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # the cheapest candidate lists that hold the fix (fix_weights is always added when due)
-    doc = whatif_online(prom, name, capsys, "--policies", "round_robin",
-                        "--dp-policies", "round_robin")
+    doc = whatif_online(
+        prom, name, capsys, "--policies", "round_robin", "--dp-policies", "round_robin"
+    )
     for metric in ("ttft_p99_ms", "queue_wait_p95_ms", "max_over_median_load"):
         c = doc["calibration"][metric]
         assert c["observed"] is not None and c["replayed"] is not None, (metric, c)
         close = abs(c["replayed"] - c["observed"]) <= max(
             WHATIF.calibration_max_error * abs(c["observed"]),
             WHATIF.calibration_floor_steps * doc["service_model"]["step"]["fixed_ms"]
-            if metric.endswith("_ms") else
-            WHATIF.calibration_floor_ratio)
+            if metric.endswith("_ms")
+            else WHATIF.calibration_floor_ratio,
+        )
         assert close and c["ok"], (metric, c)
     assert doc["trusted"] is True, doc["notes"]
     by = {p["name"]: p["predicted"] for p in doc["policies"]}
@@ -105,7 +123,8 @@ def scraped(name: str, dialect: str = "vllm", every_s: float = 2.0) -> ScrapeRun
         fams = model.instances[inst].families(times)  # every time at once, then one text each
         snaps[f"http://10.0.0.{k + 1}:8000/metrics"] = [
             Snapshot(j * every_s, parse_exposition(render_text(fams, j)).samples)
-            for j in range(n + 1)]
+            for j in range(n + 1)
+        ]
     w = float(WINDOW.removesuffix("s"))
     return ScrapeRun(snaps, result.start_s, w, int(n * every_s // w), ())
 
@@ -133,18 +152,38 @@ def test_whatif_scrape_cli_reads_live_endpoints(capsys: pytest.CaptureFixture[st
     from skewscope.sim.writers.live import serve
 
     result = simulate(builtin_scenarios()["wrong-weights"])
-    with serve(result, "vllm", live_clock=LiveClock.SCRAPE, step_s=10.0, grace_s=10.0
-               ) as cluster:
-        urls = [(u if u.endswith("/metrics") else u + "/metrics").replace(
-            "http://", "http://user:S3cretPASSWORD@", 1) for u in cluster.urls.values()]
-        code = main(["whatif", "--scrape", *urls, "--duration", "5s", "--interval", "0.5s",
-                     "--format", "json", "--jobs", "1", "--policies", "round_robin"])
+    with serve(result, "vllm", live_clock=LiveClock.SCRAPE, step_s=10.0, grace_s=10.0) as cluster:
+        urls = [
+            (u if u.endswith("/metrics") else u + "/metrics").replace(
+                "http://", "http://user:S3cretPASSWORD@", 1
+            )
+            for u in cluster.urls.values()
+        ]
+        code = main(
+            [
+                "whatif",
+                "--scrape",
+                *urls,
+                "--duration",
+                "5s",
+                "--interval",
+                "0.5s",
+                "--format",
+                "json",
+                "--jobs",
+                "1",
+                "--policies",
+                "round_robin",
+            ]
+        )
     out = capsys.readouterr()
     assert code == 0, out.err
     doc = json.loads(out.out)
     assert_valid(doc, "whatif")
     assert doc["instances"] == 4 and [p["name"] for p in doc["policies"]][:2] == [
-        "current", "round_robin"]
+        "current",
+        "round_robin",
+    ]
     # the URLs' credentials (the endpoints ignore them) are not in the report's source label
     assert "S3cretPASSWORD" not in out.out + out.err and doc["source"].count("***@") == 4
 
@@ -155,14 +194,20 @@ def access_log(name: str, path: Path) -> Path:
     session ids are the simulated workload's own (drawn by the same seeded generator)."""
     sc = builtin_scenarios()[name]
     result = simulate(sc)
-    wl = generate(sc.workload, sc.duration_s,
-                  np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(3)[0]))
+    wl = generate(
+        sc.workload,
+        sc.duration_s,
+        np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(3)[0]),
+    )
     rq = result.requests
     assert np.allclose(wl.arrival_s + result.start_s, rq["arrival_s"].to_numpy())
-    lines = [f"msec={t:.3f} upstream_addr=127.0.0.1:{inst} http_x_session_id=user-{s} "
-             "request_length=900"
-             for t, inst, s in zip(rq["arrival_s"].to_list(), rq["instance"].to_list(),
-                                   wl.session.tolist(), strict=True) if inst is not None]
+    lines = [
+        f"msec={t:.3f} upstream_addr=127.0.0.1:{inst} http_x_session_id=user-{s} request_length=900"
+        for t, inst, s in zip(
+            rq["arrival_s"].to_list(), rq["instance"].to_list(), wl.session.tolist(), strict=True
+        )
+        if inst is not None
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -200,17 +245,36 @@ def test_credentials_in_the_prometheus_url_are_not_in_any_output(
     redacted URL, never the password."""
     secret = "S3cretPASSWORD"
     url = prom.replace("http://", f"http://user:{secret}@", 1)
-    doc = whatif_online(url, "wrong-weights", capsys, "--policies", "round_robin",
-                        "--dp-policies", "round_robin")
+    doc = whatif_online(
+        url, "wrong-weights", capsys, "--policies", "round_robin", "--dp-policies", "round_robin"
+    )
     assert secret not in json.dumps(doc) and "***@" in doc["source"]
     sc = builtin_scenarios()["wrong-weights"]
     for fmt in ("md", "html"):
         out = tmp_path / f"w.{fmt}"
-        code = main(["whatif", "--prometheus", url, "--start", str(START_S),
-                     "--end", str(START_S + sc.duration_s), "--step", WINDOW,
-                     "--selector", '{job="wrong-weights"}', "--jobs", "1",
-                     "--policies", "round_robin", "--dp-policies", "round_robin",
-                     "-o", str(out)])
+        code = main(
+            [
+                "whatif",
+                "--prometheus",
+                url,
+                "--start",
+                str(START_S),
+                "--end",
+                str(START_S + sc.duration_s),
+                "--step",
+                WINDOW,
+                "--selector",
+                '{job="wrong-weights"}',
+                "--jobs",
+                "1",
+                "--policies",
+                "round_robin",
+                "--dp-policies",
+                "round_robin",
+                "-o",
+                str(out),
+            ]
+        )
         seen = capsys.readouterr()
         assert code == 0, seen.err
         assert secret not in out.read_text() + seen.out + seen.err

@@ -15,8 +15,11 @@ def kind_causes(kind: Kind | None, level: Level) -> tuple[Cause, ...]:
     tell wrong routing weights from sticky connections, so a count finding at instance level
     names both; an unknown kind names every candidate of its level."""
     if kind == Kind.COUNT:
-        return ((Cause.DP_DISPATCH,) if level == Level.DP
-                else (Cause.ROUTING_WEIGHTS, Cause.STICKY_SESSIONS))
+        return (
+            (Cause.DP_DISPATCH,)
+            if level == Level.DP
+            else (Cause.ROUTING_WEIGHTS, Cause.STICKY_SESSIONS)
+        )
     if kind == Kind.WEIGHT:
         return (Cause.LONG_REQUESTS,)
     if kind == Kind.CAPABILITY:

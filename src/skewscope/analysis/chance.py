@@ -13,9 +13,16 @@ from skewscope.catalogue import COUNTED_SIGNALS
 from skewscope.config import Thresholds
 
 
-def beyond_chance(m: SignalMatrix, j: int, sig: str, act: Flags, th: Thresholds,
-                  raw_refs: dict[str, Array], against: dict[str, list[int]] | None,
-                  floor: float | Array) -> bool:
+def beyond_chance(
+    m: SignalMatrix,
+    j: int,
+    sig: str,
+    act: Flags,
+    th: Thresholds,
+    raw_refs: dict[str, Array],
+    against: dict[str, list[int]] | None,
+    floor: float | Array,
+) -> bool:
     """Whether unit ``j``'s excess on counted signal ``sig`` over its judged windows is more
     than chance: its raw count summed over them exceeds its peers' reference by at least
     ``hot_noise_sigmas`` Poisson sigmas of the difference (tokens as the requests they are, at
@@ -58,8 +65,7 @@ def length_spread(m: SignalMatrix, cols: list[int]) -> float:
         return 0.0
     n, t = np.where(ok, req, 0.0), np.where(ok, tok, 0.0)
     mean = t.sum(axis=0) / np.maximum(n.sum(axis=0), 1.0)  # each unit's tokens per request
-    dev = np.where(ok & (mean > 0), t / np.maximum(n, 1.0) / np.where(mean > 0, mean, 1.0) - 1,
-                   0.0)
+    dev = np.where(ok & (mean > 0), t / np.maximum(n, 1.0) / np.where(mean > 0, mean, 1.0) - 1, 0.0)
     return float((n * dev**2)[ok].mean())
 
 

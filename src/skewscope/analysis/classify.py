@@ -53,11 +53,13 @@ def overloaded(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> 
     with its KV cache near exhaustion or preempting where they do not: its latency is what its
     own load does to it (recompute, a full batch), not how fast it is, so latency at "equal
     load" (equal arrivals, counted as they finish) is no capability test."""
-    running = safe_ratio(hot.get("running", math.nan),
-                         max(ref.get("running", math.nan), th.floor_running))
+    running = safe_ratio(
+        hot.get("running", math.nan), max(ref.get("running", math.nan), th.floor_running)
+    )
     kv_full = _finite(hot.get("kv_usage_max", math.nan)) >= th.kv_high
     preempts = _finite(hot.get("preemptions", math.nan)) > max(
-        0.0, _finite(ref.get("preemptions", math.nan)))
+        0.0, _finite(ref.get("preemptions", math.nan))
+    )
     return _finite(running) >= th.hot_ratio and (kv_full or preempts)
 
 
@@ -139,8 +141,9 @@ def classify(hot: dict[str, float], ref: dict[str, float], th: Thresholds) -> Cl
         kind = Kind.COUNT
     elif weight_flag and not _finite(count_share) > th.explain_share:
         kind = Kind.WEIGHT
-    elif _finite(cap_ratio) >= (th.overloaded_capability_ratio if busy and equal_load
-                                else th.capability_ratio):
+    elif _finite(cap_ratio) >= (
+        th.overloaded_capability_ratio if busy and equal_load else th.capability_ratio
+    ):
         kind = Kind.CAPABILITY
     elif _finite(count_ratio) >= th.count_ratio:
         kind = Kind.COUNT

@@ -56,8 +56,11 @@ def compare(
     notes: list[Note] = []
     focus = _flagged(before) or _flagged(after)  # what was fixed, else what broke
     if before.get("level") != after.get("level"):
-        notes.append(Note(NoteCode.LEVELS_DIFFER,
-                          {"before": before.get("level"), "after": after.get("level")}))
+        notes.append(
+            Note(
+                NoteCode.LEVELS_DIFFER, {"before": before.get("level"), "after": after.get("level")}
+            )
+        )
     signals: list[SignalComparison] = []
     for m in SERIES:
         b, a = _grid(before, m.key), _grid(after, m.key)
@@ -98,8 +101,9 @@ def _router_shares(doc: Mapping[str, Any]) -> tuple[str | None, dict[str, float]
     return (str(source) if source else None), out
 
 
-def _gateway_shares(before: Mapping[str, Any], after: Mapping[str, Any],
-                    focus: tuple[str, ...]) -> tuple[GatewayShare, ...]:
+def _gateway_shares(
+    before: Mapping[str, Any], after: Mapping[str, Any], focus: tuple[str, ...]
+) -> tuple[GatewayShare, ...]:
     """Each followed unit's share of the gateway's requests before and after (a fix at the
     gateway shows here first); () when neither side read a gateway."""
     (sb, b), (sa, a) = _router_shares(before), _router_shares(after)
@@ -122,17 +126,20 @@ def _grid(doc: Mapping[str, Any], key: str) -> tuple[list[str], tuple[str, ...],
     series = doc.get("series")
     values = series.get("values") if isinstance(series, dict) else None
     per_unit = values.get(key) if isinstance(values, dict) else None
-    group_of = {u.get("unit"): u.get("instance") or "" for u in doc.get("units", [])
-                if isinstance(u, dict)}
+    group_of = {
+        u.get("unit"): u.get("instance") or "" for u in doc.get("units", []) if isinstance(u, dict)
+    }
     dp = doc.get("level") == "dp"
     units: list[str] = []
     rows: list[Array] = []
-    for unit, row in (per_unit.items() if isinstance(per_unit, dict) else ()):
+    for unit, row in per_unit.items() if isinstance(per_unit, dict) else ():
         if not isinstance(row, list):
             continue
         # a saved report holds numbers, null (not measured) or "inf"; anything else is skipped
-        arr = np.array([v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan
-                        for v in row], dtype=np.float64)
+        arr = np.array(
+            [v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan for v in row],
+            dtype=np.float64,
+        )
         if np.isfinite(arr).any() and (not rows or arr.size == rows[0].size):
             units.append(str(unit))
             rows.append(arr)
@@ -143,16 +150,29 @@ def _grid(doc: Mapping[str, Any], key: str) -> tuple[list[str], tuple[str, ...],
 
 
 def _figures(
-    units: list[str], groups: tuple[str, ...], grid: Array, focus: tuple[str, ...],
-    floor: float, one_sided: bool,
+    units: list[str],
+    groups: tuple[str, ...],
+    grid: Array,
+    focus: tuple[str, ...],
+    floor: float,
+    one_sided: bool,
 ) -> Figures:
     typical = _typical_ratios(grid, groups, floor)
-    worst = max((r if one_sided else max(r, 1.0 / r) if r > 0 else math.inf
-                 for r in typical if not math.isnan(r)), default=NAN)
+    worst = max(
+        (
+            r if one_sided else max(r, 1.0 / r) if r > 0 else math.inf
+            for r in typical
+            if not math.isnan(r)
+        ),
+        default=NAN,
+    )
     focus_ratios = [typical[units.index(u)] for u in focus if u in units]
     focus_ratios = [r for r in focus_ratios if not math.isnan(r)]
-    hot_peer = (max(focus_ratios, key=lambda r: abs(math.log(r)) if 0 < r < math.inf
-                    else math.inf) if focus_ratios else NAN)
+    hot_peer = (
+        max(focus_ratios, key=lambda r: abs(math.log(r)) if 0 < r < math.inf else math.inf)
+        if focus_ratios
+        else NAN
+    )
     with np.errstate(all="ignore"):
         means = np.nanmean(grid, axis=0)
     means = means[np.isfinite(means)]
@@ -176,8 +196,9 @@ def _typical_ratios(grid: Array, groups: tuple[str, ...], floor: float) -> list[
     ref = peer_reference(values, groups)
     denom = np.maximum(ref, floor)
     with np.errstate(all="ignore"):
-        above = np.where(denom > 0, np.maximum(values / denom, 1.0),
-                         np.where(values > 0, np.inf, 1.0))
+        above = np.where(
+            denom > 0, np.maximum(values / denom, 1.0), np.where(values > 0, np.inf, 1.0)
+        )
         below = np.where((ref >= floor) & (ref > 0), values / ref, 1.0)
         ratio = np.where(values >= ref, above, below)
     ratio[~(np.isfinite(values) & np.isfinite(ref))] = np.nan
@@ -219,8 +240,12 @@ def _overall(
     if verdicts == {CompareVerdict.CONVERGED} and after.get("verdict") != Verdict.IMBALANCED:
         return CompareVerdict.CONVERGED
     # a signal that was already even before is no progress
-    progressed = [s for s in signals if s.verdict == CompareVerdict.IMPROVED or (
-        s.verdict == CompareVerdict.CONVERGED and not s.before.worst_ratio < th.hot_ratio)]
+    progressed = [
+        s
+        for s in signals
+        if s.verdict == CompareVerdict.IMPROVED
+        or (s.verdict == CompareVerdict.CONVERGED and not s.before.worst_ratio < th.hot_ratio)
+    ]
     return CompareVerdict.IMPROVED if progressed else CompareVerdict.UNCHANGED
 
 

@@ -50,8 +50,6 @@ class UnitHeat:
     held_back: HeldBack = HeldBack.NONE  # why a unit hot often and long enough is not persistent
 
 
-
-
 def smooth(values: Array, width: int) -> Array:
     """Centred rolling mean over ``width`` windows per unit, ignoring missing values."""
     if width <= 1:
@@ -64,11 +62,11 @@ def smooth(values: Array, width: int) -> Array:
         w = values.shape[0]
         padded = np.zeros((w + width - 1, *values.shape[1:]))
         counted = np.zeros_like(padded)
-        padded[half:half + w], counted[half:half + w] = filled, finite
+        padded[half : half + w], counted[half : half + w] = filled, finite
         sums, counts = padded[:w].copy(), counted[:w].copy()
         for o in range(1, width):
-            sums += padded[o:o + w]
-            counts += counted[o:o + w]
+            sums += padded[o : o + w]
+            counts += counted[o : o + w]
     else:  # numpy sums 8 or more terms pairwise
         sums = np.lib.stride_tricks.sliding_window_view(np.pad(filled, pad), width, axis=0).sum(-1)
         counts = np.lib.stride_tricks.sliding_window_view(
@@ -172,12 +170,12 @@ def outlasts_burst(m: SignalMatrix, s: _Scored, j: int, window_s: float, th: Thr
         raws[sig] = (raw, float(np.median(raw[ok])) if ok.any() else math.nan)
     n = int(act.sum())
     for a in range(act.size - width + 1):
-        if not act[a:a + width].any():
+        if not act[a : a + width].any():
             continue
         score = np.full(act.size, -np.inf)
         for sig, (raw, typical) in raws.items():
             cut = raw.copy()
-            cut[a:a + width] = np.where(np.isfinite(cut[a:a + width]), typical, np.nan)
+            cut[a : a + width] = np.where(np.isfinite(cut[a : a + width]), typical, np.nan)
             with np.errstate(all="ignore"):
                 r = smooth(cut[:, None], th.smooth_windows)[:, 0] / s.refs[sig][:, j]
             score = np.fmax(score, np.where(np.isfinite(r), r, -np.inf))
@@ -274,8 +272,9 @@ def detect(
         driver = names[int(np.bincount(drivers).argmax())] if drivers.size else ""
         often = judged and persists(hot_share, hot_run, th)
         held_back = HeldBack.NONE
-        if often and not beyond_chance(m, j, driver, act, th, raw_refs, against,
-                                       s.floor.get(driver, 0)):
+        if often and not beyond_chance(
+            m, j, driver, act, th, raw_refs, against, s.floor.get(driver, 0)
+        ):
             held_back = HeldBack.CHANCE
         elif often and not outlasts_burst(m, s, j, window_s, th):
             held_back = HeldBack.BURST
@@ -308,9 +307,7 @@ def detect(
     return out
 
 
-def without_starved(
-    m: SignalMatrix, heats: list[UnitHeat], th: Thresholds
-) -> dict[str, list[int]]:
+def without_starved(m: SignalMatrix, heats: list[UnitHeat], th: Thresholds) -> dict[str, list[int]]:
     """Per group with persistently starved units, its other units: the reference to judge the
     group against (``detect``'s ``against``). A starved unit's zeros are no load a peer is
     hot against: with two of four ranks idle the leave-one-out median of a rank at its fair
@@ -339,8 +336,10 @@ def quiet_groups(m: SignalMatrix, window_s: float, th: Thresholds) -> set[str]:
     s = _score(m, window_s, th, None, True)
     n_act = s.act.sum(axis=0)
     with np.errstate(all="ignore"):
-        near = [np.where(n_act > 0, flags.sum(axis=0) / n_act, 0.0) >= th.persist_share
-                for flags in (s.hot, s.starved, s.cold)]
+        near = [
+            np.where(n_act > 0, flags.sum(axis=0) / n_act, 0.0) >= th.persist_share
+            for flags in (s.hot, s.starved, s.cold)
+        ]
     busy = np.logical_or.reduce(near)
     return set(m.groups) - {m.groups[j] for j in np.flatnonzero(busy)}
 

@@ -62,8 +62,9 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
             unplaced=_unplaced(evidence),
         )
         if inside.verdict == Verdict.IMBALANCED:
-            patterns = fleet_dp_patterns(inside.findings, inside.units, len(multi), th,
-                                         _multi_by_pool(evidence.dp, multi))
+            patterns = fleet_dp_patterns(
+                inside.findings, inside.units, len(multi), th, _multi_by_pool(evidence.dp, multi)
+            )
             return replace(inside, findings=(*patterns, *inside.findings))
         return top
     if top.verdict != Verdict.IMBALANCED:
@@ -89,15 +90,19 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
     skip = _nothing_inside(whole, evidence.dp, th) - set(top.hot_units)
     parts = _by_instance(evidence.dp, [i for i in multi if i not in skip])
     drills = [(i, drill(i, i in top.hot_units)) for i in parts]
-    drills = [(i, d if i in top.hot_units or d.verdict != Verdict.IMBALANCED else drill(i, True))
-              for i, d in drills]
+    drills = [
+        (i, d if i in top.hot_units or d.verdict != Verdict.IMBALANCED else drill(i, True))
+        for i, d in drills
+    ]
     pooled, pool_notes = _pool_quiet_drills(drills, parts, whole, columns, unplaced, th)
     if pooled is not None:
         small = {u.instance for u in pooled.units}
         drills = [(i, d) for i, d in drills if i not in small]
     kept = tuple(d for i, d in drills if i in top.hot_units or d.verdict == Verdict.IMBALANCED)
-    if pooled is not None and (pooled.verdict == Verdict.IMBALANCED
-                               or {u.instance for u in pooled.units} & set(top.hot_units)):
+    if pooled is not None and (
+        pooled.verdict == Verdict.IMBALANCED
+        or {u.instance for u in pooled.units} & set(top.hot_units)
+    ):
         kept = (*kept, pooled)
     judged = [d for _, d in drills] + ([pooled] if pooled is not None else [])
     patterns = fleet_dp_patterns(
@@ -107,8 +112,9 @@ def _diagnose(evidence: Evidence, level: str, th: Thresholds) -> Report:
         th,
         _multi_by_pool(evidence.dp, multi),
     )
-    return replace(top, drilldown=kept, findings=(*top.findings, *patterns),
-                   notes=(*top.notes, *pool_notes))
+    return replace(
+        top, drilldown=kept, findings=(*top.findings, *patterns), notes=(*top.notes, *pool_notes)
+    )
 
 
 def _pool_quiet_drills(
@@ -134,13 +140,23 @@ def _pool_quiet_drills(
         cols = [j for i in quiet for j in columns.get(i, [])]
         windows = frame.df["window_start_s"].unique().to_numpy()
         pooled = diagnose_frame(
-            frame, th, unplaced=unplaced, matrix=sub_matrix(whole, cols, windows),
-            extra_notes=(Note(NoteCode.DP_POOLED, {"instances": quiet,
-                                                   "min_requests": th.min_requests_total}),))
+            frame,
+            th,
+            unplaced=unplaced,
+            matrix=sub_matrix(whole, cols, windows),
+            extra_notes=(
+                Note(
+                    NoteCode.DP_POOLED, {"instances": quiet, "min_requests": th.min_requests_total}
+                ),
+            ),
+        )
         if _not_judged(pooled) is None:
             drills = [(i, d) for i, d in drills if i not in quiet]
-    notes = tuple(Note(NoteCode.DP_NOT_JUDGED, {"instance": i, "reason": d.notes[0]})
-                  for i, d in drills if _not_judged(d) is not None)
+    notes = tuple(
+        Note(NoteCode.DP_NOT_JUDGED, {"instance": i, "reason": d.notes[0]})
+        for i, d in drills
+        if _not_judged(d) is not None
+    )
     return pooled, notes
 
 
@@ -190,9 +206,11 @@ def _unplaced(evidence: Evidence) -> dict[str, float]:
             pl.col("requests").sum().alias("n"), pl.col("requests").is_not_null().any().alias("ok")
         )
 
-    joined = per_window(evidence.instance.df).join(
-        per_window(evidence.dp.df), on=("window_start_s", "instance"), suffix="_dp"
-    ).filter(pl.col("ok") & pl.col("ok_dp"))
+    joined = (
+        per_window(evidence.instance.df)
+        .join(per_window(evidence.dp.df), on=("window_start_s", "instance"), suffix="_dp")
+        .filter(pl.col("ok") & pl.col("ok_dp"))
+    )
     gap = joined.group_by("instance").agg((pl.col("n") - pl.col("n_dp")).clip(0).mean())
     return dict(zip(gap["instance"].to_list(), gap["n"].to_list(), strict=True))
 
@@ -203,8 +221,11 @@ def _multi_by_pool(frame: UnitFrame, multi: list[str]) -> dict[str, int]:
         return {}
     import polars as pl
 
-    rows = frame.df.filter(pl.col("instance").is_in(multi)).select("instance", "pool").unique(
-        "instance")
+    rows = (
+        frame.df.filter(pl.col("instance").is_in(multi))
+        .select("instance", "pool")
+        .unique("instance")
+    )
     out: dict[str, int] = {}
     for p in rows["pool"].to_list():
         out[p or ""] = out.get(p or "", 0) + 1

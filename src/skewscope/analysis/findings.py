@@ -64,8 +64,14 @@ SIDE_BY_SIDE = (
     "preemptions",
 )
 # The KV block shortage finding's rows: its symptoms' figures against the peers.
-KV_SIDE_BY_SIDE = ("running", "waiting", "kv_usage", "kv_usage_max", "free_blocks_min",
-                   "preemptions")
+KV_SIDE_BY_SIDE = (
+    "running",
+    "waiting",
+    "kv_usage",
+    "kv_usage_max",
+    "free_blocks_min",
+    "preemptions",
+)
 
 
 def side_by_side(
@@ -111,8 +117,9 @@ def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
     every = np.ones(len(m.windows), dtype=bool)
     out = []
     for s in stalls:
-        peers = [k for k in range(len(m.units))
-                 if k not in stalled and m.groups[k] == m.groups[s.index]]
+        peers = [
+            k for k in range(len(m.units)) if k not in stalled and m.groups[k] == m.groups[s.index]
+        ]
         hot = unit_summary(m, s.index, every)
         ref = reference_summary([unit_summary(m, k, every) for k in peers])
         out.append(
@@ -121,10 +128,15 @@ def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
                 units=(s.unit,),
                 reference_units=tuple(m.units[k] for k in peers),
                 severity=Severity.HIGH,
-                facts=StallFacts(s.unit, s.in_flight, s.progress, s.progress_signal,
-                                 s.stalled_share,
-                                 int(np.isfinite(m.get("running")[:, s.index]).sum()),
-                                 s.stalled_run),
+                facts=StallFacts(
+                    s.unit,
+                    s.in_flight,
+                    s.progress,
+                    s.progress_signal,
+                    s.stalled_share,
+                    int(np.isfinite(m.get("running")[:, s.index]).sum()),
+                    s.stalled_run,
+                ),
                 evidence=stall_evidence(s),
                 root_causes=rank(votes),
                 votes=votes,
@@ -136,9 +148,15 @@ def stall_findings(m: SignalMatrix, stalls: list[Stall]) -> list[Finding]:
 
 def chance_note(r: HotResult) -> Note:
     """Heavier requests that a permutation of the window cells reproduces by chance."""
-    return Note(NoteCode.WEIGHT_BY_CHANCE, {
-        "unit": r.heat.unit, "input_ratio": r.cls.input_ratio,
-        "output_ratio": r.cls.output_ratio, "p_value": r.weight_p})
+    return Note(
+        NoteCode.WEIGHT_BY_CHANCE,
+        {
+            "unit": r.heat.unit,
+            "input_ratio": r.cls.input_ratio,
+            "output_ratio": r.cls.output_ratio,
+            "p_value": r.weight_p,
+        },
+    )
 
 
 def counts_finished(frame: UnitFrame) -> bool:
@@ -148,9 +166,13 @@ def counts_finished(frame: UnitFrame) -> bool:
 
 def _votes(r: HotResult, level: Level) -> CauseVotes:
     """What a hot unit's engine evidence votes for (``causes.rank`` orders it)."""
-    return CauseVotes(kind=r.cls.kind or Kind.UNKNOWN, secondary_kind=r.cls.secondary_kind,
-                      level=level, device_first=tuple(device_causes(r.cls.kind, r.dev, r.imp)[0]),
-                      kv=_kv_role(r))
+    return CauseVotes(
+        kind=r.cls.kind or Kind.UNKNOWN,
+        secondary_kind=r.cls.secondary_kind,
+        level=level,
+        device_first=tuple(device_causes(r.cls.kind, r.dev, r.imp)[0]),
+        kv=_kv_role(r),
+    )
 
 
 def _kv_role(r: HotResult) -> KvRole:
@@ -232,15 +254,26 @@ def _with_unplaced(r: HotResult) -> float:
 
 
 def _compared(r: HotResult, key: str) -> Compared:
-    return Compared(key, r.hot.get(key, math.nan), r.ref.get(key, math.nan),
-                    r.hot_bounds.get(key, ""), r.ref_bounds.get(key, ""))
+    return Compared(
+        key,
+        r.hot.get(key, math.nan),
+        r.ref.get(key, math.nan),
+        r.hot_bounds.get(key, ""),
+        r.ref_bounds.get(key, ""),
+    )
 
 
 def _saturation(r: HotResult) -> SaturationFacts | None:
     if not r.sat.saturated:
         return None
-    return SaturationFacts(r.sat.ceiling, r.sat.share, r.imp.queue_growing, r.lower_bound,
-                           r.unplaced, _with_unplaced(r))
+    return SaturationFacts(
+        r.sat.ceiling,
+        r.sat.share,
+        r.imp.queue_growing,
+        r.lower_bound,
+        r.unplaced,
+        _with_unplaced(r),
+    )
 
 
 def hot_facts(r: HotResult, th: Thresholds) -> HotFacts:
@@ -267,8 +300,9 @@ def hot_facts(r: HotResult, th: Thresholds) -> HotFacts:
         count_share=c.count_share if decomposed else math.nan,
         weight_share=c.weight_share if decomposed else math.nan,
         hurting=tuple(_compared(r, k) for k in r.imp.hurting if k in METRIC_BY_KEY),
-        bounded=tuple(_compared(r, k) for k in TAIL_METRICS
-                      if k in r.hot_bounds or k in r.ref_bounds),
+        bounded=tuple(
+            _compared(r, k) for k in TAIL_METRICS if k in r.hot_bounds or k in r.ref_bounds
+        ),
         kv_exhausted=r.imp.kv_exhausted,
         kv_consequence=r.imp.kv_exhausted and not kv_blocks_admission(r),
         saturation=_saturation(r),
@@ -353,10 +387,16 @@ def stale_load_finding(m: SignalMatrix, s: StaleLoad) -> Finding:
         reference_units=(),
         severity=Severity.MEDIUM,
         facts=StaleLoadFacts(
-            group=s.group, signal=s.signal, swing_share=s.swing_share,
-            judged_windows=int(s.judged.sum()), anticorrelation=s.anticorrelation,
-            switch_every_s=s.switch_every_s, window_s=m.window_s,
-            turns=tuple(zip(units, s.turns, strict=True)), range_ratio=s.range_ratio),
+            group=s.group,
+            signal=s.signal,
+            swing_share=s.swing_share,
+            judged_windows=int(s.judged.sum()),
+            anticorrelation=s.anticorrelation,
+            switch_every_s=s.switch_every_s,
+            window_s=m.window_s,
+            turns=tuple(zip(units, s.turns, strict=True)),
+            range_ratio=s.range_ratio,
+        ),
         evidence={
             "signal": s.signal,
             "swing_share": s.swing_share,
@@ -372,8 +412,9 @@ def stale_load_finding(m: SignalMatrix, s: StaleLoad) -> Finding:
 
 def lost_finding(m: SignalMatrix, lost: LostUnit) -> Finding:
     """A unit that stopped reporting while hot: the worst end of a hot unit, never balanced."""
-    peers = tuple(u for k, u in enumerate(m.units)
-                  if k != lost.index and m.groups[k] == m.groups[lost.index])
+    peers = tuple(
+        u for k, u in enumerate(m.units) if k != lost.index and m.groups[k] == m.groups[lost.index]
+    )
     votes = fixed(Cause.UNIT_LOST)
     return Finding(
         kind=Kind.LOST,
@@ -381,8 +422,11 @@ def lost_finding(m: SignalMatrix, lost: LostUnit) -> Finding:
         reference_units=peers,
         severity=Severity.HIGH,
         facts=LostFacts(lost.unit, lost.lost_at_s, lost.hot_windows, lost.absent_windows),
-        evidence={"lost_at_s": lost.lost_at_s, "hot_windows_before": lost.hot_windows,
-                  "absent_windows": lost.absent_windows},
+        evidence={
+            "lost_at_s": lost.lost_at_s,
+            "hot_windows_before": lost.hot_windows,
+            "absent_windows": lost.absent_windows,
+        },
         root_causes=rank(votes),
         votes=votes,
     )

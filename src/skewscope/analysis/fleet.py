@@ -34,9 +34,16 @@ def fleet_dp_patterns(
     if pools:
         reports = list(unit_reports)
         found = list(findings)
-        return [p for pool, n in sorted(pools.items()) for p in fleet_dp_patterns(
-            [f for f in found if all(_pool(reports, u) == pool for u in f.units)],
-            [u for u in reports if (u.pool or "") == pool], n, th)]
+        return [
+            p
+            for pool, n in sorted(pools.items())
+            for p in fleet_dp_patterns(
+                [f for f in found if all(_pool(reports, u) == pool for u in f.units)],
+                [u for u in reports if (u.pool or "") == pool],
+                n,
+                th,
+            )
+        ]
     if multi_rank_instances < th.fleet_pattern_min_instances:
         return []
     where = {u.unit: (u.instance, u.dp_rank) for u in unit_reports if u.dp_rank is not None}

@@ -72,8 +72,7 @@ def join_gateway(
     drill-down)."""
     ranked = _has_ranks(gw)
     if ranked and report.drilldown:
-        report = replace(report, drilldown=tuple(_join_ranks(d, gw, th)
-                                                 for d in report.drilldown))
+        report = replace(report, drilldown=tuple(_join_ranks(d, gw, th) for d in report.drilldown))
     gw = at_level(gw, report.level)
     facts = gateway_facts(report, gw, th)
     notes = [Note.text(n) for n in gw.notes]
@@ -94,8 +93,11 @@ def join_gateway(
 def _join_ranks(dp: Report, gw: GatewayEvidence, th: Thresholds) -> Report:
     """A DP drill-down with the router's workers of its instance (``url@rank``) joined."""
     inst = {split_rank(engine_key(u))[0] for u in dp.units}
-    mine = tuple(u for u in gw.units if split_rank(u.upstream)[0] in inst
-                 and split_rank(u.upstream)[1] is not None)
+    mine = tuple(
+        u
+        for u in gw.units
+        if split_rank(u.upstream)[0] in inst and split_rank(u.upstream)[1] is not None
+    )
     if not mine:
         return dp
     return join_gateway(dp, replace(gw, units=mine, notes=()), th)
@@ -103,15 +105,16 @@ def _join_ranks(dp: Report, gw: GatewayEvidence, th: Thresholds) -> Report:
 
 def _down(u: GatewayUnitFacts, th: Thresholds) -> list[tuple[str, float]]:
     """(what, share) for each way the gateway kept ``u`` out of rotation long enough to say."""
-    return [(what, s) for what, s in (("unhealthy", u.unhealthy_share),
-                                      ("circuit-open", u.breaker_open_share))
-            if math.isfinite(s) and s >= th.gateway_down_share]
+    return [
+        (what, s)
+        for what, s in (("unhealthy", u.unhealthy_share), ("circuit-open", u.breaker_open_share))
+        if math.isfinite(s) and s >= th.gateway_down_share
+    ]
 
 
 def gateway_facts(report: Report, gw: GatewayEvidence, th: Thresholds) -> GatewayFacts:
     engine_rates = {
-        engine_key(u): (u.unit, u.metrics.get("requests_per_s", math.nan))
-        for u in report.units
+        engine_key(u): (u.unit, u.metrics.get("requests_per_s", math.nan)) for u in report.units
     }
     shares = share_series(gw.units)
     diverged = diverged_from(gw.units, gw.window_starts, th) if gw.window_starts else {}
@@ -131,32 +134,45 @@ def gateway_facts(report: Report, gw: GatewayEvidence, th: Thresholds) -> Gatewa
                 unit=unit,
                 requests=g.requests,
                 router_share=g.requests / router_total if router_total else math.nan,
-                engine_share=rate / engine_total if engine_total and math.isfinite(rate)
+                engine_share=rate / engine_total
+                if engine_total and math.isfinite(rate)
                 else math.nan,
                 in_pool=g.in_pool,
                 unhealthy_share=g.unhealthy_share,
                 breaker_open_share=g.breaker_open_share,
                 request_bytes=g.request_bytes,
                 top_keys=top,
-                top_keys_excess_share=min(1.0, carried / excess) if top and excess > 0
+                top_keys_excess_share=min(1.0, carried / excess)
+                if top and excess > 0
                 else math.nan,
                 share_series=shares.get(g.upstream, ()),
                 diverged_from=diverged.get(g.upstream),
                 router_load=float(np.nanmean(g.load_series))
-                if any(math.isfinite(v) for v in g.load_series) else math.nan,
+                if any(math.isfinite(v) for v in g.load_series)
+                else math.nan,
             )
         )
     # listed and used (a worker list alone has no counts: listed is enough)
-    listed = {g.upstream for g in gw.units
-              if g.in_pool and (g.requests > 0 or math.isnan(g.requests))}
+    listed = {
+        g.upstream for g in gw.units if g.in_pool and (g.requests > 0 or math.isnan(g.requests))
+    }
     missing = tuple(u for k, (u, _) in sorted(engine_rates.items()) if k not in listed)
     policy = gw.policy
     pclass = POLICY_CLASS.get(policy) if policy else None
     joined = {u.upstream: u.unit for u in out if u.unit is not None}
     stale = stale_load(report, gw, joined, th) if pclass in POLLED_LOAD_CLASSES else ()
-    return GatewayFacts(gw.source, policy, str(pclass) if pclass else None, gw.key_name,
-                        tuple(out), missing, window_starts=gw.window_starts,
-                        load_polled=gw.load_polled, stale_load=stale, pool=gw.pool)
+    return GatewayFacts(
+        gw.source,
+        policy,
+        str(pclass) if pclass else None,
+        gw.key_name,
+        tuple(out),
+        missing,
+        window_starts=gw.window_starts,
+        load_polled=gw.load_polled,
+        stale_load=stale,
+        pool=gw.pool,
+    )
 
 
 def _median_requests(units: tuple[GatewayUnit, ...]) -> dict[str, float]:
@@ -204,16 +220,34 @@ def _router_ratio(u: GatewayUnitFacts, facts: GatewayFacts) -> float:
     return u.requests / ref
 
 
-def _routed(u: GatewayUnitFacts, facts: GatewayFacts, ratio: float, verdict: str,
-            lead: Cause | None, bytes_ratio: float = math.nan) -> Note:
+def _routed(
+    u: GatewayUnitFacts,
+    facts: GatewayFacts,
+    ratio: float,
+    verdict: str,
+    lead: Cause | None,
+    bytes_ratio: float = math.nan,
+) -> Note:
     """What the gateway did with a hot unit's requests: sent it ``more`` than its peers,
     ``not_more`` (its extra came another way), or an ``even`` share of heavier requests."""
-    return Note(NoteCode.GATEWAY_ROUTED, {
-        "source": facts.source, "policy": facts.policy, "policy_class": facts.policy_class,
-        "upstream": u.upstream, "router_share": u.router_share, "engine_share": u.engine_share,
-        "router_ratio": ratio, "verdict": verdict, "key_name": facts.key_name,
-        "top_keys": [k for k, _ in u.top_keys], "top_keys_excess_share": u.top_keys_excess_share,
-        "request_bytes_ratio": bytes_ratio, "lead_cause": lead})
+    return Note(
+        NoteCode.GATEWAY_ROUTED,
+        {
+            "source": facts.source,
+            "policy": facts.policy,
+            "policy_class": facts.policy_class,
+            "upstream": u.upstream,
+            "router_share": u.router_share,
+            "engine_share": u.engine_share,
+            "router_ratio": ratio,
+            "verdict": verdict,
+            "key_name": facts.key_name,
+            "top_keys": [k for k, _ in u.top_keys],
+            "top_keys_excess_share": u.top_keys_excess_share,
+            "request_bytes_ratio": bytes_ratio,
+            "lead_cause": lead,
+        },
+    )
 
 
 def _count(u: GatewayUnitFacts, facts: GatewayFacts, th: Thresholds) -> Said:
@@ -222,7 +256,8 @@ def _count(u: GatewayUnitFacts, facts: GatewayFacts, th: Thresholds) -> Said:
     if not ratio >= th.count_ratio:
         return Said(None, (_routed(u, facts, ratio, "not_more", None),), evidence)
     dominated = math.isfinite(u.top_keys_excess_share) and (
-        u.top_keys_excess_share >= th.gateway_key_share)
+        u.top_keys_excess_share >= th.gateway_key_share
+    )
     if facts.policy_class == PolicyClass.STICKY or dominated:
         lead = Cause.STICKY_SESSIONS
     elif facts.policy_class == PolicyClass.PREFIX:
@@ -236,14 +271,19 @@ def _weight(u: GatewayUnitFacts, facts: GatewayFacts, th: Thresholds) -> Said:
     ratio = _router_ratio(u, facts)
     if ratio >= th.count_ratio:
         return _count(u, facts, th)
-    peers = [p.request_bytes for p in facts.units
-             if p.upstream != u.upstream and math.isfinite(p.request_bytes)]
+    peers = [
+        p.request_bytes
+        for p in facts.units
+        if p.upstream != u.upstream and math.isfinite(p.request_bytes)
+    ]
     size = math.nan
     if math.isfinite(u.request_bytes) and peers and median(peers) > 0:
         size = u.request_bytes / float(median(peers))
-    return Said(Cause.LONG_REQUESTS,
-                (_routed(u, facts, ratio, "even", Cause.LONG_REQUESTS, size),),
-                {"router_ratio": ratio, **_facts_evidence(u, facts)})
+    return Said(
+        Cause.LONG_REQUESTS,
+        (_routed(u, facts, ratio, "even", Cause.LONG_REQUESTS, size),),
+        {"router_ratio": ratio, **_facts_evidence(u, facts)},
+    )
 
 
 # The cause of a starved unit the router lists healthy and in its pool, by what its policy looks
@@ -252,12 +292,16 @@ def _weight(u: GatewayUnitFacts, facts: GatewayFacts, th: Thresholds) -> Said:
 # yet received: Dynamo's KV router scored unregistered workers as busy, issue 7836); a
 # token-blind one (round robin, random) only skips a unit by its weight.
 UNUSED_CAUSE: dict[PolicyClass, Cause] = {
-    PolicyClass.STICKY: Cause.STICKY_SESSIONS, PolicyClass.PREFIX: Cause.PREFIX_AFFINITY,
-    PolicyClass.LOAD_AWARE: Cause.STALE_LOAD, PolicyClass.TOKEN_BLIND: Cause.ROUTING_WEIGHTS}
+    PolicyClass.STICKY: Cause.STICKY_SESSIONS,
+    PolicyClass.PREFIX: Cause.PREFIX_AFFINITY,
+    PolicyClass.LOAD_AWARE: Cause.STALE_LOAD,
+    PolicyClass.TOKEN_BLIND: Cause.ROUTING_WEIGHTS,
+}
 
 
-def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFacts,
-             th: Thresholds) -> Said | None:
+def _starved(
+    f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFacts, th: Thresholds
+) -> Said | None:
     """A starved finding ranked on the router's view of each unit: marked down or not in the
     pool is a health check; listed healthy and in the pool, yet not chosen, is its policy's
     doing (``UNUSED_CAUSE``), and the text says the router lists it."""
@@ -270,16 +314,25 @@ def _starved(f: Finding, by_unit: dict[str, GatewayUnitFacts], facts: GatewayFac
             parts.append(Note(NoteCode.GATEWAY_MARKED_DOWN, {"unit": unit, "down": down}))
             leads.append(Cause.HEALTH_CHECK)
         elif u is None or not u.in_pool:
-            parts.append(Note(NoteCode.GATEWAY_NOT_LISTED,
-                              {"unit": unit, "source": facts.source}))
+            parts.append(Note(NoteCode.GATEWAY_NOT_LISTED, {"unit": unit, "source": facts.source}))
             leads.append(Cause.HEALTH_CHECK)
         else:  # listed, healthy and in the pool, yet (almost) never chosen
             pclass = PolicyClass(facts.policy_class) if facts.policy_class else None
             lead = UNUSED_CAUSE.get(pclass) if pclass else None
-            parts.append(Note(NoteCode.GATEWAY_LISTED_UNUSED, {
-                "unit": unit, "source": facts.source, "policy": facts.policy,
-                "policy_class": facts.policy_class, "requests": u.requests,
-                "router_share": u.router_share, "lead": lead}))
+            parts.append(
+                Note(
+                    NoteCode.GATEWAY_LISTED_UNUSED,
+                    {
+                        "unit": unit,
+                        "source": facts.source,
+                        "policy": facts.policy,
+                        "policy_class": facts.policy_class,
+                        "requests": u.requests,
+                        "router_share": u.router_share,
+                        "lead": lead,
+                    },
+                )
+            )
             if lead:
                 leads.append(lead)
     if not parts:

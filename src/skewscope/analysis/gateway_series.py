@@ -33,8 +33,7 @@ def engine_key(u: UnitReport) -> str:
 def at_level(gw: GatewayEvidence, level: str) -> GatewayEvidence:
     """``gw`` as the units of ``level`` see it: at instance level a DP-aware router's
     ``url@rank`` workers are summed into ``url``; at DP level they stay per rank."""
-    if level != Level.INSTANCE or not any(split_rank(u.upstream)[1] is not None
-                                          for u in gw.units):
+    if level != Level.INSTANCE or not any(split_rank(u.upstream)[1] is not None for u in gw.units):
         return gw
     groups: dict[str, list[GatewayUnit]] = {}
     for u in gw.units:
@@ -64,15 +63,19 @@ def _merged(upstream: str, ranks: list[GatewayUnit]) -> GatewayUnit:
     for u in ranks:
         for k, n in u.keys:
             keys[k] = keys.get(k, 0.0) + n
-    sized = [(u.request_bytes, u.requests) for u in ranks
-             if math.isfinite(u.request_bytes) and u.requests > 0]
+    sized = [
+        (u.request_bytes, u.requests)
+        for u in ranks
+        if math.isfinite(u.request_bytes) and u.requests > 0
+    ]
     return GatewayUnit(
         upstream=upstream,
         requests=_nansum([u.requests for u in ranks]),
         in_pool=any(u.in_pool for u in ranks),
         unhealthy_share=_nanmean([u.unhealthy_share for u in ranks]),
         breaker_open_share=_nanmean([u.breaker_open_share for u in ranks]),
-        request_bytes=sum(b * n for b, n in sized) / sum(n for _, n in sized) if sized
+        request_bytes=sum(b * n for b, n in sized) / sum(n for _, n in sized)
+        if sized
         else math.nan,
         keys=tuple(sorted(keys.items(), key=lambda kv: -kv[1])),
         distinct_keys=max((u.distinct_keys for u in ranks), default=0),
@@ -93,8 +96,9 @@ def share_series(units: tuple[GatewayUnit, ...]) -> dict[str, tuple[float, ...]]
     return {u: tuple(float(v) for v in shares[i]) for i, u in enumerate(named)}
 
 
-def diverged_from(units: tuple[GatewayUnit, ...], starts: tuple[float, ...],
-                  th: Thresholds) -> dict[str, float]:
+def diverged_from(
+    units: tuple[GatewayUnit, ...], starts: tuple[float, ...], th: Thresholds
+) -> dict[str, float]:
     """Per upstream the gateway sent at least ``count_ratio`` x its in-pool peers' median in
     ``min_consecutive`` windows running: the start of the first such run."""
     out: dict[str, float] = {}
@@ -112,8 +116,9 @@ def diverged_from(units: tuple[GatewayUnit, ...], starts: tuple[float, ...],
     return out
 
 
-def stale_load(report: Report, gw: GatewayEvidence, joined: dict[str, str],
-               th: Thresholds) -> tuple[StaleLoad, ...]:
+def stale_load(
+    report: Report, gw: GatewayEvidence, joined: dict[str, str], th: Thresholds
+) -> tuple[StaleLoad, ...]:
     """Units whose queue, as the router polled it, differs from the queue their engine measured
     by ``gateway_stale_load_gap`` of the engine's mean or more; ``joined`` maps an upstream to
     its engine unit. Only for evidence whose load is the router's polled view."""
@@ -140,8 +145,17 @@ def stale_load(report: Report, gw: GatewayEvidence, joined: dict[str, str],
         gap = off_by / max(float(engine[both].mean()), th.floor_waiting)
         if gap < th.gateway_stale_load_gap:
             continue
-        out.append(StaleLoad(unit, float(router[both].mean()), float(engine[both].mean()),
-                             off_by, gap, _lag(router, engine, th), window_s))
+        out.append(
+            StaleLoad(
+                unit,
+                float(router[both].mean()),
+                float(engine[both].mean()),
+                off_by,
+                gap,
+                _lag(router, engine, th),
+                window_s,
+            )
+        )
     return tuple(sorted(out, key=lambda s: -s.gap))
 
 

@@ -57,8 +57,9 @@ def impact(
     if kv_exhausted:
         notes.append(Note(NoteCode.KV_EXHAUSTED, {"kv_peak": kv_peak, "kv_high": th.kv_high}))
     elif kv_high:
-        notes.append(Note(NoteCode.KV_SERVICE_WIDE,
-                          {"kv_peak": kv_peak, "reference_peak": ref_peak}))
+        notes.append(
+            Note(NoteCode.KV_SERVICE_WIDE, {"kv_peak": kv_peak, "reference_peak": ref_peak})
+        )
     if math.isfinite(preempt) and preempt > 0 and not (ref.get("preemptions", 0.0) or 0.0) > 0:
         notes.append(Note(NoteCode.PREEMPTED_HERE_ONLY, {"preemptions": preempt}))
         kv_exhausted = True
@@ -107,9 +108,7 @@ class Trend:
     widening: bool
 
 
-def gap_trend(
-    m: SignalMatrix, j: int, ref_cols: list[int], mask: Flags, th: Thresholds
-) -> Trend:
+def gap_trend(m: SignalMatrix, j: int, ref_cols: list[int], mask: Flags, th: Thresholds) -> Trend:
     """The case documents' rule: the gap keeps widening while the service's P95/P99 rises."""
     signal = "running" if m.has("running") else "requests"
     vals = m.get(signal)[mask]

@@ -84,8 +84,9 @@ def diagnose_frame(
     if frame.df.height == 0:
         return _insufficient(base, notes, Note(NoteCode.EMPTY_RANGE))
     if matrix is None:
-        matrix = build_matrix(frame.df, group_by_instance=frame.level == Level.DP,
-                              window_s=frame.window_s)
+        matrix = build_matrix(
+            frame.df, group_by_instance=frame.level == Level.DP, window_s=frame.window_s
+        )
     m = matrix
     span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
     base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
@@ -100,8 +101,10 @@ def diagnose_frame(
     if reason is not None:
         if stalls:
             return _stalled_only(m, base, notes, reason, stalls)
-        units = tuple(_unit_report(m, j, None, Role.NORMAL, np.ones(len(m.windows), bool))
-                      for j in range(len(m.units)))
+        units = tuple(
+            _unit_report(m, j, None, Role.NORMAL, np.ones(len(m.windows), bool))
+            for j in range(len(m.units))
+        )
         return _insufficient(base, notes, reason, units)
 
     heats = detect(m, frame.window_s, th)
@@ -109,9 +112,14 @@ def diagnose_frame(
     heats = _rotating_calm(heats, stale)
     judged = int(np.any(np.stack([h.active for h in heats]), axis=0).sum())
     if judged < th.min_windows:
-        reason = Note(NoteCode.FEW_JUDGED_WINDOWS, {
-            "judged": judged, "windows": len(m.windows),
-            "min_requests_per_window": th.min_requests_per_window})
+        reason = Note(
+            NoteCode.FEW_JUDGED_WINDOWS,
+            {
+                "judged": judged,
+                "windows": len(m.windows),
+                "min_requests_per_window": th.min_requests_per_window,
+            },
+        )
         if stalls:
             return _stalled_only(m, base, notes, reason, stalls)
         units = tuple(_unit_report(m, h.index, h, Role.NORMAL, h.active) for h in heats)
@@ -120,8 +128,11 @@ def diagnose_frame(
     if fed:
         # Starved units' zeros would drag their peers' median down: judge against the rest.
         heats = _rotating_calm(detect(m, frame.window_s, th, against=fed), stale)
-        starved_out = sorted(m.units[h.index] for h in heats
-                             if m.groups[h.index] in fed and h.index not in fed[m.groups[h.index]])
+        starved_out = sorted(
+            m.units[h.index]
+            for h in heats
+            if m.groups[h.index] in fed and h.index not in fed[m.groups[h.index]]
+        )
         notes = (*notes, Note(NoteCode.STARVED_LEFT_OUT, {"units": starved_out}))
     hot_idx = [h.index for h in heats if h.persistent_hot and h.index not in stalled]
     cold = _cold_minorities(m, heats, th) if not hot_idx else {}
@@ -136,8 +147,16 @@ def diagnose_frame(
     results = [
         r
         for r in (
-            _judge_hot(m, heats, j, [*hot_idx, *stalled], starved_idx, th,
-                       counts_finished(frame), (unplaced or {}).get(m.groups[j], math.nan))
+            _judge_hot(
+                m,
+                heats,
+                j,
+                [*hot_idx, *stalled],
+                starved_idx,
+                th,
+                counts_finished(frame),
+                (unplaced or {}).get(m.groups[j], math.nan),
+            )
             for j in hot_idx
         )
         if r
@@ -148,18 +167,29 @@ def diagnose_frame(
     hot_units = tuple(r.heat.unit for r in results)
     findings = [
         *stall_findings(m, stalls),
-        *(_when(m, hot_finding(r, frame.level, th), r.heat.hot, r.heat.active,
-                tuple(k for k in SERIES_BY_KEY if k not in KV_SERIES) if r.kv.found else None)
-          for r in results),
-        *(_when(m, kv_finding(r), r.heat.hot, r.heat.active, KV_SERIES)
-          for r in results if r.kv.found),
+        *(
+            _when(
+                m,
+                hot_finding(r, frame.level, th),
+                r.heat.hot,
+                r.heat.active,
+                tuple(k for k in SERIES_BY_KEY if k not in KV_SERIES) if r.kv.found else None,
+            )
+            for r in results
+        ),
+        *(
+            _when(m, kv_finding(r), r.heat.hot, r.heat.active, KV_SERIES)
+            for r in results
+            if r.kv.found
+        ),
     ]
     findings.extend(_when(m, stale_load_finding(m, s), s.swing, s.judged) for s in stale)
     came_went, lost = presence(m, heats)
     notes = (*notes, *came_went)
     lost = [u for u in lost if u.unit not in hot_units and u.index not in stalled]
-    findings.extend(_when(m, lost_finding(m, u), heats[u.index].hot, heats[u.index].present)
-                    for u in lost)
+    findings.extend(
+        _when(m, lost_finding(m, u), heats[u.index].hot, heats[u.index].present) for u in lost
+    )
     hot_units = (*(s.unit for s in stalls), *hot_units, *(u.unit for u in lost))
     findings.extend(pd_findings(m, th) if frame.level == Level.INSTANCE else ())
     if starved_idx:
@@ -168,12 +198,20 @@ def diagnose_frame(
         findings.append(
             _when(m, starved_finding(m, heats, starved_idx, frame.level), starved_when, judged)
         )
-    transient = tuple(_transient_note(m, h, frame.window_s, th) for h in heats if h.transient_hot
-                      and h.index not in hot_idx and h.index not in stalled
-                      and h.unit not in {u.unit for u in lost})
+    transient = tuple(
+        _transient_note(m, h, frame.window_s, th)
+        for h in heats
+        if h.transient_hot
+        and h.index not in hot_idx
+        and h.index not in stalled
+        and h.unit not in {u.unit for u in lost}
+    )
     lucky = {r.heat.unit for r in chance}
-    unexplained = [heats[j].unit for j in hot_idx
-                   if heats[j].unit not in hot_units and heats[j].unit not in lucky]
+    unexplained = [
+        heats[j].unit
+        for j in hot_idx
+        if heats[j].unit not in hot_units and heats[j].unit not in lucky
+    ]
     if unexplained:
         notes = (*notes, Note(NoteCode.UNEXPLAINED_PRESSURE, {"units": unexplained}))
     report = _unit_report if detail else _unit_identity
@@ -213,8 +251,18 @@ def _rotating_calm(heats: list[UnitHeat], stale: list[StaleLoad]) -> list[UnitHe
     rotating = {j for s in stale for j in s.units}
     if not rotating:
         return heats
-    return [replace(h, persistent_hot=False, transient_hot=False, persistent_starved=False,
-                    persistent_cold=False) if h.index in rotating else h for h in heats]
+    return [
+        replace(
+            h,
+            persistent_hot=False,
+            transient_hot=False,
+            persistent_starved=False,
+            persistent_cold=False,
+        )
+        if h.index in rotating
+        else h
+        for h in heats
+    ]
 
 
 def _role(h: UnitHeat, hot_units: tuple[str, ...], stalled: set[int], starved: list[int]) -> Role:
@@ -250,14 +298,14 @@ def _stalled_only(
     )
 
 
-def _when(m: SignalMatrix, f: Finding, flags: Flags, judged: Flags,
-          charts: tuple[str, ...] | None = None) -> Finding:
+def _when(
+    m: SignalMatrix, f: Finding, flags: Flags, judged: Flags, charts: tuple[str, ...] | None = None
+) -> Finding:
     """The finding's timeline and its peers' per-window band for each series signal it charts
     (``charts``, default all: a KV shortage finding charts the KV signals, its unit's hot
     finding the rest)."""
     peers = [m.units.index(u) for u in f.reference_units]
-    return replace(f, timeline=timeline(m, flags, judged),
-                   peer_bands=peer_bands(m, peers, charts))
+    return replace(f, timeline=timeline(m, flags, judged), peer_bands=peer_bands(m, peers, charts))
 
 
 def _cold_minorities(
@@ -309,13 +357,15 @@ def _gate(m: SignalMatrix, th: Thresholds, *, request_source: bool = True) -> No
     if max(sizes.values()) < th.min_units:
         return Note(NoteCode.ONE_UNIT, {"unit": m.units[0], "min_units": th.min_units})
     if len(m.windows) < th.min_windows:
-        return Note(NoteCode.FEW_WINDOWS,
-                    {"windows": len(m.windows), "min_windows": th.min_windows})
+        return Note(
+            NoteCode.FEW_WINDOWS, {"windows": len(m.windows), "min_windows": th.min_windows}
+        )
     if m.has("requests"):
         total = requests_seen(m, th)
         if total < th.min_requests_total:
-            return Note(NoteCode.NEAR_IDLE,
-                        {"requests": total, "min_requests": th.min_requests_total})
+            return Note(
+                NoteCode.NEAR_IDLE, {"requests": total, "min_requests": th.min_requests_total}
+            )
     elif request_source and all(r is None for r in m.dp_ranks):  # instance level: request
         # counters are what the method stands on; the counter exists but its windows came back
         # empty
@@ -356,8 +406,9 @@ def _judge_hot(
     hot = unit_summary(m, j, mask)
     ref_units = [unit_summary(m, k, mask) for k in ref_cols]
     served = [float(np.nansum(m.get("requests")[mask, k])) for k in ref_cols]
-    ref = with_measured_weight(reference_summary(ref_units), ref_units, served,
-                               th.weight_min_requests)
+    ref = with_measured_weight(
+        reference_summary(ref_units), ref_units, served, th.weight_min_requests
+    )
     cls = classify(hot, ref, th)
     unexplained = cls.kind is None
     p_value = math.nan
@@ -368,13 +419,17 @@ def _judge_hot(
             cls = _without_weight(cls, th)
     hot_bounds = unit_bounds(m, j, mask)
     ref_bounds = reference_bounds([unit_bounds(m, k, mask) for k in ref_cols])
-    imp = impact(m, j, hot, ref, mask, th, frozenset({*hot_bounds, *ref_bounds}),
-                 tuple(ref_cols))
+    imp = impact(m, j, hot, ref, mask, th, frozenset({*hot_bounds, *ref_bounds}), tuple(ref_cols))
     trend = gap_trend(m, j, ref_cols, mask, th)
     sat = saturation(m, j, mask, th)
     linked = unplaced if sat.saturated and unplaced_link(m, j, mask, unplaced, th) else math.nan
-    lower = "" if not sat.saturated else "finished" if counts_finished else (
-        "unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
+    lower = (
+        ""
+        if not sat.saturated
+        else "finished"
+        if counts_finished
+        else ("unplaced" if math.isfinite(unplaced) and unplaced > 0 else "")
+    )
     kv = kv_shortage(m, j, mask, hot, imp, sat, th)
     if unexplained:
         # No load or capability difference explains it; a hot unit that is short of KV
@@ -384,12 +439,32 @@ def _judge_hot(
         if not (kv.found or cls.capability_not_judged):
             return None
         cls = replace(cls, kind=Kind.UNKNOWN)
-    return HotResult(heat, cls, imp, trend, hot, ref, tuple(m.units[k] for k in ref_cols),
-                      sat, lower, linked, m.window_s, p_value, hot_bounds, ref_bounds,
-                      device_state(hot, ref, th, (
-                          cost_ratio(m, j, ref_cols, mask, "device_util", th),
-                          cost_ratio(m, j, ref_cols, mask, "busy_ms", th))),
-                      kv)
+    return HotResult(
+        heat,
+        cls,
+        imp,
+        trend,
+        hot,
+        ref,
+        tuple(m.units[k] for k in ref_cols),
+        sat,
+        lower,
+        linked,
+        m.window_s,
+        p_value,
+        hot_bounds,
+        ref_bounds,
+        device_state(
+            hot,
+            ref,
+            th,
+            (
+                cost_ratio(m, j, ref_cols, mask, "device_util", th),
+                cost_ratio(m, j, ref_cols, mask, "busy_ms", th),
+            ),
+        ),
+        kv,
+    )
 
 
 def _without_weight(cls: Classification, th: Thresholds) -> Classification:
@@ -407,11 +482,21 @@ def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Threshold
     """A unit hot for a while but never persistently: often (not yet a hot spot) or jitter."""
     idx = np.flatnonzero(h.hot)
     first, last = float(m.windows[idx[0]]), float(m.windows[idx[-1]] + window_s)
-    return Note(NoteCode.TRANSIENT, {
-        "unit": h.unit, "windows": int(idx.size), "hot_share": h.hot_share,
-        "hot_run": h.hot_run, "span_s": last - first, "often": h.hot_share >= th.persist_share,
-        "min_consecutive": th.min_consecutive, "held_back": h.held_back,
-        "burst_s": th.burst_s, "sigmas": th.hot_noise_sigmas})
+    return Note(
+        NoteCode.TRANSIENT,
+        {
+            "unit": h.unit,
+            "windows": int(idx.size),
+            "hot_share": h.hot_share,
+            "hot_run": h.hot_run,
+            "span_s": last - first,
+            "often": h.hot_share >= th.persist_share,
+            "min_consecutive": th.min_consecutive,
+            "held_back": h.held_back,
+            "burst_s": th.burst_s,
+            "sigmas": th.hot_noise_sigmas,
+        },
+    )
 
 
 def _unit_report(
@@ -436,10 +521,16 @@ def _unit_identity(
     m: SignalMatrix, j: int, heat: UnitHeat | None, role: Role, mask: Flags
 ) -> UnitReport:
     """A unit's identity and role only (``detail=False``: a drill that may be dropped)."""
-    return UnitReport(unit=m.units[j], instance=m.instances[j], dp_rank=m.dp_ranks[j],
-                      role=role, hot_share=heat.hot_share if heat else math.nan,
-                      longest_hot_run=heat.hot_run if heat else 0, metrics={},
-                      pool=m.pools[j] or None if m.pools else None)
+    return UnitReport(
+        unit=m.units[j],
+        instance=m.instances[j],
+        dp_rank=m.dp_ranks[j],
+        role=role,
+        hot_share=heat.hot_share if heat else math.nan,
+        longest_hot_run=heat.hot_run if heat else 0,
+        metrics={},
+        pool=m.pools[j] or None if m.pools else None,
+    )
 
 
 def _load_ratios(heat: UnitHeat) -> dict[str, float]:

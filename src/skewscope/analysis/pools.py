@@ -28,8 +28,15 @@ from skewscope.report.facts import PdFacts
 from skewscope.report.model import Finding
 
 Cols = npt.NDArray[np.intp]
-PD_SIDE_BY_SIDE = ("requests_per_s", "prompt_tokens_per_request", "running", "waiting",
-                   "kv_usage", "queue_wait_p95_ms", "ttft_p99_ms")
+PD_SIDE_BY_SIDE = (
+    "requests_per_s",
+    "prompt_tokens_per_request",
+    "running",
+    "waiting",
+    "kv_usage",
+    "queue_wait_p95_ms",
+    "ttft_p99_ms",
+)
 
 
 def _pool_mean(m: SignalMatrix, signal: str, cols: Cols) -> Array:
@@ -67,9 +74,12 @@ def pd_findings(m: SignalMatrix, th: Thresholds) -> list[Finding]:
         return quiet & roomy
 
     bound = {
-        PREFILL: both & (saturated(PREFILL) & idle(DECODE)
-                         | (np.nan_to_num(ratio) > th.pd_running_ratio)
-                         & (np.nan_to_num(wait[PREFILL]) >= th.pd_min_waiting)),
+        PREFILL: both
+        & (
+            saturated(PREFILL) & idle(DECODE)
+            | (np.nan_to_num(ratio) > th.pd_running_ratio)
+            & (np.nan_to_num(wait[PREFILL]) >= th.pd_min_waiting)
+        ),
         DECODE: both & saturated(DECODE) & idle(PREFILL),
     }
     n = int(both.sum())
@@ -79,34 +89,59 @@ def pd_findings(m: SignalMatrix, th: Thresholds) -> list[Finding]:
         share, longest = float(flags.sum()) / n, longest_run(flags)
         if not persists(share, longest, th):
             continue
-        out.append(_finding(m, sat, idl, flags, both, cols, (ratio, wait, kv), share, longest,
-                            th))
+        out.append(_finding(m, sat, idl, flags, both, cols, (ratio, wait, kv), share, longest, th))
     return out[:1]  # both directions at once cannot hold in the same windows: keep the first
 
 
 def _finding(
-    m: SignalMatrix, sat: str, idl: str, flags: Flags, both: Flags, cols: dict[str, Cols],
-    series: tuple[Array, dict[str, Array], dict[str, Array]], share: float, longest: int,
+    m: SignalMatrix,
+    sat: str,
+    idl: str,
+    flags: Flags,
+    both: Flags,
+    cols: dict[str, Cols],
+    series: tuple[Array, dict[str, Array], dict[str, Array]],
+    share: float,
+    longest: int,
     th: Thresholds,
 ) -> Finding:
     ratio, wait, kv = series
     hot = reference_summary([unit_summary(m, int(j), flags) for j in cols[sat]])
     ref = reference_summary([unit_summary(m, int(j), flags) for j in cols[idl]])
-    ttft = np.nanmean(np.where(np.isfinite(m.get("ttft_mean_ms")), m.get("ttft_mean_ms"),
-                               np.nan), axis=1) if m.has("ttft_mean_ms") else None
+    ttft = (
+        np.nanmean(
+            np.where(np.isfinite(m.get("ttft_mean_ms")), m.get("ttft_mean_ms"), np.nan), axis=1
+        )
+        if m.has("ttft_mean_ms")
+        else None
+    )
     edge = th.trend_min_points  # windows at each end of the range
     first = nanmean(ttft[:edge]) if ttft is not None else math.nan
     last = nanmean(ttft[-edge:]) if ttft is not None else math.nan
     facts = PdFacts(
-        saturated=sat, idle=idl, share=share, windows=int(both.sum()), run=longest,
-        prefill_units=int(cols[PREFILL].size), decode_units=int(cols[DECODE].size),
-        running_ratio=nanmean(ratio[flags]), saturated_waiting=nanmean(wait[sat][flags]),
-        idle_waiting=nanmean(wait[idl][flags]), saturated_kv=nanmean(kv[sat][flags]),
-        idle_kv=nanmean(kv[idl][flags]), ttft_first_ms=first, ttft_last_ms=last)
+        saturated=sat,
+        idle=idl,
+        share=share,
+        windows=int(both.sum()),
+        run=longest,
+        prefill_units=int(cols[PREFILL].size),
+        decode_units=int(cols[DECODE].size),
+        running_ratio=nanmean(ratio[flags]),
+        saturated_waiting=nanmean(wait[sat][flags]),
+        idle_waiting=nanmean(wait[idl][flags]),
+        saturated_kv=nanmean(kv[sat][flags]),
+        idle_kv=nanmean(kv[idl][flags]),
+        ttft_first_ms=first,
+        ttft_last_ms=last,
+    )
     rising = math.isfinite(first) and math.isfinite(last) and last >= th.impact_ratio * first
     evidence = {
-        "saturated_pool": sat, "idle_pool": idl, "bound_share": share,
-        "bound_windows": int(flags.sum()), "windows": int(both.sum()), "longest_run": longest,
+        "saturated_pool": sat,
+        "idle_pool": idl,
+        "bound_share": share,
+        "bound_windows": int(flags.sum()),
+        "windows": int(both.sum()),
+        "longest_run": longest,
         "pd_ratio": f"{cols[PREFILL].size}:{cols[DECODE].size}",
         "running_ratio_prefill_decode": facts.running_ratio,
         "waiting_per_unit": {sat: facts.saturated_waiting, idl: facts.idle_waiting},

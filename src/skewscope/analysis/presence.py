@@ -40,26 +40,44 @@ def presence(m: SignalMatrix, heats: list[UnitHeat]) -> tuple[tuple[Note, ...], 
     w = m.window_s
     for h in heats:
         mine = h.present
-        group = np.any(np.stack([g.present for g in heats if groups[g.index] == groups[h.index]
-                                 and g.index != h.index] or [mine]), axis=0)
+        group = np.any(
+            np.stack(
+                [
+                    g.present
+                    for g in heats
+                    if groups[g.index] == groups[h.index] and g.index != h.index
+                ]
+                or [mine]
+            ),
+            axis=0,
+        )
         if not mine.any() or (mine | ~group).all():
             continue
         at = np.flatnonzero(mine)
         first, last = int(at[0]), int(at[-1])
         if group[:first].any():
-            notes.append(Note(NoteCode.UNIT_JOINED, {"unit": h.unit,
-                                                     "at_s": float(m.windows[first])}))
+            notes.append(
+                Note(NoteCode.UNIT_JOINED, {"unit": h.unit, "at_s": float(m.windows[first])})
+            )
         for lo, hi in _gaps(mine, group, first, last):
-            notes.append(Note(NoteCode.UNIT_ABSENT, {
-                "unit": h.unit, "from_s": float(m.windows[lo]), "back_s": float(m.windows[hi])}))
-        if group[last + 1:].any():
+            notes.append(
+                Note(
+                    NoteCode.UNIT_ABSENT,
+                    {
+                        "unit": h.unit,
+                        "from_s": float(m.windows[lo]),
+                        "back_s": float(m.windows[hi]),
+                    },
+                )
+            )
+        if group[last + 1 :].any():
             end = float(m.windows[last] + w)
             hot_run = _run_up_to(h.hot, last)
-            notes.append(Note(NoteCode.UNIT_LOST, {"unit": h.unit, "at_s": end,
-                                                   "hot": hot_run > 0}))
+            notes.append(
+                Note(NoteCode.UNIT_LOST, {"unit": h.unit, "at_s": end, "hot": hot_run > 0})
+            )
             if hot_run > 0:
-                lost.append(LostUnit(h.index, h.unit, end, hot_run,
-                                     int(group[last + 1:].sum())))
+                lost.append(LostUnit(h.index, h.unit, end, hot_run, int(group[last + 1 :].sum())))
     return tuple(notes), lost
 
 

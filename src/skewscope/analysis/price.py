@@ -32,7 +32,9 @@ STEP_BASIS = "forward_batch"
 
 
 def skew_price(
-    m: SignalMatrix, steps: pl.DataFrame | None = None, devices_per_rank: float = 1.0,
+    m: SignalMatrix,
+    steps: pl.DataFrame | None = None,
+    devices_per_rank: float = 1.0,
     lockstep: bool | None = None,
 ) -> list[SkewPrice]:
     """One price per instance with at least two ranks (DP matrices: groups are instances):

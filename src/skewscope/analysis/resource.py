@@ -88,10 +88,15 @@ def device_state(
                 return DeviceState(basis, h, r, h >= th.device_saturated, busier)
             device, step = costs
             slower = math.isfinite(device) and device >= th.capability_ratio
-            host = (math.isfinite(device) and not slower and math.isfinite(step)
-                    and step >= th.capability_ratio)
-            return DeviceState(basis, h, r, h >= th.device_saturated, busier, device, step,
-                               slower, host)
+            host = (
+                math.isfinite(device)
+                and not slower
+                and math.isfinite(step)
+                and step >= th.capability_ratio
+            )
+            return DeviceState(
+                basis, h, r, h >= th.device_saturated, busier, device, step, slower, host
+            )
     return DeviceState("", math.nan, math.nan, False, False)
 
 
@@ -140,13 +145,23 @@ def device_causes(
         capability = "slower_device"
     elif kind == Kind.CAPABILITY and dev.host_bound:
         capability = "host_bound"
-    causes = {"busier": [Cause.DEVICE_OR_PROCESS], "slower_device": [Cause.DEVICE_OR_PROCESS],
-              "host_bound": [Cause.SCHEDULER_BOUND]}.get(capability, [])
+    causes = {
+        "busier": [Cause.DEVICE_OR_PROCESS],
+        "slower_device": [Cause.DEVICE_OR_PROCESS],
+        "host_bound": [Cause.SCHEDULER_BOUND],
+    }.get(capability, [])
     queue_not_compute = (imp.queue_growing or "waiting" in imp.hurting) and not dev.saturated
     if queue_not_compute and not imp.kv_exhausted and Cause.SCHEDULER_BOUND not in causes:
         causes.append(Cause.SCHEDULER_BOUND)
-    return causes, DeviceFacts(dev.basis, dev.hot, dev.reference, capability, dev.cost_ratio,
-                               dev.step_cost_ratio, queue_not_compute)
+    return causes, DeviceFacts(
+        dev.basis,
+        dev.hot,
+        dev.reference,
+        capability,
+        dev.cost_ratio,
+        dev.step_cost_ratio,
+        queue_not_compute,
+    )
 
 
 @dataclass(frozen=True)
@@ -176,8 +191,11 @@ def kv_shortage(
     free_min = hot.get("free_blocks_min", math.nan)
     free = m.get("free_blocks_min")[mask, j]
     capacity = float(np.nanmax(free)) if np.isfinite(free).any() else math.nan
-    free_low = math.isfinite(free_min) and math.isfinite(capacity) and capacity > 0 and (
-        free_min <= th.kv_free_low_share * capacity
+    free_low = (
+        math.isfinite(free_min)
+        and math.isfinite(capacity)
+        and capacity > 0
+        and (free_min <= th.kv_free_low_share * capacity)
     )
     if (math.isfinite(kv_peak) and kv_peak >= th.kv_high) or free_low:
         keys.append("kv_high")

@@ -32,16 +32,16 @@ def saturation(m: SignalMatrix, j: int, mask: Flags, th: Thresholds) -> Saturati
     if ok.sum() < th.min_consecutive:
         return Saturation(False, math.nan, math.nan)
     ceiling = float(running[ok].max())
-    at_ceiling = ok & (running >= th.saturated_running_share * ceiling) & (
-        waiting >= th.saturated_min_waiting
+    at_ceiling = (
+        ok
+        & (running >= th.saturated_running_share * ceiling)
+        & (waiting >= th.saturated_min_waiting)
     )
     share = float(at_ceiling.sum()) / float(ok.sum())
     return Saturation(share >= th.persist_share and ceiling > 0, share, ceiling)
 
 
-def unplaced_link(
-    m: SignalMatrix, j: int, mask: Flags, unplaced: float, th: Thresholds
-) -> bool:
+def unplaced_link(m: SignalMatrix, j: int, mask: Flags, unplaced: float, th: Thresholds) -> bool:
     """True when this rank is the only saturated rank of its instance: requests of the instance
     that could not be placed on a rank are then evidently queued here."""
     if not (math.isfinite(unplaced) and unplaced > 0):

@@ -30,8 +30,15 @@ def fleet_summary(units: tuple[UnitReport, ...], th: Thresholds) -> FleetSummary
         roles[u.role] = roles.get(u.role, 0) + 1
     spread: dict[str, tuple[float, float, float, float]] = {}
     for key in UNIT_COLUMNS:
-        vals = np.array([v for u in units if key not in u.bounds
-                         and (v := u.metrics.get(key)) is not None and math.isfinite(v)])
+        vals = np.array(
+            [
+                v
+                for u in units
+                if key not in u.bounds
+                and (v := u.metrics.get(key)) is not None
+                and math.isfinite(v)
+            ]
+        )
         if vals.size:
             lo, med, p90, hi = np.quantile(vals, (0.0, 0.5, 0.9, 1.0))
             spread[key] = (float(lo), float(med), float(p90), float(hi))

@@ -93,9 +93,13 @@ def _load(m: SignalMatrix, finished: bool) -> tuple[str, Array | None]:
 
 
 def _pattern(
-    m: SignalMatrix, group: str, cols: npt.NDArray[np.intp], sig: str, x_all: Array,
+    m: SignalMatrix,
+    group: str,
+    cols: npt.NDArray[np.intp],
+    sig: str,
+    x_all: Array,
     active: Flags,
-    th: Thresholds
+    th: Thresholds,
 ) -> StaleLoad | None:
     judged = active & np.isfinite(x_all).all(axis=1)
     if int(judged.sum()) < th.min_windows:
@@ -124,14 +128,26 @@ def _pattern(
     turns = np.bincount(top[swing_rows], minlength=cols.size)
     takers = int((turns > 0).sum())
     anti = _anticorrelation(x)
-    if (swing_share < th.persist_share or takers < max(2, math.ceil(cols.size / 2))
-            or not anti <= -th.stale_anticorrelation):
+    if (
+        swing_share < th.persist_share
+        or takers < max(2, math.ceil(cols.size / 2))
+        or not anti <= -th.stale_anticorrelation
+    ):
         return None
     swing = np.zeros(len(m.windows), dtype=bool)
     swing[np.flatnonzero(judged)[swing_rows]] = True
-    return StaleLoad(group, tuple(int(c) for c in cols), sig, swing, judged, swing_share, anti,
-                     _switch_every(top, swing_rows) * m.window_s,
-                     tuple(int(t) for t in turns), range_ratio)
+    return StaleLoad(
+        group,
+        tuple(int(c) for c in cols),
+        sig,
+        swing,
+        judged,
+        swing_share,
+        anti,
+        _switch_every(top, swing_rows) * m.window_s,
+        tuple(int(t) for t in turns),
+        range_ratio,
+    )
 
 
 def _range_ratio(x: Array) -> float:

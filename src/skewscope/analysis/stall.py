@@ -60,7 +60,7 @@ def frozen_windows(m: SignalMatrix, th: Thresholds) -> Flags:
 
 
 def no_progress_note(m: SignalMatrix, th: Thresholds) -> Note | None:
-    """"No progress anywhere" when the frozen windows are persistent (as a stall would be)."""
+    """ "No progress anywhere" when the frozen windows are persistent (as a stall would be)."""
     frozen = frozen_windows(m, th)
     if longest_run(frozen) < th.min_consecutive:
         return None
@@ -81,8 +81,10 @@ def find_stalls(m: SignalMatrix, th: Thresholds) -> list[Stall]:
         if n_known < th.min_consecutive:
             continue
         with np.errstate(invalid="ignore"):
-            stalled = known & (in_flight[:, j] >= th.stalled_min_in_flight) & (
-                progress < th.stalled_max_progress
+            stalled = (
+                known
+                & (in_flight[:, j] >= th.stalled_min_in_flight)
+                & (progress < th.stalled_max_progress)
             )
         share = float(stalled.sum()) / n_known
         run = longest_run(stalled[known])

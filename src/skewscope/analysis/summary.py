@@ -34,13 +34,15 @@ def _summarise(m: SignalMatrix, j: int, mask: Flags) -> dict[str, float]:
         out: Array = m.get(sig)[mask, j]
         return out
 
-    req, prompt, gen = nansum(col("requests")), nansum(col("prompt_tokens")), nansum(
-        col("generation_tokens")
+    req, prompt, gen = (
+        nansum(col("requests")),
+        nansum(col("prompt_tokens")),
+        nansum(col("generation_tokens")),
     )
     busy, steps = nansum(col("busy_ms")), nansum(col("steps"))
     scheduled = nansum(col("scheduled_tokens"))
-    work_tokens = scheduled if np.isfinite(scheduled) and scheduled > 0 else nansum(
-        col("total_tokens")
+    work_tokens = (
+        scheduled if np.isfinite(scheduled) and scheduled > 0 else nansum(col("total_tokens"))
     )
     free = col("free_blocks_min")
     return {
@@ -89,8 +91,12 @@ def reference_summary(summaries: list[dict[str, float]]) -> dict[str, float]:
 PER_REQUEST = ("prompt_tokens_per_request", "generation_tokens_per_request")
 
 
-def with_measured_weight(ref: dict[str, float], summaries: list[dict[str, float]],
-                         served: list[float], min_requests: float) -> dict[str, float]:
+def with_measured_weight(
+    ref: dict[str, float],
+    summaries: list[dict[str, float]],
+    served: list[float],
+    min_requests: float,
+) -> dict[str, float]:
     """The reference's tokens per request from the units that served ``min_requests`` or more
     (a unit with a stray request or two measures no weight); NaN when none did."""
     kept = [s for s, n in zip(summaries, served, strict=True) if n >= min_requests]

@@ -19,8 +19,12 @@ from skewscope.config import Thresholds
 from skewscope.report.model import Band, Episode, Run, Series, Timeline
 
 # Impact of an episode: the unit against its peers' median over the episode's windows.
-EPISODE_IMPACT: tuple[str, ...] = ("queue_wait_mean_ms", "queue_wait_p95_ms", "ttft_p99_ms",
-                                   "waiting")
+EPISODE_IMPACT: tuple[str, ...] = (
+    "queue_wait_mean_ms",
+    "queue_wait_p95_ms",
+    "ttft_p99_ms",
+    "waiting",
+)
 
 
 def hot_runs(m: SignalMatrix, hot: Flags, judged: Flags) -> tuple[Run, ...]:
@@ -84,8 +88,9 @@ def _impact(
         peer_means = [nanmean(values[:, k]) for k in peers]
         finite = [v for v in peer_means if math.isfinite(v)]
         ref = float(np.median(finite)) if finite else math.nan
-        out[key] = (unit / max(ref, floors[key])
-                    if math.isfinite(unit) and math.isfinite(ref) else math.nan)
+        out[key] = (
+            unit / max(ref, floors[key]) if math.isfinite(unit) and math.isfinite(ref) else math.nan
+        )
     return out
 
 

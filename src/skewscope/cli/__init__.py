@@ -17,8 +17,16 @@ from skewscope import __version__
 from skewscope.errors import SkewscopeError, UsageError
 
 COMMANDS: tuple[str, ...] = (
-    "diagnose", "compare", "simulate", "watch", "history", "whatif", "rules", "dashboard",
-    "mixin", "backtest",
+    "diagnose",
+    "compare",
+    "simulate",
+    "watch",
+    "history",
+    "whatif",
+    "rules",
+    "dashboard",
+    "mixin",
+    "backtest",
 )
 
 

@@ -19,8 +19,13 @@ from skewscope.errors import UsageError
 
 GIVEN = "_given_options"  # namespace attribute: dests of the options on the command line
 
-SOURCE_NAMES = {"profiler": "profiler folders", "prometheus": "--prometheus",
-                "scrape": "--scrape", "gateway": "--gateway-url", "report": "saved JSON reports"}
+SOURCE_NAMES = {
+    "profiler": "profiler folders",
+    "prometheus": "--prometheus",
+    "scrape": "--scrape",
+    "gateway": "--gateway-url",
+    "report": "saved JSON reports",
+}
 
 
 @dataclass(frozen=True)
@@ -50,17 +55,33 @@ RULES: dict[str, Rule] = {
     "last": rule("prometheus profiler", "a scrape samples from now for --duration"),
     "scheduler": rule("profiler", "runs the profiler folders' reads on a Dask cluster"),
     "timeout": rule("prometheus scrape gateway", "the deadline of every online request"),
-    **{dest: rule("prometheus scrape", _ONLINE_AUTH)
-       for dest in ("token_env", "token_file", "user", "password_env", "password_file",
-                    "ca_file", "insecure", "cert", "key")},
+    **{
+        dest: rule("prometheus scrape", _ONLINE_AUTH)
+        for dest in (
+            "token_env",
+            "token_file",
+            "user",
+            "password_env",
+            "password_file",
+            "ca_file",
+            "insecure",
+            "cert",
+            "key",
+        )
+    },
 }
 
 
 class _Store(argparse.Action):
     """argparse's ``store``, noting that the option was given."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         setattr(namespace, self.dest, values)
         setattr(namespace, GIVEN, {*getattr(namespace, GIVEN, ()), self.dest})
 
@@ -68,13 +89,25 @@ class _Store(argparse.Action):
 class _StoreTrue(_Store):
     """argparse's ``store_true``, noting that the option was given."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, default: bool = False,
-                 required: bool = False, help: str | None = None) -> None:
-        super().__init__(option_strings, dest, nargs=0, const=True, default=default,
-                         required=required, help=help)
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        default: bool = False,
+        required: bool = False,
+        help: str | None = None,
+    ) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, const=True, default=default, required=required, help=help
+        )
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         super().__call__(parser, namespace, True, option_string)
 
 
@@ -95,8 +128,12 @@ def given(args: argparse.Namespace) -> frozenset[str]:
     return frozenset(getattr(args, GIVEN, ()))
 
 
-def check(args: argparse.Namespace, sources: set[str], command: str,
-          rules: Mapping[str, Rule] | None = None) -> None:
+def check(
+    args: argparse.Namespace,
+    sources: set[str],
+    command: str,
+    rules: Mapping[str, Rule] | None = None,
+) -> None:
     """UsageError naming the first option given that none of ``sources`` reads.
 
     ``rules`` replace the shared ones for a command that reads an option differently (watch's
@@ -112,5 +149,7 @@ def check(args: argparse.Namespace, sources: set[str], command: str,
         if not rule.sources:
             raise UsageError(f"{command}: {flag} is not read by {command} ({rule.does})")
         where = _listed([SOURCE_NAMES[s] for s in sorted(rule.sources)])
-        raise UsageError(f"{command}: {flag} applies to {where} only ({rule.does}); it would "
-                         f"be ignored with {read}")
+        raise UsageError(
+            f"{command}: {flag} applies to {where} only ({rule.does}); it would "
+            f"be ignored with {read}"
+        )

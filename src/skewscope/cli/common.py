@@ -28,8 +28,15 @@ if TYPE_CHECKING:
     from skewscope.sources.profiler_range import ClockPolicy
 
 DIALECT_CHOICES = tuple(d.value for d in Dialect)
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
-                   "y": 31536000.0}
+_DURATION_UNITS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    "y": 31536000.0,
+}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
 # The times a report can show (datetime's years 1..9999, UTC) bound every time given; no range,
 # window or interval anyone means is longer than a century.
@@ -50,8 +57,7 @@ def parse_duration(text: str, what: str) -> float:
             raise UsageError(
                 f"{what}: expected a positive duration like 30s, 15m, 2h or 1h30m, got {text!r}"
             ) from None
-        raise UsageError(f"{what}: {text!r} needs a unit, e.g. {t}s, {t}m, {t}h or {t}d"
-                         ) from None
+        raise UsageError(f"{what}: {text!r} needs a unit, e.g. {t}s, {t}m, {t}h or {t}d") from None
     value = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
     if not math.isfinite(value) or value <= 0:
         raise UsageError(f"{what}: expected a finite positive duration, got {text!r}")
@@ -71,8 +77,9 @@ def parse_time(text: str, what: str) -> float:
         try:
             t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
-            raise UsageError(f"{what}: expected epoch seconds or ISO 8601 (years 1..9999), "
-                             f"got {text!r}") from None
+            raise UsageError(
+                f"{what}: expected epoch seconds or ISO 8601 (years 1..9999), got {text!r}"
+            ) from None
         if t.tzinfo is None:
             t = t.replace(tzinfo=dt.UTC)
         try:
@@ -86,8 +93,10 @@ def check_time(value: float, what: str, shown: str | float | None = None) -> flo
     """``value`` (epoch seconds) when a report can show it, else a UsageError naming ``what``."""
     if not math.isfinite(value) or not TIME_MIN_S <= value <= TIME_MAX_S:
         got = shown if shown is not None else value
-        raise UsageError(f"{what}: expected a time between the years 1 and 9999 (epoch seconds "
-                         f"{TIME_MIN_S:.0f}..{TIME_MAX_S:.0f}), got {got!r}")
+        raise UsageError(
+            f"{what}: expected a time between the years 1 and 9999 (epoch seconds "
+            f"{TIME_MIN_S:.0f}..{TIME_MAX_S:.0f}), got {got!r}"
+        )
     return value
 
 
@@ -105,9 +114,13 @@ def add_online_source_args(p: argparse.ArgumentParser, *, fixed_range: bool = Tr
     else:
         src = p.add_argument_group("online sources")
     src.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible query API base")
-    src.add_argument("--last", metavar="DURATION",
-                     help="range ending now, e.g. 30m, 2h (offline: the capture's last DURATION)"
-                     if fixed_range else "range ending now, e.g. 30m, 2h")
+    src.add_argument(
+        "--last",
+        metavar="DURATION",
+        help="range ending now, e.g. 30m, 2h (offline: the capture's last DURATION)"
+        if fixed_range
+        else "range ending now, e.g. 30m, 2h",
+    )
     if fixed_range:
         src.add_argument("--start", metavar="T", help="range start: epoch seconds or ISO 8601")
         src.add_argument("--end", metavar="T", help="range end: epoch seconds or ISO 8601")
@@ -117,18 +130,30 @@ def add_online_source_args(p: argparse.ArgumentParser, *, fixed_range: bool = Tr
     if fixed_range:
         src.add_argument("--duration", default="2m", help="scrape duration (default 2m)")
     src.add_argument("--interval", default="5s", help="scrape interval (default 5s)")
-    src.add_argument("--dialect", choices=DIALECT_CHOICES,
-                     help="metric dialect (default: detected from the metric names)")
-    src.add_argument("--role-label", metavar="NAME",
-                     help="label naming each unit's prefill/decode pool (default: the "
-                     "dialect's: ms-service-metric role, Dynamo worker_type, llm-d "
-                     "llm_d_ai_role); docs/online.md")
-    src.add_argument("--device-map", metavar="FILE",
-                     help="TOML [devices] table placing device-exporter series on units where "
-                     "pod and host labels do not match (docs/online.md)")
-    src.add_argument("--device-selector", default="", metavar="MATCHERS",
-                     help="label matchers for device-exporter series (--prometheus), "
-                     'e.g. {job="dcgm"}')
+    src.add_argument(
+        "--dialect",
+        choices=DIALECT_CHOICES,
+        help="metric dialect (default: detected from the metric names)",
+    )
+    src.add_argument(
+        "--role-label",
+        metavar="NAME",
+        help="label naming each unit's prefill/decode pool (default: the "
+        "dialect's: ms-service-metric role, Dynamo worker_type, llm-d "
+        "llm_d_ai_role); docs/online.md",
+    )
+    src.add_argument(
+        "--device-map",
+        metavar="FILE",
+        help="TOML [devices] table placing device-exporter series on units where "
+        "pod and host labels do not match (docs/online.md)",
+    )
+    src.add_argument(
+        "--device-selector",
+        default="",
+        metavar="MATCHERS",
+        help='label matchers for device-exporter series (--prometheus), e.g. {job="dcgm"}',
+    )
 
 
 def add_auth_args(p: argparse.ArgumentParser) -> None:
@@ -136,27 +161,39 @@ def add_auth_args(p: argparse.ArgumentParser) -> None:
 
     applies.track(p)
     auth = p.add_argument_group("online authentication and TLS (secrets are never printed)")
-    auth.add_argument("--token-env", metavar="VAR",
-                      help="bearer token from this env variable (default: SKEWSCOPE_PROM_TOKEN, "
-                      "sent to --prometheus only, never to --scrape targets)")
+    auth.add_argument(
+        "--token-env",
+        metavar="VAR",
+        help="bearer token from this env variable (default: SKEWSCOPE_PROM_TOKEN, "
+        "sent to --prometheus only, never to --scrape targets)",
+    )
     auth.add_argument("--token-file", metavar="FILE", help="bearer token from this file")
     auth.add_argument("--user", help="basic-auth user")
-    auth.add_argument("--password-env", metavar="VAR",
-                      help="basic-auth password env variable (default SKEWSCOPE_PROM_PASSWORD)")
+    auth.add_argument(
+        "--password-env",
+        metavar="VAR",
+        help="basic-auth password env variable (default SKEWSCOPE_PROM_PASSWORD)",
+    )
     auth.add_argument("--password-file", metavar="FILE", help="basic-auth password file")
     auth.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify the server")
     auth.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     auth.add_argument("--cert", metavar="FILE", help="client certificate (PEM)")
     auth.add_argument("--key", metavar="FILE", help="client certificate key (PEM)")
-    auth.add_argument("--timeout", default="30s",
-                      help="total time per request: connect, headers and body (default 30s)")
+    auth.add_argument(
+        "--timeout",
+        default="30s",
+        help="total time per request: connect, headers and body (default 30s)",
+    )
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
     from skewscope.report.registry import names
 
-    p.add_argument("--format", choices=names(),
-                   help="output format (default: terminal, or from the -o extension)")
+    p.add_argument(
+        "--format",
+        choices=names(),
+        help="output format (default: terminal, or from the -o extension)",
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing -o FILE")
     add_width_arg(p)
@@ -167,9 +204,12 @@ DEFAULT_TEXT_WIDTH = 140  # the text report's width when nothing says another
 
 
 def add_width_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--width", metavar="N",
-                   help="columns of the text report (default: $COLUMNS, else the terminal's, "
-                   f"else {DEFAULT_TEXT_WIDTH} when piped or written with -o)")
+    p.add_argument(
+        "--width",
+        metavar="N",
+        help="columns of the text report (default: $COLUMNS, else the terminal's, "
+        f"else {DEFAULT_TEXT_WIDTH} when piped or written with -o)",
+    )
 
 
 def text_width(args: argparse.Namespace | None, *, terminal: bool) -> int | None:
@@ -266,8 +306,12 @@ def warm_imports(*modules: str) -> threading.Thread:
 
 # The options that carry a URL (or a PATH that may be one) and those that carry label matchers:
 # bounded before anything is read (``SourceLimits.max_url_kb``, ``max_selector_kb``).
-_URL_OPTIONS = (("prometheus", "--prometheus"), ("scrape", "--scrape"),
-                ("gateway_url", "--gateway-url"), ("paths", "PATH"))
+_URL_OPTIONS = (
+    ("prometheus", "--prometheus"),
+    ("scrape", "--scrape"),
+    ("gateway_url", "--gateway-url"),
+    ("paths", "PATH"),
+)
 _SELECTOR_OPTIONS = (("selector", "--selector"), ("device_selector", "--device-selector"))
 
 
@@ -283,15 +327,20 @@ def check_option_sizes(args: argparse.Namespace) -> None:
             value = getattr(args, attr, None)
             for text in [value] if isinstance(value, str) else value or []:
                 if isinstance(text, str) and len(text) > most:
-                    raise UsageError(f"{option}: {len(text):,} characters, more than the "
-                                     f"{unit:g} KiB allowed ([sources] {name} in --config)")
+                    raise UsageError(
+                        f"{option}: {len(text):,} characters, more than the "
+                        f"{unit:g} KiB allowed ([sources] {name} in --config)"
+                    )
 
 
 def add_config_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE",
-                        help="TOML file whose [thresholds] table overrides the analysis' "
-                        "thresholds (the report lists those it used) and whose [sources] table "
-                        "sets the sources' limits (docs/configuration.md)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file whose [thresholds] table overrides the analysis' "
+        "thresholds (the report lists those it used) and whose [sources] table "
+        "sets the sources' limits (docs/configuration.md)",
+    )
 
 
 def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
@@ -343,13 +392,16 @@ def _read_config(path: str | None) -> tuple[Thresholds, SourceLimits]:
     doc = load_toml(path, f"--config {path}")  # a regular, small, UTF-8, shallow file (exit 3)
     for key, table in doc.items():
         if key not in _CONFIG_TABLES:
-            raise UsageError(f"--config {path}: {key}: unknown key (expected a [thresholds] "
-                             "or [sources] table)")
+            raise UsageError(
+                f"--config {path}: {key}: unknown key (expected a [thresholds] or [sources] table)"
+            )
         if not isinstance(table, dict):
             raise UsageError(f"--config {path}: {key}: expected a table, got {table!r}")
     where = f"--config {path}:"
-    return (DEFAULT_THRESHOLDS.updated(doc.get("thresholds", {}), f"{where} [thresholds]"),
-            DEFAULT_LIMITS.updated(doc.get("sources", {}), f"{where} [sources]"))
+    return (
+        DEFAULT_THRESHOLDS.updated(doc.get("thresholds", {}), f"{where} [thresholds]"),
+        DEFAULT_LIMITS.updated(doc.get("sources", {}), f"{where} [sources]"),
+    )
 
 
 def pick_renderer(args: argparse.Namespace) -> Renderer:
@@ -392,8 +444,9 @@ def emit_report(report: Report | Comparison, args: argparse.Namespace) -> None:
         width = text_width(args, terminal=tty)
         sys.stdout.write(renderer.render(report, width=width, color=tty))
         return
-    write_output(args.output, renderer.render(report, width=text_width(args, terminal=False)),
-                 args.force)
+    write_output(
+        args.output, renderer.render(report, width=text_width(args, terminal=False)), args.force
+    )
 
 
 def write_output(output: str, text: str, force: bool) -> None:

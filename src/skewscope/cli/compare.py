@@ -22,11 +22,16 @@ if TYPE_CHECKING:
 
 
 # compare's Prometheus ranges, read with --prometheus only
-RANGES = {f"{side}_{edge}": applies.rule("prometheus", "a range of the Prometheus")
-          for side in ("before", "after") for edge in ("start", "end")}
+RANGES = {
+    f"{side}_{edge}": applies.rule("prometheus", "a range of the Prometheus")
+    for side in ("before", "after")
+    for edge in ("start", "end")
+}
 # what only a fresh diagnosis reads: two saved reports keep the windows and level they have
-DIAGNOSIS = {"window": applies.rule("profiler prometheus", "the diagnosis' window"),
-             "level": applies.rule("profiler prometheus", "the diagnosis' level")}
+DIAGNOSIS = {
+    "window": applies.rule("profiler prometheus", "the diagnosis' window"),
+    "level": applies.rule("profiler prometheus", "the diagnosis' level"),
+}
 
 
 def register(sub: Any) -> None:
@@ -44,19 +49,28 @@ def register(sub: Any) -> None:
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible query API base")
     for side in ("before", "after"):
         for edge in ("start", "end"):
-            prom.add_argument(f"--{side}-{edge}", metavar="T",
-                              help=f"{side} range {edge}: epoch seconds or ISO 8601")
+            prom.add_argument(
+                f"--{side}-{edge}",
+                metavar="T",
+                help=f"{side} range {edge}: epoch seconds or ISO 8601",
+            )
     prom.add_argument("--step", metavar="DURATION", help="query step = window (e.g. 15s)")
     prom.add_argument("--selector", default="", help='label matchers, e.g. {model_name="m"}')
-    prom.add_argument("--dialect", choices=common.DIALECT_CHOICES,
-                      help="metric dialect (default: detected from the metric names)")
+    prom.add_argument(
+        "--dialect",
+        choices=common.DIALECT_CHOICES,
+        help="metric dialect (default: detected from the metric names)",
+    )
     common.add_auth_args(c)
     c.add_argument("--level", default="auto", choices=("auto", "instance", "dp"))
     c.add_argument("--window", metavar="DURATION", help="window size (default: >= 24 windows)")
     common.add_config_arg(c)
-    c.add_argument("--fail-on", choices=[str(f) for f in FailOn],
-                   help="exit 6 when the after side is still imbalanced (verdict not "
-                   "converged), or only when it got worse")
+    c.add_argument(
+        "--fail-on",
+        choices=[str(f) for f in FailOn],
+        help="exit 6 when the after side is still imbalanced (verdict not "
+        "converged), or only when it got worse",
+    )
     common.add_output_args(c)
     c.set_defaults(run=run)
 
@@ -112,21 +126,30 @@ def comparison(args: argparse.Namespace) -> Comparison:
     if args.prometheus:
         if args.before or args.after:
             raise UsageError("compare: give BEFORE AFTER paths or --prometheus, not both")
-        missing = [f"--{s}-{e}" for s in ("before", "after") for e in ("start", "end")
-                   if not getattr(args, f"{s}_{e}")]
+        missing = [
+            f"--{s}-{e}"
+            for s in ("before", "after")
+            for e in ("start", "end")
+            if not getattr(args, f"{s}_{e}")
+        ]
         if missing:
             raise UsageError(f"compare --prometheus needs {', '.join(missing)}")
-        labels = (f"{args.before_start} .. {args.before_end}",
-                  f"{args.after_start} .. {args.after_end}")
+        labels = (
+            f"{args.before_start} .. {args.before_end}",
+            f"{args.after_start} .. {args.after_end}",
+        )
     else:
         if not (args.before and args.after):
-            raise UsageError("compare: give BEFORE and AFTER (profiler folders or JSON reports), "
-                             "or --prometheus URL with --before-start/--before-end/"
-                             "--after-start/--after-end")
+            raise UsageError(
+                "compare: give BEFORE and AFTER (profiler folders or JSON reports), "
+                "or --prometheus URL with --before-start/--before-end/"
+                "--after-start/--after-end"
+            )
         labels = (args.before, args.after)
         saved = Path(args.before).is_file() and Path(args.after).is_file()
-        applies.check(args, {"report"} if saved else {"profiler"}, "compare",
-                      {**RANGES, **DIAGNOSIS})
+        applies.check(
+            args, {"report"} if saved else {"profiler"}, "compare", {**RANGES, **DIAGNOSIS}
+        )
     th = common.thresholds_from_args(args)
     before = _report(args, args.before, "before", th)
     after = _report(args, args.after, "after", th)

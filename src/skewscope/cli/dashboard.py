@@ -11,15 +11,20 @@ from skewscope.cli.rules import add_shared_args, dialects, emit
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
-        "dashboard", help="write a Grafana dashboard of per-unit skew signals",
+        "dashboard",
+        help="write a Grafana dashboard of per-unit skew signals",
         description="Grafana 10/11 dashboard JSON: instance and DP rows with per-unit panels, "
         "max/median ratios and the skewscope alerts as annotations (docs/monitoring.md).",
     )
     add_shared_args(p, "one engine dialect (default: all, joined per panel)")
     p.add_argument("--title", default="skewscope: load skew", help="dashboard title")
-    p.add_argument("--format", choices=("grafana", "perses"), default="grafana",
-                   help="grafana: Grafana 10/11 dashboard JSON (default); perses: a Perses "
-                   "dashboard (kind Dashboard) of the same panels")
+    p.add_argument(
+        "--format",
+        choices=("grafana", "perses"),
+        default="grafana",
+        help="grafana: Grafana 10/11 dashboard JSON (default); perses: a Perses "
+        "dashboard (kind Dashboard) of the same panels",
+    )
     p.set_defaults(run=run)
 
 

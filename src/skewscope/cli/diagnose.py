@@ -16,18 +16,22 @@ if TYPE_CHECKING:
     from skewscope.frame import Evidence
 
 
-LEVEL_HELP = ("auto (default) judges one instance with several ranks at DP level; several "
-              "instances at instance level, then drills into the DP ranks of every multi-rank "
-              "instance; instance or dp force the level")
+LEVEL_HELP = (
+    "auto (default) judges one instance with several ranks at DP level; several "
+    "instances at instance level, then drills into the DP ranks of every multi-rank "
+    "instance; instance or dp force the level"
+)
 
 
 def window_help() -> str:
     """The README's words, with the numbers read from the sources' window policy."""
     from skewscope.frame import WINDOWS as W
 
-    return (f"window length, e.g. 10s (default: the range / {W.target_windows} rounded up to 1, "
-            f"2, 5, 10, 15, 20, 30 s, 1 m ..., so {W.target_windows // 2}-{W.target_windows} "
-            f"windows, at least {W.min_window_s:g} s)")
+    return (
+        f"window length, e.g. 10s (default: the range / {W.target_windows} rounded up to 1, "
+        f"2, 5, 10, 15, 20, 30 s, 1 m ..., so {W.target_windows // 2}-{W.target_windows} "
+        f"windows, at least {W.min_window_s:g} s)"
+    )
 
 
 def register(sub: Any) -> None:
@@ -38,28 +42,41 @@ def register(sub: Any) -> None:
         "(NAME=PATH names an instance). Online: --prometheus URL or --scrape URL..., or the URL "
         "itself as PATH (a Prometheus API is probed, a /metrics URL is scraped).",
     )
-    d.add_argument("paths", nargs="*", metavar="PATH",
-                   help="profiler folder(s), NAME=PATH, or URL(s)")
+    d.add_argument(
+        "paths", nargs="*", metavar="PATH", help="profiler folder(s), NAME=PATH, or URL(s)"
+    )
     common.add_online_source_args(d)
     common.add_auth_args(d)
-    d.add_argument("--access-log", nargs="+", metavar="FILE",
-                   help="gateway access log(s), nginx or Envoy, JSON or key=value lines with "
-                   "the upstream address (docs/gateway.md): what the gateway sent each unit")
-    d.add_argument("--gateway-url", metavar="URL",
-                   help="a router's base URL (sglang-router, vllm-router): its live GET /workers "
-                   "list says which units are in the pool")
-    d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"),
-                   help=LEVEL_HELP)
+    d.add_argument(
+        "--access-log",
+        nargs="+",
+        metavar="FILE",
+        help="gateway access log(s), nginx or Envoy, JSON or key=value lines with "
+        "the upstream address (docs/gateway.md): what the gateway sent each unit",
+    )
+    d.add_argument(
+        "--gateway-url",
+        metavar="URL",
+        help="a router's base URL (sglang-router, vllm-router): its live GET /workers "
+        "list says which units are in the pool",
+    )
+    d.add_argument("--level", default="auto", choices=("auto", "instance", "dp"), help=LEVEL_HELP)
     d.add_argument("--window", metavar="DURATION", help=window_help())
-    d.add_argument("--lockstep", choices=("yes", "no"),
-                   help="whether the DP ranks step in lockstep (yes: MoE expert parallelism or "
-                   "DP attention, ranks wait for the busiest; no: a dense model's plain DP); "
-                   "engine metrics do not say, so without it the price of DP skew gives both "
-                   "readings")
+    d.add_argument(
+        "--lockstep",
+        choices=("yes", "no"),
+        help="whether the DP ranks step in lockstep (yes: MoE expert parallelism or "
+        "DP attention, ranks wait for the busiest; no: a dense model's plain DP); "
+        "engine metrics do not say, so without it the price of DP skew gives both "
+        "readings",
+    )
     add_scheduler_arg(d)
     common.add_config_arg(d)
-    d.add_argument("--fail-on", choices=[str(FailOn.IMBALANCED)],
-                   help="exit 6 when the verdict is imbalanced (CI or canary gate)")
+    d.add_argument(
+        "--fail-on",
+        choices=[str(FailOn.IMBALANCED)],
+        help="exit 6 when the verdict is imbalanced (CI or canary gate)",
+    )
     common.add_output_args(d)
     d.set_defaults(run=run)
 
@@ -86,9 +103,16 @@ def _engine_evidence(args: argparse.Namespace) -> Evidence:
 
         start, end, last_s = offline_range(args)
         with common.read_progress(common.limits_from_args(args).progress_every_s) as progress:
-            return load_profiler(args.paths, window_s=window, start=start, end=end,
-                                 last_s=last_s, progress=progress,
-                                 clocks=common.profiler_clocks(args), budget=read_budget(args))
+            return load_profiler(
+                args.paths,
+                window_s=window,
+                start=start,
+                end=end,
+                last_s=last_s,
+                progress=progress,
+                clocks=common.profiler_clocks(args),
+                budget=read_budget(args),
+            )
     if args.prometheus:
         return readers.load_prometheus_evidence(args, window)
     return readers.load_scrape_evidence(args, window)
@@ -105,16 +129,21 @@ def _read_url_paths(args: argparse.Namespace) -> None:
         raise UsageError("diagnose: give profiler folders or URLs, not both")
     if args.prometheus or args.scrape:
         raise UsageError("diagnose: a URL as PATH cannot be combined with --prometheus/--scrape")
-    kind, targets = urls.classify(found, readers.auth_from_args(args),
-                                  common.parse_duration(args.timeout, "--timeout"),
-                                  common.limits_from_args(args))
+    kind, targets = urls.classify(
+        found,
+        readers.auth_from_args(args),
+        common.parse_duration(args.timeout, "--timeout"),
+        common.limits_from_args(args),
+    )
     args.paths = []
     if kind == "prometheus":
         if not (args.last or (args.start and args.end)):
             from skewscope.sources.auth import redact_url
 
-            raise UsageError(f"{redact_url(targets[0])} is a Prometheus API: give a range, e.g. "
-                             "--last 30m, or --start T --end T")
+            raise UsageError(
+                f"{redact_url(targets[0])} is a Prometheus API: give a range, e.g. "
+                "--last 30m, or --start T --end T"
+            )
         args.prometheus = targets[0]
     else:
         args.scrape = targets

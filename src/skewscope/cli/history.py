@@ -27,7 +27,8 @@ def sql_count(text: str) -> int:
 
 def register(sub: Any) -> None:
     h: argparse.ArgumentParser = sub.add_parser(
-        "history", help="list or show the incidents kept by watch --save",
+        "history",
+        help="list or show the incidents kept by watch --save",
         description="Incidents (unit, level, kind, onset, end, peak unit / peers ratio) from the "
         "SQLite file or Postgres database watch --save wrote.",
     )
@@ -35,13 +36,16 @@ def register(sub: Any) -> None:
     ls = actions.add_parser("list", help="incidents, newest first")
     ls.add_argument("--unit", help="only this unit")
     ls.add_argument("--open", action="store_true", help="only incidents still going on")
-    ls.add_argument("--limit", type=sql_count, default=50,
-                    help="at most N incidents (default 50)")
+    ls.add_argument("--limit", type=sql_count, default=50, help="at most N incidents (default 50)")
     show = actions.add_parser("show", help="one incident in full")
     show.add_argument("id", type=sql_count, help="incident id (from history list)")
     for p in (ls, show):
-        p.add_argument("--db", metavar="URL", help="SQLite path or postgresql:// URL (default: "
-                       "where watch --save writes, $XDG_STATE_HOME/skewscope/history.sqlite)")
+        p.add_argument(
+            "--db",
+            metavar="URL",
+            help="SQLite path or postgresql:// URL (default: "
+            "where watch --save writes, $XDG_STATE_HOME/skewscope/history.sqlite)",
+        )
         p.add_argument("--format", choices=("terminal", "json"), default="terminal")
     h.set_defaults(run=run)
 
@@ -57,8 +61,10 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "list":
             incidents = store.list(limit=args.limit, unit=args.unit, open_only=args.open)
             for bad in store.problems:  # reported, not fatal: the other rows are still shown
-                print(f"skewscope: warning: history {store.shown}: {bad} (row skipped)",
-                      file=sys.stderr)
+                print(
+                    f"skewscope: warning: history {store.shown}: {bad} (row skipped)",
+                    file=sys.stderr,
+                )
         else:
             one = store.get(args.id)
             if one is None:
@@ -69,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         # peak_ratio null: no ratio (a stalled unit finished nothing to compare; docs/monitoring.md)
         doc: Any = [
-            {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-             for k, v in vars(i).items()}
+            {
+                k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in vars(i).items()
+            }
             for i in incidents
         ]
         json.dump(doc[0] if args.action == "show" else doc, sys.stdout, indent=2)

@@ -13,16 +13,22 @@ from skewscope.errors import UsageError
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
-        "mixin", help="write the rules and dashboard as a jsonnet monitoring mixin",
+        "mixin",
+        help="write the rules and dashboard as a jsonnet monitoring mixin",
         description="A monitoring mixin folder (mixin.libsonnet, config.libsonnet, alerts/, "
         "rules/, dashboards/) whose jsonnet renders the same rules as `skewscope rules` and "
         "the same dashboard as `skewscope dashboard` (docs/monitoring.md).",
     )
-    p.add_argument("--dialect", choices=common.DIALECT_CHOICES,
-                   help="one engine dialect (default: all)")
+    p.add_argument(
+        "--dialect", choices=common.DIALECT_CHOICES, help="one engine dialect (default: all)"
+    )
     p.add_argument("--selector", default="", help='extra label matchers, e.g. {namespace="llm"}')
-    p.add_argument("--group-by", default="job,model_name", metavar="LABELS",
-                   help="labels that make a peer group (default job,model_name)")
+    p.add_argument(
+        "--group-by",
+        default="job,model_name",
+        metavar="LABELS",
+        help="labels that make a peer group (default job,model_name)",
+    )
     add_rule_args(p)
     common.add_config_arg(p)
     p.add_argument("--title", default="skewscope: load skew", help="dashboard title")
@@ -41,9 +47,13 @@ def run(args: argparse.Namespace) -> int:
     if out.is_dir() and any(out.iterdir()) and not args.force:
         raise UsageError(f"-o {out}: folder is not empty (use --force to overwrite its files)")
     opts = rule_options(args)
-    dash = DashboardOptions(dialects=dialects(args), group_by=opts.group_by,
-                            selector=opts.selector, title=args.title,
-                            thresholds=opts.thresholds)
+    dash = DashboardOptions(
+        dialects=dialects(args),
+        group_by=opts.group_by,
+        selector=opts.selector,
+        title=args.title,
+        thresholds=opts.thresholds,
+    )
     files = mixin_files(opts, dash)
     try:
         write_mixin(out, files)

@@ -72,11 +72,15 @@ def _prometheus_options(args: argparse.Namespace, window: float | None) -> dict[
     """The --prometheus reader's keyword arguments from the shared options, parsed once."""
     return {
         "step_s": parse_duration(args.step, "--step") if args.step else None,
-        "window_s": window, "selector": args.selector, "dialect": args.dialect,
-        "auth": auth_from_args(args), "timeout_s": parse_duration(args.timeout, "--timeout"),
+        "window_s": window,
+        "selector": args.selector,
+        "dialect": args.dialect,
+        "auth": auth_from_args(args),
+        "timeout_s": parse_duration(args.timeout, "--timeout"),
         "limits": limits_from_args(args),
         "device_selector": getattr(args, "device_selector", ""),
-        "device_map": device_map_from_args(args), "role_label": role_label_from_args(args),
+        "device_map": device_map_from_args(args),
+        "role_label": role_label_from_args(args),
     }
 
 
@@ -102,12 +106,12 @@ def incremental_prometheus(
     tables of the windows already read between runs (sources/prom_incremental.py)."""
     from skewscope.sources.prom_incremental import IncrementalPrometheus
 
-    return IncrementalPrometheus(args.prometheus, debug=debug,
-                                 **_prometheus_options(args, window))
+    return IncrementalPrometheus(args.prometheus, debug=debug, **_prometheus_options(args, window))
 
 
 def with_gateway(
-    args: argparse.Namespace, load: Callable[[float, float], Evidence],
+    args: argparse.Namespace,
+    load: Callable[[float, float], Evidence],
     follower: AccessLogFollower | None = None,
 ) -> Callable[[float, float], Evidence]:
     """``load`` with the gateway's view over the same range attached (watch: the gateway's
@@ -131,8 +135,9 @@ def access_log_follower(args: argparse.Namespace, keep_s: float) -> AccessLogFol
         return None
     from skewscope.sources.access_log_follow import AccessLogFollower
 
-    follower = AccessLogFollower(args.access_log, keep_s=keep_s,
-                                 max_line=limits_from_args(args).max_log_line_bytes)
+    follower = AccessLogFollower(
+        args.access_log, keep_s=keep_s, max_line=limits_from_args(args).max_log_line_bytes
+    )
     follower.check()
     return follower
 
@@ -148,17 +153,18 @@ def _engine_windows(engines: Evidence) -> tuple[float, float, int] | None:
     return first, float(w), round((last - first) / w) + 1
 
 
-def load_gateway_evidence(
-    args: argparse.Namespace, engines: Evidence
-) -> GatewayEvidence | None:
+def load_gateway_evidence(args: argparse.Namespace, engines: Evidence) -> GatewayEvidence | None:
     """diagnose's gateway view (``read_gateway``) over its --prometheus range."""
     span = online_range(args) if getattr(args, "prometheus", None) else None
     return read_gateway(args, engines, span)
 
 
 def read_gateway(
-    args: argparse.Namespace, engines: Evidence, span: tuple[float, float] | None,
-    follower: AccessLogFollower | None = None, auth: HttpAuth | None = None,
+    args: argparse.Namespace,
+    engines: Evidence,
+    span: tuple[float, float] | None,
+    follower: AccessLogFollower | None = None,
+    auth: HttpAuth | None = None,
 ) -> GatewayEvidence | None:
     """The --access-log files (``follower`` when watch follows them) over the engines' windows,
     else a router's metrics in the --prometheus the engines came from over ``span`` (``auth``:
@@ -171,22 +177,30 @@ def read_gateway(
     elif getattr(args, "access_log", None):
         from skewscope.sources.access_log import read_access_logs
 
-        gateway = read_access_logs(args.access_log, windows,
-                                   max_line=limits_from_args(args).max_log_line_bytes)
+        gateway = read_access_logs(
+            args.access_log, windows, max_line=limits_from_args(args).max_log_line_bytes
+        )
     elif getattr(args, "prometheus", None) and span is not None:
         from skewscope.sources.gateway_router import load_router_prometheus
 
-        gateway = load_router_prometheus(args.prometheus, start=span[0], end=span[1],
-                                         windows=windows, auth=auth or auth_from_args(args),
-                                         timeout_s=parse_duration(args.timeout, "--timeout"),
-                                         limits=limits_from_args(args))
+        gateway = load_router_prometheus(
+            args.prometheus,
+            start=span[0],
+            end=span[1],
+            windows=windows,
+            auth=auth or auth_from_args(args),
+            timeout_s=parse_duration(args.timeout, "--timeout"),
+            limits=limits_from_args(args),
+        )
     if getattr(args, "gateway_url", None):
         from skewscope.sources.gateway_live import read_workers, with_worker_list
 
         # no credentials: the Prometheus' token is not the router's to see
-        workers = read_workers(args.gateway_url,
-                               timeout_s=parse_duration(args.timeout, "--timeout"),
-                               limits=limits_from_args(args))
+        workers = read_workers(
+            args.gateway_url,
+            timeout_s=parse_duration(args.timeout, "--timeout"),
+            limits=limits_from_args(args),
+        )
         gateway = with_worker_list(gateway, workers, args.gateway_url)
     return gateway
 

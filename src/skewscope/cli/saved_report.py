@@ -24,8 +24,11 @@ Check = Callable[[Any], bool]
 
 
 def _number(v: Any) -> bool:
-    return (isinstance(v, int | float) and not isinstance(v, bool)
-            and (isinstance(v, float) or abs(v) <= FLOAT_MAX))
+    return (
+        isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and (isinstance(v, float) or abs(v) <= FLOAT_MAX)
+    )
 
 
 def _opt(check: Check) -> Check:
@@ -101,7 +104,7 @@ def _check_series(series: Any, path: Path) -> None:
                 raise _bad(path, where, "a list of per-window values", row)
             for j, v in enumerate(row):
                 if not (v is None or isinstance(v, str) or _number(v)):
-                    raise _bad(path, f"{where}[{j}]", "a number, null or \"inf\"", v)
+                    raise _bad(path, f"{where}[{j}]", 'a number, null or "inf"', v)
 
 
 def _check_gateway(gw: Any, path: Path) -> None:
@@ -119,8 +122,7 @@ def _check_gateway(gw: Any, path: Path) -> None:
         if not isinstance(u, dict):
             raise _bad(path, f"gateway.units[{i}]", "an object", u)
         if not _opt(_number)(u.get("router_share")):
-            raise _bad(path, f"gateway.units[{i}].router_share", "a number",
-                       u.get("router_share"))
+            raise _bad(path, f"gateway.units[{i}].router_share", "a number", u.get("router_share"))
 
 
 def read_report(path: Path) -> dict[str, Any]:

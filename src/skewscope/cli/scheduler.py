@@ -11,10 +11,13 @@ if TYPE_CHECKING:
 
 
 def add_scheduler_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="read the profiler folders as tasks on this Dask scheduler, e.g. "
-                   "tcp://HOST:8786 (default: $DASK_SCHEDULER_ADDRESS, else local processes; "
-                   "needs skewscope[dask], the folders on a file system the workers share)")
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="read the profiler folders as tasks on this Dask scheduler, e.g. "
+        "tcp://HOST:8786 (default: $DASK_SCHEDULER_ADDRESS, else local processes; "
+        "needs skewscope[dask], the folders on a file system the workers share)",
+    )
 
 
 def read_budget(args: argparse.Namespace) -> ReadBudget:

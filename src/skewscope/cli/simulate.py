@@ -34,48 +34,90 @@ def register(sub: Any) -> None:
     s: argparse.ArgumentParser = sub.add_parser(
         "simulate", help="simulate a cluster and write its evidence"
     )
-    s.add_argument("scenario", nargs="?",
-                   help="built-in scenario name or a .toml file; 'day' writes a fleet's day "
-                        "(history.om + truth.json into --out, docs/simulator.md)")
+    s.add_argument(
+        "scenario",
+        nargs="?",
+        help="built-in scenario name or a .toml file; 'day' writes a fleet's day "
+        "(history.om + truth.json into --out, docs/simulator.md)",
+    )
     s.add_argument("--list", action="store_true", help="list the built-in scenarios")
     s.add_argument("--out", metavar="DIR", help="write msServiceProfiler folders here")
-    s.add_argument("--generation", default=Generation.CURRENT.value,
-                   choices=tuple(g.value for g in Generation),
-                   help="profiler CSV header generation")
+    s.add_argument(
+        "--generation",
+        default=Generation.CURRENT.value,
+        choices=tuple(g.value for g in Generation),
+        help="profiler CSV header generation",
+    )
     s.add_argument("--openmetrics", metavar="FILE", help="write an OpenMetrics history file")
-    s.add_argument("--metrics-interval", default="5s",
-                   help="OpenMetrics history, and live mode on --clock scrape: simulated "
-                        "seconds between samples (default 5s)")
+    s.add_argument(
+        "--metrics-interval",
+        default="5s",
+        help="OpenMetrics history, and live mode on --clock scrape: simulated "
+        "seconds between samples (default 5s)",
+    )
     s.add_argument("--serve", action="store_true", help="serve live /metrics per instance")
-    s.add_argument("--metrics-dialect", default="vllm", choices=SIMULATED_DIALECTS,
-                   help="engine (or router: dynamo, llm-d) metric names to write")
-    s.add_argument("--device-exporter", choices=SIMULATED_DEVICE_EXPORTERS,
-                   help="also write a device exporter's series (one device per DP rank, on the "
-                        "instance's own target)")
-    s.add_argument("--speed", default="1",
-                   help="live mode on --clock wall: simulated s per wall s (> 0)")
-    s.add_argument("--clock", default=LiveClock.WALL.value,
-                   choices=tuple(c.value for c in LiveClock),
-                   help="live mode: how simulated time moves: with wall time at --speed "
-                        "(default), one --metrics-interval per scrape of an instance (scrape), "
-                        "or only by POST /sim/advance {\"seconds\": N} (manual)")
-    s.add_argument("--port", default="0",
-                   help="live mode: first port, instance k on PORT+k (default 0 = any free)")
+    s.add_argument(
+        "--metrics-dialect",
+        default="vllm",
+        choices=SIMULATED_DIALECTS,
+        help="engine (or router: dynamo, llm-d) metric names to write",
+    )
+    s.add_argument(
+        "--device-exporter",
+        choices=SIMULATED_DEVICE_EXPORTERS,
+        help="also write a device exporter's series (one device per DP rank, on the "
+        "instance's own target)",
+    )
+    s.add_argument(
+        "--speed", default="1", help="live mode on --clock wall: simulated s per wall s (> 0)"
+    )
+    s.add_argument(
+        "--clock",
+        default=LiveClock.WALL.value,
+        choices=tuple(c.value for c in LiveClock),
+        help="live mode: how simulated time moves: with wall time at --speed "
+        "(default), one --metrics-interval per scrape of an instance (scrape), "
+        'or only by POST /sim/advance {"seconds": N} (manual)',
+    )
+    s.add_argument(
+        "--port",
+        default="0",
+        help="live mode: first port, instance k on PORT+k (default 0 = any free)",
+    )
     s.add_argument("--seed", help="override the scenario's seed (>= 0)")
-    s.add_argument("--gateway", metavar="POLICY",
-                   help="re-run under this gateway policy instead of the scenario's (the same "
-                        "seed serves the same requests: a counterfactual run)")
-    s.add_argument("--dispatcher", metavar="POLICY",
-                   help="re-run under this DP dispatcher policy instead of the scenario's")
-    s.add_argument("--jobs", default="auto",
-                   help="worker processes for a gateway that reads no load (default auto: "
-                        "the usable CPUs for a run of a few million steps, else 1)")
-    s.add_argument("--dialect", choices=("vllm", "sglang"), default="vllm",
-                   help="day: the engines' metric names (default vllm)")
-    s.add_argument("--short", action="store_true",
-                   help="day: the short day (90 min of 8 x 2 DP) instead of 6 h of 16 x 2")
-    s.add_argument("--force", action="store_true",
-                   help="write into a non-empty --out DIR; overwrite an --openmetrics FILE")
+    s.add_argument(
+        "--gateway",
+        metavar="POLICY",
+        help="re-run under this gateway policy instead of the scenario's (the same "
+        "seed serves the same requests: a counterfactual run)",
+    )
+    s.add_argument(
+        "--dispatcher",
+        metavar="POLICY",
+        help="re-run under this DP dispatcher policy instead of the scenario's",
+    )
+    s.add_argument(
+        "--jobs",
+        default="auto",
+        help="worker processes for a gateway that reads no load (default auto: "
+        "the usable CPUs for a run of a few million steps, else 1)",
+    )
+    s.add_argument(
+        "--dialect",
+        choices=("vllm", "sglang"),
+        default="vllm",
+        help="day: the engines' metric names (default vllm)",
+    )
+    s.add_argument(
+        "--short",
+        action="store_true",
+        help="day: the short day (90 min of 8 x 2 DP) instead of 6 h of 16 x 2",
+    )
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty --out DIR; overwrite an --openmetrics FILE",
+    )
     s.set_defaults(run=run)
 
 
@@ -104,8 +146,9 @@ def _check_args(args: argparse.Namespace, max_port: int) -> None:
     args.speed = speed
     args.clock = LiveClock(args.clock)
     if args.clock is not LiveClock.WALL and speed != 1.0:
-        raise UsageError(f"--speed: only with --clock wall (time on the {args.clock} clock "
-                         "moves by steps)")
+        raise UsageError(
+            f"--speed: only with --clock wall (time on the {args.clock} clock moves by steps)"
+        )
     args.port = _integer(args.port, "--port", 0, max_port, f"a port 0..{max_port}")
     if args.seed is not None:
         args.seed = _integer(args.seed, "--seed", 0, 2**63 - 1, "a non-negative integer")
@@ -135,8 +178,9 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario == "day":
         return _day(args, MAX_PORT)
     if not (args.out or args.openmetrics or args.serve):
-        raise UsageError("simulate: choose at least one output: --out DIR, --openmetrics FILE, "
-                         "--serve")
+        raise UsageError(
+            "simulate: choose at least one output: --out DIR, --openmetrics FILE, --serve"
+        )
     _check_args(args, MAX_PORT)
     if args.clock is not LiveClock.WALL and not args.serve:
         raise UsageError(f"--clock {args.clock}: a live mode clock (add --serve)")
@@ -147,11 +191,14 @@ def run(args: argparse.Namespace) -> int:
         scenario = rerouted(
             scenario,
             gateway=policy_spec(args.gateway, "--gateway") if args.gateway else None,
-            dispatcher=policy_spec(args.dispatcher, "--dispatcher") if args.dispatcher else None)
+            dispatcher=policy_spec(args.dispatcher, "--dispatcher") if args.dispatcher else None,
+        )
     last_port = args.port + scenario.instances - 1
     if args.serve and args.port and last_port > MAX_PORT:
-        raise UsageError(f"--port {args.port}: {scenario.instances} instances need ports up to "
-                         f"{last_port}, above {MAX_PORT}")
+        raise UsageError(
+            f"--port {args.port}: {scenario.instances} instances need ports up to "
+            f"{last_port}, above {MAX_PORT}"
+        )
     if args.openmetrics:  # refused before the run, not after it
         from skewscope.sim.writers.openmetrics import check_scrapes
 
@@ -178,10 +225,15 @@ def run(args: argparse.Namespace) -> int:
 
         progress = Progress(f"simulating {scenario.name}", scenario.duration_s, "simulated s")
         try:
-            result = simulate(scenario, seed=args.seed, record_members=bool(args.out),
-                              progress=progress.update, keep_steps=kept,
-                              sinks=Sinks(factories) if factories else None,
-                              jobs=1 if kept else _jobs(args.jobs, scenario))
+            result = simulate(
+                scenario,
+                seed=args.seed,
+                record_members=bool(args.out),
+                progress=progress.update,
+                keep_steps=kept,
+                sinks=Sinks(factories) if factories else None,
+                jobs=1 if kept else _jobs(args.jobs, scenario),
+            )
         except OSError as e:
             raise _cannot_write(e, args) from None
         finally:
@@ -209,11 +261,14 @@ def _day(args: argparse.Namespace, max_port: int) -> int:
         raise UsageError("simulate day: give --out DIR (history.om and truth.json go there)")
     _check_args(args, max_port)
     spec = (DaySpec.short if args.short else DaySpec.full)(
-        dialect=args.dialect, **({} if args.seed is None else {"seed": args.seed}))
+        dialect=args.dialect, **({} if args.seed is None else {"seed": args.seed})
+    )
     with _atomic_out(Path(args.out)) as folder:
         files = write_day(spec, folder)
-    print(f"wrote {files.samples:,} samples of {spec.n_instances} instances x {spec.ranks} "
-          f"ranks over {spec.hours:g} h ({spec.dialect}) and truth.json to {args.out}")
+    print(
+        f"wrote {files.samples:,} samples of {spec.n_instances} instances x {spec.ranks} "
+        f"ranks over {spec.hours:g} h ({spec.dialect}) and truth.json to {args.out}"
+    )
     return 0
 
 
@@ -232,7 +287,8 @@ def _atomic_out(out: Path) -> Iterator[Path]:
 def _cannot_write(e: OSError, args: argparse.Namespace) -> UsageError:
     """A write failing during the run, named by its output."""
     history = args.openmetrics and Path(str(e.filename or "")).name.startswith(
-        f".{Path(args.openmetrics).name}.")
+        f".{Path(args.openmetrics).name}."
+    )
     what = f"--openmetrics {args.openmetrics}" if history or not args.out else f"--out {args.out}"
     return UsageError(f"{what}: cannot write ({e.strerror or e})")
 
@@ -248,8 +304,9 @@ def _jobs(jobs: str | int, scenario: Scenario) -> int:
     return len(os.sched_getaffinity(0)) if max_steps(scenario) > 4 * CHUNK_ROWS else 1
 
 
-def _history_sinks(scenario: Scenario, args: argparse.Namespace,
-                   stack: contextlib.ExitStack) -> HistorySinks:
+def _history_sinks(
+    scenario: Scenario, args: argparse.Namespace, stack: contextlib.ExitStack
+) -> HistorySinks:
     """The OpenMetrics history's sinks, spilling into a temporary folder beside the file."""
     from skewscope.sim.records import START_S
     from skewscope.sim.writers.history import HistorySinks
@@ -258,18 +315,17 @@ def _history_sinks(scenario: Scenario, args: argparse.Namespace,
     path = Path(args.openmetrics)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        spill = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".spill",
-                                      dir=path.parent))
+        spill = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".spill", dir=path.parent))
     except OSError as e:
         raise UsageError(f"--openmetrics {path}: cannot write ({e.strerror})") from None
     stack.callback(shutil.rmtree, spill, True)
     times = scrape_times(START_S, START_S + scenario.duration_s, args.metrics_interval)
-    return HistorySinks(scenario.model_name, args.metrics_dialect, args.device_exporter, times,
-                        spill)
+    return HistorySinks(
+        scenario.model_name, args.metrics_dialect, args.device_exporter, times, spill
+    )
 
 
-def _write_history(result: SimResult, args: argparse.Namespace, parts: list[HistoryPart]
-                   ) -> None:
+def _write_history(result: SimResult, args: argparse.Namespace, parts: list[HistoryPart]) -> None:
     from skewscope.progress import Progress
     from skewscope.sim.writers.history import write_history
 
@@ -277,8 +333,7 @@ def _write_history(result: SimResult, args: argparse.Namespace, parts: list[Hist
     try:
         write_history(Path(args.openmetrics), parts, progress=progress.update)
     except OSError as e:
-        raise UsageError(f"--openmetrics {args.openmetrics}: cannot write ({e.strerror})"
-                         ) from None
+        raise UsageError(f"--openmetrics {args.openmetrics}: cannot write ({e.strerror})") from None
     finally:
         progress.close()
 
@@ -288,11 +343,15 @@ def _write_pd_history(result: SimResult, args: argparse.Namespace) -> None:
     from skewscope.sim.writers.openmetrics import write_openmetrics
 
     try:
-        write_openmetrics(result, Path(args.openmetrics), args.metrics_dialect,
-                          args.metrics_interval, devices=args.device_exporter)
+        write_openmetrics(
+            result,
+            Path(args.openmetrics),
+            args.metrics_dialect,
+            args.metrics_interval,
+            devices=args.device_exporter,
+        )
     except OSError as e:
-        raise UsageError(f"--openmetrics {args.openmetrics}: cannot write ({e.strerror})"
-                         ) from None
+        raise UsageError(f"--openmetrics {args.openmetrics}: cannot write ({e.strerror})") from None
 
 
 def _write_out(result: SimResult, folder: Path, generation: str, kept: bool) -> None:
@@ -313,20 +372,29 @@ def _serve(result: SimResult, args: argparse.Namespace) -> int:
     from skewscope.sim.writers.live import serve
 
     try:
-        cluster = serve(result, args.metrics_dialect, base_port=args.port, speed=args.speed,
-                        devices=args.device_exporter, live_clock=args.clock,
-                        step_s=args.metrics_interval)
+        cluster = serve(
+            result,
+            args.metrics_dialect,
+            base_port=args.port,
+            speed=args.speed,
+            devices=args.device_exporter,
+            live_clock=args.clock,
+            step_s=args.metrics_interval,
+        )
     except OSError as e:
-        raise UsageError(f"--port {args.port}: cannot listen on {e.filename} ({e.strerror}); "
-                         "choose another port, or 0 for any free one") from None
+        raise UsageError(
+            f"--port {args.port}: cannot listen on {e.filename} ({e.strerror}); "
+            "choose another port, or 0 for any free one"
+        ) from None
     with cluster:
         try:
             for name, url in cluster.urls.items():
                 print(f"serving {name} at {url}", flush=True)
             if args.clock is LiveClock.MANUAL:
                 base = next(iter(cluster.urls.values())).removesuffix("/metrics")
-                print(f'advance simulated time: POST {base}/sim/advance {{"seconds": N}}',
-                      flush=True)
+                print(
+                    f'advance simulated time: POST {base}/sim/advance {{"seconds": N}}', flush=True
+                )
             wait_with_progress(cluster, _progress_for(cluster))
         except KeyboardInterrupt:
             print("skewscope: interrupted, live servers stopped", file=sys.stderr)
@@ -336,9 +404,11 @@ def _serve(result: SimResult, args: argparse.Namespace) -> int:
 def _progress_for(cluster: LiveCluster) -> Progress:
     from skewscope.progress import Progress
 
-    how = {LiveClock.WALL: f"replaying at {cluster.speed:g}x",
-           LiveClock.SCRAPE: f"replaying {cluster.step_s:g} simulated s per scrape",
-           LiveClock.MANUAL: "replaying as POST /sim/advance moves it"}[cluster.live_clock]
+    how = {
+        LiveClock.WALL: f"replaying at {cluster.speed:g}x",
+        LiveClock.SCRAPE: f"replaying {cluster.step_s:g} simulated s per scrape",
+        LiveClock.MANUAL: "replaying as POST /sim/advance moves it",
+    }[cluster.live_clock]
     return Progress(how, cluster.model.end_s - cluster.start_s, "simulated s")
 
 

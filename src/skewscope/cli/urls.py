@@ -52,8 +52,9 @@ def note(text: str) -> None:
     print(f"skewscope: note: {one_line(text)}", file=sys.stderr)
 
 
-def classify(urls: list[str], auth: HttpAuth, timeout_s: float, limits: SourceLimits
-             ) -> tuple[str, list[str]]:
+def classify(
+    urls: list[str], auth: HttpAuth, timeout_s: float, limits: SourceLimits
+) -> tuple[str, list[str]]:
     """``("prometheus", [base])`` or ``("scrape", [metrics URLs])`` for the URLs given as
     sources, with a note on stderr saying how each was read (a probe's body is bounded by
     ``limits.max_scrape_mb``)."""
@@ -81,8 +82,10 @@ def classify(urls: list[str], auth: HttpAuth, timeout_s: float, limits: SourceLi
         return "scrape", [t for _, t in kinds]
     if len(kinds) == 1:
         return kinds[0][0], [kinds[0][1]]
-    raise UsageError("diagnose: give one Prometheus URL, or one or more /metrics URLs "
-                     "(these are a mix or several Prometheus APIs)")
+    raise UsageError(
+        "diagnose: give one Prometheus URL, or one or more /metrics URLs "
+        "(these are a mix or several Prometheus APIs)"
+    )
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,9 @@ class _Bound:
     max_bytes: int
 
 
-def _probe(clients: tuple[httpx.Client, httpx.Client], url: str, bound: _Bound
-           ) -> tuple[str, str, str]:
+def _probe(
+    clients: tuple[httpx.Client, httpx.Client], url: str, bound: _Bound
+) -> tuple[str, str, str]:
     """(kind, target URL, how it answered); SourceError when neither kind answers."""
     from skewscope.sources.auth import redact_url
 
@@ -106,8 +110,10 @@ def _probe(clients: tuple[httpx.Client, httpx.Client], url: str, bound: _Bound
             if ok:
                 return "prometheus", url, f"answers as a Prometheus API ({api})"
             if why.startswith(_NO_ANSWER):  # the host itself is unreachable: say so once
-                raise SourceError(f"{redact_url(url)}: {why}; nothing to read as a Prometheus "
-                                  "API or a /metrics endpoint")
+                raise SourceError(
+                    f"{redact_url(url)}: {why}; nothing to read as a Prometheus "
+                    "API or a /metrics endpoint"
+                )
             tried.append(f"{api}: {why}")
     candidates = [url] if path else []
     if not path.endswith("metrics"):
@@ -117,25 +123,36 @@ def _probe(clients: tuple[httpx.Client, httpx.Client], url: str, bound: _Bound
         if ok:
             return "scrape", cand, "serves /metrics"
         tried.append(f"{redact_url(cand)}: {why}")
-    raise SourceError(f"{redact_url(url)}: neither a Prometheus API nor a /metrics endpoint "
-                      f"answers ({'; '.join(tried)}); use --prometheus URL or --scrape URL")
+    raise SourceError(
+        f"{redact_url(url)}: neither a Prometheus API nor a /metrics endpoint "
+        f"answers ({'; '.join(tried)}); use --prometheus URL or --scrape URL"
+    )
 
 
-def _get(client: httpx.Client, url: str, params: dict[str, str] | None, bound: _Bound
-         ) -> tuple[Fetched | None, str]:
+def _get(
+    client: httpx.Client, url: str, params: dict[str, str] | None, bound: _Bound
+) -> tuple[Fetched | None, str]:
     from skewscope.sources.auth import quoted
     from skewscope.sources.fetch import bounded_get
 
     try:
-        got = bounded_get(client, url, what="source", shown_url=url, deadline_s=bound.timeout_s,
-                          max_bytes=bound.max_bytes, params=params)
+        got = bounded_get(
+            client,
+            url,
+            what="source",
+            shown_url=url,
+            deadline_s=bound.timeout_s,
+            max_bytes=bound.max_bytes,
+            params=params,
+        )
     except SourceError as e:
         return None, quoted(f"{_NO_ANSWER} ({e})", 160)
     return got, ""
 
 
-def _api_answers(client: httpx.Client, url: str, params: dict[str, str] | None,
-                 bound: _Bound) -> tuple[bool, str]:
+def _api_answers(
+    client: httpx.Client, url: str, params: dict[str, str] | None, bound: _Bound
+) -> tuple[bool, str]:
     resp, why = _get(client, url, params, bound)
     if resp is None:
         return False, why

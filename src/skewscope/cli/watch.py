@@ -36,35 +36,73 @@ def register(sub: Any) -> None:
     common.add_auth_args(w)
     w.set_defaults(last="15m")
     common.add_config_arg(w)
-    w.add_argument("--every", default="30s", metavar="DURATION",
-                   help="time between runs (default 30s)")
+    w.add_argument(
+        "--every", default="30s", metavar="DURATION", help="time between runs (default 30s)"
+    )
     w.add_argument("--level", default="auto", choices=("auto", "instance", "dp"))
     w.add_argument("--window", metavar="DURATION", help="window size (default: >= 24 windows)")
-    w.add_argument("--listen", nargs="?", const=DEFAULT_LISTEN, metavar="HOST:PORT",
-                   help=f"serve the diagnosis as Prometheus metrics (default {DEFAULT_LISTEN})")
+    w.add_argument(
+        "--listen",
+        nargs="?",
+        const=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"serve the diagnosis as Prometheus metrics (default {DEFAULT_LISTEN})",
+    )
     w.add_argument("--no-tui", action="store_true", help="one log line per run (for a service)")
     common.add_width_arg(w)
-    w.add_argument("--json-lines", action="store_true",
-                   help="print each run's JSON report on one line to stdout (logs go to stderr)")
-    w.add_argument("--save", nargs="?", const=SAVE_DEFAULT, metavar="URL",
-                   help="keep incidents: an SQLite path or a postgresql:// URL (default: "
-                   "$XDG_STATE_HOME/skewscope/history.sqlite)")
-    w.add_argument("--calm-runs", type=int, default=CALM_RUNS, metavar="K",
-                   help="an incident ends after K good runs in a row no longer find the unit hot "
-                   f"(default {CALM_RUNS}: one calm run between hot runs does not split it)")
-    w.add_argument("--open-runs", type=int, default=OPEN_RUNS, metavar="K",
-                   help="an incident opens once K good runs in a row find the unit hot, at the "
-                   f"first of them (default {OPEN_RUNS}: a unit hot in one run alone is a blip)")
-    w.add_argument("--access-log", nargs="+", metavar="FILE",
-                   help="gateway access log(s), nginx or Envoy (as for diagnose), followed like "
-                   "tail -F: each run tallies the requests logged in its windows")
-    w.add_argument("--gateway-url", metavar="URL",
-                   help="sglang-router / vllm-router base URL: its live worker list each run")
-    w.add_argument("--debug", action="store_true",
-                   help="one line per run on stderr saying what it read: with --prometheus, how "
-                   "many windows were read and kept, or why the whole range was read again")
-    w.add_argument("--runs", type=int, metavar="N", help="stop after N runs (default: run until "
-                   "SIGINT/SIGTERM)")
+    w.add_argument(
+        "--json-lines",
+        action="store_true",
+        help="print each run's JSON report on one line to stdout (logs go to stderr)",
+    )
+    w.add_argument(
+        "--save",
+        nargs="?",
+        const=SAVE_DEFAULT,
+        metavar="URL",
+        help="keep incidents: an SQLite path or a postgresql:// URL (default: "
+        "$XDG_STATE_HOME/skewscope/history.sqlite)",
+    )
+    w.add_argument(
+        "--calm-runs",
+        type=int,
+        default=CALM_RUNS,
+        metavar="K",
+        help="an incident ends after K good runs in a row no longer find the unit hot "
+        f"(default {CALM_RUNS}: one calm run between hot runs does not split it)",
+    )
+    w.add_argument(
+        "--open-runs",
+        type=int,
+        default=OPEN_RUNS,
+        metavar="K",
+        help="an incident opens once K good runs in a row find the unit hot, at the "
+        f"first of them (default {OPEN_RUNS}: a unit hot in one run alone is a blip)",
+    )
+    w.add_argument(
+        "--access-log",
+        nargs="+",
+        metavar="FILE",
+        help="gateway access log(s), nginx or Envoy (as for diagnose), followed like "
+        "tail -F: each run tallies the requests logged in its windows",
+    )
+    w.add_argument(
+        "--gateway-url",
+        metavar="URL",
+        help="sglang-router / vllm-router base URL: its live worker list each run",
+    )
+    w.add_argument(
+        "--debug",
+        action="store_true",
+        help="one line per run on stderr saying what it read: with --prometheus, how "
+        "many windows were read and kept, or why the whole range was read again",
+    )
+    w.add_argument(
+        "--runs",
+        type=int,
+        metavar="N",
+        help="stop after N runs (default: run until SIGINT/SIGTERM)",
+    )
     w.set_defaults(run=run)
 
 
@@ -74,19 +112,26 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
 
     if bool(args.prometheus) == bool(args.scrape):
         raise UsageError("watch: give --prometheus URL or --scrape URL...")
-    applies.check(args, {"prometheus" if args.prometheus else "scrape"}, "watch",
-                  {"last": applies.rule("prometheus scrape", "the span of every run")})
+    applies.check(
+        args,
+        {"prometheus" if args.prometheus else "scrape"},
+        "watch",
+        {"last": applies.rule("prometheus scrape", "the span of every run")},
+    )
     # the log keeps a little more than a run's span: the engines' windows may start earlier
     follower = readers.access_log_follower(args, keep_s=last_s + (window or 0.0) + 60.0)
     if args.prometheus:
         shown = f"prometheus {redact_url(args.prometheus)} {args.selector}".rstrip()
         debug = None
         if args.debug:
+
             def debug(line: str) -> None:
                 print(f"skewscope watch: debug: {line}", file=sys.stderr, flush=True)
+
         reader = readers.incremental_prometheus(args, window, debug)
-        return PrometheusSource(shown, last_s, readers.with_gateway(args, reader.load, follower),
-                                reader.close)
+        return PrometheusSource(
+            shown, last_s, readers.with_gateway(args, reader.load, follower), reader.close
+        )
     from skewscope.frame import WINDOWS
     from skewscope.sources.sampler import RollingScraper
 
@@ -164,23 +209,36 @@ def run(args: argparse.Namespace) -> int:
             if not tui:
                 print(screen.log_line(st, time.time()), file=log, flush=True)
 
-        watcher = Watcher(source, last_s=last_s, every_s=every_s, level=args.level,
-                          thresholds=thresholds, store=store, on_run=on_run,
-                          calm_runs=args.calm_runs, open_runs=args.open_runs)
+        watcher = Watcher(
+            source,
+            last_s=last_s,
+            every_s=every_s,
+            level=args.level,
+            thresholds=thresholds,
+            store=store,
+            on_run=on_run,
+            calm_runs=args.calm_runs,
+            open_runs=args.open_runs,
+        )
         with stop_on_signals(watcher):  # from here a signal stops the loop, never kills it
             if args.listen:
                 from skewscope.monitor.exporter import serve
 
                 server, url = serve(lambda: watcher.status, args.listen)
-                print(f"skewscope watch: exporter at {url}",
-                      file=log if not tui else sys.stderr, flush=True)
+                print(
+                    f"skewscope watch: exporter at {url}",
+                    file=log if not tui else sys.stderr,
+                    flush=True,
+                )
             if store is not None and not tui:
-                print(f"skewscope watch: saving incidents to {store.shown}", file=log,
-                      flush=True)
+                print(f"skewscope watch: saving incidents to {store.shown}", file=log, flush=True)
             if tui:
-                with Live(get_renderable=lambda: screen.render(watcher.status),
-                          console=Console(width=width), refresh_per_second=2,
-                          transient=False):
+                with Live(
+                    get_renderable=lambda: screen.render(watcher.status),
+                    console=Console(width=width),
+                    refresh_per_second=2,
+                    transient=False,
+                ):
                     watcher.loop(max_runs=args.runs)
             else:
                 watcher.loop(max_runs=args.runs)

@@ -29,18 +29,31 @@ def register(sub: Any) -> None:
     common.add_online_source_args(w)
     common.add_auth_args(w)
     listed = ", ".join(p for p in POLICIES if p not in ("weighted", "sticky"))
-    w.add_argument("--policies", metavar="LIST",
-                   help=f"instance-level candidates, comma separated (of: {listed})")
-    w.add_argument("--dp-policies", metavar="LIST",
-                   help="DP-level candidates (default: round_robin,vllm_dp,shortest_queue,"
-                   "minimum_tokens)")
-    w.add_argument("--access-log", nargs="+", metavar="FILE",
-                   help="gateway access log(s) (nginx or Envoy, as for diagnose) whose session "
-                   "or user keys the replayed requests keep, so sticky, consistent_hash and "
-                   "cache_aware are replayed (online sources)")
+    w.add_argument(
+        "--policies",
+        metavar="LIST",
+        help=f"instance-level candidates, comma separated (of: {listed})",
+    )
+    w.add_argument(
+        "--dp-policies",
+        metavar="LIST",
+        help="DP-level candidates (default: round_robin,vllm_dp,shortest_queue,minimum_tokens)",
+    )
+    w.add_argument(
+        "--access-log",
+        nargs="+",
+        metavar="FILE",
+        help="gateway access log(s) (nginx or Envoy, as for diagnose) whose session "
+        "or user keys the replayed requests keep, so sticky, consistent_hash and "
+        "cache_aware are replayed (online sources)",
+    )
     add_scheduler_arg(w)
-    w.add_argument("--jobs", type=int, metavar="N",
-                   help="replays in parallel processes (default: the CPUs available)")
+    w.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="replays in parallel processes (default: the CPUs available)",
+    )
     common.add_output_args(w)
     w.set_defaults(run=run)
 
@@ -51,11 +64,9 @@ def run(args: argparse.Namespace) -> int:
 
     renderer = common.pick_renderer(args)
     if renderer.name not in RENDER:
-        raise UsageError(f"whatif: no {renderer.name} report yet (use "
-                         f"{', '.join(RENDER)})")
+        raise UsageError(f"whatif: no {renderer.name} report yet (use {', '.join(RENDER)})")
     policies = plans.parse_policies(args.policies, plans.DEFAULT_POLICIES, "--policies")
-    dp_policies = plans.parse_policies(args.dp_policies, plans.DEFAULT_DP_POLICIES,
-                                       "--dp-policies")
+    dp_policies = plans.parse_policies(args.dp_policies, plans.DEFAULT_DP_POLICIES, "--dp-policies")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs: expected a positive number, got {args.jobs}")
     if (args.prometheus or args.scrape) and args.paths:
@@ -68,11 +79,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         applies.check(args, {"prometheus" if args.prometheus else "scrape"}, "whatif")
     if args.access_log and not (args.prometheus or args.scrape):
-        raise UsageError("whatif: --access-log needs --prometheus or --scrape (its upstreams are "
-                         "joined to the instances on host:port)")
+        raise UsageError(
+            "whatif: --access-log needs --prometheus or --scrape (its upstreams are "
+            "joined to the instances on host:port)"
+        )
     common.check_output(args)
-    jobs = args.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                         else os.cpu_count() or 1)
+    jobs = args.jobs or (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
     tty = sys.stderr.isatty()
     progress = (lambda n: print(f"replayed {n}", file=sys.stderr)) if tty else None
     if args.prometheus or args.scrape:
@@ -84,25 +98,29 @@ def run(args: argparse.Namespace) -> int:
             from skewscope.sources.access_log import read_access_requests
 
             logged = read_access_requests(
-                args.access_log, max_line=common.limits_from_args(args).max_log_line_bytes)
-        report = whatif_online(we, source, policies, dp_policies, jobs=jobs, progress=progress,
-                               logged=logged)
+                args.access_log, max_line=common.limits_from_args(args).max_log_line_bytes
+            )
+        report = whatif_online(
+            we, source, policies, dp_policies, jobs=jobs, progress=progress, logged=logged
+        )
     else:
         from skewscope.sources.workload import load_request_log
         from skewscope.whatif.predict import whatif
 
         with common.read_progress() as reading:
             log = load_request_log(args.paths, progress=reading, budget=read_budget(args))
-        report = whatif(log, ", ".join(args.paths), policies, dp_policies, jobs=jobs,
-                        progress=progress)
+        report = whatif(
+            log, ", ".join(args.paths), policies, dp_policies, jobs=jobs, progress=progress
+        )
     render = RENDER[renderer.name]
     if args.output is None:
         out_tty = sys.stdout.isatty()
         width = common.text_width(args, terminal=out_tty)
         sys.stdout.write(render(report, width=width, color=out_tty))
     else:
-        common.write_output(args.output, render(report,
-                            width=common.text_width(args, terminal=False)), args.force)
+        common.write_output(
+            args.output, render(report, width=common.text_width(args, terminal=False)), args.force
+        )
     return 0
 
 
@@ -118,15 +136,23 @@ def _online(args: argparse.Namespace) -> tuple[WorkloadEvidence, str]:
         start, end = readers.online_range(args)
         ev = readers.load_prometheus_evidence(args, None)
         we = load_prometheus_workload(
-            ev, args.prometheus, start=start, end=end, selector=args.selector,
+            ev,
+            args.prometheus,
+            start=start,
+            end=end,
+            selector=args.selector,
             auth=readers.auth_from_args(args),
-            timeout_s=common.parse_duration(args.timeout, "--timeout"))
+            timeout_s=common.parse_duration(args.timeout, "--timeout"),
+        )
         return we, redact_url(args.prometheus)
     from skewscope.sources.online_workload import load_scrape_workload
 
     we = load_scrape_workload(
-        args.scrape, duration_s=common.parse_duration(args.duration, "--duration"),
-        interval_s=common.parse_duration(args.interval, "--interval"), dialect=args.dialect,
+        args.scrape,
+        duration_s=common.parse_duration(args.duration, "--duration"),
+        interval_s=common.parse_duration(args.interval, "--interval"),
+        dialect=args.dialect,
         auth=readers.auth_from_args(args),
-        timeout_s=common.parse_duration(args.timeout, "--timeout"))
+        timeout_s=common.parse_duration(args.timeout, "--timeout"),
+    )
     return we, " ".join(redact_url(u) for u in args.scrape)

@@ -104,47 +104,50 @@ def alerts(lv: LevelRules) -> list[dict[str, Any]]:
         why = (
             f"requests {_ratio('count:ratio', labs)}, tokens per request "
             f"{_ratio('tokens_per_request:ratio', labs)}"
-            + (f", latency {_ratio('latency:ratio', labs)}" if "latency:ratio" in lv.have
-               else "")
+            + (f", latency {_ratio('latency:ratio', labs)}" if "latency:ratio" in lv.have else "")
             + " its peers'"
         )
     else:
         why = "no per-unit request counter at this level, so the kind is unknown"
-    out.append({
-        "alert": HOT_ALERT,
-        "expr": hot,
-        "for": for_,
-        "labels": dict(static),
-        "annotations": {
-            "summary": f"{unit} runs hot: up to {{{{ $value | printf \"%.2f\" }}}}x the peer "
-                       f"median on {_driver(labs)} ({{{{ $labels.kind }}}} skew)",
-            "description": f"{unit} has been hot (>= {th.hot_ratio}x the peer median on a "
-                           f"load or queue signal) in at least {share} of the last {horizon}, "
-                           f"for {for_}: {why}. Full evidence: {cmd}",
-            "runbook_url": runbook_url(HOT_ALERT),
-        },
-    })
-    if "starved" in lv.have:
-        out.append({
-            "alert": STARVED_ALERT,
-            "expr": (
-                f"avg_over_time({lv.r('requests:starved_ratio')}[{horizon}])"
-                f" and on ({p}) {lv.r('group:active')}"
-                f" and on ({u}) (avg_over_time({lv.r('starved')}[{horizon}]) >= {share})"
-                f" and on ({u}) {judged('starved')}"
-            ),
+    out.append(
+        {
+            "alert": HOT_ALERT,
+            "expr": hot,
             "for": for_,
             "labels": dict(static),
             "annotations": {
-                "summary": f"{unit} gets {{{{ $value | printf \"%.2f\" }}}}x its peers' "
-                           "requests while they are busy",
-                "description": f"{unit} has served less than {th.starved_ratio}x the peer "
-                               f"median request rate in at least {share} of the last "
-                               f"{horizon}, for {for_}: check its health check, "
-                               f"service discovery and pool membership. Full evidence: {cmd}",
-                "runbook_url": runbook_url(STARVED_ALERT),
+                "summary": f'{unit} runs hot: up to {{{{ $value | printf "%.2f" }}}}x the peer '
+                f"median on {_driver(labs)} ({{{{ $labels.kind }}}} skew)",
+                "description": f"{unit} has been hot (>= {th.hot_ratio}x the peer median on a "
+                f"load or queue signal) in at least {share} of the last {horizon}, "
+                f"for {for_}: {why}. Full evidence: {cmd}",
+                "runbook_url": runbook_url(HOT_ALERT),
             },
-        })
+        }
+    )
+    if "starved" in lv.have:
+        out.append(
+            {
+                "alert": STARVED_ALERT,
+                "expr": (
+                    f"avg_over_time({lv.r('requests:starved_ratio')}[{horizon}])"
+                    f" and on ({p}) {lv.r('group:active')}"
+                    f" and on ({u}) (avg_over_time({lv.r('starved')}[{horizon}]) >= {share})"
+                    f" and on ({u}) {judged('starved')}"
+                ),
+                "for": for_,
+                "labels": dict(static),
+                "annotations": {
+                    "summary": f'{unit} gets {{{{ $value | printf "%.2f" }}}}x its peers\' '
+                    "requests while they are busy",
+                    "description": f"{unit} has served less than {th.starved_ratio}x the peer "
+                    f"median request rate in at least {share} of the last "
+                    f"{horizon}, for {for_}: check its health check, "
+                    f"service discovery and pool membership. Full evidence: {cmd}",
+                    "runbook_url": runbook_url(STARVED_ALERT),
+                },
+            }
+        )
     if "dp_gap:running" in lv.have:
         trend = th.trend_min_slope_share
         w_s = param("window_seconds")
@@ -153,27 +156,27 @@ def alerts(lv: LevelRules) -> list[dict[str, Any]]:
             tail = lv.r("ttft_ms:p99").replace(f'level="{lv.lv}"', 'level="instance"')
         inst = lst((*s.group_by, "instance", "dialect"))
         gap = lv.r("dp_gap:running")
-        out.append({
-            "alert": GAP_ALERT,
-            "expr": (
-                f"(deriv({gap}[{horizon}]) * {w_s} / (avg_over_time({gap}[{horizon}]) > 0)"
-                f" >= {trend})"
-                f" and on ({u}) ({lv.r('heat:ratio')} >= {th.hot_ratio})"
-                f" and on ({p}) {lv.r('group:active')}"
-                f" and on ({inst}) (deriv({tail}[{horizon}]) * {w_s}"
-                f" / avg_over_time({tail}[{horizon}]) >= {trend})"
-            ),
-            "for": for_,
-            "labels": dict(static),
-            "annotations": {
-                "summary": f"the running-request gap of {unit} to its sibling ranks keeps "
-                           "widening while the instance's P99 latency rises",
-                "description": f"{unit}: the gap grows by {{{{ $value | printf \"%.2f\" }}}} of "
-                               f"its mean per {w_s} s window (threshold {trend}) and the "
-                               f"instance's P99 rises as well. Full evidence: {cmd}",
-                "runbook_url": runbook_url(GAP_ALERT),
-            },
-        })
+        out.append(
+            {
+                "alert": GAP_ALERT,
+                "expr": (
+                    f"(deriv({gap}[{horizon}]) * {w_s} / (avg_over_time({gap}[{horizon}]) > 0)"
+                    f" >= {trend})"
+                    f" and on ({u}) ({lv.r('heat:ratio')} >= {th.hot_ratio})"
+                    f" and on ({p}) {lv.r('group:active')}"
+                    f" and on ({inst}) (deriv({tail}[{horizon}]) * {w_s}"
+                    f" / avg_over_time({tail}[{horizon}]) >= {trend})"
+                ),
+                "for": for_,
+                "labels": dict(static),
+                "annotations": {
+                    "summary": f"the running-request gap of {unit} to its sibling ranks keeps "
+                    "widening while the instance's P99 latency rises",
+                    "description": f'{unit}: the gap grows by {{{{ $value | printf "%.2f" }}}} of '
+                    f"its mean per {w_s} s window (threshold {trend}) and the "
+                    f"instance's P99 rises as well. Full evidence: {cmd}",
+                    "runbook_url": runbook_url(GAP_ALERT),
+                },
+            }
+        )
     return out
-
-

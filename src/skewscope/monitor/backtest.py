@@ -45,8 +45,9 @@ from skewscope.sources.dialects import DIALECTS
 
 MAX_POINTS = 10_000  # per query_range (Prometheus refuses more than 11,000 per series)
 UNIT_LABELS = ("alertname", "instance", "level", "kind", "severity", "dialect", "alertstate")
-RANK_LABELS: tuple[str, ...] = tuple(dict.fromkeys(
-    d.rank_label for d in DIALECTS.values() if d.rank_label is not None))
+RANK_LABELS: tuple[str, ...] = tuple(
+    dict.fromkeys(d.rank_label for d in DIALECTS.values() if d.rank_label is not None)
+)
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 _DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -101,18 +102,21 @@ def parse_rules(doc: Any, where: str) -> RuleSet:
                 raise InputError(f"{here}: expected a rule with an 'expr'")
             labels = rule.get("labels") or {}
             if not isinstance(labels, dict) or not all(
-                    isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+                isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+            ):
                 raise InputError(f"{here}.labels: expected a map of strings")
             expr = str(rule["expr"])
             if isinstance(rule.get("record"), str):
                 records.setdefault(rule["record"], []).append(
-                    Record(rule["record"], expr, dict(labels)))
+                    Record(rule["record"], expr, dict(labels))
+                )
             elif isinstance(rule.get("alert"), str):
                 if rule.get("keep_firing_for"):
                     raise InputError(f"{here}.keep_firing_for: not reproduced by backtest")
                 for_s = prom_seconds(str(rule["for"]), f"{here}.for") if rule.get("for") else 0.0
-                alerts.append(Alert(rule["alert"], expr, for_s, dict(labels),
-                                    str(group.get("name", g))))
+                alerts.append(
+                    Alert(rule["alert"], expr, for_s, dict(labels), str(group.get("name", g)))
+                )
             else:
                 raise InputError(f"{here}: expected a 'record' or an 'alert' name")
     if not alerts:
@@ -136,13 +140,17 @@ def load_rules(path: str | Path) -> RuleSet:
 
 # -- levels ---------------------------------------------------------------------------------
 
+
 def _refs(expr: str, names: set[str]) -> list[tuple[str, float]]:
     """(record name, range + offset it is read with, in seconds) for each reference."""
     if not names:
         return []
-    pat = re.compile(r"(?<![\w:])(" + "|".join(re.escape(n) for n in sorted(names, key=len,
-                     reverse=True)) + r")(?![\w:])(\{[^}]*\})?(\[[^\]]+\])?"
-                     r"(\s+offset\s+[0-9a-z]+)?")
+    pat = re.compile(
+        r"(?<![\w:])("
+        + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+        + r")(?![\w:])(\{[^}]*\})?(\[[^\]]+\])?"
+        r"(\s+offset\s+[0-9a-z]+)?"
+    )
     out = []
     for m in pat.finditer(expr):
         reach = 0.0
@@ -212,11 +220,12 @@ def instants(start: float, end: float, step_s: float) -> list[float]:
     return [first + k * step_s for k in range(max(n, 0))]
 
 
-def _matrix(query: QueryRange, expr: str, times: list[float], step_s: float
-            ) -> dict[tuple[tuple[str, str], ...], Series]:
+def _matrix(
+    query: QueryRange, expr: str, times: list[float], step_s: float
+) -> dict[tuple[tuple[str, str], ...], Series]:
     out: dict[tuple[tuple[str, str], ...], Series] = {}
     for k in range(0, len(times), MAX_POINTS):
-        chunk = times[k:k + MAX_POINTS]
+        chunk = times[k : k + MAX_POINTS]
         for s in query(expr, chunk[0], chunk[-1], step_s):
             labels = _labels_of(s)
             pts = out.setdefault(labels, {})
@@ -241,8 +250,9 @@ def _values_of(s: Any) -> Iterable[tuple[float, float]]:
     return ((float(t), float(v)) for t, v in vals)
 
 
-def firing_intervals(series: Series, times: list[float], for_s: float
-                     ) -> list[tuple[float, float, float]]:
+def firing_intervals(
+    series: Series, times: list[float], for_s: float
+) -> list[tuple[float, float, float]]:
     """(first firing instant, last firing instant, peak value) of one alert series, with the
     rule manager's pending -> firing -> resolved semantics over the evaluation ``times``."""
     out = []
@@ -274,8 +284,11 @@ def unit_of(labels: dict[str, str]) -> tuple[str, str, str | None]:
 
 
 def group_of(labels: dict[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())
-                    if k not in UNIT_LABELS and k not in RANK_LABELS)
+    return ",".join(
+        f"{k}={v}"
+        for k, v in sorted(labels.items())
+        if k not in UNIT_LABELS and k not in RANK_LABELS
+    )
 
 
 class Tsdb(Protocol):
@@ -286,8 +299,9 @@ class Tsdb(Protocol):
     def query(self, expr: str, start: float, end: float, step: float) -> list[Any]: ...
 
 
-def record_levels(query: QueryRange, tsdb: Tsdb, p: Plan, first: float, end: float,
-                  step_s: float) -> None:
+def record_levels(
+    query: QueryRange, tsdb: Tsdb, p: Plan, first: float, end: float, step_s: float
+) -> None:
     """Every record an alert reads, level by level, into ``tsdb`` (module docstring)."""
     for n, recs in enumerate(p.levels):
         src = query if n == 0 else tsdb.query
@@ -303,10 +317,15 @@ def record_levels(query: QueryRange, tsdb: Tsdb, p: Plan, first: float, end: flo
         tsdb.add(samples)
 
 
-def evaluate(query: QueryRange, rules: RuleSet, start: float, end: float, step_s: float,
-             level: str | None = None,
-             tsdb: Callable[[], AbstractContextManager[Tsdb]] | None = None,
-             ) -> list[AlertEpisode]:
+def evaluate(
+    query: QueryRange,
+    rules: RuleSet,
+    start: float,
+    end: float,
+    step_s: float,
+    level: str | None = None,
+    tsdb: Callable[[], AbstractContextManager[Tsdb]] | None = None,
+) -> list[AlertEpisode]:
     """Every alert episode of ``rules`` that fires in [start, end], evaluated every ``step_s``
     (``query`` is the user's ``PromClient.query_range_series``; ``tsdb`` opens the scratch
     TSDB, needed only when an alert reads a recording rule)."""
@@ -318,15 +337,24 @@ def evaluate(query: QueryRange, rules: RuleSet, start: float, end: float, step_s
         scratch: Tsdb | None = None
         if any(p.alert_refs.values()):
             if tsdb is None:
-                raise UsageError("backtest: the alerts read recording rules: a scratch TSDB is "
-                                 "needed")
+                raise UsageError(
+                    "backtest: the alerts read recording rules: a scratch TSDB is needed"
+                )
             scratch = stack.enter_context(tsdb())
             record_levels(query, scratch, p, first, end, step_s)
         return _alerts(query, scratch, rules, p, start, end, step_s, level)
 
 
-def _alerts(query: QueryRange, scratch: Tsdb | None, rules: RuleSet, p: Plan, start: float,
-            end: float, step_s: float, level: str | None) -> list[AlertEpisode]:
+def _alerts(
+    query: QueryRange,
+    scratch: Tsdb | None,
+    rules: RuleSet,
+    p: Plan,
+    start: float,
+    end: float,
+    step_s: float,
+    level: str | None,
+) -> list[AlertEpisode]:
     episodes: list[AlertEpisode] = []
     for alert in rules.alerts:
         src = scratch.query if scratch is not None and p.alert_refs[alert.name] else query
@@ -342,17 +370,30 @@ def _alerts(query: QueryRange, scratch: Tsdb | None, rules: RuleSet, p: Plan, st
             for first, last, peak in firing_intervals(series, times, alert.for_s):
                 if last < start:
                     continue
-                episodes.append(AlertEpisode(
-                    alert=alert.name, level=lv, instance=inst, dp_rank=rank, kind=kind,
-                    start=max(first, start), end=last, peak=peak, group=group_of(labels),
-                    labels=tuple(sorted(labels.items())),
-                ))
+                episodes.append(
+                    AlertEpisode(
+                        alert=alert.name,
+                        level=lv,
+                        instance=inst,
+                        dp_rank=rank,
+                        kind=kind,
+                        start=max(first, start),
+                        end=last,
+                        peak=peak,
+                        group=group_of(labels),
+                        labels=tuple(sorted(labels.items())),
+                    )
+                )
     episodes.sort(key=lambda a: (a.start, a.alert, a.labels))
     return episodes
 
 
-def generated_rules(dialects: tuple[str, ...] | None = None, window_s: float = 300.0,
-                    for_s: float | None = None, **options: Any) -> RuleSet:
+def generated_rules(
+    dialects: tuple[str, ...] | None = None,
+    window_s: float = 300.0,
+    for_s: float | None = None,
+    **options: Any,
+) -> RuleSet:
     """The rules ``skewscope rules`` writes with these options, parsed for ``evaluate``."""
     from skewscope.monitor.rules import RuleOptions, build_rules
 
@@ -362,10 +403,19 @@ def generated_rules(dialects: tuple[str, ...] | None = None, window_s: float = 3
     return parse_rules(build_rules(opts), "generated rules")
 
 
-def backtest_url(url: str, start: float, end: float, *, dialect: str | None = None,
-                 rules: RuleSet | None = None, window_s: float = 300.0, step_s: float = 60.0,
-                 level: str | None = None, timeout_s: float = 300.0,
-                 **options: Any) -> list[AlertEpisode]:
+def backtest_url(
+    url: str,
+    start: float,
+    end: float,
+    *,
+    dialect: str | None = None,
+    rules: RuleSet | None = None,
+    window_s: float = 300.0,
+    step_s: float = 60.0,
+    level: str | None = None,
+    timeout_s: float = 300.0,
+    **options: Any,
+) -> list[AlertEpisode]:
     """The alert episodes of ``rules`` (default: the generated rules of ``dialect`` with
     ``window_s`` and ``options``, as ``RuleOptions`` takes them) over [start, end] of the
     Prometheus at ``url`` (no credentials), evaluated every ``step_s``: the library form of
@@ -377,7 +427,14 @@ def backtest_url(url: str, start: float, end: float, *, dialect: str | None = No
         rules = generated_rules((dialect,) if dialect else None, window_s, **options)
     client = PromClient(url, timeout_s=timeout_s)
     try:
-        return evaluate(client.query_range_series, rules, start, end, step_s, level=level,
-                        tsdb=lambda: scratch(step_s, timeout_s))
+        return evaluate(
+            client.query_range_series,
+            rules,
+            start,
+            end,
+            step_s,
+            level=level,
+            tsdb=lambda: scratch(step_s, timeout_s),
+        )
     finally:
         client.close()

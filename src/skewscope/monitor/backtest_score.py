@@ -57,8 +57,9 @@ def names(a: AlertEpisode, t: TruthEpisode) -> bool:
     return t.level != Level.DP or t.dp_rank is None or a.dp_rank == t.dp_rank
 
 
-def score(alerts: list[AlertEpisode], truth: list[TruthEpisode], span_s: float,
-          grace_s: float) -> Score:
+def score(
+    alerts: list[AlertEpisode], truth: list[TruthEpisode], span_s: float, grace_s: float
+) -> Score:
     """The alerts against the truth (module docstring); ``span_s`` is the range evaluated."""
     matched: set[int] = set()
     matches = []
@@ -75,13 +76,28 @@ def score(alerts: list[AlertEpisode], truth: list[TruthEpisode], span_s: float,
     detected = sum(m.detected for m in matches)
     precision = len(matched) / len(alerts) if alerts else None
     recall = detected / len(matches) if matches else None
-    f1 = (None if precision is None or recall is None
-          else 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall))
+    f1 = (
+        None
+        if precision is None or recall is None
+        else 0.0
+        if precision + recall == 0
+        else 2 * precision * recall / (precision + recall)
+    )
     delays = sorted(d for m in matches if (d := m.delay_s) is not None)
     return Score(
-        tuple(matches), false, len(alerts), len(matched), span_s, grace_s,
-        detected=detected, missed=len(matches) - detected, precision=precision, recall=recall,
-        f1=f1, delays_s=tuple(delays), median_delay_s=quantile(delays, 0.5),
+        tuple(matches),
+        false,
+        len(alerts),
+        len(matched),
+        span_s,
+        grace_s,
+        detected=detected,
+        missed=len(matches) - detected,
+        precision=precision,
+        recall=recall,
+        f1=f1,
+        delays_s=tuple(delays),
+        median_delay_s=quantile(delays, 0.5),
         p90_delay_s=quantile(delays, 0.9),
         false_alerts_per_day=len(false) / (span_s / 86_400) if span_s > 0 else 0.0,
         kind_correct=sum(m.detected and m.kind_correct for m in matches),
@@ -99,6 +115,7 @@ def alerts_per_day(alerts: list[AlertEpisode], span_s: float) -> dict[str, float
 
 # -- the truth file --------------------------------------------------------------------------
 
+
 def _time(value: Any, where: str) -> float:
     if isinstance(value, bool):
         raise InputError(f"{where}: expected epoch seconds or an RFC 3339 time, got {value!r}")
@@ -110,13 +127,15 @@ def _time(value: Any, where: str) -> float:
         try:
             t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise InputError(f"{where}: expected epoch seconds or an RFC 3339 time, "
-                             f"got {value[:60]!r}") from None
+            raise InputError(
+                f"{where}: expected epoch seconds or an RFC 3339 time, got {value[:60]!r}"
+            ) from None
         if t.tzinfo is None:
             raise InputError(f"{where}: {value[:60]!r} has no UTC offset (RFC 3339 needs one)")
         return t.timestamp()
-    raise InputError(f"{where}: expected epoch seconds or an RFC 3339 time, got "
-                     f"{type(value).__name__}")
+    raise InputError(
+        f"{where}: expected epoch seconds or an RFC 3339 time, got {type(value).__name__}"
+    )
 
 
 def _text(doc: dict[str, Any], key: str, where: str, optional: bool = False) -> str | None:
@@ -149,11 +168,17 @@ def parse_truth(doc: Any, where: str) -> list[TruthEpisode]:
         start, end = _time(e.get("start"), f"{at}.start"), _time(e.get("end"), f"{at}.end")
         if end < start:
             raise InputError(f"{at}: end is before start")
-        out.append(TruthEpisode(
-            id=_text(e, "id", at, optional=True) or f"episode-{n}", level=level,
-            instance=str(_text(e, "instance", at)), dp_rank=rank,
-            kind=str(_text(e, "kind", at)), start=start, end=end,
-        ))
+        out.append(
+            TruthEpisode(
+                id=_text(e, "id", at, optional=True) or f"episode-{n}",
+                level=level,
+                instance=str(_text(e, "instance", at)),
+                dp_rank=rank,
+                kind=str(_text(e, "kind", at)),
+                start=start,
+                end=end,
+            )
+        )
     return out
 
 

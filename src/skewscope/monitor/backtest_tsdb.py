@@ -37,12 +37,14 @@ def binaries() -> tuple[str, str]:
     """(prometheus, promtool) from PATH, or one UsageError line saying why both are needed."""
     prom, tool = shutil.which("prometheus"), shutil.which("promtool")
     if prom is None or tool is None:
-        missing = " and ".join(n for n, p in (("prometheus", prom), ("promtool", tool))
-                               if p is None)
+        missing = " and ".join(
+            n for n, p in (("prometheus", prom), ("promtool", tool)) if p is None
+        )
         raise UsageError(
             f"backtest: {missing} not found on PATH: the recording rules are evaluated level "
             "by level in a local scratch Prometheus (docs/monitoring.md, Backtest); install "
-            "Prometheus, or backtest a --rules file whose alerts read no recording rule")
+            "Prometheus, or backtest a --rules file whose alerts read no recording rule"
+        )
     return prom, tool
 
 
@@ -63,8 +65,7 @@ def write_openmetrics(samples: Samples, out: IO[str]) -> int:
     n = 0
     for labels, series in sorted(samples, key=lambda s: s[0]["__name__"]):
         name = labels["__name__"]
-        body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items())
-                        if k != "__name__")
+        body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()) if k != "__name__")
         head = f"{name}{{{body}}}" if body else name
         for t in sorted(series):
             out.write(f"{head} {_value(series[t])} {t:.3f}\n")
@@ -112,12 +113,23 @@ class ScratchTSDB:
             n = write_openmetrics(samples, f)
         if n:
             done = subprocess.run(
-                [self.promtool, "tsdb", "create-blocks-from", "openmetrics", str(om),
-                 str(self._blocks)], capture_output=True, text=True, timeout=BACKFILL_S)
+                [
+                    self.promtool,
+                    "tsdb",
+                    "create-blocks-from",
+                    "openmetrics",
+                    str(om),
+                    str(self._blocks),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=BACKFILL_S,
+            )
             if done.returncode != 0:
                 last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-                raise SourceError(f"backtest: promtool could not backfill level {self._n}: "
-                                  f"{last[:200]}")
+                raise SourceError(
+                    f"backtest: promtool could not backfill level {self._n}: {last[:200]}"
+                )
         om.unlink()
         self._start()
 
@@ -131,10 +143,14 @@ class ScratchTSDB:
         self._stop()
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
-        cmd = [self.prom, f"--config.file={self._tmp / 'prometheus.yml'}",
-               f"--storage.tsdb.path={self._blocks}", "--storage.tsdb.retention.time=100y",
-               f"--query.lookback-delta={duration(self.step_s / 2)}",
-               f"--web.listen-address=127.0.0.1:{port}"]
+        cmd = [
+            self.prom,
+            f"--config.file={self._tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self._blocks}",
+            "--storage.tsdb.retention.time=100y",
+            f"--query.lookback-delta={duration(self.step_s / 2)}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
         log = (self._tmp / "prometheus.log").open("ab")
         self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -149,8 +165,10 @@ class ScratchTSDB:
             time.sleep(0.1)
         tail = (self._tmp / "prometheus.log").read_text(errors="replace").strip()
         self._stop()
-        raise SourceError("backtest: the scratch Prometheus did not start: "
-                          f"{(tail.splitlines() or ['no log'])[-1][:200]}")
+        raise SourceError(
+            "backtest: the scratch Prometheus did not start: "
+            f"{(tail.splitlines() or ['no log'])[-1][:200]}"
+        )
 
     def _stop(self) -> None:
         if self._client is not None:

@@ -42,20 +42,33 @@ PANELS: tuple[Panel, ...] = (
     Panel("Request rate", "reqps", ("requests",), "Finished requests per second."),
     Panel("Prompt tokens/s", "short", ("prompt_tokens",), "Prefill tokens per second."),
     Panel("Generation tokens/s", "short", ("generation_tokens",), "Decode tokens per second."),
-    Panel("Tokens per request", "short", ("prompt_tokens", "generation_tokens", "requests"),
-          "(prompt + generation tokens) / requests: heavier requests show here (weight skew)."),
+    Panel(
+        "Tokens per request",
+        "short",
+        ("prompt_tokens", "generation_tokens", "requests"),
+        "(prompt + generation tokens) / requests: heavier requests show here (weight skew).",
+    ),
     Panel("Running requests", "short", ("running",), "Requests in the running batch."),
     Panel("Waiting requests", "short", ("waiting",), "Requests queued for a batch slot."),
     Panel("Queue time (mean)", "ms", ("queue_wait_mean_ms",), "Mean time spent waiting."),
     Panel("TTFT P99", "ms", ("ttft_p99_ms",), "Time to first token, 99th percentile."),
     Panel("E2E latency P99", "ms", ("e2e_p99_ms",), "End-to-end latency, 99th percentile."),
-    Panel("KV cache usage", "percentunit", ("kv_usage",),
-          "KV-cache usage (MindIE reports percent, 0-100)."),
+    Panel(
+        "KV cache usage",
+        "percentunit",
+        ("kv_usage",),
+        "KV-cache usage (MindIE reports percent, 0-100).",
+    ),
     Panel("Free KV blocks", "short", ("free_blocks_min",), "Lowest free KV-cache block count."),
 )
 # Signals whose max/median across peers is drawn (the load and pressure signals of step 1).
-RATIO_SIGNALS: tuple[str, ...] = ("requests", "prompt_tokens", "generation_tokens", "running",
-                                  "waiting")
+RATIO_SIGNALS: tuple[str, ...] = (
+    "requests",
+    "prompt_tokens",
+    "generation_tokens",
+    "running",
+    "waiting",
+)
 
 
 def _scopes(opts: DashboardOptions, level: Level) -> list[Scope]:
@@ -168,11 +181,16 @@ def _row(opts: DashboardOptions, level: Level) -> Iterable[Any]:
     ]
     hot = opts.thresholds.hot_ratio  # the line a unit crosses to be hot (rules, diagnose)
     peers = "instances of a peer group" if level is Level.INSTANCE else "ranks of an instance"
-    yield _hot_line(timeseries_panel(
-        "Max / median across peers", "short",
-        f"Largest unit over the median of the {peers}; 1 is balanced, {hot:g} (hot_ratio, the "
-        "dashed line) is where a unit starts to count as hot.", targets,
-    ), hot)
+    yield _hot_line(
+        timeseries_panel(
+            "Max / median across peers",
+            "short",
+            f"Largest unit over the median of the {peers}; 1 is balanced, {hot:g} (hot_ratio, the "
+            "dashed line) is where a unit starts to count as hot.",
+            targets,
+        ),
+        hot,
+    )
 
 
 def _hot_line(panel: Any, hot: float) -> Any:
@@ -183,8 +201,9 @@ def _hot_line(panel: Any, hot: float) -> Any:
     from grafana_foundation_sdk.models.dashboard import Threshold, ThresholdsMode
 
     steps = [Threshold(value=None, color="green"), Threshold(value=hot, color="red")]
-    return (panel.thresholds(ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps(steps))
-            .thresholds_style(GraphThresholdsStyleConfig().mode(GraphTresholdsStyleMode.DASHED)))
+    return panel.thresholds(
+        ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps(steps)
+    ).thresholds_style(GraphThresholdsStyleConfig().mode(GraphTresholdsStyleMode.DASHED))
 
 
 def alerts_annotation(opts: DashboardOptions) -> str:

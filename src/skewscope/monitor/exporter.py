@@ -138,8 +138,10 @@ def _app(status: Callable[[], WatchStatus], registry: CollectorRegistry) -> Any:
         if path not in PROBES:
             return metrics(environ, start_response)
         ok, text = (True, "ok") if path == "/healthz" else readiness(status())
-        start_response("200 OK" if ok else "503 Service Unavailable",
-                       [("Content-Type", "text/plain; charset=utf-8")])
+        start_response(
+            "200 OK" if ok else "503 Service Unavailable",
+            [("Content-Type", "text/plain; charset=utf-8")],
+        )
         return [(text + "\n").encode()]
 
     return app
@@ -165,10 +167,12 @@ def serve(status: Callable[[], WatchStatus], listen: str) -> tuple[Any, str]:
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
     try:
-        server = make_server(host, port, _app(status, registry), Server,
-                             handler_class=_QuietHandler)
-        threading.Thread(target=server.serve_forever, daemon=True,
-                         name="skewscope-exporter").start()
+        server = make_server(
+            host, port, _app(status, registry), Server, handler_class=_QuietHandler
+        )
+        threading.Thread(
+            target=server.serve_forever, daemon=True, name="skewscope-exporter"
+        ).start()
     except OSError as e:
         raise UsageError(f"--listen {listen}: cannot listen ({e.strerror or e})") from None
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])

@@ -63,9 +63,9 @@ _TIMES = ("onset_s", "last_seen_s")  # must be finite numbers
 _OPTIONAL_NUMBERS = ("peak_ratio", "end_s", "confirmed_s")  # NULL reads as "none"
 
 
-_PG_FAMILY = {t: "number" for t in ("double precision", "real", "numeric", "integer",
-                                     "bigint", "smallint")} | {
-    t: "text" for t in ("text", "character varying", "character")}
+_PG_FAMILY = {
+    t: "number" for t in ("double precision", "real", "numeric", "integer", "bigint", "smallint")
+} | {t: "text" for t in ("text", "character varying", "character")}
 
 
 def _sqlite_family(declared: str) -> str:
@@ -157,8 +157,15 @@ class HistoryStore:
     """Incidents table over a DB-API connection (sqlite3 or psycopg). ``problems`` collects the
     rows the last read skipped (BadRow), for the caller to report."""
 
-    def __init__(self, conn: Any, *, postgres: bool, shown: str, writer: str | None = None,
-                 db_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        postgres: bool,
+        shown: str,
+        writer: str | None = None,
+        db_errors: tuple[type[BaseException], ...] = (sqlite3.Error,),
+    ) -> None:
         self.conn = conn
         self.db_errors = db_errors  # the driver's errors: a read that fails is one line
         self.postgres = postgres
@@ -181,9 +188,11 @@ class HistoryStore:
     def _columns(self) -> dict[str, str]:
         """Column name -> its type family: "number", "text" or "any" (SQLite without a type)."""
         if self.postgres:
-            rows = self._exec("SELECT column_name, data_type FROM information_schema.columns "
-                              "WHERE table_name = ? AND table_schema = current_schema()",
-                              (TABLE,)).fetchall()
+            rows = self._exec(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_name = ? AND table_schema = current_schema()",
+                (TABLE,),
+            ).fetchall()
             return {str(r[0]): _PG_FAMILY.get(str(r[1]).lower(), str(r[1])) for r in rows}
         rows = self._exec(f"PRAGMA table_info({TABLE})").fetchall()
         return {str(r[1]): _sqlite_family(str(r[2] or "")) for r in rows}
@@ -197,19 +206,25 @@ class HistoryStore:
         where = f"history {self.shown}: table {TABLE}"
         extra = [c for c in have if c not in want]
         if extra:
-            raise InputError(f"{where} has a column {one_line(extra[0], 80)!r} skewscope does "
-                             f"not write (expected {', '.join(want)}): not a skewscope history, "
-                             "or one from another version")
+            raise InputError(
+                f"{where} has a column {one_line(extra[0], 80)!r} skewscope does "
+                f"not write (expected {', '.join(want)}): not a skewscope history, "
+                "or one from another version"
+            )
         for c, family in have.items():
             need = "text" if c in (*_TEXT, *_OPTIONAL_TEXT) else "number"
             if family not in (need, "any"):
-                raise InputError(f"{where} has column {c!r} of type {one_line(family, 40)}, "
-                                 f"expected {need}: not a skewscope history")
+                raise InputError(
+                    f"{where} has column {c!r} of type {one_line(family, 40)}, "
+                    f"expected {need}: not a skewscope history"
+                )
         missing = [c for c in want if c not in have]
         for c in missing:
             if c not in MIGRATED:
-                raise InputError(f"{where} has no column {c!r} (expected {', '.join(want)}): "
-                                 "not a skewscope history")
+                raise InputError(
+                    f"{where} has no column {c!r} (expected {', '.join(want)}): "
+                    "not a skewscope history"
+                )
         for c in missing:  # an older version's table
             self._exec(f"ALTER TABLE {TABLE} ADD COLUMN {c} {_TYPES[c]}")
 
@@ -230,15 +245,19 @@ class HistoryStore:
             self.conn.commit()
             return replace(incident, id=new_id)
         sets = ", ".join(f"{c} = ?" for c in (*COLUMNS, LEASE))
-        self._exec(f"UPDATE {TABLE} SET {sets} WHERE id = ? AND writer = ?",
-                   (*values, lease, incident.id, self.writer))
+        self._exec(
+            f"UPDATE {TABLE} SET {sets} WHERE id = ? AND writer = ?",
+            (*values, lease, incident.id, self.writer),
+        )
         self.conn.commit()
         return incident
 
     def renew(self, lease_until: float) -> None:
         """This writer is alive: its open incidents are not orphans before ``lease_until``."""
-        self._exec(f"UPDATE {TABLE} SET {LEASE} = ? WHERE writer = ? AND end_s IS NULL",
-                   (lease_until, self.writer))
+        self._exec(
+            f"UPDATE {TABLE} SET {LEASE} = ? WHERE writer = ? AND end_s IS NULL",
+            (lease_until, self.writer),
+        )
         self.conn.commit()
 
     def close_orphans(self, now: float) -> int:
@@ -253,12 +272,14 @@ class HistoryStore:
             )
             self.conn.commit()
         except self.db_errors as e:  # at watch's start: one line, not a traceback
-            raise InputError(f"history {self.shown}: cannot write to {TABLE}: "
-                             f"{one_line(str(e))}") from None
+            raise InputError(
+                f"history {self.shown}: cannot write to {TABLE}: {one_line(str(e))}"
+            ) from None
         return max(0, int(cur.rowcount))
 
-    def _rows(self, where: str = "", params: Sequence[Any] = (), limit: int | None = None
-              ) -> list[Incident]:
+    def _rows(
+        self, where: str = "", params: Sequence[Any] = (), limit: int | None = None
+    ) -> list[Incident]:
         sql = f"SELECT {', '.join(COLUMNS)}, id FROM {TABLE} {where} ORDER BY onset_s DESC, id DESC"
         if limit is not None:
             sql += f" LIMIT {max(1, min(int(limit), SQL_INT_MAX))}"
@@ -266,20 +287,21 @@ class HistoryStore:
         try:
             rows = self._exec(sql, params).fetchall()
         except caught as e:
-            raise InputError(f"history {self.shown}: cannot read {TABLE}: {one_line(str(e))}"
-                             ) from None
+            raise InputError(
+                f"history {self.shown}: cannot read {TABLE}: {one_line(str(e))}"
+            ) from None
         self.problems = []
         out = []
         for row in rows:
             try:
-                out.append(decode_row({**dict(zip(COLUMNS, row[:-1], strict=True)),
-                                       "id": row[-1]}))
+                out.append(decode_row({**dict(zip(COLUMNS, row[:-1], strict=True)), "id": row[-1]}))
             except BadRow as bad:
                 self.problems.append(bad)
         return out
 
-    def list(self, limit: int | None = None, unit: str | None = None,
-             open_only: bool = False) -> list[Incident]:
+    def list(
+        self, limit: int | None = None, unit: str | None = None, open_only: bool = False
+    ) -> list[Incident]:
         """Newest first; rows that are not incidents are skipped into ``problems``."""
         clauses, params = [], []
         if unit:
@@ -330,8 +352,9 @@ def open_store(target: str | None = None, *, create: bool = True) -> HistoryStor
         return HistoryStore(conn, postgres=False, shown=str(path))
     except sqlite3.DatabaseError as e:
         conn.close()
-        raise InputError(f"history {path}: not a usable SQLite history ({one_line(str(e))})"
-                         ) from None
+        raise InputError(
+            f"history {path}: not a usable SQLite history ({one_line(str(e))})"
+        ) from None
     except BaseException:
         conn.close()
         raise

@@ -61,8 +61,9 @@ def _worse(new: float, old: float, kind: str) -> bool:
 class IncidentTracker:
     """Open incidents by (unit, level); ``update`` returns the incidents that changed."""
 
-    def __init__(self, source: str = "", calm_runs: int = CALM_RUNS,
-                 open_runs: int = OPEN_RUNS) -> None:
+    def __init__(
+        self, source: str = "", calm_runs: int = CALM_RUNS, open_runs: int = OPEN_RUNS
+    ) -> None:
         if calm_runs < 1 or open_runs < 1:
             raise ValueError("calm_runs and open_runs must be at least 1")
         self.source = source
@@ -88,8 +89,17 @@ class IncidentTracker:
                 if runs + 1 < self.open_runs:
                     self.pending[key] = (runs + 1, first)
                     continue
-                cur = Incident(h.unit, h.level, h.kind, first, at_s, h.ratio, h.summary,
-                               source=self.source, confirmed_s=at_s)
+                cur = Incident(
+                    h.unit,
+                    h.level,
+                    h.kind,
+                    first,
+                    at_s,
+                    h.ratio,
+                    h.summary,
+                    source=self.source,
+                    confirmed_s=at_s,
+                )
             elif _worse(h.ratio, cur.peak_ratio, cur.kind):
                 cur = replace(cur, last_seen_s=at_s, peak_ratio=h.ratio, summary=h.summary)
             else:

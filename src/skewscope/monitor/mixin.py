@@ -71,15 +71,16 @@ def mixin_files(opts: RuleOptions, dash: DashboardOptions) -> dict[str, str]:
     """Path inside the mixin -> text. ``dash`` must read the same dialects, group-by labels
     and selector as ``opts`` (the mixin checks one shape for both)."""
     if (dash.dialects, dash.group_by, dash.selector) != (
-        opts.dialects, opts.group_by, opts.selector
+        opts.dialects,
+        opts.group_by,
+        opts.selector,
     ):
         raise ValueError("the mixin's rules and dashboard must share their shape")
     template = build_template(opts)
     files = {name: (JSONNET_DIR / name).read_text(encoding="utf-8") for name in STATIC}
     files["config.libsonnet"] = _config(opts, dash)
     files["shape.json"] = _json(
-        {"dialects": list(opts.dialects), "groupBy": list(opts.group_by),
-         "selector": opts.selector}
+        {"dialects": list(opts.dialects), "groupBy": list(opts.group_by), "selector": opts.selector}
     )
     for part, key in (("rules", "records"), ("alerts", "alerts")):
         files[f"{part}/templates.json"] = _json(

@@ -15,8 +15,9 @@ def datasource() -> Any:
     return DataSourceRef(type_val="prometheus", uid=f"${{{DS_VAR}}}")
 
 
-def timeseries_panel(title: str, unit: str, description: str,
-                     targets: list[tuple[str, str]]) -> Any:
+def timeseries_panel(
+    title: str, unit: str, description: str, targets: list[tuple[str, str]]
+) -> Any:
     """A time-series panel of ``targets`` (PromQL, legend format), legend as a table."""
     from grafana_foundation_sdk.builders import common, prometheus, timeseries
     from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement

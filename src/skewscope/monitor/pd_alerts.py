@@ -52,8 +52,11 @@ def pd_rules(lv: LevelRules) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     """(records, alerts) of the P/D imbalance for one dialect at instance level (none at DP
     level, for a dialect whose stack names no pool, or without running and waiting records)."""
     roles = ROLE_LABELS.get(lv.d, ())
-    if lv.s.level is not Level.INSTANCE or not roles or not {"running:avg", "waiting:avg"} <= (
-            lv.have):
+    if (
+        lv.s.level is not Level.INSTANCE
+        or not roles
+        or not {"running:avg", "waiting:avg"} <= (lv.have)
+    ):
         return [], []
     pools = " or ".join(f"({pool_map(r, lv.s.selector, lv.s.group_by)})" for r in roles)
     on = lst(join_labels(lv.s.group_by))
@@ -61,28 +64,38 @@ def pd_rules(lv: LevelRules) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     static = {"level": lv.lv, "dialect": lv.d}
     records = []
     for name in ("running", "waiting"):
-        expr = (f"avg by ({by}) ({lv.r(f'{name}:avg')} * on ({on}) group_left "
-                f"({POOL_LABEL}) ({pools}))")
-        records.append({"record": f"skewscope:pool_{name}:avg", "expr": expr,
-                        "labels": dict(static)})
+        expr = (
+            f"avg by ({by}) ({lv.r(f'{name}:avg')} * on ({on}) group_left ({POOL_LABEL}) ({pools}))"
+        )
+        records.append(
+            {"record": f"skewscope:pool_{name}:avg", "expr": expr, "labels": dict(static)}
+        )
     th = lv.th
 
     def pool(name: str, p: str) -> str:
         return f'skewscope:pool_{name}:avg{{level="{lv.lv}", dialect="{lv.d}", pool="{p}"}}'
 
     on = f"ignoring ({POOL_LABEL})"  # the two pools of one peer group
-    ratio = (f"({pool('running', PREFILL)} / {on} clamp_min({pool('running', DECODE)}, "
-             f"{th.floor_running}))")
+    ratio = (
+        f"({pool('running', PREFILL)} / {on} clamp_min({pool('running', DECODE)}, "
+        f"{th.floor_running}))"
+    )
     prefill_bound = (
         f"({pool('waiting', PREFILL)} >= {th.pd_min_waiting}) and {on} "
         f"(({pool('waiting', DECODE)} < {th.pd_idle_waiting}) or {on} "
-        f"({ratio} > {th.pd_running_ratio}))")
-    decode_bound = (f"({pool('waiting', DECODE)} >= {th.pd_min_waiting}) and {on} "
-                    f"({pool('waiting', PREFILL)} < {th.pd_idle_waiting})")
+        f"({ratio} > {th.pd_running_ratio}))"
+    )
+    decode_bound = (
+        f"({pool('waiting', DECODE)} >= {th.pd_min_waiting}) and {on} "
+        f"({pool('waiting', PREFILL)} < {th.pd_idle_waiting})"
+    )
     for_ = param("for")
     sel = ",".join(f'{lab}="{{{{ $labels.{lab} }}}}"' for lab in lv.s.group_by)
-    cmd = ("skewscope diagnose --prometheus {{ $externalURL }} --last " + param("lookback")
-           + (f" --selector '{{{sel}}}'" if sel else ""))
+    cmd = (
+        "skewscope diagnose --prometheus {{ $externalURL }} --last "
+        + param("lookback")
+        + (f" --selector '{{{sel}}}'" if sel else "")
+    )
     alert = {
         "alert": PD_ALERT,
         "expr": f"({prefill_bound}) or ({decode_bound})",
@@ -90,15 +103,21 @@ def pd_rules(lv: LevelRules) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         "labels": {"severity": "warning", **static},
         "annotations": {
             "summary": "The {{ $labels.pool }} pool is saturated while the other pool idles: "
-                       "{{ $value | printf \"%.1f\" }} requests waiting per {{ $labels.pool }} "
-                       "instance",
+            '{{ $value | printf "%.1f" }} requests waiting per {{ $labels.pool }} '
+            "instance",
             "description": (
-                "For " + for_ + " the {{ $labels.pool }} pool has queued at least "
-                + th.pd_min_waiting + " requests per instance while the other pool waits under "
-                + th.pd_idle_waiting + " (or, for prefill, runs " + th.pd_running_ratio
+                "For "
+                + for_
+                + " the {{ $labels.pool }} pool has queued at least "
+                + th.pd_min_waiting
+                + " requests per instance while the other pool waits under "
+                + th.pd_idle_waiting
+                + " (or, for prefill, runs "
+                + th.pd_running_ratio
                 + "x the decode pool's requests per instance): the P:D ratio does not fit "
                 "the traffic. Re-balance the pools or adjust the router's P/D selection. "
-                "Full evidence: " + cmd),
+                "Full evidence: " + cmd
+            ),
             "runbook_url": f"{param('runbook_url_base')}/{PD_ALERT}.md",
         },
     }

@@ -24,12 +24,18 @@ if TYPE_CHECKING:
 
 ROW_TITLE = "Prefill / decode pools"
 PD_PANELS: tuple[tuple[str, str, str], ...] = (
-    ("Waiting requests per instance, by pool", "waiting",
-     "Mean waiting requests per instance of each pool: one pool's queue well above the other's "
-     "is SkewscopePDImbalance (the P:D ratio does not fit the traffic)."),
-    ("Running requests per instance, by pool", "running",
-     "Mean running requests per instance of each pool; prefill over decode above "
-     "pd_running_ratio is llm-d's LLMDPrefillDecodeImbalance."),
+    (
+        "Waiting requests per instance, by pool",
+        "waiting",
+        "Mean waiting requests per instance of each pool: one pool's queue well above the other's "
+        "is SkewscopePDImbalance (the P:D ratio does not fit the traffic).",
+    ),
+    (
+        "Running requests per instance, by pool",
+        "running",
+        "Mean running requests per instance of each pool; prefill over decode above "
+        "pd_running_ratio is llm-d's LLMDPrefillDecodeImbalance.",
+    ),
 )
 
 

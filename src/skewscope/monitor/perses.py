@@ -41,7 +41,8 @@ def _panel(p: dict[str, Any]) -> dict[str, Any]:
     steps = [s for s in defaults.get("thresholds", {}).get("steps", []) if s["value"] is not None]
     if steps:  # the hot_ratio line of the max/median panels
         chart["thresholds"] = {
-            "mode": "absolute", "defaultColor": "green",
+            "mode": "absolute",
+            "defaultColor": "green",
             "steps": [{"value": s["value"], "color": s["color"]} for s in steps],
         }
     return {
@@ -50,10 +51,18 @@ def _panel(p: dict[str, Any]) -> dict[str, Any]:
             "display": {"name": p["title"], "description": p.get("description", "")},
             "plugin": {"kind": "TimeSeriesChart", "spec": chart},
             "queries": [
-                {"kind": "TimeSeriesQuery", "spec": {"plugin": {
-                    "kind": "PrometheusTimeSeriesQuery",
-                    "spec": {"query": t["expr"], "seriesNameFormat": t.get("legendFormat", "")},
-                }}}
+                {
+                    "kind": "TimeSeriesQuery",
+                    "spec": {
+                        "plugin": {
+                            "kind": "PrometheusTimeSeriesQuery",
+                            "spec": {
+                                "query": t["expr"],
+                                "seriesNameFormat": t.get("legendFormat", ""),
+                            },
+                        }
+                    },
+                }
                 for t in p.get("targets", [])
             ],
         },
@@ -65,21 +74,25 @@ def _variables(opts: DashboardOptions, grafana: dict[str, Any]) -> list[dict[str
     queries = {v["name"]: v["query"] for v in grafana["templating"]["list"] if v["type"] == "query"}
     for lab in variable_labels(opts):
         # Grafana's label_values({matchers}, label): the same matchers, as a series selector
-        matchers = queries[lab][len("label_values("):-len(f", {lab})")]
-        out.append({
-            "kind": "ListVariable",
-            "spec": {
-                "name": lab,
-                "display": {"name": lab, "hidden": False},
-                "allowAllValue": True,
-                "allowMultiple": True,
-                "customAllValue": ".*",
-                "defaultValue": "$__all",
-                "sort": "alphabetical-asc",
-                "plugin": {"kind": "PrometheusLabelValuesVariable",
-                           "spec": {"labelName": lab, "matchers": [matchers]}},
-            },
-        })
+        matchers = queries[lab][len("label_values(") : -len(f", {lab})")]
+        out.append(
+            {
+                "kind": "ListVariable",
+                "spec": {
+                    "name": lab,
+                    "display": {"name": lab, "hidden": False},
+                    "allowAllValue": True,
+                    "allowMultiple": True,
+                    "customAllValue": ".*",
+                    "defaultValue": "$__all",
+                    "sort": "alphabetical-asc",
+                    "plugin": {
+                        "kind": "PrometheusLabelValuesVariable",
+                        "spec": {"labelName": lab, "matchers": [matchers]},
+                    },
+                },
+            }
+        )
     return out
 
 
@@ -92,16 +105,28 @@ def build_perses(opts: DashboardOptions) -> dict[str, Any]:
     for p in grafana["panels"]:
         if p["type"] == "row":
             row_y = p["gridPos"]["y"] + p["gridPos"]["h"]
-            layouts.append({"kind": "Grid", "spec": {
-                "display": {"title": p["title"], "collapse": {"open": True}}, "items": []}})
+            layouts.append(
+                {
+                    "kind": "Grid",
+                    "spec": {
+                        "display": {"title": p["title"], "collapse": {"open": True}},
+                        "items": [],
+                    },
+                }
+            )
             continue
         key = _key(p["title"], len(panels))
         panels[key] = _panel(p)
         pos = p["gridPos"]
-        layouts[-1]["spec"]["items"].append({
-            "x": pos["x"], "y": pos["y"] - row_y, "width": pos["w"], "height": pos["h"],
-            "content": {"$ref": f"#/spec/panels/{key}"},
-        })
+        layouts[-1]["spec"]["items"].append(
+            {
+                "x": pos["x"],
+                "y": pos["y"] - row_y,
+                "width": pos["w"],
+                "height": pos["h"],
+                "content": {"$ref": f"#/spec/panels/{key}"},
+            }
+        )
     return {
         "kind": "Dashboard",
         "metadata": {"name": UID, "project": PROJECT},

@@ -183,8 +183,7 @@ class LevelRules:
         c = param("smooth_seconds") if name == "requests" else "1"
         u = self.U
         ratio = f"{x} / {ref}"
-        sig = (f"(({x} - {ref}) * {c} >= {self.th.hot_noise_sigmas}"
-               f" * sqrt({ref} * {c}))")
+        sig = f"(({x} - {ref}) * {c} >= {self.th.hot_noise_sigmas} * sqrt({ref} * {c}))"
         return f"(({ratio}) and on ({u}) {sig}) or on ({u}) clamp_max({ratio}, 1)"
 
     def starved(self) -> None:
@@ -212,18 +211,28 @@ class LevelRules:
         th, u = self.th, self.U
         span = param("horizon")
         sus = {}
-        for name in ("requests:rate", "prompt_tokens:rate", "generation_tokens:rate",
-                     "e2e_ms:mean"):
+        for name in (
+            "requests:rate",
+            "prompt_tokens:rate",
+            "generation_tokens:rate",
+            "e2e_ms:mean",
+        ):
             if name in self.have:
                 sus[name] = f"avg_over_time({self.r(name)}[{span}])"
         branches: list[tuple[Kind, str]] = []
         if {"requests:rate", "prompt_tokens:rate", "generation_tokens:rate"} <= set(sus):
-            n, pi, po = sus["requests:rate"], sus["prompt_tokens:rate"], sus[
-                "generation_tokens:rate"]
+            n, pi, po = (
+                sus["requests:rate"],
+                sus["prompt_tokens:rate"],
+                sus["generation_tokens:rate"],
+            )
             self.record("count:ratio", f"({n}) / ({self.peer_ref(n)})")
             per = f"(({n}) > 0)"  # no sample, not NaN, where no request finished
-            tpr = {"input": f"({pi}) / {per}", "output": f"({po}) / {per}",
-                   "total": f"(({pi}) + ({po})) / {per}"}
+            tpr = {
+                "input": f"({pi}) / {per}",
+                "output": f"({po}) / {per}",
+                "total": f"(({pi}) + ({po})) / {per}",
+            }
             for side, x in tpr.items():
                 self.record(f"tokens_per_request_{side}:ratio", f"{x} / ({self.peer_ref(x)})")
             heavier = " or ".join(
@@ -236,18 +245,26 @@ class LevelRules:
             self.record("count:share", f"({c} - 1) / (({c} * on ({u}) {k} - 1) > 0)")
             share, hv = self.r("count:share"), self.r("tokens_per_request:ratio")
             branches += [
-                (Kind.COUNT, f"{c} >= {th.count_ratio} and on ({u}) "
-                             f"({share} >= {th.explain_share} or {c} == +Inf)"),
-                (Kind.WEIGHT, f"{hv} >= {th.weight_ratio} unless on ({u}) "
-                              f"({share} > {th.explain_share})"),
+                (
+                    Kind.COUNT,
+                    f"{c} >= {th.count_ratio} and on ({u}) "
+                    f"({share} >= {th.explain_share} or {c} == +Inf)",
+                ),
+                (
+                    Kind.WEIGHT,
+                    f"{hv} >= {th.weight_ratio} unless on ({u}) ({share} > {th.explain_share})",
+                ),
             ]
             if "e2e_ms:mean" in sus:
                 lat = sus["e2e_ms:mean"]
                 self.record("latency:ratio", f"({lat}) / ({self.peer_ref(lat)})")
                 branches.append(
-                    (Kind.CAPABILITY, f"{self.r('latency:ratio')} >= {th.capability_ratio}"
-                                      f" and on ({u}) {c} < {th.count_ratio}"
-                                      f" and on ({u}) {hv} < {th.weight_ratio}")
+                    (
+                        Kind.CAPABILITY,
+                        f"{self.r('latency:ratio')} >= {th.capability_ratio}"
+                        f" and on ({u}) {c} < {th.count_ratio}"
+                        f" and on ({u}) {hv} < {th.weight_ratio}",
+                    )
                 )
             branches.append((Kind.COUNT, f"{c} >= {th.count_ratio}"))
         branches.append((Kind.UNKNOWN, self.r("heat:ratio")))
@@ -295,5 +312,3 @@ class LevelRules:
         self.kind()
         self.gap()
         return self.rules
-
-

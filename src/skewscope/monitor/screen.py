@@ -54,8 +54,11 @@ def sparkline(values: Sequence[float]) -> str:
 
 
 def _ratios(load_ratios: dict[str, float]) -> str:
-    parts = [f"{k.replace('total_', '').replace('_mean_ms', '').replace('_', ' ')} {fmt.ratio(v)}"
-             for k, v in load_ratios.items() if math.isfinite(v)]
+    parts = [
+        f"{k.replace('total_', '').replace('_mean_ms', '').replace('_', ' ')} {fmt.ratio(v)}"
+        for k, v in load_ratios.items()
+        if math.isfinite(v)
+    ]
     return ", ".join(parts) or "—"
 
 
@@ -85,8 +88,12 @@ def render(st: WatchStatus) -> RenderableType:
     parts.append(Panel(sub, title="skewscope watch"))
     if st.last_error:
         shown = f"showing the report of {clock(st.report_at)}" if st.report else "no report yet"
-        parts.append(Text(f"last run failed at {clock(st.last_error_at)}: {st.last_error} "
-                          f"({shown})", style="bold red"))
+        parts.append(
+            Text(
+                f"last run failed at {clock(st.last_error_at)}: {st.last_error} ({shown})",
+                style="bold red",
+            )
+        )
     for p in st.problems:
         parts.append(Text(f"target failing: {one_line(p)}", style="red"))
     if st.warming_up:
@@ -103,16 +110,26 @@ def render(st: WatchStatus) -> RenderableType:
             for h in hot:  # cells as Text: a unit id is user content, never rich markup
                 share = shares.get((h.unit, h.level))
                 extra = [f"{share[1]:.0%}" if share else "—"] if shares else []
-                table.add_row(Text(fmt.name(h.unit)), h.level, h.kind,
-                              _ratios(h.report.load_ratios),
-                              clock(since.get((h.unit, h.level))),
-                              Text(sparkline(h.report.heat_by_window)), *extra)
+                table.add_row(
+                    Text(fmt.name(h.unit)),
+                    h.level,
+                    h.kind,
+                    _ratios(h.report.load_ratios),
+                    clock(since.get((h.unit, h.level))),
+                    Text(sparkline(h.report.heat_by_window)),
+                    *extra,
+                )
             parts.append(table)
         if st.report.starved_units:
             parts.append(Text("starved: " + fmt.names(st.report.starved_units), style="yellow"))
         if any(n.code == NoteCode.NO_PROGRESS for n in st.report.notes):
-            parts.append(Text("no progress anywhere: the whole service stopped or its metrics "
-                              "froze (not skew)", style="yellow"))
+            parts.append(
+                Text(
+                    "no progress anywhere: the whole service stopped or its metrics "
+                    "froze (not skew)",
+                    style="yellow",
+                )
+            )
         for note in document.footer_notes(st.report)[:3]:
             parts.append(Text(f"note: {one_line(note)}", style="dim"))
     return Group(*parts)
@@ -124,7 +141,7 @@ def log_line(st: WatchStatus, now: float) -> str:
     took = f" took={st.duration_s:.2f}s" if st.duration_s is not None else ""
     if st.last_error:
         kept = f"keeping report of {iso(st.report_at)}" if st.report_at else "no report yet"
-        return f"{head} error=\"{st.last_error}\" ({kept}){took}"
+        return f'{head} error="{st.last_error}" ({kept}){took}'
     if st.warming_up:
         return f"{head} {one_line(st.warming_up)}{took}"
     if st.report is None:
@@ -136,10 +153,15 @@ def log_line(st: WatchStatus, now: float) -> str:
         for h in hot_units(st.report)
     )
     problems = f" failing_targets={len(st.problems)}" if st.problems else ""
-    still = " no_progress_anywhere" if any(
-        n.code == NoteCode.NO_PROGRESS for n in st.report.notes) else ""
-    return (f"{head} verdict={st.report.verdict} hot=[{hot}] windows={st.report.windows}"
-            f"{still}{problems}{took}")
+    still = (
+        " no_progress_anywhere"
+        if any(n.code == NoteCode.NO_PROGRESS for n in st.report.notes)
+        else ""
+    )
+    return (
+        f"{head} verdict={st.report.verdict} hot=[{hot}] windows={st.report.windows}"
+        f"{still}{problems}{took}"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -166,9 +188,17 @@ def incident_table(incidents: Sequence[Incident]) -> Table:
         end = iso(i.end_s) if i.end_s is not None else "ongoing"
         lasted = _duration((i.end_s if i.end_s is not None else i.last_seen_s) - i.onset_s)
         peak = peak_text(i)
-        table.add_row(str(i.id), Text(fmt.name(i.unit)), Text(fmt.name(i.level)),
-                      Text(fmt.name(i.kind)), iso(i.onset_s), end, lasted, peak,
-                      Text(fmt.name(i.end_reason or "—")))
+        table.add_row(
+            str(i.id),
+            Text(fmt.name(i.unit)),
+            Text(fmt.name(i.level)),
+            Text(fmt.name(i.kind)),
+            iso(i.onset_s),
+            end,
+            lasted,
+            peak,
+            Text(fmt.name(i.end_reason or "—")),
+        )
     return table
 
 

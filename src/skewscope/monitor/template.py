@@ -18,12 +18,29 @@ from skewscope.errors import UsageError
 
 # Thresholds the rules read (each one a parameter of the same name).
 RULE_THRESHOLDS: tuple[str, ...] = (
-    "hot_ratio", "smooth_windows", "persist_share", "alert_windows", "alert_for_windows",
-    "hot_noise_sigmas", "starved_ratio",
-    "starved_busy_ratio", "floor_running", "floor_waiting", "floor_queue_wait_ms", "count_ratio",
-    "weight_ratio", "capability_ratio", "explain_share", "min_requests_total",
-    "min_requests_per_window", "min_windows", "min_units", "trend_min_slope_share",
-    "pd_running_ratio", "pd_min_waiting", "pd_idle_waiting",
+    "hot_ratio",
+    "smooth_windows",
+    "persist_share",
+    "alert_windows",
+    "alert_for_windows",
+    "hot_noise_sigmas",
+    "starved_ratio",
+    "starved_busy_ratio",
+    "floor_running",
+    "floor_waiting",
+    "floor_queue_wait_ms",
+    "count_ratio",
+    "weight_ratio",
+    "capability_ratio",
+    "explain_share",
+    "min_requests_total",
+    "min_requests_per_window",
+    "min_windows",
+    "min_units",
+    "trend_min_slope_share",
+    "pd_running_ratio",
+    "pd_min_waiting",
+    "pd_idle_waiting",
 )
 _OPEN, _CLOSE = "\u27e6", "\u27e7"  # never in PromQL, a label or an annotation we write
 _TOKEN = re.compile(f"{_OPEN}([a-z_]+){_CLOSE}")
@@ -59,7 +76,10 @@ def duration(seconds: float) -> str:
 
 
 def params(
-    thresholds: Thresholds, window_s: float, for_s: float | None, lookback_windows: int,
+    thresholds: Thresholds,
+    window_s: float,
+    for_s: float | None,
+    lookback_windows: int,
     runbook_url_base: str,
 ) -> dict[str, str]:
     """Every parameter's text (the same arithmetic as ``lib/params.libsonnet``)."""

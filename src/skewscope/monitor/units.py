@@ -47,8 +47,11 @@ def load_ratio(unit: UnitReport) -> float:
     source has no per-unit request or token counts (SGLang DP ranks), the highest heat signal.
     NaN when the unit was not scored."""
     for keys in (LOAD_SIGNALS, tuple(unit.load_ratios)):
-        finite = [unit.load_ratios[k] for k in keys
-                  if k in unit.load_ratios and math.isfinite(unit.load_ratios[k])]
+        finite = [
+            unit.load_ratios[k]
+            for k in keys
+            if k in unit.load_ratios and math.isfinite(unit.load_ratios[k])
+        ]
         if finite:
             return max(finite)
     return math.nan
@@ -100,11 +103,21 @@ def alarms(report: Report) -> list[Alarm]:
         by_unit = {u.unit: u for u in r.units}
         for f in r.findings:
             if isinstance(f.facts, StaleLoadFacts):
-                out.append(Alarm(f.facts.group or FLEET, r.level, Kind.STALE_LOAD,
-                                 f.facts.range_ratio, document.summary(f)))
+                out.append(
+                    Alarm(
+                        f.facts.group or FLEET,
+                        r.level,
+                        Kind.STALE_LOAD,
+                        f.facts.range_ratio,
+                        document.summary(f),
+                    )
+                )
             elif isinstance(f.facts, StarvedFacts):
-                out.extend(Alarm(u, r.level, Kind.STARVED, load_ratio(by_unit[u]),
-                                 document.summary(f)) for u in f.units if u in by_unit)
+                out.extend(
+                    Alarm(u, r.level, Kind.STARVED, load_ratio(by_unit[u]), document.summary(f))
+                    for u in f.units
+                    if u in by_unit
+                )
     return out
 
 

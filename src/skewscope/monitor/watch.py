@@ -82,8 +82,10 @@ class ScrapeSource:
         source failure (the buffer holds only stale data), not a partial one."""
         failing = self.sampler.failing_targets(since)
         if failing and len(failing) == len(self.sampler.urls):
-            raise SourceError(f"all {len(failing)} /metrics targets failed every scrape since "
-                              f"the previous run (e.g. {failing[0]})")
+            raise SourceError(
+                f"all {len(failing)} /metrics targets failed every scrape since "
+                f"the previous run (e.g. {failing[0]})"
+            )
         return failing
 
     def close(self) -> None:
@@ -159,18 +161,31 @@ class Watcher:
                 report = diagnose(evidence, level=self.level, th=self.thresholds)
                 self._judged = (evidence, report)
         except NotReady as e:
-            self._publish(runs=st.runs + 1, duration_s=self.clock.monotonic() - t0, last_error="",
-                          warming_up=str(e), problems=problems, errors=errors)
+            self._publish(
+                runs=st.runs + 1,
+                duration_s=self.clock.monotonic() - t0,
+                last_error="",
+                warming_up=str(e),
+                problems=problems,
+                errors=errors,
+            )
             return False
         except Exception as e:  # a run never kills the loop: count, show, keep the last report
             self._renew(started, errors)
             reason = _reason(e)
             errors[reason] += 1
-            message = one_line(str(e) if isinstance(e, SkewscopeError)
-                               else f"{type(e).__name__}: {e}")
-            self._publish(runs=st.runs + 1, duration_s=self.clock.monotonic() - t0,
-                          last_error=f"{reason}: {message}", last_error_at=started,
-                          warming_up="", problems=problems, errors=errors)
+            message = one_line(
+                str(e) if isinstance(e, SkewscopeError) else f"{type(e).__name__}: {e}"
+            )
+            self._publish(
+                runs=st.runs + 1,
+                duration_s=self.clock.monotonic() - t0,
+                last_error=f"{reason}: {message}",
+                last_error_at=started,
+                warming_up="",
+                problems=problems,
+                errors=errors,
+            )
             return False
         ended = self.clock.time()
         errors["target"] += len(problems)
@@ -184,9 +199,16 @@ class Watcher:
             errors["history"] += 1
             last_error, last_error_at = one_line(f"history: {e}"), ended
         self._publish(
-            report=report, report_at=ended, runs=st.runs + 1, good_runs=st.good_runs + 1,
-            duration_s=self.clock.monotonic() - t0, last_error=last_error,
-            last_error_at=last_error_at, warming_up="", problems=problems, errors=errors,
+            report=report,
+            report_at=ended,
+            runs=st.runs + 1,
+            good_runs=st.good_runs + 1,
+            duration_s=self.clock.monotonic() - t0,
+            last_error=last_error,
+            last_error_at=last_error_at,
+            warming_up="",
+            problems=problems,
+            errors=errors,
             open_incidents=tuple(self.tracker.open.values()),
         )
         return True
@@ -224,8 +246,9 @@ class Watcher:
         next_due = self.clock.monotonic()
         while not self.stop_event.is_set():
             result: list[bool] = []
-            worker = threading.Thread(target=self._run_into, args=(result,),
-                                      name="skewscope-run", daemon=True)
+            worker = threading.Thread(
+                target=self._run_into, args=(result,), name="skewscope-run", daemon=True
+            )
             worker.start()
             while worker.is_alive() and not self.stop_event.wait(0.05):
                 pass

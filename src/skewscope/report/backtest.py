@@ -15,10 +15,17 @@ from skewscope.report.backtest_model import AlertEpisode, Backtest
 
 HEAD = ("alert", "level", "unit", "kind", "start", "end", "lasted", "peak")
 SCORE_ROWS = (
-    ("episodes", "truth episodes"), ("detected", "detected"), ("missed", "missed"),
-    ("alerts", "alert episodes"), ("false_alerts", "false alerts"), ("precision", "precision"),
-    ("recall", "recall"), ("f1", "F1"), ("median_delay_s", "median delay"),
-    ("p90_delay_s", "p90 delay"), ("false_alerts_per_day", "false alerts per day"),
+    ("episodes", "truth episodes"),
+    ("detected", "detected"),
+    ("missed", "missed"),
+    ("alerts", "alert episodes"),
+    ("false_alerts", "false alerts"),
+    ("precision", "precision"),
+    ("recall", "recall"),
+    ("f1", "F1"),
+    ("median_delay_s", "median delay"),
+    ("p90_delay_s", "p90 delay"),
+    ("false_alerts_per_day", "false alerts per day"),
     ("kind_correct", "kind correct"),
 )
 
@@ -28,8 +35,16 @@ def _unit(a: AlertEpisode) -> str:
 
 
 def _row(a: AlertEpisode) -> list[str]:
-    return [fmt.name(a.alert), a.level, _unit(a), fmt.name(a.kind or "—"), fmt.when(a.start),
-            fmt.when(a.end), fmt.minutes(a.duration_s), fmt.decimal(a.peak, 2)]
+    return [
+        fmt.name(a.alert),
+        a.level,
+        _unit(a),
+        fmt.name(a.kind or "—"),
+        fmt.when(a.start),
+        fmt.when(a.end),
+        fmt.minutes(a.duration_s),
+        fmt.decimal(a.peak, 2),
+    ]
 
 
 def _figure(key: str, v: Any) -> str:
@@ -52,8 +67,10 @@ def _score_pairs(bt: Backtest) -> list[tuple[str, str]]:
 
 
 def _scope(bt: Backtest) -> str:
-    return (f"{fmt.name(bt.source)}, {fmt.span(bt.start, bt.end)}, evaluated every "
-            f"{fmt.seconds(bt.step_s)}; rules: {fmt.clean(bt.rules)}")
+    return (
+        f"{fmt.name(bt.source)}, {fmt.span(bt.start, bt.end)}, evaluated every "
+        f"{fmt.seconds(bt.step_s)}; rules: {fmt.clean(bt.rules)}"
+    )
 
 
 def text(bt: Backtest) -> str:
@@ -61,22 +78,28 @@ def text(bt: Backtest) -> str:
     rows = [list(HEAD)] + [_row(a) for a in bt.episodes]
     if bt.episodes:
         widths = [max(len(r[i]) for r in rows) for i in range(len(HEAD))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                  for r in rows]
+        lines += [
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+        ]
     else:
         lines.append("No alert would have fired.")
     if bt.per_day:
         lines += ["", "Alert episodes per day, per group:"]
-        lines += [f"  {fmt.name(g) or '(no group labels)'}: {fmt.decimal(v, 2)}"
-                  for g, v in bt.per_day.items()]
+        lines += [
+            f"  {fmt.name(g) or '(no group labels)'}: {fmt.decimal(v, 2)}"
+            for g, v in bt.per_day.items()
+        ]
     pairs = _score_pairs(bt)
     if pairs:
         lines += ["", "Against the episodes file:"]
         lines += [f"  {k}: {v}" for k, v in pairs]
         assert bt.score is not None
         for m in bt.score.as_dict()["matches"]:
-            got = (f"first firing {fmt.when(m['first_firing'])}, kind {m['alert_kind'] or '—'}"
-                   if m["detected"] else "missed")
+            got = (
+                f"first firing {fmt.when(m['first_firing'])}, kind {m['alert_kind'] or '—'}"
+                if m["detected"]
+                else "missed"
+            )
             lines.append(f"  - {fmt.name(m['id'])} ({m['kind']}): {got}")
     lines += [f"note: {fmt.clean(n)}" for n in bt.notes]
     return "\n".join(lines) + "\n"
@@ -95,8 +118,9 @@ def markdown(bt: Backtest) -> str:
         out.append("No alert would have fired.")
     if bt.per_day:
         out += ["\n## Alert episodes per day, per group\n", "| group | per day |", "|---|---|"]
-        out += [f"| {md(fmt.name(g)) or '—'} | {fmt.decimal(v, 2)} |"
-                for g, v in bt.per_day.items()]
+        out += [
+            f"| {md(fmt.name(g)) or '—'} | {fmt.decimal(v, 2)} |" for g, v in bt.per_day.items()
+        ]
     pairs = _score_pairs(bt)
     if pairs:
         out += ["\n## Against the episodes file\n", "| figure | value |", "|---|---|"]
@@ -114,32 +138,56 @@ def html_page(bt: Backtest) -> str:
         return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
     parts = [f"<h1>Backtest</h1><p>{e(_scope(bt))}</p>"]
-    parts.append(table(list(HEAD), [_row(a) for a in bt.episodes]) if bt.episodes
-                 else "<p>No alert would have fired.</p>")
+    parts.append(
+        table(list(HEAD), [_row(a) for a in bt.episodes])
+        if bt.episodes
+        else "<p>No alert would have fired.</p>"
+    )
     if bt.per_day:
-        parts.append("<h2>Alert episodes per day, per group</h2>" + table(
-            ["group", "per day"],
-            [[fmt.name(g), fmt.decimal(v, 2)] for g, v in bt.per_day.items()]))
+        parts.append(
+            "<h2>Alert episodes per day, per group</h2>"
+            + table(
+                ["group", "per day"],
+                [[fmt.name(g), fmt.decimal(v, 2)] for g, v in bt.per_day.items()],
+            )
+        )
     pairs = _score_pairs(bt)
     if pairs:
-        parts.append("<h2>Against the episodes file</h2>"
-                     + table(["figure", "value"], [list(p) for p in pairs]))
+        parts.append(
+            "<h2>Against the episodes file</h2>"
+            + table(["figure", "value"], [list(p) for p in pairs])
+        )
     parts += [f"<p class=note>{e(fmt.clean(n))}</p>" for n in bt.notes]
-    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}")
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>skewscope backtest</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
+    style = (
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>skewscope backtest</title>"
+        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n"
+    )
 
 
 def as_json(bt: Backtest) -> str:
     doc = {
-        "start": bt.start, "end": bt.end, "step_s": bt.step_s, "source": bt.source,
+        "start": bt.start,
+        "end": bt.end,
+        "step_s": bt.step_s,
+        "source": bt.source,
         "rules": bt.rules,
         "episodes": [
-            {"alert": a.alert, "level": a.level, "instance": a.instance, "dp_rank": a.dp_rank,
-             "kind": a.kind, "start": a.start, "end": a.end,
-             "peak": a.peak if math.isfinite(a.peak) else None, "group": a.group,
-             "labels": dict(a.labels)}
+            {
+                "alert": a.alert,
+                "level": a.level,
+                "instance": a.instance,
+                "dp_rank": a.dp_rank,
+                "kind": a.kind,
+                "start": a.start,
+                "end": a.end,
+                "peak": a.peak if math.isfinite(a.peak) else None,
+                "group": a.group,
+                "labels": dict(a.labels),
+            }
             for a in bt.episodes
         ],
         "alerts_per_day": bt.per_day,
@@ -150,5 +198,8 @@ def as_json(bt: Backtest) -> str:
 
 
 RENDERERS: dict[str, Callable[[Backtest], str]] = {
-    "text": text, "json": as_json, "markdown": markdown, "html": html_page,
+    "text": text,
+    "json": as_json,
+    "markdown": markdown,
+    "html": html_page,
 }

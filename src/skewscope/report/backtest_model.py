@@ -96,17 +96,35 @@ class Score:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "episodes": len(self.matches), "detected": self.detected, "missed": self.missed,
-            "alerts": self.alerts, "true_alerts": self.true_alerts,
-            "false_alerts": len(self.false_alerts), "precision": self.precision,
-            "recall": self.recall, "f1": self.f1, "median_delay_s": self.median_delay_s,
-            "p90_delay_s": self.p90_delay_s, "false_alerts_per_day": self.false_alerts_per_day,
-            "kind_correct": self.kind_correct, "span_s": self.span_s, "grace_s": self.grace_s,
+            "episodes": len(self.matches),
+            "detected": self.detected,
+            "missed": self.missed,
+            "alerts": self.alerts,
+            "true_alerts": self.true_alerts,
+            "false_alerts": len(self.false_alerts),
+            "precision": self.precision,
+            "recall": self.recall,
+            "f1": self.f1,
+            "median_delay_s": self.median_delay_s,
+            "p90_delay_s": self.p90_delay_s,
+            "false_alerts_per_day": self.false_alerts_per_day,
+            "kind_correct": self.kind_correct,
+            "span_s": self.span_s,
+            "grace_s": self.grace_s,
             "matches": [
-                {"id": m.truth.id, "level": m.truth.level, "instance": m.truth.instance,
-                 "dp_rank": m.truth.dp_rank, "kind": m.truth.kind, "start": m.truth.start,
-                 "end": m.truth.end, "detected": m.detected, "first_firing": m.first_firing,
-                 "delay_s": m.delay_s, "alert_kind": m.kind}
+                {
+                    "id": m.truth.id,
+                    "level": m.truth.level,
+                    "instance": m.truth.instance,
+                    "dp_rank": m.truth.dp_rank,
+                    "kind": m.truth.kind,
+                    "start": m.truth.start,
+                    "end": m.truth.end,
+                    "detected": m.detected,
+                    "first_firing": m.first_firing,
+                    "delay_s": m.delay_s,
+                    "alert_kind": m.kind,
+                }
                 for m in self.matches
             ],
         }

@@ -83,8 +83,7 @@ WORDS: dict[Cause, CauseWords] = {
         ),
     ),
     Cause.LONG_REQUESTS: CauseWords(
-        "Long requests are concentrated on some units; the balancer counts requests, "
-        "not tokens",
+        "Long requests are concentrated on some units; the balancer counts requests, not tokens",
         (
             "Balance on input/output tokens, queue length or KV level, not request count.",
             "Isolate long requests from short ones (separate pool or length-aware routing).",

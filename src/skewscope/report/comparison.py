@@ -25,8 +25,14 @@ class Figures:
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
-            {"hot_peer_ratio": self.hot_peer_ratio, "worst_ratio": self.worst_ratio,
-             "max_median": self.max_median, "cv": self.cv, "p95": self.p95, "p99": self.p99}
+            {
+                "hot_peer_ratio": self.hot_peer_ratio,
+                "worst_ratio": self.worst_ratio,
+                "max_median": self.max_median,
+                "cv": self.cv,
+                "p95": self.p95,
+                "p99": self.p99,
+            }
         )
 
 
@@ -38,8 +44,12 @@ class SignalComparison:
     verdict: CompareVerdict
 
     def to_dict(self) -> dict[str, Any]:
-        return {"signal": self.signal, "before": self.before.to_dict(),
-                "after": self.after.to_dict(), "verdict": self.verdict}
+        return {
+            "signal": self.signal,
+            "before": self.before.to_dict(),
+            "after": self.after.to_dict(),
+            "verdict": self.verdict,
+        }
 
 
 @dataclass(frozen=True)
@@ -60,11 +70,21 @@ class Side:
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
-            {"label": self.label, "verdict": self.verdict, "level": self.level,
-             "source": self.source, "window_s": self.window_s, "windows": self.windows,
-             "start_s": self.start_s, "end_s": self.end_s, "start": utc(self.start_s),
-             "end": utc(self.end_s), "hot_units": list(self.hot_units),
-             "starved_units": list(self.starved_units), "units": list(self.units)}
+            {
+                "label": self.label,
+                "verdict": self.verdict,
+                "level": self.level,
+                "source": self.source,
+                "window_s": self.window_s,
+                "windows": self.windows,
+                "start_s": self.start_s,
+                "end_s": self.end_s,
+                "start": utc(self.start_s),
+                "end": utc(self.end_s),
+                "hot_units": list(self.hot_units),
+                "starved_units": list(self.starved_units),
+                "units": list(self.units),
+            }
         )
 
 
@@ -81,8 +101,13 @@ class GatewayShare:
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
-            {"unit": self.unit, "before": self.before, "after": self.after,
-             "source_before": self.source_before, "source_after": self.source_after}
+            {
+                "unit": self.unit,
+                "before": self.before,
+                "after": self.after,
+                "source_before": self.source_before,
+                "source_after": self.source_after,
+            }
         )
 
 

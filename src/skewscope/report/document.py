@@ -41,8 +41,9 @@ def actions(f: Finding) -> tuple[str, ...]:
 def headline(report: Report) -> str:
     """One sentence that answers 'is there a hot unit?'."""
     if report.verdict == Verdict.INSUFFICIENT_DATA:  # the first note says why
-        return "Insufficient data: " + (fmt.clean(phrases.note(report.notes[0])) if report.notes
-                                        else "nothing to judge")
+        return "Insufficient data: " + (
+            fmt.clean(phrases.note(report.notes[0])) if report.notes else "nothing to judge"
+        )
     if report.verdict == Verdict.BALANCED:
         return f"Balanced: no persistent hot {report.level} unit across {len(report.units)} units."
     findings = report.all_findings()
@@ -65,8 +66,9 @@ def footer_notes(report: Report) -> list[str]:
     """Notes shown under a report: what was missing, placed or estimated."""
     notes = [fmt.clean(n) for n in lines(report.notes)]
     if report.placed_share is not None:
-        notes.append(f"{fmt.pct(report.placed_share, digits=1)} of requests were placed on a DP "
-                     "rank")
+        notes.append(
+            f"{fmt.pct(report.placed_share, digits=1)} of requests were placed on a DP rank"
+        )
     if report.missing:
         notes.append("missing: " + fmt.names(report.missing))
     notes.extend(fmt.clean(n) for n in gateway_text.gateway_notes(report.gateway))
@@ -77,9 +79,11 @@ def finding_document(f: Finding) -> dict[str, Any]:
     """One finding of the JSON report: its summary beside its facts."""
     evidence = f.evidence
     if isinstance(f.facts, HotFacts):  # its worded fields, as lines (their facts beside)
-        evidence = {**evidence,
-                    "capability_basis": phrases.CAPABILITY_BASIS[f.facts.capability_basis],
-                    "resource": [phrases.note(n) for n in f.facts.resource]}
+        evidence = {
+            **evidence,
+            "capability_basis": phrases.CAPABILITY_BASIS[f.facts.capability_basis],
+            "resource": [phrases.note(n) for n in f.facts.resource],
+        }
     return clean(  # type: ignore[no-any-return]
         {
             "kind": f.kind,

@@ -18,6 +18,7 @@ from skewscope.notes import JSON_DECIMALS, Note, NoteCode, WhatifNoteCode, clean
 
 __all__ = ["JSON_DECIMALS", "Note", "NoteCode", "WhatifNoteCode", "clean", "rounded"]
 
+
 @dataclass(frozen=True)
 class Compared:
     """One metric of a unit against its peers' median, as a sentence quotes it."""
@@ -204,8 +205,16 @@ class LostFacts:
     type = "lost"
 
 
-FindingFacts = (HotFacts | KvShortageFacts | StarvedFacts | StallFacts | FleetPatternFacts
-                | PdFacts | StaleLoadFacts | LostFacts)
+FindingFacts = (
+    HotFacts
+    | KvShortageFacts
+    | StarvedFacts
+    | StallFacts
+    | FleetPatternFacts
+    | PdFacts
+    | StaleLoadFacts
+    | LostFacts
+)
 
 
 def _plain(value: Any) -> Any:

@@ -45,6 +45,7 @@ def role(u: UnitReport) -> str:
 def hot_share(u: UnitReport) -> str:
     return pct(u.hot_share)
 
+
 NOT_MEASURED = "—"  # a table cell; a sentence says "n/a" (``missing=``)
 
 
@@ -168,11 +169,14 @@ def finding_when(f: Finding) -> str:
     longest = t.longest if t else None
     if t is None or longest is None:
         return ""
-    text = (f"When: {span(t.onset_s, t.end_s)} · hot in {t.hot_windows} of "
-            f"{t.judged_windows} windows")
+    text = (
+        f"When: {span(t.onset_s, t.end_s)} · hot in {t.hot_windows} of {t.judged_windows} windows"
+    )
     if len(t.runs) > 1:
-        text += (f" ({len(t.runs)} runs; longest {longest.windows} windows, "
-                 f"{span(longest.start_s, longest.end_s)})")
+        text += (
+            f" ({len(t.runs)} runs; longest {longest.windows} windows, "
+            f"{span(longest.start_s, longest.end_s)})"
+        )
     return text
 
 
@@ -182,8 +186,10 @@ def episode_line(e: Episode) -> str:
     driver = e.driver.replace("_", " ")
     peak = f"peak {ratio(e.peak_ratio)} peers on {driver}" if math.isfinite(e.peak_ratio) else ""
     impact = "; " + ", ".join(hurt) if hurt else "; no queueing impact"
-    return (f"{name(e.unit)}: {span(e.run.start_s, e.run.end_s)} ({e.run.windows} windows, "
-            f"{peak}{impact})")
+    return (
+        f"{name(e.unit)}: {span(e.run.start_s, e.run.end_s)} ({e.run.windows} windows, "
+        f"{peak}{impact})"
+    )
 
 
 def scope(report: Report) -> str:
@@ -208,8 +214,10 @@ def fleet_line(report: Report) -> str:
     if f is None:
         return ""
     roles = ", ".join(f"{count(n)} {role}" for role, n in f.roles.items())
-    return (f"Fleet: {count(f.units)} units ({roles}); the per-unit table lists {len(f.shown)}: "
-            "stalled, hot and starved units first, then the highest load ratios")
+    return (
+        f"Fleet: {count(f.units)} units ({roles}); the per-unit table lists {len(f.shown)}: "
+        "stalled, hot and starved units first, then the highest load ratios"
+    )
 
 
 FLEET_HEADER = ("metric (over all units)", "min", "median", "p90", "max")
@@ -228,8 +236,14 @@ def finding_title(f: Finding) -> str:
 
 
 # The thresholds a report's footer always names (the JSON carries all of them).
-HEADLINE_THRESHOLDS = ("hot_ratio", "persist_share", "min_consecutive", "starved_ratio",
-                       "impact_ratio", "severe_tail_ratio")
+HEADLINE_THRESHOLDS = (
+    "hot_ratio",
+    "persist_share",
+    "min_consecutive",
+    "starved_ratio",
+    "impact_ratio",
+    "severe_tail_ratio",
+)
 
 
 def thresholds_line(report: Report) -> str:
@@ -242,14 +256,24 @@ def thresholds_line(report: Report) -> str:
     line = "thresholds: " + ", ".join(f"{k} {plain(th[k])}" for k in shown)
     if report.thresholds_overridden:
         line += "; set by --config: " + ", ".join(
-            f"{k} {plain(th[k])}" for k in report.thresholds_overridden if k in th)
+            f"{k} {plain(th[k])}" for k in report.thresholds_overridden if k in th
+        )
     else:
         line += " (defaults)"
     return line + "; the rest in the JSON report"
 
 
-GATEWAY_COLUMNS = ("upstream", "unit", "router share", "engine share", "unhealthy",
-                   "circuit open", "router load", "req bytes", "top keys")
+GATEWAY_COLUMNS = (
+    "upstream",
+    "unit",
+    "router share",
+    "engine share",
+    "unhealthy",
+    "circuit open",
+    "router load",
+    "req bytes",
+    "top keys",
+)
 
 
 def gateway_title(g: GatewayFacts) -> str:
@@ -263,9 +287,17 @@ def gateway_rows(g: GatewayFacts) -> list[list[str]]:
     rows = []
     for u in g.units:
         keys = ", ".join(f"{name(k)} ({count(n)})" for k, n in u.top_keys) or "—"
-        rows.append([name(u.upstream), name(u.unit) if u.unit else "—", pct(u.router_share),
-                     pct(u.engine_share), pct(u.unhealthy_share), pct(u.breaker_open_share),
-                     decimal(u.router_load) if math.isfinite(u.router_load) else "—",
-                     count(u.request_bytes) if math.isfinite(u.request_bytes) else "—",
-                     keys if u.in_pool else f"not in pool; {keys}"])
+        rows.append(
+            [
+                name(u.upstream),
+                name(u.unit) if u.unit else "—",
+                pct(u.router_share),
+                pct(u.engine_share),
+                pct(u.unhealthy_share),
+                pct(u.breaker_open_share),
+                decimal(u.router_load) if math.isfinite(u.router_load) else "—",
+                count(u.request_bytes) if math.isfinite(u.request_bytes) else "—",
+                keys if u.in_pool else f"not in pool; {keys}",
+            ]
+        )
     return rows

@@ -31,8 +31,13 @@ VENDOR_CSS = "uPlot.min.css"
 def script_json(value: Any) -> Markup:
     """JSON safe inside a ``<script>`` element: no ``</script>``, no HTML comment openers."""
     text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    for raw, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                     ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for raw, esc in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(raw, esc)
     return Markup(text)
 
@@ -73,16 +78,20 @@ def environment() -> jinja2.Environment:
 
 def page(template: str, title: str, doc: dict[str, Any], **context: Any) -> str:
     """Render one page template with the embedded JSON document."""
-    return environment().get_template(template).render(
-        title=title, doc_json=script_json(doc), **context
+    return (
+        environment()
+        .get_template(template)
+        .render(title=title, doc_json=script_json(doc), **context)
     )
 
 
 def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
-    return page("report.html.j2", "skewscope report", document.report_document(report),
-                report=report)
+    return page(
+        "report.html.j2", "skewscope report", document.report_document(report), report=report
+    )
 
 
 def render_comparison(c: Comparison, *, width: int | None = None, color: bool = False) -> str:
-    return page("compare.html.j2", "skewscope compare", document.compare_document(c), c=c,
-                ct=compare_text)
+    return page(
+        "compare.html.j2", "skewscope compare", document.compare_document(c), c=c, ct=compare_text
+    )

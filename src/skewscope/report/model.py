@@ -35,9 +35,15 @@ class FleetSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
-            {"units": self.units, "roles": self.roles, "shown": list(self.shown),
-             "spread": {k: dict(zip(("min", "median", "p90", "max"), v, strict=True))
-                        for k, v in self.spread.items()}}
+            {
+                "units": self.units,
+                "roles": self.roles,
+                "shown": list(self.shown),
+                "spread": {
+                    k: dict(zip(("min", "median", "p90", "max"), v, strict=True))
+                    for k, v in self.spread.items()
+                },
+            }
         )
 
 
@@ -109,8 +115,13 @@ class Run:
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
-            {"start_s": self.start_s, "end_s": self.end_s, "start": utc(self.start_s),
-             "end": utc(self.end_s), "windows": self.windows}
+            {
+                "start_s": self.start_s,
+                "end_s": self.end_s,
+                "start": utc(self.start_s),
+                "end": utc(self.end_s),
+                "windows": self.windows,
+            }
         )
 
 
@@ -166,8 +177,14 @@ class Episode:
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(  # type: ignore[no-any-return]
-            {"unit": self.unit, **self.run.to_dict(), "peak_ratio": self.peak_ratio,
-             "driver": self.driver, "impact_ratios": self.impact, "hurting": list(self.hurting)}
+            {
+                "unit": self.unit,
+                **self.run.to_dict(),
+                "peak_ratio": self.peak_ratio,
+                "driver": self.driver,
+                "impact_ratios": self.impact,
+                "hurting": list(self.hurting),
+            }
         )
 
 

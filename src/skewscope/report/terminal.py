@@ -22,8 +22,11 @@ from skewscope.catalogue import Role, Severity, Verdict
 from skewscope.report import document, fmt
 from skewscope.report.model import Finding, Report, UnitReport
 
-VERDICT_STYLE = {Verdict.IMBALANCED: "bold red", Verdict.BALANCED: "bold green",
-                 Verdict.INSUFFICIENT_DATA: "yellow"}
+VERDICT_STYLE = {
+    Verdict.IMBALANCED: "bold red",
+    Verdict.BALANCED: "bold green",
+    Verdict.INSUFFICIENT_DATA: "yellow",
+}
 SEVERITY_STYLE = {Severity.HIGH: "bold red", Severity.MEDIUM: "yellow", Severity.LOW: "cyan"}
 ROLE_STYLE = {Role.HOT: "red", Role.STALLED: "bold red", Role.STARVED: "blue"}
 
@@ -40,9 +43,13 @@ def render(report: Report, console: Console) -> None:
 
 def render_text(report: Report, *, width: int | None = None, color: bool = False) -> str:
     """The report as text; with ``color``, ANSI styles for a terminal."""
-    console = Console(record=True, width=max(width or DEFAULT_WIDTH, MIN_WIDTH),
-                      file=io.StringIO(), force_terminal=color,
-                      color_system="standard" if color else None)
+    console = Console(
+        record=True,
+        width=max(width or DEFAULT_WIDTH, MIN_WIDTH),
+        file=io.StringIO(),
+        force_terminal=color,
+        color_system="standard" if color else None,
+    )
     render(report, console)
     return console.export_text(styles=color)
 
@@ -50,8 +57,12 @@ def render_text(report: Report, *, width: int | None = None, color: bool = False
 def _body(report: Report, width: int, nested: bool = False) -> Group:
     parts: list[RenderableType] = []
     title = Text(document.headline(report), style=VERDICT_STYLE.get(report.verdict, ""))
-    parts.append(Panel(Group(title, Text(fmt.scope(report), style="dim")),
-                       title="skewscope" if not nested else "DP drill-down"))
+    parts.append(
+        Panel(
+            Group(title, Text(fmt.scope(report), style="dim")),
+            title="skewscope" if not nested else "DP drill-down",
+        )
+    )
     for f in report.findings:
         parts.append(_finding(f))
     if report.fleet:
@@ -75,11 +86,20 @@ def _body(report: Report, width: int, nested: bool = False) -> Group:
 
 def _gateway(report: Report) -> Table:
     assert report.gateway is not None
-    table = Table(title=fmt.gateway_title(report.gateway), title_justify="left",
-                  show_header=True, header_style="bold", box=None, pad_edge=False)
+    table = Table(
+        title=fmt.gateway_title(report.gateway),
+        title_justify="left",
+        show_header=True,
+        header_style="bold",
+        box=None,
+        pad_edge=False,
+    )
     for col in fmt.GATEWAY_COLUMNS:
-        table.add_column(col, justify="left" if col in ("upstream", "unit", "top keys")
-                         else "right", overflow="fold")
+        table.add_column(
+            col,
+            justify="left" if col in ("upstream", "unit", "top keys") else "right",
+            overflow="fold",
+        )
     for row in fmt.gateway_rows(report.gateway):
         table.add_row(*row)
     return table
@@ -89,8 +109,12 @@ def _finding(f: Finding) -> Panel:
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("metric", min_width=12)  # the only column that may wrap
     ids = fmt.names(f.units)  # long ids are in the panel title already: keep the numbers whole
-    table.add_column(Text(ids if cell_len(ids) <= _HOT_HEADER_MAX else "unit"), justify="right",
-                     style="bold", no_wrap=True)
+    table.add_column(
+        Text(ids if cell_len(ids) <= _HOT_HEADER_MAX else "unit"),
+        justify="right",
+        style="bold",
+        no_wrap=True,
+    )
     table.add_column("peers (median)", justify="right", no_wrap=True)
     table.add_column("unit / peers", justify="right", no_wrap=True)
     for row in f.side_by_side:
@@ -99,8 +123,16 @@ def _finding(f: Finding) -> Panel:
         if hot == "—" and ref == "—":
             continue
         table.add_row(Text(fmt.label(row.metric)), hot, ref, fmt.ratio(row.ratio))
-    causes = Text("\n".join(x for x in (fmt.finding_when(f), "Likely cause: " + "; or ".join(
-        fmt.clean(t) for t in document.cause_titles(f))) if x))
+    causes = Text(
+        "\n".join(
+            x
+            for x in (
+                fmt.finding_when(f),
+                "Likely cause: " + "; or ".join(fmt.clean(t) for t in document.cause_titles(f)),
+            )
+            if x
+        )
+    )
     actions = Text("\n".join(f"→ {fmt.clean(a)}" for a in document.actions(f)), style="green")
     summary = Text(fmt.clean(document.summary(f)))
     return Panel(
@@ -121,30 +153,39 @@ def _fleet(report: Report) -> RenderableType:
 
 def _unit_columns(units: tuple[UnitReport, ...]) -> list[tuple[str, list[str]]]:
     """(header, one cell per unit) for every column after the unit id."""
-    cols = [("role", [fmt.role(u) for u in units]),
-            ("hot %", [fmt.hot_share(u) for u in units])]
-    cols += [(fmt.short_label(k),
-              [fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for u in units])
-             for k in fmt.UNIT_COLUMNS]
+    cols = [("role", [fmt.role(u) for u in units]), ("hot %", [fmt.hot_share(u) for u in units])]
+    cols += [
+        (fmt.short_label(k), [fmt.value(k, u.metrics.get(k), u.bounds.get(k, "")) for u in units])
+        for k in fmt.UNIT_COLUMNS
+    ]
     return cols
 
 
 def _units(report: Report, width: int) -> list[RenderableType]:
     units = fmt.table_units(report)
     out: list[RenderableType] = [Text(_UNITS_TITLE, style="bold")]
-    out += column_tables("unit", [fmt.name(u.unit) for u in units], _unit_columns(units), width,
-                         [ROLE_STYLE.get(u.role, "") for u in units])
+    out += column_tables(
+        "unit",
+        [fmt.name(u.unit) for u in units],
+        _unit_columns(units),
+        width,
+        [ROLE_STYLE.get(u.role, "") for u in units],
+    )
     return out
 
 
-def column_tables(key_header: str, keys: list[str], cols: list[tuple[str, list[str]]],
-                  width: int, styles: list[str]) -> list[RenderableType]:
+def column_tables(
+    key_header: str,
+    keys: list[str],
+    cols: list[tuple[str, list[str]]],
+    width: int,
+    styles: list[str],
+) -> list[RenderableType]:
     """A table of ``keys`` (first column) and ``cols`` (header, one cell per key) that fits
     ``width``: split into several tables each repeating the key column when all columns do not
     fit, or one stacked block per key when not even one value column fits beside a key. The
     first value column is left-aligned (a label such as a role), the others right-aligned."""
-    need = [max(cell_len(h), *(cell_len(c) for c in cells)) + _CELL_OVERHEAD
-            for h, cells in cols]
+    need = [max(cell_len(h), *(cell_len(c) for c in cells)) + _CELL_OVERHEAD for h, cells in cols]
     key_w = max(cell_len(key_header), *(cell_len(k) for k in keys)) + _CELL_OVERHEAD + 1
     if key_w + min(need) > width:  # a key fills the line: one block per key
         return _stacked(keys, cols, styles)
@@ -168,8 +209,9 @@ def column_tables(key_header: str, keys: list[str], cols: list[tuple[str, list[s
     return out
 
 
-def _stacked(keys: list[str], cols: list[tuple[str, list[str]]], styles: list[str]
-             ) -> list[RenderableType]:
+def _stacked(
+    keys: list[str], cols: list[tuple[str, list[str]]], styles: list[str]
+) -> list[RenderableType]:
     out: list[RenderableType] = []
     for row, key in enumerate(keys):
         out.append(Text(key, style=styles[row] or "bold"))

@@ -66,8 +66,11 @@ def document(r: WhatIfReport) -> dict[str, Any]:
         out[key] = value
     for row, p in zip(out["policies"], r.policies, strict=True):
         row["description"] = describe(p)
-    out["ranking"] = {"criterion": out["ranking"]["criterion"], "text": criterion_line(r),
-                      **{k: v for k, v in out["ranking"].items() if k != "criterion"}}
+    out["ranking"] = {
+        "criterion": out["ranking"]["criterion"],
+        "text": criterion_line(r),
+        **{k: v for k, v in out["ranking"].items() if k != "criterion"},
+    }
     return {**out, "notes": note_lines(r), "note_facts": facts}
 
 
@@ -78,30 +81,40 @@ def headline(r: WhatIfReport) -> str:
     cur = whatif_phrases.spread(g.current_spread)
     hot = fmt.decimal(g.setting("hot_ratio"), 2)
     if g.verdict == RankingVerdict.BALANCED:
-        return (f"{untrusted}Nothing to fix: the load is balanced (spread {cur}, under the hot "
-                f"ratio {hot}) and no candidate cuts TTFT P99 by "
-                f"{fmt.pct(g.setting('large_gain'))} or more.")
+        return (
+            f"{untrusted}Nothing to fix: the load is balanced (spread {cur}, under the hot "
+            f"ratio {hot}) and no candidate cuts TTFT P99 by "
+            f"{fmt.pct(g.setting('large_gain'))} or more."
+        )
     if g.verdict == RankingVerdict.NO_FIX:
-        return (f"{untrusted}No candidate fixes the skew: none cuts the load spread ({cur}) by "
-                f"{fmt.pct(g.setting('min_spread_gain'))} without raising TTFT P99 by more "
-                f"than {fmt.pct(g.setting('ttft_tolerance'))}; keep the routing and fix the "
-                "cause the diagnosis names.")
+        return (
+            f"{untrusted}No candidate fixes the skew: none cuts the load spread ({cur}) by "
+            f"{fmt.pct(g.setting('min_spread_gain'))} without raising TTFT P99 by more "
+            f"than {fmt.pct(g.setting('ttft_tolerance'))}; keep the routing and fix the "
+            "cause the diagnosis names."
+        )
     best = "Recommended" if r.trusted else "Best predicted"
     new = whatif_phrases.spread(r.policy(r.recommended).spread.value)
     if g.verdict == RankingVerdict.LATENCY_ONLY:
-        return (f"{untrusted}The load is balanced (spread {cur}, under the hot ratio {hot}): no "
-                f"skew to fix. {best} for tail latency only: {r.recommended} — TTFT P99 "
-                f"{change(gain.get('ttft_p99_ms'))} (at least "
-                f"{fmt.pct(g.setting('large_gain'))}), e.g. transient queues such as a burst "
-                "that it spreads.")
-    return (f"{untrusted}{best}: {r.recommended} — load spread {cur} → {new}, TTFT P99 "
-            f"{change(gain.get('ttft_p99_ms'))}, queue wait P95 "
-            f"{change(gain.get('queue_wait_p95_ms'))} against the current routing.")
+        return (
+            f"{untrusted}The load is balanced (spread {cur}, under the hot ratio {hot}): no "
+            f"skew to fix. {best} for tail latency only: {r.recommended} — TTFT P99 "
+            f"{change(gain.get('ttft_p99_ms'))} (at least "
+            f"{fmt.pct(g.setting('large_gain'))}), e.g. transient queues such as a burst "
+            "that it spreads."
+        )
+    return (
+        f"{untrusted}{best}: {r.recommended} — load spread {cur} → {new}, TTFT P99 "
+        f"{change(gain.get('ttft_p99_ms'))}, queue wait P95 "
+        f"{change(gain.get('queue_wait_p95_ms'))} against the current routing."
+    )
 
 
-MATCH_WORDS: dict[str, str] = {EXACT: "the same algorithm",
-                               CLOSEST: "the nearest this stack ships",
-                               NONE: "not available on this stack"}
+MATCH_WORDS: dict[str, str] = {
+    EXACT: "the same algorithm",
+    CLOSEST: "the nearest this stack ships",
+    NONE: "not available on this stack",
+}
 
 
 def fix_title(r: WhatIfReport) -> str:
@@ -110,17 +123,21 @@ def fix_title(r: WhatIfReport) -> str:
         return ""
     g = r.gain
     best = "To apply" if r.trusted else "To apply the best predicted (UNTRUSTED)"
-    return (f"{best} {r.recommended} — predicted: load spread "
-            f"{whatif_phrases.spread(r.ranking.current_spread)} → "
-            f"{whatif_phrases.spread(r.policy(r.recommended).spread.value)}, TTFT P99 "
-            f"{change(g.get('ttft_p99_ms'))}, queue wait P95 "
-            f"{change(g.get('queue_wait_p95_ms'))}, E2E P99 {change(g.get('e2e_p99_ms'))}:")
+    return (
+        f"{best} {r.recommended} — predicted: load spread "
+        f"{whatif_phrases.spread(r.ranking.current_spread)} → "
+        f"{whatif_phrases.spread(r.policy(r.recommended).spread.value)}, TTFT P99 "
+        f"{change(g.get('ttft_p99_ms'))}, queue wait P95 "
+        f"{change(g.get('queue_wait_p95_ms'))}, E2E P99 {change(g.get('e2e_p99_ms'))}:"
+    )
 
 
 def fix_rows(r: WhatIfReport) -> list[tuple[str, str, str]]:
     """Per stack: its name (marked when the evidence came from it), the setting, the match."""
-    return [(f.stack + (" (in use)" if f.in_use else ""), f.setting or "—",
-             MATCH_WORDS[f.match]) for f in r.fix]
+    return [
+        (f.stack + (" (in use)" if f.in_use else ""), f.setting or "—", MATCH_WORDS[f.match])
+        for f in r.fix
+    ]
 
 
 def criterion_line(r: WhatIfReport) -> str:
@@ -130,8 +147,10 @@ def criterion_line(r: WhatIfReport) -> str:
 def trust_line(r: WhatIfReport) -> str:
     if r.trusted:
         return "Calibration: the replay of the current routing reproduces the evidence."
-    return ("Calibration: the replay of the current routing does NOT reproduce the evidence — "
-            "do not trust the ranking.")
+    return (
+        "Calibration: the replay of the current routing does NOT reproduce the evidence — "
+        "do not trust the ranking."
+    )
 
 
 def calibration_lines(r: WhatIfReport) -> list[str]:
@@ -139,50 +158,79 @@ def calibration_lines(r: WhatIfReport) -> list[str]:
     for row in r.calibration:
         err = "" if row.error is None else f", {change(row.error)}"
         flag = "" if row.ok else "  (too far)"
-        out.append(f"{METRIC_LABELS[row.metric]} observed {value(row.metric, row.observed)}, "
-                   f"replayed {value(row.metric, row.replayed)}{err}{flag}")
+        out.append(
+            f"{METRIC_LABELS[row.metric]} observed {value(row.metric, row.observed)}, "
+            f"replayed {value(row.metric, row.replayed)}{err}{flag}"
+        )
     return out
 
 
 def scope(r: WhatIfReport) -> str:
     inferred = whatif_phrases.inferred(r.inferred)
-    return (f"{fmt.name(r.source)}: {fmt.count(r.n_requests)} requests over "
-            f"{fmt.count(r.duration_s)} s, {r.instances} instance(s) x {r.dp_ranks} DP rank(s). "
-            f"Current routing — {inferred}.")
+    return (
+        f"{fmt.name(r.source)}: {fmt.count(r.n_requests)} requests over "
+        f"{fmt.count(r.duration_s)} s, {r.instances} instance(s) x {r.dp_ranks} DP rank(s). "
+        f"Current routing — {inferred}."
+    )
 
 
 def rows(r: WhatIfReport) -> list[list[str]]:
     out = []
     for p in r.policies:
         mark = " *" if p.name == r.recommended else ""
-        out.append([p.name + mark, p.level, whatif_phrases.spread(p.spread.value),
-                    *(value(k, p.predicted.get(k)) for k in TABLE_KEYS)])
+        out.append(
+            [
+                p.name + mark,
+                p.level,
+                whatif_phrases.spread(p.spread.value),
+                *(value(k, p.predicted.get(k)) for k in TABLE_KEYS),
+            ]
+        )
     return out
 
 
 HEADER = ["policy", "level", "load spread", *(METRIC_LABELS[k] for k in TABLE_KEYS)]
 # Narrow headers for the terminal (the Markdown table keeps the full labels).
 SHORT_LABELS: dict[str, str] = {
-    "max_over_median_load": "max/med", "min_over_median_load": "min/med",
-    "queue_wait_p95_ms": "queue P95", "ttft_p99_ms": "TTFT P99", "e2e_p50_ms": "E2E P50",
-    "e2e_p99_ms": "E2E P99", "kv_peak": "KV peak",
+    "max_over_median_load": "max/med",
+    "min_over_median_load": "min/med",
+    "queue_wait_p95_ms": "queue P95",
+    "ttft_p99_ms": "TTFT P99",
+    "e2e_p50_ms": "E2E P50",
+    "e2e_p99_ms": "E2E P99",
+    "kv_peak": "KV peak",
     "throughput_rps": "req/s",
 }
 SHORT_HEADER = ["policy", "level", "spread", *(SHORT_LABELS[k] for k in TABLE_KEYS)]
 
 
 def render_markdown(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
-    out = ["# skewscope what-if", "", f"**{headline(r)}**", "", criterion_line(r), "",
-           scope(r), "", "## Predictions", "", "| " + " | ".join(HEADER) + " |",
-           "|---|---|" + "---:|" * (len(HEADER) - 2)]
+    out = [
+        "# skewscope what-if",
+        "",
+        f"**{headline(r)}**",
+        "",
+        criterion_line(r),
+        "",
+        scope(r),
+        "",
+        "## Predictions",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|---|---|" + "---:|" * (len(HEADER) - 2),
+    ]
     out += ["| " + " | ".join(row) + " |" for row in rows(r)]
-    out += ["", "`*` recommended. " + "; ".join(f"`{p.name}`: {describe(p)}"
-                                               for p in r.policies), ""]
+    out += [
+        "",
+        "`*` recommended. " + "; ".join(f"`{p.name}`: {describe(p)}" for p in r.policies),
+        "",
+    ]
     if r.fix:
-        out += ["## The fix", "", fix_title(r), "", "| stack | setting | match |",
-                "|---|---|---|"]
-        out += [f"| {a} | `{b}` | {c} |" if b != "—" else f"| {a} | — | {c} |"
-                for a, b, c in fix_rows(r)]
+        out += ["## The fix", "", fix_title(r), "", "| stack | setting | match |", "|---|---|---|"]
+        out += [
+            f"| {a} | `{b}` | {c} |" if b != "—" else f"| {a} | — | {c} |"
+            for a, b, c in fix_rows(r)
+        ]
         out += [""]
     out += ["## Calibration", "", trust_line(r), ""]
     out += [f"- {line}" for line in calibration_lines(r)]
@@ -201,18 +249,28 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
     from skewscope.report.terminal import DEFAULT_WIDTH, MIN_WIDTH, column_tables
 
     w = max(width or DEFAULT_WIDTH, MIN_WIDTH)
-    console = Console(record=True, width=w, file=io.StringIO(), force_terminal=color,
-                      color_system="standard" if color else None)
-    style = "bold red" if not r.trusted else (
-        "bold green" if r.recommended != r.current_policy else "bold")
+    console = Console(
+        record=True,
+        width=w,
+        file=io.StringIO(),
+        force_terminal=color,
+        color_system="standard" if color else None,
+    )
+    style = (
+        "bold red"
+        if not r.trusted
+        else ("bold green" if r.recommended != r.current_policy else "bold")
+    )
     console.print(Panel(Text(headline(r), style=style), title="skewscope what-if"))
     console.print(Text(criterion_line(r)))
     console.print(Text(scope(r), style="dim"))
     console.print(Text("Predicted by replaying the evidence", style="bold"))
     table = rows(r)
     cols = [(head, [row[i] for row in table]) for i, head in enumerate(SHORT_HEADER) if i > 0]
-    styles = ["bold green" if p.name == r.recommended and p.name != r.current_policy else ""
-              for p in r.policies]
+    styles = [
+        "bold green" if p.name == r.recommended and p.name != r.current_policy else ""
+        for p in r.policies
+    ]
     for part in column_tables("policy", [row[0] for row in table], cols, w, styles):
         console.print(part)
     if r.fix:
@@ -233,11 +291,13 @@ def render_terminal(r: WhatIfReport, *, width: int | None = None, color: bool = 
 def step_line(r: WhatIfReport) -> str:
     """The fitted step law and limits, one line."""
     m = r.step_model
-    return (f"step = {fmt.decimal(m['fixed_ms'], 1)} ms + "
-            f"{fmt.decimal(m['per_prefill_token_ms'], 4)} ms/prefill token + "
-            f"{fmt.decimal(m['per_decode_seq_ms'], 3)} ms/decode sequence; batch ceiling "
-            f"{fmt.count(m['max_running'])}, token budget {fmt.count(m['token_budget'])}, KV "
-            f"blocks of {fmt.count(m['block_size'])} tokens")
+    return (
+        f"step = {fmt.decimal(m['fixed_ms'], 1)} ms + "
+        f"{fmt.decimal(m['per_prefill_token_ms'], 4)} ms/prefill token + "
+        f"{fmt.decimal(m['per_decode_seq_ms'], 3)} ms/decode sequence; batch ceiling "
+        f"{fmt.count(m['max_running'])}, token budget {fmt.count(m['token_budget'])}, KV "
+        f"blocks of {fmt.count(m['block_size'])} tokens"
+    )
 
 
 def render_html(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:
@@ -247,8 +307,9 @@ def render_html(r: WhatIfReport, *, width: int | None = None, color: bool = Fals
 
     from skewscope.report import html
 
-    return html.page("whatif.html.j2", "skewscope what-if", document(r), r=r,
-                     w=sys.modules[__name__])
+    return html.page(
+        "whatif.html.j2", "skewscope what-if", document(r), r=r, w=sys.modules[__name__]
+    )
 
 
 def render_json(r: WhatIfReport, *, width: int | None = None, color: bool = False) -> str:

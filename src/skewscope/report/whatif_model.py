@@ -99,8 +99,12 @@ class FixSetting:
     in_use: bool  # the evidence came from this stack
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stack": self.stack, "setting": self.setting, "match": self.match,
-                "in_use": self.in_use}
+        return {
+            "stack": self.stack,
+            "setting": self.setting,
+            "match": self.match,
+            "in_use": self.in_use,
+        }
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,12 @@ class CalibrationRow:
     ok: bool  # within WhatIfSettings.calibration_max_error or the absolute floor
 
     def to_dict(self) -> dict[str, Any]:
-        return {"observed": _num(self.observed), "replayed": _num(self.replayed),
-                "error": _num(self.error), "ok": self.ok}
+        return {
+            "observed": _num(self.observed),
+            "replayed": _num(self.replayed),
+            "error": _num(self.error),
+            "ok": self.ok,
+        }
 
 
 @dataclass(frozen=True)
@@ -129,13 +137,19 @@ class PolicyResult:
     robust: Metrics | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "level": self.level,
-                "description_facts": self.description.to_dict(),
-                "predicted": self.predicted.to_dict(),
-                "robust": None if self.robust is None else self.robust.to_dict(),
-                "spread": {"high": _num(self.spread.high), "low": _num(self.spread.low),
-                           "value": _num(self.spread.value)},
-                "unit_load": {u: round(v, 4) for u, v in self.unit_load}}
+        return {
+            "name": self.name,
+            "level": self.level,
+            "description_facts": self.description.to_dict(),
+            "predicted": self.predicted.to_dict(),
+            "robust": None if self.robust is None else self.robust.to_dict(),
+            "spread": {
+                "high": _num(self.spread.high),
+                "low": _num(self.spread.low),
+                "value": _num(self.spread.value),
+            },
+            "unit_load": {u: round(v, 4) for u, v in self.unit_load},
+        }
 
 
 class RankingVerdict(StrEnum):
@@ -166,10 +180,15 @@ class Ranking:
         return dict(self.settings)[key]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"criterion": "spread_then_ttft", "verdict": self.verdict,
-                "current_spread": _num(self.current_spread), "skewed": self.skewed,
-                "settings": {k: _num(v) for k, v in self.settings},
-                "excluded": list(self.excluded), "robust": self.robust}
+        return {
+            "criterion": "spread_then_ttft",
+            "verdict": self.verdict,
+            "current_spread": _num(self.current_spread),
+            "skewed": self.skewed,
+            "settings": {k: _num(v) for k, v in self.settings},
+            "excluded": list(self.excluded),
+            "robust": self.robust,
+        }
 
 
 @dataclass(frozen=True)
@@ -182,8 +201,12 @@ class UnitModel:
     requests: int  # observed requests placed on it
 
     def to_dict(self) -> dict[str, Any]:
-        return {"unit": self.unit, "speed": round(self.speed, 3),
-                "total_blocks": self.total_blocks, "requests": self.requests}
+        return {
+            "unit": self.unit,
+            "speed": round(self.speed, 3),
+            "total_blocks": self.total_blocks,
+            "requests": self.requests,
+        }
 
 
 @dataclass(frozen=True)
@@ -222,8 +245,10 @@ class WhatIfReport:
             "dp_sizes": dict(self.dp_sizes),
             "current_policy": self.current_policy,
             "inferred_facts": {lvl: n.to_dict() for lvl, n in self.inferred},
-            "service_model": {"step": {k: round(v, 6) for k, v in self.step_model.items()},
-                              "units": [u.to_dict() for u in self.units]},
+            "service_model": {
+                "step": {k: round(v, 6) for k, v in self.step_model.items()},
+                "units": [u.to_dict() for u in self.units],
+            },
             "calibration": {r.metric: r.to_dict() for r in self.calibration},
             "trusted": self.trusted,
             "policies": [p.to_dict() for p in self.policies],
@@ -231,6 +256,9 @@ class WhatIfReport:
             "ranking": self.ranking.to_dict(),
             "gain": {k: _num(v) for k, v in self.gain.items()},
             "note_facts": [n.to_dict() for n in self.notes],
-            "fix": {"policy": self.recommended, "engine": self.engine,
-                    "settings": [f.to_dict() for f in self.fix]},
+            "fix": {
+                "policy": self.recommended,
+                "engine": self.engine,
+                "settings": [f.to_dict() for f in self.fix],
+            },
         }

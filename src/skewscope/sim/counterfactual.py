@@ -19,27 +19,35 @@ from skewscope.sim.spec import Health, Scenario
 PLAIN_POLICIES: tuple[str, ...] = tuple(p for p in POLICIES if p != "weighted")
 
 
-def rerouted(sc: Scenario, *, gateway: RoutingSpec | None = None,
-             dispatcher: RoutingSpec | None = None,
-             health: tuple[Health, ...] | None = None) -> Scenario:
+def rerouted(
+    sc: Scenario,
+    *,
+    gateway: RoutingSpec | None = None,
+    dispatcher: RoutingSpec | None = None,
+    health: tuple[Health, ...] | None = None,
+) -> Scenario:
     """``sc`` with the given routing level(s) or pool replaced; everything else, the seed
     included, is kept, so the workload drawn is the same request for request."""
     if gateway is None and dispatcher is None and health is None:
         return sc
-    what = ", ".join(f"{k} {v.describe()}" for k, v in (("gateway", gateway),
-                                                       ("dispatcher", dispatcher)) if v)
+    what = ", ".join(
+        f"{k} {v.describe()}" for k, v in (("gateway", gateway), ("dispatcher", dispatcher)) if v
+    )
     if health is not None:
         what = ", ".join(x for x in (what, "pool changed") if x)
     return dataclasses.replace(
-        sc, summary=f"{sc.summary} (counterfactual: {what})",
+        sc,
+        summary=f"{sc.summary} (counterfactual: {what})",
         gateway=sc.gateway if gateway is None else gateway,
         dispatcher=sc.dispatcher if dispatcher is None else dispatcher,
-        health=sc.health if health is None else health)
+        health=sc.health if health is None else health,
+    )
 
 
 def policy_spec(name: str, what: str) -> RoutingSpec:
     """A plain policy named on the command line (one-line error otherwise)."""
     if name not in PLAIN_POLICIES:
-        raise UsageError(f"{what}: unknown policy {name!r}; expected one of "
-                         f"{', '.join(PLAIN_POLICIES)}")
+        raise UsageError(
+            f"{what}: unknown policy {name!r}; expected one of {', '.join(PLAIN_POLICIES)}"
+        )
     return RoutingSpec(name)

@@ -80,11 +80,21 @@ def simulate(
     rng_wl, rng_route, rng_id = (np.random.default_rng(s) for s in root.spawn(3))
     if scenario.pd is not None:  # two pools, each run as a fleet of its own (sim/pd.py)
         if sinks is not None or on_steps is not None or not keep_steps:
-            raise SimulationError("a prefill/decode scenario runs whole: no streamed writers "
-                                  "(write its metrics from the result)")
+            raise SimulationError(
+                "a prefill/decode scenario runs whole: no streamed writers "
+                "(write its metrics from the result)"
+            )
         wl = generate(scenario.workload, duration, rng_wl) if workload is None else workload
-        return simulate_pd(scenario, scenario.pd, simulate, seed=seed, duration=duration,
-                           workload=wl, record_members=record_members, progress=progress)
+        return simulate_pd(
+            scenario,
+            scenario.pd,
+            simulate,
+            seed=seed,
+            duration=duration,
+            workload=wl,
+            record_members=record_members,
+            progress=progress,
+        )
     rng_disp = [np.random.default_rng(s) for s in root.spawn(1)[0].spawn(scenario.instances)]
     wl = generate(scenario.workload, duration, rng_wl) if workload is None else workload
     rng_id_start = copy.deepcopy(rng_id)  # workers draw the same ids again
@@ -93,10 +103,15 @@ def simulate(
     specs = [scenario.rank_spec(i, d) for i in range(n_inst) for d in range(n_dp)]
     infos = [
         RankInfo(
-            instance=scenario.instance_name(g // n_dp), dp_rank=g % n_dp,
-            hostname=f"node-{g // n_dp}", pid=31000 + 17 * g, speed=sp.speed,
-            total_blocks=sp.total_blocks, block_size=sp.block_size,
-            max_running=sp.max_running, token_budget=sp.token_budget,
+            instance=scenario.instance_name(g // n_dp),
+            dp_rank=g % n_dp,
+            hostname=f"node-{g // n_dp}",
+            pid=31000 + 17 * g,
+            speed=sp.speed,
+            total_blocks=sp.total_blocks,
+            block_size=sp.block_size,
+            max_running=sp.max_running,
+            token_budget=sp.token_budget,
         )
         for g, sp in enumerate(specs)
     ]
@@ -107,22 +122,45 @@ def simulate(
     if jobs > 1 and not keep and on_steps is None and not reads_load(scenario.gateway):
         routed = route(scenario, wl, rng_route)
         bounds = np.linspace(0, n_inst, jobs + 1).round().astype(int).tolist()
-        parts = [_Part(scenario, wl, (rng_route, rng_disp), duration, routed, lo, hi,
-                       infos, rng_id_start if record_members and sinks else None, sinks,
-                       CHUNK_ROWS)
-                 for lo, hi in pairwise(bounds)]
+        parts = [
+            _Part(
+                scenario,
+                wl,
+                (rng_route, rng_disp),
+                duration,
+                routed,
+                lo,
+                hi,
+                infos,
+                rng_id_start if record_members and sinks else None,
+                sinks,
+                CHUNK_ROWS,
+            )
+            for lo, hi in pairwise(bounds)
+        ]
         cols, pending, stats, outputs = _run_apart(parts, routed, progress)
         steps, members = _empty(infos)
     else:
         reqs = RequestState(wl)
         sink = sinks(0, n_inst, wl, infos, duration) if sinks is not None else None
-        out = _StepChunks(infos, rids, record_members and (keep or sink is not None),
-                          on_steps, keep, sink, reqs)
-        ranks = [Rank(g, sp, reqs, out.rec, out.members, out.pieces, out.pats)
-                 for g, sp in enumerate(specs)]
+        out = _StepChunks(
+            infos, rids, record_members and (keep or sink is not None), on_steps, keep, sink, reqs
+        )
+        ranks = [
+            Rank(g, sp, reqs, out.rec, out.members, out.pieces, out.pats)
+            for g, sp in enumerate(specs)
+        ]
         out.ranks = ranks
-        run(scenario, wl, reqs, ranks, (rng_route, rng_disp), duration, progress,
-            (_chunk_s(specs), out.flush))
+        run(
+            scenario,
+            wl,
+            reqs,
+            ranks,
+            (rng_route, rng_disp),
+            duration,
+            progress,
+            (_chunk_s(specs), out.flush),
+        )
         pending = {q for rk in ranks for q in rk.waiting}
         cols = RequestColumns.of(reqs)
         stats = out.stats
@@ -208,15 +246,27 @@ def _run_part(part: _Part) -> tuple[dict[str, Any], list[int], dict[str, float],
     sink = part.sinks(lo, hi, wl, part.infos, part.duration) if part.sinks else None
     rids = request_ids(wl, part.rng_id) if part.rng_id is not None else []
     out = _StepChunks(part.infos, rids, part.rng_id is not None, None, False, sink, reqs)
-    ranks = [Rank(lo * n_dp + k, sp, reqs, out.rec, out.members, out.pieces, out.pats)
-             for k, sp in enumerate(specs)]
+    ranks = [
+        Rank(lo * n_dp + k, sp, reqs, out.rec, out.members, out.pieces, out.pats)
+        for k, sp in enumerate(specs)
+    ]
     out.first = lo * n_dp
-    out.totals = out.totals[out.first:out.first + len(ranks)]
+    out.totals = out.totals[out.first : out.first + len(ranks)]
     out.ranks = ranks
     queue, me = _progress_queue, lo
     report = (lambda t: queue.put((me, t))) if queue is not None else None
-    run(scenario, wl, reqs, ranks, part.rngs, part.duration, report,
-        (_chunk_s(specs, part.chunk_rows), out.flush), part.routed, lo)
+    run(
+        scenario,
+        wl,
+        reqs,
+        ranks,
+        part.rngs,
+        part.duration,
+        report,
+        (_chunk_s(specs, part.chunk_rows), out.flush),
+        part.routed,
+        lo,
+    )
     routed = np.asarray(part.routed)
     mine = np.flatnonzero((routed >= lo) & (routed < hi))
     state = {name: np.asarray(getattr(reqs, name))[mine] for name in RequestColumns.FIELDS}
@@ -227,9 +277,9 @@ def _run_part(part: _Part) -> tuple[dict[str, Any], list[int], dict[str, float],
     return state, [q for rk in ranks for q in rk.waiting], out.stats, summary
 
 
-def _run_apart(parts: list[_Part], routed: list[int],
-               progress: Callable[[float], None] | None
-               ) -> tuple[RequestColumns, set[int], dict[str, float], list[Any]]:
+def _run_apart(
+    parts: list[_Part], routed: list[int], progress: Callable[[float], None] | None
+) -> tuple[RequestColumns, set[int], dict[str, float], list[Any]]:
     """Run the instance groups in worker processes and put their requests' state together
     (as arrays: the parent holds no per-request Python objects); ``progress`` gets the
     simulated time every worker has reached."""
@@ -299,9 +349,16 @@ class _StepChunks:
     """The records the ranks write into, turned into table chunks at each time cut: kept
     for the result, handed to ``on_steps``, or only counted (``stats``: steps, KV peak)."""
 
-    def __init__(self, infos: list[RankInfo], rids: list[str], members: bool,
-                 on_steps: Callable[[pl.DataFrame], None] | None, keep: bool,
-                 sink: StepSink | None = None, reqs: RequestState | None = None) -> None:
+    def __init__(
+        self,
+        infos: list[RankInfo],
+        rids: list[str],
+        members: bool,
+        on_steps: Callable[[pl.DataFrame], None] | None,
+        keep: bool,
+        sink: StepSink | None = None,
+        reqs: RequestState | None = None,
+    ) -> None:
         self.infos, self.rids, self.on_steps, self.keep = infos, rids, on_steps, keep
         self.sink, self.reqs = sink, reqs
         self.rec: array[float] = array("d")
@@ -353,8 +410,7 @@ class _StepChunks:
     def _sink_cpu(self, since: float) -> None:
         """CPU seconds of this process's sinks (``run_stats["sink_cpu_s"]``: the writers'
         share of ``cpu_s``)."""
-        self.stats["sink_cpu_s"] = self.stats.get("sink_cpu_s", 0.0) + (
-            time.process_time() - since)
+        self.stats["sink_cpu_s"] = self.stats.get("sink_cpu_s", 0.0) + (time.process_time() - since)
 
     def tables(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         import polars as pl

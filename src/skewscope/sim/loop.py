@@ -144,12 +144,17 @@ class Availability:
         return self.current
 
 
-
 def run(
-    scenario: Scenario, wl: Workload, reqs: RequestState, ranks: list[Rank],
-    rngs: tuple[np.random.Generator, list[np.random.Generator]], duration: float,
-    progress: Callable[[float], None] | None, cuts: tuple[float, Callable[[float], None]],
-    routed: list[int] | None = None, first: int = 0,
+    scenario: Scenario,
+    wl: Workload,
+    reqs: RequestState,
+    ranks: list[Rank],
+    rngs: tuple[np.random.Generator, list[np.random.Generator]],
+    duration: float,
+    progress: Callable[[float], None] | None,
+    cuts: tuple[float, Callable[[float], None]],
+    routed: list[int] | None = None,
+    first: int = 0,
 ) -> None:
     """Route every arrival in time order and step the ranks up to the end of the run.
 
@@ -171,9 +176,10 @@ def run(
     n_here = len(ranks) // n_dp
     last = first + n_here
     gateway = Router(scenario.gateway, scenario.instances, rngs[0], tags)
-    dispatchers = [Router(scenario.dispatcher, n_dp, rngs[1][first + k], tags)
-                   for k in range(n_here)]
-    inst_load = GroupLoad([ranks[k * n_dp:(k + 1) * n_dp] for k in range(n_here)])
+    dispatchers = [
+        Router(scenario.dispatcher, n_dp, rngs[1][first + k], tags) for k in range(n_here)
+    ]
+    inst_load = GroupLoad([ranks[k * n_dp : (k + 1) * n_dp] for k in range(n_here)])
     groups = inst_load.groups
     rank_loads = [RankLoad(g) for g in groups]
     gw_load, disp_load = reads_load(scenario.gateway), reads_load(scenario.dispatcher)

@@ -49,13 +49,16 @@ SAME_AS: dict[str, str] = {"shortest_queue": "least_requests", "minimum_tokens":
 # replay of the current routing reproduces the observed placement exactly. Not for scenarios.
 OBSERVED = "observed"
 # Policies that never read a unit's load: the simulator need not bring ranks up to date for them.
-LOAD_FREE: frozenset[str] = frozenset({"round_robin", "weighted", "consistent_hash", "sticky",
-                                       OBSERVED})
+LOAD_FREE: frozenset[str] = frozenset(
+    {"round_robin", "weighted", "consistent_hash", "sticky", OBSERVED}
+)
 
 
 def reads_load(spec: RoutingSpec) -> bool:
     """Whether the policy looks at the units' load when it chooses (pins never do)."""
     return SAME_AS.get(spec.policy, spec.policy) not in LOAD_FREE
+
+
 VNODES = 160  # virtual nodes per unit on the consistent-hash ring (nginx's ketama: 160)
 # cache_aware (SGLang router): the load is imbalanced when max - min outstanding requests
 # exceeds this many AND max > CACHE_REL_THRESHOLD * min; it then picks the shortest queue.
@@ -146,8 +149,10 @@ class PublishedLoad:
         if now < self.at + self.every:
             return
         self.at = math.floor(now / self.every) * self.every
-        self.counts = [(load.waiting_requests(u), load.running_requests(u),
-                        load.outstanding_tokens(u)) for u in range(len(self.counts))]
+        self.counts = [
+            (load.waiting_requests(u), load.running_requests(u), load.outstanding_tokens(u))
+            for u in range(len(self.counts))
+        ]
         self.kv = [load.kv_usage(u) for u in range(len(self.counts))]
         self.sent = [0] * len(self.counts)
 
@@ -197,8 +202,11 @@ class Router:
         self.ring_for: tuple[int, ...] | None = None  # the pool the ring was built for
         # ``_fewest``'s place: the pool, its fewest assigned, the position to look from
         self.fewest_at: tuple[tuple[int, ...], int, int] | None = None
-        self.published = (PublishedLoad(n_units, spec.publish_s, spec.local_accounting)
-                          if spec.publish_s > 0 else None)
+        self.published = (
+            PublishedLoad(n_units, spec.publish_s, spec.local_accounting)
+            if spec.publish_s > 0
+            else None
+        )
 
     def choose(
         self, tag: int, session: int, avail: tuple[int, ...], load: LoadView, hint: int = -1
@@ -229,8 +237,9 @@ class Router:
             self.published.note_sent(unit)
         return unit
 
-    def _by_policy(self, session: int, avail: tuple[int, ...], load: LoadView,
-                   live: LoadView) -> int:
+    def _by_policy(
+        self, session: int, avail: tuple[int, ...], load: LoadView, live: LoadView
+    ) -> int:
         """``load``: what the policy reads (published late, when it is); ``live``: the
         system's own counts (vLLM's front-end counts its in-flight requests itself)."""
         policy = SAME_AS.get(self.spec.policy, self.spec.policy)
@@ -289,8 +298,13 @@ class Router:
                 best, best_score = u, score
         return best
 
-    def _least(self, avail: tuple[int, ...], metric: Callable[[int], int],
-               load: LoadView | None = None, kind: str = "") -> int:
+    def _least(
+        self,
+        avail: tuple[int, ...],
+        metric: Callable[[int], int],
+        load: LoadView | None = None,
+        kind: str = "",
+    ) -> int:
         """The unit with the lowest ``metric``; ties rotate so equal units share the load.
 
         A pool of ``VECTOR_MIN`` units or more is read in one array when the load view keeps

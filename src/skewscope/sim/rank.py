@@ -94,8 +94,14 @@ class Rank:
     )
 
     def __init__(
-        self, idx: int, spec: RankSpec, reqs: RequestState, rec: array[float],
-        members: array[int] | None, pieces: array[float], pats: array[int],
+        self,
+        idx: int,
+        spec: RankSpec,
+        reqs: RequestState,
+        rec: array[float],
+        members: array[int] | None,
+        pieces: array[float],
+        pats: array[int],
     ) -> None:
         self.idx = idx
         self.B = spec.block_size
@@ -195,8 +201,12 @@ class Rank:
         room = self.total - used
         waiting = self.waiting
         n_dec = len(dec)
-        if (waiting and n_dec < self.max_running and self.budget > n_dec
-                and ph[r] + (self.reqs.pe[waiting[0]] + B - 1) // B <= room):
+        if (
+            waiting
+            and n_dec < self.max_running
+            and self.budget > n_dec
+            and ph[r] + (self.reqs.pe[waiting[0]] + B - 1) // B <= room
+        ):
             return  # the head of the queue could be admitted: a full step
         cum = list(accumulate(ph[r:] + ph[:r]))
         P = cum[-1]
@@ -220,8 +230,21 @@ class Rank:
             if g.off < 0:
                 g.off = len(self.pats)
                 self.pats.extend(g.cum[:m] if m < B else g.cum)
-            self.pieces.extend((self.idx, g.t_a, g.dt, g.n_dec, len(self.waiting), g.used_a,
-                                j0, j1, g.off, min(m, B), g.P))
+            self.pieces.extend(
+                (
+                    self.idx,
+                    g.t_a,
+                    g.dt,
+                    g.n_dec,
+                    len(self.waiting),
+                    g.used_a,
+                    j0,
+                    j1,
+                    g.off,
+                    min(m, B),
+                    g.P,
+                )
+            )
             g.j = j1
             self.s = g.s_a + j1
             self.used = g.used_after(j1, B)
@@ -310,8 +333,20 @@ class Rank:
         fh = self.fin_heap
         fin_free = self._finish(s, end, done) if (done or (fh and fh[0][0] <= s)) else 0
         self.rec.extend(
-            (self.idx, t, end, pf_bs, n_dec, pf_tok, nrun, len(waiting), used, alloc,
-             freed + fin_free, npre)
+            (
+                self.idx,
+                t,
+                end,
+                pf_bs,
+                n_dec,
+                pf_tok,
+                nrun,
+                len(waiting),
+                used,
+                alloc,
+                freed + fin_free,
+                npre,
+            )
         )
         self.used = used - fin_free
         self.s = s + 1
@@ -391,8 +426,6 @@ class Rank:
         return npre, freed
 
 
-
-
 class _Segment:
     """Decode-only steps ``j`` in [0, m) from an anchor: step ``j`` starts at ``t_a + j * dt``
     and ends where step ``j + 1`` starts; its KV growth is the block pattern ``cum``
@@ -400,8 +433,17 @@ class _Segment:
 
     __slots__ = ("P", "cum", "dt", "j", "m", "n_dec", "off", "s_a", "t_a", "used_a")
 
-    def __init__(self, t_a: float, dt: float, s_a: int, used_a: int, m: int, n_dec: int,
-                 cum: list[int], P: int) -> None:
+    def __init__(
+        self,
+        t_a: float,
+        dt: float,
+        s_a: int,
+        used_a: int,
+        m: int,
+        n_dec: int,
+        cum: list[int],
+        P: int,
+    ) -> None:
         self.t_a, self.dt, self.s_a, self.used_a = t_a, dt, s_a, used_a
         self.m, self.n_dec, self.cum, self.P = m, n_dec, cum, P
         self.j = 0  # steps executed so far

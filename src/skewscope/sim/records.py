@@ -97,8 +97,14 @@ class StepSink(Protocol):
     requests' state: every event before ``cut`` is final. ``close`` ends the run and returns
     a picklable summary (it may be made in a worker process)."""
 
-    def chunk(self, rows: NDArray[np.float64], members: pl.DataFrame | None,
-              first_id: int, cut: float, reqs: RequestState) -> None: ...
+    def chunk(
+        self,
+        rows: NDArray[np.float64],
+        members: pl.DataFrame | None,
+        first_id: int,
+        cut: float,
+        reqs: RequestState,
+    ) -> None: ...
 
     def close(self, reqs: RequestState) -> Any: ...
 
@@ -107,8 +113,9 @@ class SinkFactory(Protocol):
     """Makes the sink of instances ``[lo, hi)`` of a run (its workload, every rank, its
     duration in run seconds); picklable (sent to worker processes)."""
 
-    def __call__(self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo],
-                 duration: float) -> StepSink: ...
+    def __call__(
+        self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo], duration: float
+    ) -> StepSink: ...
 
 
 @dataclass
@@ -118,8 +125,9 @@ class Sinks:
 
     factories: list[SinkFactory]
 
-    def __call__(self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo],
-                 duration: float) -> StepSink:
+    def __call__(
+        self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo], duration: float
+    ) -> StepSink:
         return _AllSinks([f(lo, hi, wl, ranks, duration) for f in self.factories])
 
 
@@ -127,8 +135,14 @@ class _AllSinks:
     def __init__(self, sinks: list[StepSink]) -> None:
         self.sinks = sinks
 
-    def chunk(self, rows: NDArray[np.float64], members: pl.DataFrame | None,
-              first_id: int, cut: float, reqs: RequestState) -> None:
+    def chunk(
+        self,
+        rows: NDArray[np.float64],
+        members: pl.DataFrame | None,
+        first_id: int,
+        cut: float,
+        reqs: RequestState,
+    ) -> None:
         for s in self.sinks:
             s.chunk(rows, members, first_id, cut, reqs)
 

@@ -38,8 +38,13 @@ VERDICTS: tuple[Verdict, ...] = tuple(Verdict)
 LEVELS: tuple[Level, ...] = tuple(Level)
 CAUSES: tuple[Cause, ...] = tuple(Cause)
 # The kinds a scenario's truth may name: those a simulated cause produces.
-KINDS: tuple[Kind, ...] = (Kind.COUNT, Kind.WEIGHT, Kind.CAPABILITY, Kind.STALE_LOAD,
-                           Kind.PD_IMBALANCE)
+KINDS: tuple[Kind, ...] = (
+    Kind.COUNT,
+    Kind.WEIGHT,
+    Kind.CAPABILITY,
+    Kind.STALE_LOAD,
+    Kind.PD_IMBALANCE,
+)
 SIDES = ("input", "output")
 ARRIVALS = ("poisson", "onoff", "trace")
 DISTS = ("lognormal", "pareto", "fixed")
@@ -127,8 +132,11 @@ def _coerce(tbl: _Table, k: str, v: Any, typ: Any) -> Any:
         ok = isinstance(v, str)
         bad = next((c for c in v if not c.isprintable()), None) if ok else None
         if bad is not None:  # a name is printed: an ESC sequence would drive the terminal
-            raise tbl.error(k, f"expected printable text, got a control character "
-                               f"{bad.encode('unicode_escape').decode()}")
+            raise tbl.error(
+                k,
+                f"expected printable text, got a control character "
+                f"{bad.encode('unicode_escape').decode()}",
+            )
     else:  # pragma: no cover - only the scalar types above appear in specs
         raise tbl.error(k, f"unsupported field type {typ}")
     if not ok:
@@ -199,8 +207,12 @@ def _read_workload(tbl: _Table, duration: float) -> WorkloadSpec:
         _require(ct, "share", 0 < share <= 1, "must be in (0, 1]")
         _require(ct, "tag", tag != "", "must not be empty")
         classes.append(
-            RequestClass(tag, share, _read_length(ct.table("input"), inp),
-                         _read_length(ct.table("output"), out))
+            RequestClass(
+                tag,
+                share,
+                _read_length(ct.table("input"), inp),
+                _read_length(ct.table("output"), out),
+            )
         )
         ct.done()
     _require(tbl, "class", sum(c.share for c in classes) <= 1.0 + 1e-9, "shares sum above 1")
@@ -219,28 +231,54 @@ def _read_workload(tbl: _Table, duration: float) -> WorkloadSpec:
     if (tt := tbl.table("trace")) is not None:
         trace = _scalars(tt, TraceSpec)
         tt.done()
-        _require(tt, "format", trace.format in (None, "azure", "mooncake"),
-                 "must be 'azure' or 'mooncake'")
+        _require(
+            tt,
+            "format",
+            trace.format in (None, "azure", "mooncake"),
+            "must be 'azure' or 'mooncake'",
+        )
         _require(tt, "time_scale", trace.time_scale > 0, "must be > 0")
         src_dir = Path(tbl.src).parent
         if trace.source not in BUILTIN_TRACES and not Path(trace.source).is_absolute():
-            trace = TraceSpec(str(src_dir / trace.source), trace.format, trace.time_scale,
-                              trace.max_input, trace.max_output)
-        _require(tt, "source", trace.source in BUILTIN_TRACES or Path(trace.source).is_file(),
-                 f"no such trace file or built-in trace ({', '.join(BUILTIN_TRACES)})")
-    _require(tbl, "arrival", arrival != "trace" or trace is not None,
-             "'trace' needs a [workload.trace] table")
-    _require(tbl, "arrival", arrival != "onoff" or onoff is not None,
-             "'onoff' needs a [workload.onoff] table")
-    _require(tbl, "class", arrival != "trace" or not classes,
-             "request classes cannot be combined with trace replay")
+            trace = TraceSpec(
+                str(src_dir / trace.source),
+                trace.format,
+                trace.time_scale,
+                trace.max_input,
+                trace.max_output,
+            )
+        _require(
+            tt,
+            "source",
+            trace.source in BUILTIN_TRACES or Path(trace.source).is_file(),
+            f"no such trace file or built-in trace ({', '.join(BUILTIN_TRACES)})",
+        )
+    _require(
+        tbl,
+        "arrival",
+        arrival != "trace" or trace is not None,
+        "'trace' needs a [workload.trace] table",
+    )
+    _require(
+        tbl,
+        "arrival",
+        arrival != "onoff" or onoff is not None,
+        "'onoff' needs a [workload.onoff] table",
+    )
+    _require(
+        tbl,
+        "class",
+        arrival != "trace" or not classes,
+        "request classes cannot be combined with trace replay",
+    )
     sessions = tbl.get("sessions", int, base.sessions)
     heavy = tbl.get("heavy_session_share", float, base.heavy_session_share)
     _require(tbl, "sessions", sessions >= 0, "must be >= 0")
     _require(tbl, "heavy_session_share", 0 <= heavy <= 1, "must be in [0, 1]")
     tbl.done()
-    return WorkloadSpec(arrival, rate, inp, out, tuple(classes), burst, onoff, trace, sessions,
-                        heavy)
+    return WorkloadSpec(
+        arrival, rate, inp, out, tuple(classes), burst, onoff, trace, sessions, heavy
+    )
 
 
 def _read_routing(tbl: _Table | None, n_units: int, names: list[str]) -> RoutingSpec:
@@ -265,17 +303,24 @@ def _read_routing(tbl: _Table | None, n_units: int, names: list[str]) -> Routing
         elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n_units:
             pins.append(v)
         else:
-            raise tbl.error("pin_units", f"{v!r} is not a unit here ({names[0]}..{names[-1]} "
-                                         f"or 0..{n_units - 1})")
-    _require(tbl, "pin_units", bool(pins) == (pin_tag is not None),
-             "pin_tag and pin_units go together")
+            raise tbl.error(
+                "pin_units",
+                f"{v!r} is not a unit here ({names[0]}..{names[-1]} or 0..{n_units - 1})",
+            )
+    _require(
+        tbl, "pin_units", bool(pins) == (pin_tag is not None), "pin_tag and pin_units go together"
+    )
     share = tbl.get("pin_share", float, 1.0)
     _require(tbl, "pin_share", 0 <= share <= 1, "must be in [0, 1]")
     counted = tbl.get("pin_counted", bool, True)
     publish = tbl.get("publish_s", float, 0.0)
     _require(tbl, "publish_s", math.isfinite(publish) and publish >= 0, "must be >= 0")
-    _require(tbl, "publish_s", publish == 0 or reads_load(RoutingSpec(policy)),
-             f"only for a policy that reads load (not {policy!r})")
+    _require(
+        tbl,
+        "publish_s",
+        publish == 0 or reads_load(RoutingSpec(policy)),
+        f"only for a policy that reads load (not {policy!r})",
+    )
     local = tbl.get("local_accounting", bool, False)
     _require(tbl, "local_accounting", not local or publish > 0, "needs publish_s > 0")
     tbl.done()
@@ -301,14 +346,26 @@ def _read_truth(tbl: _Table, name: str, units: set[str]) -> GroundTruth:
     _require(tbl, "level", t.level in LEVELS, f"must be one of {', '.join(LEVELS)}")
     _require(tbl, "kind", t.kind in (None, *KINDS), f"must be one of {', '.join(KINDS)}")
     _require(tbl, "weight_side", t.weight_side in (None, *SIDES), "must be 'input' or 'output'")
-    _require(tbl, "weight_side", (t.weight_side is not None) == (t.kind == Kind.WEIGHT),
-             "is required for kind 'weight' and only for it")
-    _require(tbl, "root_cause", t.root_cause in (None, *CAUSES),
-             f"must be one of {', '.join(CAUSES)}")
-    _require(tbl, "rotating_units", bool(t.rotating_units) == (t.kind == Kind.STALE_LOAD),
-             "is required for kind 'stale_load' and only for it")
-    for k, us in (("hot_units", t.hot_units), ("idle_units", t.idle_units),
-                  ("rotating_units", t.rotating_units)):
+    _require(
+        tbl,
+        "weight_side",
+        (t.weight_side is not None) == (t.kind == Kind.WEIGHT),
+        "is required for kind 'weight' and only for it",
+    )
+    _require(
+        tbl, "root_cause", t.root_cause in (None, *CAUSES), f"must be one of {', '.join(CAUSES)}"
+    )
+    _require(
+        tbl,
+        "rotating_units",
+        bool(t.rotating_units) == (t.kind == Kind.STALE_LOAD),
+        "is required for kind 'stale_load' and only for it",
+    )
+    for k, us in (
+        ("hot_units", t.hot_units),
+        ("idle_units", t.idle_units),
+        ("rotating_units", t.rotating_units),
+    ):
         bad = [u for u in us if u not in units]
         _require(tbl, k, not bad, f"unknown unit {bad[0] if bad else ''!r}")
     return t
@@ -336,8 +393,13 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
         rank = _read_rank(rt, rank)
         rt.done()
     names = [f"inst-{i}" for i in range(n_inst)]
-    probe = Scenario(name, "", GroundTruth(name, Verdict.BALANCED, Level.INSTANCE),
-                     instances=n_inst, dp_ranks=n_dp)
+    probe = Scenario(
+        name,
+        "",
+        GroundTruth(name, Verdict.BALANCED, Level.INSTANCE),
+        instances=n_inst,
+        dp_ranks=n_dp,
+    )
     units = probe.unit_ids()
     overrides: list[tuple[str, RankSpec]] = []
     for ot in cl.tables("override"):
@@ -366,13 +428,33 @@ def scenario_from_toml(data: dict[str, Any], source: str, default_name: str = ""
     if pt is not None:
         pd = _scalars(pt, PdSpec)
         pt.done()
-        _require(pt, "prefill_instances", 1 <= pd.prefill_instances < n_inst,
-                 f"must be in [1, {n_inst - 1}] (prefill instances first, then decode)")
+        _require(
+            pt,
+            "prefill_instances",
+            1 <= pd.prefill_instances < n_inst,
+            f"must be in [1, {n_inst - 1}] (prefill instances first, then decode)",
+        )
         for k in ("transfer_ms", "decode_prefill_token_ms"):
             _require(pt, k, math.isfinite(getattr(pd, k)) and getattr(pd, k) >= 0, "must be >= 0")
     top.done()
-    sc = Scenario(name, summary, truth, duration, seed, n_inst, n_dp, rank, tuple(overrides),
-                  tuple(health), gateway, dispatcher, workload, model, source, pd=pd)
+    sc = Scenario(
+        name,
+        summary,
+        truth,
+        duration,
+        seed,
+        n_inst,
+        n_dp,
+        rank,
+        tuple(overrides),
+        tuple(health),
+        gateway,
+        dispatcher,
+        workload,
+        model,
+        source,
+        pd=pd,
+    )
     check_limits(sc, keep_steps=False)  # the least a run holds; keeping its steps: the caller
     if not summary:
         sc = dataclasses.replace(sc, summary=default_summary(sc))
@@ -393,8 +475,9 @@ def _override_base(unit: str, overrides: list[tuple[str, RankSpec]], rank: RankS
 def default_summary(sc: Scenario) -> str:
     t = sc.truth
     what = t.verdict if t.verdict != Verdict.IMBALANCED else f"{t.kind or ''} skew".strip()
-    return (f"{sc.instances}x{sc.dp_ranks} units, {sc.workload.describe()}, "
-            f"{sc.duration_s:g} s: {what}")
+    return (
+        f"{sc.instances}x{sc.dp_ranks} units, {sc.workload.describe()}, {sc.duration_s:g} s: {what}"
+    )
 
 
 def read_scenario_file(path: Path) -> Scenario:

@@ -57,7 +57,10 @@ def segment_rows(pieces: array[float], pats: array[int]) -> NDArray[np.float64]:
 
 
 def in_time_order(
-    rec: array[float], members: array[int] | None, pieces: array[float], pats: array[int],
+    rec: array[float],
+    members: array[int] | None,
+    pieces: array[float],
+    pats: array[int],
 ) -> tuple[NDArray[np.float64], NDArray[np.int64] | None]:
     """Every step row (full steps and segments) sorted by (start, rank), with step ids
     renumbered to match and member rows following their steps. Ranks are advanced one at a
@@ -89,8 +92,7 @@ def request_ids(wl: Workload, rng: np.random.Generator) -> list[str]:
 class RequestColumns:
     """The requests' final state as arrays (the engine's ``RequestState`` holds lists)."""
 
-    FIELDS: ClassVar[tuple[str, ...]] = ("fsched", "ftok", "finish", "preempt", "rank",
-                                         "rejected")
+    FIELDS: ClassVar[tuple[str, ...]] = ("fsched", "ftok", "finish", "preempt", "rank", "rejected")
     fsched: NDArray[np.float64]
     ftok: NDArray[np.float64]
     finish: NDArray[np.float64]
@@ -100,23 +102,33 @@ class RequestColumns:
 
     @classmethod
     def of(cls, reqs: RequestState) -> RequestColumns:
-        return cls(np.asarray(reqs.fsched, dtype=np.float64),
-                   np.asarray(reqs.ftok, dtype=np.float64),
-                   np.asarray(reqs.finish, dtype=np.float64),
-                   np.asarray(reqs.preempt, dtype=np.int64),
-                   np.asarray(reqs.rank, dtype=np.int64),
-                   np.asarray(reqs.rejected, dtype=bool))
+        return cls(
+            np.asarray(reqs.fsched, dtype=np.float64),
+            np.asarray(reqs.ftok, dtype=np.float64),
+            np.asarray(reqs.finish, dtype=np.float64),
+            np.asarray(reqs.preempt, dtype=np.int64),
+            np.asarray(reqs.rank, dtype=np.int64),
+            np.asarray(reqs.rejected, dtype=bool),
+        )
 
     @classmethod
     def empty(cls, n: int) -> RequestColumns:
         """Nothing happened yet (-1: never), no rank, none rejected."""
-        return cls(np.full(n, -1.0), np.full(n, -1.0), np.full(n, -1.0),
-                   np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
-                   np.zeros(n, dtype=bool))
+        return cls(
+            np.full(n, -1.0),
+            np.full(n, -1.0),
+            np.full(n, -1.0),
+            np.zeros(n, dtype=np.int64),
+            np.full(n, -1, dtype=np.int64),
+            np.zeros(n, dtype=bool),
+        )
 
 
 def requests_frame(
-    wl: Workload, reqs: RequestColumns, infos: list[RankInfo], pending: set[int],
+    wl: Workload,
+    reqs: RequestColumns,
+    infos: list[RankInfo],
+    pending: set[int],
     rids: list[str],
 ) -> pl.DataFrame:
     import polars as pl
@@ -126,8 +138,11 @@ def requests_frame(
 
     waiting = np.zeros(len(wl), dtype=bool)
     waiting[list(pending)] = True
-    status = np.where(reqs.rejected, "rejected", np.where(
-        reqs.finish >= 0, "finished", np.where(waiting, "waiting", "running")))
+    status = np.where(
+        reqs.rejected,
+        "rejected",
+        np.where(reqs.finish >= 0, "finished", np.where(waiting, "waiting", "running")),
+    )
     placed = reqs.rank >= 0
     at = np.where(placed, reqs.rank, 0)
     names = np.array([r.instance for r in infos] or [""], dtype=object)[at]
@@ -197,4 +212,3 @@ def members_frame(a: NDArray[np.int64], rids: list[str]) -> pl.DataFrame:
             "num_computed_tokens": a[:, 6],
         }
     )
-

@@ -196,8 +196,10 @@ def generate(spec: WorkloadSpec, duration_s: float, rng: np.random.Generator) ->
         else:
             arr = poisson_arrivals(rng, spec.rate, 0.0, duration_s)
         n = arr.shape[0]
-        inp, out, tag = spec.input.sample(rng, n), spec.output.sample(rng, n), _draw_classes(
-            spec, tags, rng, n
+        inp, out, tag = (
+            spec.input.sample(rng, n),
+            spec.output.sample(rng, n),
+            _draw_classes(spec, tags, rng, n),
         )
         for c in spec.classes:
             sel = np.flatnonzero(tag == tags.index(c.tag))
@@ -206,8 +208,10 @@ def generate(spec: WorkloadSpec, duration_s: float, rng: np.random.Generator) ->
         if spec.burst is not None:
             b = spec.burst
             extra = poisson_arrivals(
-                rng, spec.rate * (b.multiplier - 1.0), b.start_s, min(b.start_s + b.duration_s,
-                                                                     duration_s)
+                rng,
+                spec.rate * (b.multiplier - 1.0),
+                b.start_s,
+                min(b.start_s + b.duration_s, duration_s),
             )
             m = extra.shape[0]
             arr = np.concatenate([arr, extra])
@@ -274,7 +278,9 @@ def read_azure_csv(path: Path) -> Trace:
     if header != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
         raise SchemaError(
             f"{path}: line 1: expected header TIMESTAMP,ContextTokens,GeneratedTokens, "
-            f"got {lines[0][:80]!r}" if lines else f"{path}: empty trace file"
+            f"got {lines[0][:80]!r}"
+            if lines
+            else f"{path}: empty trace file"
         )
     ts: list[float] = []
     inp: list[int] = []
@@ -330,8 +336,7 @@ def _tokens(value: object) -> int:
 def _read_lines(path: Path) -> list[str]:
     """A trace's lines, through the one small-file reader (a regular UTF-8 file, bounded:
     a FIFO or a device is refused, not read forever)."""
-    return read_small(path, f"{path}: trace", limit=TRACE_FILE_BYTES, error=InputError
-                      ).splitlines()
+    return read_small(path, f"{path}: trace", limit=TRACE_FILE_BYTES, error=InputError).splitlines()
 
 
 def _trace(ts: np.ndarray, inp: list[int], out: list[int], path: Path) -> Trace:

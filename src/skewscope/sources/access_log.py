@@ -43,18 +43,37 @@ UPSTREAM = ("upstream_addr", "upstream_host", "UPSTREAM_HOST", "upstream")
 TIME = ("msec", "time_iso8601", "time_local", "start_time", "START_TIME", "timestamp", "time")
 REQUEST_BYTES = ("request_length", "bytes_received", "BYTES_RECEIVED")
 # Client / session keys, most specific first: a session or user header, then the client.
-KEYS = ("http_x_session_id", "x_session_id", "session_id", "session", "http_x_smg_routing_key",
-        "http_x_user_id", "user_id", "user", "remote_addr", "downstream_remote_address",
-        "DOWNSTREAM_REMOTE_ADDRESS", "x_forwarded_for", "client")
-ENVOY_HINTS = ("upstream_host", "UPSTREAM_HOST", "downstream_remote_address",
-               "DOWNSTREAM_REMOTE_ADDRESS", "bytes_received", "BYTES_RECEIVED")
+KEYS = (
+    "http_x_session_id",
+    "x_session_id",
+    "session_id",
+    "session",
+    "http_x_smg_routing_key",
+    "http_x_user_id",
+    "user_id",
+    "user",
+    "remote_addr",
+    "downstream_remote_address",
+    "DOWNSTREAM_REMOTE_ADDRESS",
+    "x_forwarded_for",
+    "client",
+)
+ENVOY_HINTS = (
+    "upstream_host",
+    "UPSTREAM_HOST",
+    "downstream_remote_address",
+    "DOWNSTREAM_REMOTE_ADDRESS",
+    "bytes_received",
+    "BYTES_RECEIVED",
+)
 KEPT_KEYS = 10  # per upstream, the biggest keys carried in the evidence
 MAX_KEY_CHARS = 200  # a longer client / session key is carried as its digest
 ENVOY_DEFAULT = re.compile(
     r'^\[(?P<START_TIME>[^\]]+)\] "(?P<request>[^"]*)" (?P<RESPONSE_CODE>\S+) '
     r"(?P<RESPONSE_FLAGS>\S+) (?P<BYTES_RECEIVED>\S+) (?P<BYTES_SENT>\S+) (?P<DURATION>\S+) "
     r'(?P<upstream_service_time>\S+) "(?P<x_forwarded_for>[^"]*)" "(?P<user_agent>[^"]*)" '
-    r'"(?P<x_request_id>[^"]*)" "(?P<authority>[^"]*)" "(?P<UPSTREAM_HOST>[^"]*)"')
+    r'"(?P<x_request_id>[^"]*)" "(?P<authority>[^"]*)" "(?P<UPSTREAM_HOST>[^"]*)"'
+)
 # key=value pairs are read in time linear in the line: a key starts only at a token's start (a
 # run of letters without "=" is scanned once, not once per letter), and a quoted value ends at
 # the next unescaped quote, looked up among the line's quotes found once (an unterminated quote
@@ -101,7 +120,7 @@ def _pairs(line: str) -> dict[str, str]:
             i = bisect.bisect_right(quotes, start)
             end = quotes[i] if i < len(quotes) else -1
         if end >= 0:
-            out[m.group(1)] = line[start + 1:end]
+            out[m.group(1)] = line[start + 1 : end]
             pos = end + 1
         else:
             bare = _BARE.match(line, start)
@@ -187,13 +206,15 @@ class LineReader:
             return None
         if self.shape is None:
             head = line.lstrip()
-            self.shape = "json" if head.startswith("{") else "envoy" if head.startswith("[") \
-                else "pairs"
+            self.shape = (
+                "json" if head.startswith("{") else "envoy" if head.startswith("[") else "pairs"
+            )
         try:
             fields = _parse_line(line, self.shape)
         except ValueError as e:
-            raise ValueError(f"expected {SHAPES[self.shape]} access-log line like the file's "
-                             f"first line ({e})") from None
+            raise ValueError(
+                f"expected {SHAPES[self.shape]} access-log line like the file's first line ({e})"
+            ) from None
         if not any(u in fields for u in UPSTREAM):
             raise ValueError(f"no upstream field (expected one of {', '.join(UPSTREAM)})")
         _, up = _first(fields, UPSTREAM)
@@ -208,11 +229,13 @@ class LineReader:
             if self.key_field is None:
                 self.key_field = next((k for k in KEYS if k in fields), "")
             key = fields.get(self.key_field, "") if self.key_field else ""
-        return Logged(upstream=_last_upstream(up) if up else "",
-                      t_s=parse_time(when) if when else None,
-                      size=b if math.isfinite(b) else math.nan,
-                      key="" if key in _EMPTY else safe_key(key),
-                      envoy=any(h in fields for h in ENVOY_HINTS))
+        return Logged(
+            upstream=_last_upstream(up) if up else "",
+            t_s=parse_time(when) if when else None,
+            size=b if math.isfinite(b) else math.nan,
+            key="" if key in _EMPTY else safe_key(key),
+            envoy=any(h in fields for h in ENVOY_HINTS),
+        )
 
 
 def bounded_lines(fh: BinaryIO, limit: int) -> Iterator[str]:
@@ -231,8 +254,11 @@ def too_long_note(readers: Iterable[LineReader]) -> list[str]:
     seen = list(readers)
     n = sum(r.too_long for r in seen)
     kib = max(r.max_line for r in seen) / 1024 if seen else 0
-    return [f"{n} access-log line(s) longer than {kib:g} KiB skipped ([sources] "
-            "max_log_line_kb)"] if n else []
+    return (
+        [f"{n} access-log line(s) longer than {kib:g} KiB skipped ([sources] max_log_line_kb)"]
+        if n
+        else []
+    )
 
 
 def _lines(paths: Sequence[str], limit: int) -> Iterator[tuple[LineReader, Logged]]:
@@ -267,10 +293,15 @@ class _Tally:
     by_window: Counter[int] = field(default_factory=Counter)
 
 
-def tally(logged: Iterable[Logged], windows: tuple[float, float, int] | None, *,
-          key_name: Callable[[], str | None], shown: str,
-          notes: Sequence[str] = (),
-          late_notes: Callable[[], Sequence[str]] = tuple) -> GatewayEvidence:
+def tally(
+    logged: Iterable[Logged],
+    windows: tuple[float, float, int] | None,
+    *,
+    key_name: Callable[[], str | None],
+    shown: str,
+    notes: Sequence[str] = (),
+    late_notes: Callable[[], Sequence[str]] = tuple,
+) -> GatewayEvidence:
     """Requests by upstream (inside the engines' ``windows`` when given: first window start,
     window length, count; epoch seconds), with their per-window series and biggest keys.
 
@@ -307,17 +338,23 @@ def tally(logged: Iterable[Logged], windows: tuple[float, float, int] | None, *,
         if r.key:
             t.keys[r.key] += 1
     if not tallies:
-        raise InputError(f"{shown}: no request in the access log reached an upstream"
-                         + (" in the engines' time range" if outside else ""))
+        raise InputError(
+            f"{shown}: no request in the access log reached an upstream"
+            + (" in the engines' time range" if outside else "")
+        )
     notes = [*notes, *late_notes()]
     if no_upstream:
-        notes.append(f"{no_upstream} logged request(s) had no upstream (answered by the gateway "
-                     "itself) and are not counted")
+        notes.append(
+            f"{no_upstream} logged request(s) had no upstream (answered by the gateway "
+            "itself) and are not counted"
+        )
     if outside:
         notes.append(f"{outside} logged request(s) outside the engines' time range left out")
     if untimed:
-        notes.append(f"{untimed} logged request(s) without a readable time (fields "
-                     f"{', '.join(TIME)}) counted whatever their time")
+        notes.append(
+            f"{untimed} logged request(s) without a readable time (fields "
+            f"{', '.join(TIME)}) counted whatever their time"
+        )
     # per-window series only when every counted request had a time (else they would not sum)
     grid = windows if windows is not None and not untimed else None
     units = tuple(
@@ -345,9 +382,12 @@ def first_key_name(readers: Iterable[LineReader]) -> str | None:
     return next((r.key_field for r in readers if r.key_field), None)
 
 
-def read_access_logs(paths: Sequence[str],
-                     windows: tuple[float, float, int] | None = None, *,
-                     max_line: int = DEFAULT_LIMITS.max_log_line_bytes) -> GatewayEvidence:
+def read_access_logs(
+    paths: Sequence[str],
+    windows: tuple[float, float, int] | None = None,
+    *,
+    max_line: int = DEFAULT_LIMITS.max_log_line_bytes,
+) -> GatewayEvidence:
     """Tally every file's lines by upstream (``tally``); one clean InputError names the first
     bad line."""
     readers: dict[str, LineReader] = {}
@@ -357,8 +397,13 @@ def read_access_logs(paths: Sequence[str],
             readers.setdefault(reader.path, reader)
             yield r
 
-    return tally(logged(), windows, key_name=lambda: first_key_name(readers.values()),
-                 shown=", ".join(paths), late_notes=lambda: too_long_note(readers.values()))
+    return tally(
+        logged(),
+        windows,
+        key_name=lambda: first_key_name(readers.values()),
+        shown=", ".join(paths),
+        late_notes=lambda: too_long_note(readers.values()),
+    )
 
 
 @dataclass(frozen=True)
@@ -371,9 +416,11 @@ class LoggedRequest:
     key: str
 
 
-def read_access_requests(paths: Sequence[str], *,
-                         max_line: int = DEFAULT_LIMITS.max_log_line_bytes,
-                         ) -> tuple[list[LoggedRequest], str | None]:
+def read_access_requests(
+    paths: Sequence[str],
+    *,
+    max_line: int = DEFAULT_LIMITS.max_log_line_bytes,
+) -> tuple[list[LoggedRequest], str | None]:
     """Every timed request that reached an upstream, in time order, and the key field read
     (a session or user header first; what-if replays keep the keys so sticky and
     consistent-hash routing see the same sessions)."""

@@ -121,7 +121,7 @@ class AccessLogFollower:
                     f.offset += len(chunk)
                     *lines, f.partial = (f.partial + chunk).split(b"\n")
                     if len(f.partial) > f.reader.max_line:  # a line without end: held no
-                        f.partial = f.partial[:f.reader.max_line + 1]  # longer than skipped
+                        f.partial = f.partial[: f.reader.max_line + 1]  # longer than skipped
                     self._take(f, lines)
         except OSError as e:
             self.missing[f.path] = e.strerror or "unreadable"
@@ -166,14 +166,20 @@ class AccessLogFollower:
             self.kept.append(got)
 
     def notes(self) -> list[str]:
-        out = [f"access log {p}: unreadable this run ({why}); its earlier lines kept"
-               for p, why in self.missing.items()]
+        out = [
+            f"access log {p}: unreadable this run ({why}); its earlier lines kept"
+            for p, why in self.missing.items()
+        ]
         if self.skipped:
-            out.append(f"{self.skipped} unreadable access-log line(s) skipped since the start "
-                       f"(first: {self.first_bad})")
+            out.append(
+                f"{self.skipped} unreadable access-log line(s) skipped since the start "
+                f"(first: {self.first_bad})"
+            )
         if self.untimed:
-            out.append(f"{self.untimed} access-log line(s) without a readable time skipped "
-                       "since the start (a rolling window needs each request's time)")
+            out.append(
+                f"{self.untimed} access-log line(s) without a readable time skipped "
+                "since the start (a rolling window needs each request's time)"
+            )
         return out + too_long_note(f.reader for f in self.files)
 
     def evidence(self, windows: tuple[float, float, int] | None) -> GatewayEvidence | None:
@@ -182,8 +188,12 @@ class AccessLogFollower:
         written), so a quiet gateway never fails the engines' diagnosis."""
         self.poll()
         try:
-            return tally(self.kept, windows,
-                         key_name=lambda: first_key_name(f.reader for f in self.files),
-                         shown=", ".join(self.paths), notes=self.notes())
+            return tally(
+                self.kept,
+                windows,
+                key_name=lambda: first_key_name(f.reader for f in self.files),
+                shown=", ".join(self.paths),
+                notes=self.notes(),
+            )
         except InputError:
             return None

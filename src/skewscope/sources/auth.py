@@ -64,8 +64,9 @@ def _read_secret(*, env: str | None, file: str | Path | None, what: str) -> Secr
     read by the one small-file reader: a regular file (a FIFO would hang), at most
     ``SECRET_FILE_BYTES``, UTF-8; anything else is one usage line (exit 2)."""
     if file is not None:
-        text = read_small(file, f"--{what}-file {file}", limit=SECRET_FILE_BYTES,
-                          error=UsageError).strip()
+        text = read_small(
+            file, f"--{what}-file {file}", limit=SECRET_FILE_BYTES, error=UsageError
+        ).strip()
         if not text:
             raise UsageError(f"{what} file {file} is empty")
         return Secret(text)
@@ -136,7 +137,13 @@ class HttpAuth:
         if client_key is not None and client_cert is None:
             raise UsageError("--key needs --cert (the client certificate it belongs to)")
         auth = cls(
-            token, username, password, ca_file, insecure_skip_verify, client_cert, client_key,
+            token,
+            username,
+            password,
+            ca_file,
+            insecure_skip_verify,
+            client_cert,
+            client_key,
             token_ambient=token is not None and ambient,
         )
         if ca_file is not None or client_cert is not None:
@@ -178,8 +185,9 @@ class HttpAuth:
         try:
             ctx = ssl.create_default_context(cafile=self.ca_file)
         except (OSError, ssl.SSLError) as exc:
-            raise UsageError(f"--ca-file {self.ca_file}: not a readable PEM CA bundle "
-                             f"({_reason(exc)})") from None
+            raise UsageError(
+                f"--ca-file {self.ca_file}: not a readable PEM CA bundle ({_reason(exc)})"
+            ) from None
         if self.insecure_skip_verify:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
@@ -257,18 +265,28 @@ _C = MAX_CREDENTIAL
 _SECRET_PATTERNS = (
     # an echoed header line, and "Bearer/Basic <credential>" (a credential has a digit or sign,
     # so prose such as "basic authentication" is left alone)
-    (re.compile(r"(?i)\b(authorization[\"']?\s{0,8}[:=]\s{0,8}[\"']?)[^\"'\r\n,;}]+"),
-     r"\1***"),
-    (re.compile(rf"(?i)\b(bearer|basic)(?:\s{{1,8}}|%20|\+)(?=[\w.~+/=-]{{0,{_C}}}[\d.~+/=-])"
-                r"[\w.~+/=-]{6,}"),
-     r"\1 ***"),
+    (re.compile(r"(?i)\b(authorization[\"']?\s{0,8}[:=]\s{0,8}[\"']?)[^\"'\r\n,;}]+"), r"\1***"),
+    (
+        re.compile(
+            rf"(?i)\b(bearer|basic)(?:\s{{1,8}}|%20|\+)(?=[\w.~+/=-]{{0,{_C}}}[\d.~+/=-])"
+            r"[\w.~+/=-]{6,}"
+        ),
+        r"\1 ***",
+    ),
     # user:password@ in URLs, with or without a scheme
-    (re.compile(rf"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{{0,{_C}}}://)[^/\s@]{{1,{_C}}}@"),
-     r"\1***@"),
+    (
+        re.compile(rf"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{{0,{_C}}}://)[^/\s@]{{1,{_C}}}@"),
+        r"\1***@",
+    ),
     (re.compile(rf"(?<![\w/@.:%~+-])[\w.%~+-]{{1,{_C}}}:[^\s/@]{{1,{_C}}}@(?=[\w\[])"), "***@"),
     # token-ish query parameters and key=value pairs
-    (re.compile(r"(?i)\b((?:access_|id_|auth_|api_?)?(?:token|key|password|passwd|secret)=)"
-                r"[^&\s\"',;]+"), r"\1***"),
+    (
+        re.compile(
+            r"(?i)\b((?:access_|id_|auth_|api_?)?(?:token|key|password|passwd|secret)=)"
+            r"[^&\s\"',;]+"
+        ),
+        r"\1***",
+    ),
 )
 
 

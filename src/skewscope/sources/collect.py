@@ -93,8 +93,15 @@ class RoundScraper:
     rolling sampler). The pool's daemon threads let a process that stops (SIGTERM, Ctrl-C)
     abandon a round in flight instead of waiting out its deadline."""
 
-    def __init__(self, urls: Sequence[str], *, interval_s: float, auth: HttpAuth | None = None,
-                 timeout_s: float | None = None, limits: SourceLimits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        interval_s: float,
+        auth: HttpAuth | None = None,
+        timeout_s: float | None = None,
+        limits: SourceLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.urls = tuple(urls)
         self.deadline_s = timeout_s if timeout_s is not None else max(0.5, min(interval_s, 10.0))
         self.max_bytes = limits.max_scrape_bytes
@@ -103,9 +110,17 @@ class RoundScraper:
 
     def round(self, t: float) -> list[Snapshot]:
         """One scrape of every target in parallel, stamped ``t``: a whole round, or none."""
-        futures = [self._pool.submit(fetch_snapshot, self._client, url, t,
-                                     deadline_s=self.deadline_s, max_bytes=self.max_bytes)
-                   for url in self.urls]
+        futures = [
+            self._pool.submit(
+                fetch_snapshot,
+                self._client,
+                url,
+                t,
+                deadline_s=self.deadline_s,
+                max_bytes=self.max_bytes,
+            )
+            for url in self.urls
+        ]
         return [f.result() for f in futures]
 
     def close(self) -> None:
@@ -143,11 +158,17 @@ def collect(
     n_ticks = math.floor(duration_s / interval_s + 1e-9)
     ticker = Ticker(interval_s, clock)
     out = Collected(t0=ticker.t0, snaps={u: [] for u in urls})
-    bar = Progress(f"scraping {len(urls)} target(s)", duration_s, "s",
-                   every_s=limits.progress_every_s, enabled=progress)
+    bar = Progress(
+        f"scraping {len(urls)} target(s)",
+        duration_s,
+        "s",
+        every_s=limits.progress_every_s,
+        enabled=progress,
+    )
     ok = failed = 0
-    scraper = RoundScraper(urls, interval_s=interval_s, auth=auth, timeout_s=timeout_s,
-                           limits=limits)
+    scraper = RoundScraper(
+        urls, interval_s=interval_s, auth=auth, timeout_s=timeout_s, limits=limits
+    )
     try:
         for t in ticker.ticks(n_ticks + 1):
             round_ = scraper.round(t)
@@ -168,8 +189,9 @@ def collect(
     return out
 
 
-def _give_up_unanswered(got: Collected, last: list[Snapshot], rounds: int, elapsed_s: float
-                        ) -> None:
+def _give_up_unanswered(
+    got: Collected, last: list[Snapshot], rounds: int, elapsed_s: float
+) -> None:
     """SourceError when the first ``rounds`` rounds reached no target at all: nothing is
     listening (a wrong port, a stopped fleet), and waiting out --duration would not change it."""
     got.reached = got.reached or any(s.reached for s in last)

@@ -72,6 +72,7 @@ class DaemonPool:
     def __enter__(self) -> DaemonPool:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.shutdown(wait=kind is None)  # interrupted: do not wait out the deadlines

@@ -103,8 +103,9 @@ def load_device_map(path: str) -> DeviceMap:
         raise InputError(f"--device-map {path}: expected a [devices] table")
     out: DeviceMap = {}
     for unit, refs in table.items():
-        if not (isinstance(refs, list) and refs and all(isinstance(r, str) and "/" in r
-                                                        for r in refs)):
+        if not (
+            isinstance(refs, list) and refs and all(isinstance(r, str) and "/" in r for r in refs)
+        ):
             raise InputError(
                 f'--device-map {path}: devices."{unit}" must be a list like ["node-1/0"]'
             )

@@ -188,6 +188,8 @@ def combine(values: list[float], how: str) -> float:
     if how == "avg":
         return sum(values) / len(values)
     return max(values) if how == "max" else min(values)
+
+
 assert {s.role for s in SIGNAL_SPECS} <= set(ROLES)
 
 
@@ -236,8 +238,10 @@ _VLLM_ROLES: dict[str, tuple[Alias, ...]] = {
 _MS_EXTRA: dict[str, tuple[Alias, ...]] = {
     "free_blocks": (Alias("vllm_profiling_free_kvcache_blocks", "dp"),),
     "batch": (Alias("vllm_profiling_batch_size", "engine"),),
-    "preemptions": (Alias("vllm_profiling_running_to_waiting_count_total", "dp"),
-                    Alias("vllm_profiling_running_to_waiting_count", "dp")),
+    "preemptions": (
+        Alias("vllm_profiling_running_to_waiting_count_total", "dp"),
+        Alias("vllm_profiling_running_to_waiting_count", "dp"),
+    ),
 }
 
 # SGLang: every scheduler of a DP rank exports the same series with its own ``tp_rank`` (and
@@ -363,8 +367,9 @@ _LLMD_ROLES: dict[str, tuple[Alias, ...]] = {
             rank_in_unit=True,
         ),
         # Inference Extension >= 1.3 names a DP pod's endpoints ``<pod>-rank-<n>`` here too
-        Alias("inference_pool_per_pod_queue_size", unit_label="model_server_pod",
-              rank_in_unit=True),
+        Alias(
+            "inference_pool_per_pod_queue_size", unit_label="model_server_pod", rank_in_unit=True
+        ),
     ),
 }
 

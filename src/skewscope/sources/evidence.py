@@ -69,13 +69,14 @@ def _rows(
     first = next(iter(tables.values()), {})
     order_of = list(first)
     same = {s for s, t in tables.items() if len(t) == len(first) and list(t) == order_of}
-    if len(first) > 1 and all(t.keys() <= first.keys() for s, t in tables.items()
-                              if s not in same):
+    if len(first) > 1 and all(t.keys() <= first.keys() for s, t in tables.items() if s not in same):
         order = sorted(range(len(order_of)), key=lambda i: _key_order(order_of[i]))
         keys = [order_of[i] for i in order]
         pick = operator.itemgetter(*order)
-        return keys, lambda: {s: list(pick(list(t.values()))) if s in same
-                              else list(map(t.get, keys)) for s, t in tables.items()}
+        return keys, lambda: {
+            s: list(pick(list(t.values()))) if s in same else list(map(t.get, keys))
+            for s, t in tables.items()
+        }
     keys = sorted(set().union(*tables.values()), key=_key_order)
     return keys, lambda: {s: list(map(t.get, keys)) for s, t in tables.items()}
 
@@ -227,13 +228,21 @@ def build_evidence(
             }
             dp_aliases.update({s: a for s, a in (extra_aliases or {}).items() if dp_values.get(s)})
             dp_frame = assemble(
-                Level.DP, dp_values, aliases=dp_aliases, window_s=window_s, source=source,
+                Level.DP,
+                dp_values,
+                aliases=dp_aliases,
+                window_s=window_s,
+                source=source,
                 pools=pools,
             )
         else:
             all_notes.append("no instance shows more than one DP rank; DP level skipped")
     inst_frame = assemble(
-        Level.INSTANCE, inst_values, aliases=aliases, window_s=window_s, source=source,
+        Level.INSTANCE,
+        inst_values,
+        aliases=aliases,
+        window_s=window_s,
+        source=source,
         pools=pools,
     )
     return Evidence(instance=inst_frame, dp=dp_frame, notes=tuple(all_notes))

@@ -78,9 +78,7 @@ class DeadlineBackend(httpcore.SyncBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         left = _left(timeout, httpcore.ConnectTimeout)
-        return DeadlineStream(
-            super().connect_tcp(host, port, left, local_address, socket_options)
-        )
+        return DeadlineStream(super().connect_tcp(host, port, left, local_address, socket_options))
 
 
 def make_client(auth: HttpAuth | None, timeout_s: float, **kwargs: Any) -> httpx.Client:
@@ -102,8 +100,9 @@ def make_client(auth: HttpAuth | None, timeout_s: float, **kwargs: Any) -> httpx
 
 def invalid_url(what: str, url: str, exc: Exception) -> SourceError:
     """httpx.InvalidURL (no HTTPError) as one line: the reason, and the URL's head only."""
-    return SourceError(f"{what}: not a URL httpx can request ({quoted(exc, 80)}): "
-                       f"{quoted(redact_url(url), 100)}")
+    return SourceError(
+        f"{what}: not a URL httpx can request ({quoted(exc, 80)}): {quoted(redact_url(url), 100)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -148,8 +147,9 @@ def bounded_get(
         with deadline(deadline_s), client.stream("GET", url, params=params, headers=headers) as r:
             declared = r.headers.get("Content-Length", "")
             if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-                raise SourceError(f"{where} sent {_size(int(declared))}; the limit is "
-                                  f"{_size(max_bytes)}")
+                raise SourceError(
+                    f"{where} sent {_size(int(declared))}; the limit is {_size(max_bytes)}"
+                )
             chunks: list[bytes] = []
             got = 0
             for chunk in r.iter_bytes():

@@ -65,27 +65,44 @@ _EPP_LLMD_QUEUE = tuple(s for s in _EPP_QUEUE if s.name.startswith("llm_d_"))
 _EPP_GIE_QUEUE = tuple(s for s in _EPP_QUEUE if s.name.startswith("inference_pool_"))
 
 
-def _epp(source: GatewaySource, prefix: str, endpoint_label: str,
-         queue: tuple[WorkerSeries, ...], pool_prefix: str, ready: str) -> RouterNames:
+def _epp(
+    source: GatewaySource,
+    prefix: str,
+    endpoint_label: str,
+    queue: tuple[WorkerSeries, ...],
+    pool_prefix: str,
+    ready: str,
+) -> RouterNames:
     return RouterNames(
         source,
-        WorkerSeries(f"{prefix}_scheduler_attempts_total", endpoint_label,
-                     select='status="success"', port="port"),
+        WorkerSeries(
+            f"{prefix}_scheduler_attempts_total",
+            endpoint_label,
+            select='status="success"',
+            port="port",
+        ),
         fixed_policy=EPP_POLICY,
         load=queue,
         load_polled=True,
-        pool=(("ready endpoints", f"{pool_prefix}_{ready}"),
-              ("average KV utilisation", f"{pool_prefix}_average_kv_cache_utilization"),
-              ("average queue", f"{pool_prefix}_average_queue_size")),
+        pool=(
+            ("ready endpoints", f"{pool_prefix}_{ready}"),
+            ("average KV utilisation", f"{pool_prefix}_average_kv_cache_utilization"),
+            ("average queue", f"{pool_prefix}_average_queue_size"),
+        ),
     )
 
 
-def _worker_router(source: GatewaySource, requests: str, health: str, cb_state: str,
-                   policy: str) -> RouterNames:
+def _worker_router(
+    source: GatewaySource, requests: str, health: str, cb_state: str, policy: str
+) -> RouterNames:
     """sglang-router and its fork vllm-router: every series by the ``worker`` URL."""
-    return RouterNames(source, WorkerSeries(requests, "worker"),
-                       health=WorkerSeries(health, "worker"),
-                       cb_state=WorkerSeries(cb_state, "worker"), policy=policy)
+    return RouterNames(
+        source,
+        WorkerSeries(requests, "worker"),
+        health=WorkerSeries(health, "worker"),
+        cb_state=WorkerSeries(cb_state, "worker"),
+        policy=policy,
+    )
 
 
 def _production_stack(requests: str, per_s: bool) -> RouterNames:
@@ -104,24 +121,51 @@ def _production_stack(requests: str, per_s: bool) -> RouterNames:
 ROUTERS: tuple[RouterNames, ...] = (
     # sglang-router 0.3.2 (SGLang Model Gateway) and vllm-router 0.1.17 (a fork of it): read
     # from their live /metrics in front of the simulator (tests/online/test_gateway_router.py).
-    _worker_router(GatewaySource.SGLANG_ROUTER, "smg_worker_cb_outcomes_total",
-                   "smg_worker_health", "smg_worker_cb_state", "smg_worker_selection_total"),
-    _worker_router(GatewaySource.VLLM_ROUTER, "vllm_router_processed_requests_total",
-                   "vllm_router_worker_health", "vllm_router_cb_state",
-                   "vllm_router_policy_decisions_total"),
+    _worker_router(
+        GatewaySource.SGLANG_ROUTER,
+        "smg_worker_cb_outcomes_total",
+        "smg_worker_health",
+        "smg_worker_cb_state",
+        "smg_worker_selection_total",
+    ),
+    _worker_router(
+        GatewaySource.VLLM_ROUTER,
+        "vllm_router_processed_requests_total",
+        "vllm_router_worker_health",
+        "vllm_router_cb_state",
+        "vllm_router_policy_decisions_total",
+    ),
     # llm-d router (llm-d/llm-d-router pkg/epp/metrics/llm_d_router_metrics.go): subsystem
     # ``llm_d_epp`` (v0.10.0 and later), ``llm_d_router_epp`` at 047069960690;
     # scheduler_attempts_total{status, target_model_name, endpoint_name, namespace, port}.
-    _epp(GatewaySource.LLM_D_EPP, "llm_d_epp", "endpoint_name", _EPP_LLMD_QUEUE,
-         "llm_d_epp", "ready_endpoints"),
-    _epp(GatewaySource.LLM_D_EPP, "llm_d_router_epp", "endpoint_name", _EPP_LLMD_QUEUE,
-         "llm_d_router_epp", "ready_endpoints"),
+    _epp(
+        GatewaySource.LLM_D_EPP,
+        "llm_d_epp",
+        "endpoint_name",
+        _EPP_LLMD_QUEUE,
+        "llm_d_epp",
+        "ready_endpoints",
+    ),
+    _epp(
+        GatewaySource.LLM_D_EPP,
+        "llm_d_router_epp",
+        "endpoint_name",
+        _EPP_LLMD_QUEUE,
+        "llm_d_router_epp",
+        "ready_endpoints",
+    ),
     # Gateway API Inference Extension EPP (kubernetes-sigs/gateway-api-inference-extension
     # pkg/epp/metrics/metrics.go, release-1.5; also llm-d/llm-d-inference-scheduler):
     # inference_extension_scheduler_attempts_total{status, target_model_name, pod_name,
     # namespace, port}; pool gauges inference_pool_*{name}.
-    _epp(GatewaySource.INFERENCE_EXTENSION_EPP, "inference_extension", "pod_name",
-         _EPP_GIE_QUEUE, "inference_pool", "ready_pods"),
+    _epp(
+        GatewaySource.INFERENCE_EXTENSION_EPP,
+        "inference_extension",
+        "pod_name",
+        _EPP_GIE_QUEUE,
+        "inference_pool",
+        "ready_pods",
+    ),
     # vLLM production-stack router (vllm-project/production-stack
     # src/vllm_router/services/metrics_service/__init__.py, routers/metrics_router.py): engine
     # names re-exported per backend URL in ``server``. vllm:request_latency_seconds{server,

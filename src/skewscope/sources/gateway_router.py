@@ -62,8 +62,9 @@ def _vector(client: PromClient, query: str, at: float) -> list[tuple[dict[str, s
     return out
 
 
-def _matrix(client: PromClient, query: str, win: tuple[float, float, int]
-            ) -> list[tuple[dict[str, str], tuple[float, ...]]]:
+def _matrix(
+    client: PromClient, query: str, win: tuple[float, float, int]
+) -> list[tuple[dict[str, str], tuple[float, ...]]]:
     """Per series, one value per window of ``win`` (first start, length, count); NaN where the
     range query has no point."""
     first, w, n = win
@@ -71,8 +72,9 @@ def _matrix(client: PromClient, query: str, win: tuple[float, float, int]
     for s in client.query_range(query, first + w, first + n * w, w):
         try:
             labels = {str(k): str(v) for k, v in s["metric"].items()}
-            points = {round((float(t) - first) / w) - 1: _sample(client, query, v)
-                      for t, v in s["values"]}
+            points = {
+                round((float(t) - first) / w) - 1: _sample(client, query, v) for t, v in s["values"]
+            }
         except (KeyError, TypeError, ValueError, AttributeError):
             raise SourceError(f"{client.where} returned a malformed series for {query}") from None
         out.append((labels, tuple(points.get(i, math.nan) for i in range(n))))
@@ -116,8 +118,14 @@ def _by(s: WorkerSeries) -> str:
 class _Reader:
     """Queries of one router over [start, end] (and the engines' windows)."""
 
-    def __init__(self, client: PromClient, names: set[str], start: float, end: float,
-                 win: tuple[float, float, int] | None) -> None:
+    def __init__(
+        self,
+        client: PromClient,
+        names: set[str],
+        start: float,
+        end: float,
+        win: tuple[float, float, int] | None,
+    ) -> None:
         self.client, self.names, self.end, self.win = client, names, end, win
         self.span_s = end - start
         self.r, self.step = duration(end - start), duration(SUBQUERY_STEP_S)
@@ -185,8 +193,7 @@ def load_router_prometheus(
     ``windows`` (first window start, window length, count): the engines' grid, for the
     per-window series."""
     url, _ = normalise_url(url, "--prometheus")
-    client = PromClient(url, auth=auth, timeout_s=timeout_s,
-                        max_bytes=limits.max_query_bytes)
+    client = PromClient(url, auth=auth, timeout_s=timeout_s, max_bytes=limits.max_query_bytes)
     try:
         names = set(client.metric_names(start, end, ""))
         router, found = detect_router(names)
@@ -202,19 +209,27 @@ def _evidence(rd: _Reader, router: RouterNames, found: list[RouterNames]) -> Gat
     req = router.requests
     if router.requests_per_s:  # a request-rate gauge: its mean over the range times the range
         sent = {k: v * rd.span_s for k, v in rd.total(req, "avg_over_time({x}[{r}])").items()}
-        series = {k: tuple(v * rd.win[1] for v in vs) for k, vs in
-                  rd.windows(req, "avg_over_time({x}[{w}])").items()} if rd.win else {}
+        series = (
+            {
+                k: tuple(v * rd.win[1] for v in vs)
+                for k, vs in rd.windows(req, "avg_over_time({x}[{w}])").items()
+            }
+            if rd.win
+            else {}
+        )
     else:
         sent = rd.total(req, "increase({x}[{r}])")
         series = rd.windows(req, "increase({x}[{w}])")
     health = rd.total(router.health, "avg_over_time(({x} == bool 0)[{r}:{step}])")
-    breaker = rd.total(router.cb_state,
-                       f"avg_over_time(({{x}} == bool {CB_OPEN})[{{r}}:{{step}}])")
+    breaker = rd.total(router.cb_state, f"avg_over_time(({{x}} == bool {CB_OPEN})[{{r}}:{{step}}])")
     load_s = next((s for s in router.load if rd.stored(s.name)), None)
     load = rd.windows(load_s, "avg_over_time({x}[{w}])")
     # in the pool at the range end: listed by the health gauge (>= 0), else by the load gauge
-    listed = rd.total(router.health, "{x} >= 0") if router.health and rd.stored(
-        router.health.name) else rd.total(load_s, "{x} * 0 + 1")
+    listed = (
+        rd.total(router.health, "{x} >= 0")
+        if router.health and rd.stored(router.health.name)
+        else rd.total(load_s, "{x} * 0 + 1")
+    )
     workers = sorted(set(sent) | set(health) | set(breaker) | set(listed))
     n = rd.win[2] if rd.win else 0
     units = tuple(
@@ -230,18 +245,23 @@ def _evidence(rd: _Reader, router: RouterNames, found: list[RouterNames]) -> Gat
         for w in workers
     )
     policy, notes = _policy(rd, router)
-    notes.insert(0, f"gateway: {router.source} metrics ({rd.stored(req.name)}) read from the "
-                    "same Prometheus")
-    others = sorted({f.source for f in found} - {router.source} - ALSO_EXPORTS.get(router.source,
-                                                                                 set()))
+    notes.insert(
+        0, f"gateway: {router.source} metrics ({rd.stored(req.name)}) read from the same Prometheus"
+    )
+    others = sorted(
+        {f.source for f in found} - {router.source} - ALSO_EXPORTS.get(router.source, set())
+    )
     if others:
-        notes.append(f"several routers' metrics found ({', '.join([router.source, *others])}); "
-                     f"{router.source} read")
+        notes.append(
+            f"several routers' metrics found ({', '.join([router.source, *others])}); "
+            f"{router.source} read"
+        )
     pool = []
     for what, name in router.pool:
         if stored := rd.stored(name):
-            vals = [v for _, v in _vector(rd.client, f"avg(avg_over_time({stored}[{rd.r}]))",
-                                          rd.end)]
+            vals = [
+                v for _, v in _vector(rd.client, f"avg(avg_over_time({stored}[{rd.r}]))", rd.end)
+            ]
             if vals and math.isfinite(vals[0]):
                 pool.append((what, vals[0]))
     return GatewayEvidence(
@@ -266,6 +286,8 @@ def _policy(rd: _Reader, router: RouterNames) -> tuple[str | None, list[str]]:
     used = sorted(((v, la.get(lab, "")) for la, v in rows if v > 0), reverse=True)
     notes = []
     if len(used) > 1:
-        notes.append("the router used several policies in the range: "
-                     + ", ".join(f"{p} ({v:.0f})" for v, p in used))
+        notes.append(
+            "the router used several policies in the range: "
+            + ", ".join(f"{p} ({v:.0f})" for v, p in used)
+        )
     return (used[0][1] if used else router.fixed_policy), notes

@@ -45,10 +45,14 @@ WORKLOAD_ALIASES: dict[str, dict[str, tuple[Alias, ...]]] = {
         "iteration_tokens": (Alias("vllm:iteration_tokens_total", _E),),
     },
     "ms-service-metric": {
-        "prompt_length": (Alias("vllm:request_prompt_tokens", _E),
-                          Alias("vllm_profiling_input", _E)),
-        "output_length": (Alias("vllm:request_generation_tokens", _E),
-                          Alias("vllm_profiling_output", _E)),
+        "prompt_length": (
+            Alias("vllm:request_prompt_tokens", _E),
+            Alias("vllm_profiling_input", _E),
+        ),
+        "output_length": (
+            Alias("vllm:request_generation_tokens", _E),
+            Alias("vllm_profiling_output", _E),
+        ),
         "itl": (Alias("vllm:inter_token_latency_seconds", _E),),
         "ttft": (Alias("vllm:time_to_first_token_seconds", _E),),
         "queue_time": (Alias("vllm:request_queue_time_seconds", _E),),
@@ -107,8 +111,9 @@ class WorkloadEvidence:
 WindowKey = tuple[float, str, int | None]  # (window start, instance, rank)
 
 
-def held_gauges(ev: Evidence, dialect: str, names: Iterable[str]
-                ) -> tuple[Level, list[tuple[SignalSpec, Alias]]]:
+def held_gauges(
+    ev: Evidence, dialect: str, names: Iterable[str]
+) -> tuple[Level, list[tuple[SignalSpec, Alias]]]:
     """The level the evidence reached and the running / waiting gauges present at it."""
     from skewscope.sources.dialects import get_dialect, resolve
 
@@ -117,8 +122,12 @@ def held_gauges(ev: Evidence, dialect: str, names: Iterable[str]
     return level, [(spec, found[spec.role]) for spec in HELD if spec.role in found]
 
 
-def add_held(spec: SignalSpec, ends: Iterable[tuple[WindowKey, float]],
-             held: dict[WindowKey, float], waiting: dict[WindowKey, float]) -> None:
+def add_held(
+    spec: SignalSpec,
+    ends: Iterable[tuple[WindowKey, float]],
+    held: dict[WindowKey, float],
+    waiting: dict[WindowKey, float],
+) -> None:
     """Add one gauge's window-end values to requests in the system (and to the waiting ones)."""
     for key, v in ends:
         held[key] = held.get(key, 0.0) + v
@@ -149,8 +158,9 @@ def present_alias(dialect: str, role: str, names: set[str]) -> Alias | None:
     return None
 
 
-def kv_config_of(alias: Alias, label_sets: Sequence[Mapping[str, str]]
-                 ) -> dict[Unit, tuple[int, int]]:
+def kv_config_of(
+    alias: Alias, label_sets: Sequence[Mapping[str, str]]
+) -> dict[Unit, tuple[int, int]]:
     """Per unit (blocks, block size) from cache-config info series' labels (the last wins);
     series without whole-number labels are skipped."""
     out: dict[Unit, tuple[int, int]] = {}
@@ -244,8 +254,14 @@ def _by(alias: Alias) -> str:
 
 
 def load_prometheus_workload(
-    ev: Evidence, url: str, *, start: float, end: float, selector: str = "",
-    auth: Any = None, timeout_s: float = 30.0,
+    ev: Evidence,
+    url: str,
+    *,
+    start: float,
+    end: float,
+    selector: str = "",
+    auth: Any = None,
+    timeout_s: float = 30.0,
 ) -> WorkloadEvidence:
     """The histograms of ``WORKLOAD_ALIASES`` for the windows ``ev`` was read over: per unit
     bucket counts over the range, and per-window means of the inter-token latency."""
@@ -269,8 +285,15 @@ def load_prometheus_workload(
     means: dict[str, dict[tuple[float, str, int | None], float]] = {}
     try:
         names = {normalise_name(n) for n in client.metric_names(start, end, sel)}
-        for role in ("prompt_length", "output_length", "ttft", "queue_time", "e2e", "itl",
-                     "iteration_tokens"):
+        for role in (
+            "prompt_length",
+            "output_length",
+            "ttft",
+            "queue_time",
+            "e2e",
+            "itl",
+            "iteration_tokens",
+        ):
             alias = present_alias(dialect, role, names)
             if alias is None:
                 continue
@@ -283,12 +306,19 @@ def load_prometheus_workload(
             if role == "itl":
                 s_sel = series_selector(alias.name + "_sum", alias, sel)
                 c_sel = series_selector(alias.name + "_count", alias, sel)
-                q = (f"1000 * sum by ({by}) ({read_once(f'increase({s_sel}[{wd}])', alias)}) / "
-                     f"sum by ({by}) ({read_once(f'increase({c_sel}[{wd}])', alias)})")
+                q = (
+                    f"1000 * sum by ({by}) ({read_once(f'increase({s_sel}[{wd}])', alias)}) / "
+                    f"sum by ({by}) ({read_once(f'increase({c_sel}[{wd}])', alias)})"
+                )
                 bad: list[str] = []
                 means[role] = matrix_to_values(
-                    client.query_range(q, first_t, last_t, w), window_s=w, alias=alias,
-                    level=level_of(alias), bad=bad, where=client.where)
+                    client.query_range(q, first_t, last_t, w),
+                    window_s=w,
+                    alias=alias,
+                    level=level_of(alias),
+                    bad=bad,
+                    where=client.where,
+                )
         held: dict[WindowKey, float] = {}
         waiting: dict[WindowKey, float] = {}
         level, gauges = held_gauges(ev, dialect, names)
@@ -296,30 +326,58 @@ def load_prometheus_workload(
             gauge = build_query(spec, alias, level=level, window_s=w, selector=sel)
             if gauge is None:
                 continue
-            ends = matrix_to_values(client.query_range(gauge, first_t, last_t, w), window_s=w,
-                                    alias=alias, level=level, bad=[], where=client.where)
+            ends = matrix_to_values(
+                client.query_range(gauge, first_t, last_t, w),
+                window_s=w,
+                alias=alias,
+                level=level,
+                bad=[],
+                where=client.where,
+            )
             add_held(spec, ends.items(), held, waiting)
         kv: dict[Unit, tuple[int, int]] = {}
         info = CACHE_CONFIG.get(dialect)
         if info is not None and normalise_name(info.name) in names:
-            kv = kv_config_of(info, client.series(series_selector(info.name, info, sel),
-                                                  start, end))
+            kv = kv_config_of(
+                info, client.series(series_selector(info.name, info, sel), start, end)
+            )
     finally:
         client.close()
-    return WorkloadEvidence(ev, dialect, first_t - w, last_t, buckets, means, kv_config=kv,
-                            held_at_end=held, waiting_at_end=waiting)
+    return WorkloadEvidence(
+        ev,
+        dialect,
+        first_t - w,
+        last_t,
+        buckets,
+        means,
+        kv_config=kv,
+        held_at_end=held,
+        waiting_at_end=waiting,
+    )
 
 
 def load_scrape_workload(
-    urls: Sequence[str], *, duration_s: float, interval_s: float, dialect: str | None = None,
-    auth: Any = None, timeout_s: float | None = None, progress: bool = True,
+    urls: Sequence[str],
+    *,
+    duration_s: float,
+    interval_s: float,
+    dialect: str | None = None,
+    auth: Any = None,
+    timeout_s: float | None = None,
+    progress: bool = True,
 ) -> WorkloadEvidence:
     """Scrape ``urls`` (as ``load_scrape``) and read the replay's histograms from the same
     scrapes."""
     from skewscope.sources.scrape import scrape_targets
 
-    run = scrape_targets(urls, duration_s=duration_s, interval_s=interval_s, progress=progress,
-                         auth=auth, timeout_s=timeout_s)
+    run = scrape_targets(
+        urls,
+        duration_s=duration_s,
+        interval_s=interval_s,
+        progress=progress,
+        auth=auth,
+        timeout_s=timeout_s,
+    )
     return scrape_workload(run, dialect)
 
 
@@ -331,18 +389,35 @@ def scrape_workload(run: ScrapeRun, dialect: str | None = None) -> WorkloadEvide
     from skewscope.sources.scrape_series import bucket_increases, signal_values
     from skewscope.sources.scrape_windows import counter_increases
 
-    ev = evidence_from_targets(run.snaps, t0=run.t0, window_s=run.window_s,
-                               n_windows=run.n_windows, dialect=dialect, notes=run.notes)
+    ev = evidence_from_targets(
+        run.snaps,
+        t0=run.t0,
+        window_s=run.window_s,
+        n_windows=run.n_windows,
+        dialect=dialect,
+        notes=run.notes,
+    )
     chosen = dialect_of(ev)
     by_inst = {instance_of(u): snaps for u, snaps in run.snaps.items()}
-    names = {normalise_name(s[0]) for snaps in by_inst.values() for snap in snaps
-             for s in snap.samples or ()}
+    names = {
+        normalise_name(s[0])
+        for snaps in by_inst.values()
+        for snap in snaps
+        for s in snap.samples or ()
+    }
     w = run.window_s
     buckets: dict[str, dict[Unit, Buckets]] = {}
     means: dict[str, dict[tuple[float, str, int | None], float]] = {}
     bad: list[str] = []
-    for role in ("prompt_length", "output_length", "ttft", "queue_time", "e2e", "itl",
-                 "iteration_tokens"):
+    for role in (
+        "prompt_length",
+        "output_length",
+        "ttft",
+        "queue_time",
+        "e2e",
+        "itl",
+        "iteration_tokens",
+    ):
         alias = present_alias(chosen, role, names)
         if alias is None:
             continue
@@ -351,15 +426,13 @@ def scrape_workload(run: ScrapeRun, dialect: str | None = None) -> WorkloadEvide
         for inst, snaps in by_inst.items():
             lost = [s.t for s in snaps if s.samples is None]
             inc = lambda pts, lost=lost: counter_increases(pts, 0.0, w, lost)  # noqa: E731
-            for ((named, dp), k), per_le in bucket_increases(
-                    alias, snaps, level, inc, bad).items():
+            for ((named, dp), k), per_le in bucket_increases(alias, snaps, level, inc, bad).items():
                 if k < run.n_windows:
                     for le, c in per_le.items():
                         cum[(named or inst, dp)][le] += c
             if role == "itl":
                 spec = SignalSpec("itl_mean_ms", "itl", "mean")
-                for ((named, dp), k), v in signal_values(spec, alias, snaps, level, w,
-                                                         bad).items():
+                for ((named, dp), k), v in signal_values(spec, alias, snaps, level, w, bad).items():
                     if k < run.n_windows and math.isfinite(v):
                         key = (round(run.t0 + k * w, 6), named or inst, dp)
                         means.setdefault(role, {})[key] = v
@@ -370,16 +443,37 @@ def scrape_workload(run: ScrapeRun, dialect: str | None = None) -> WorkloadEvide
     level, gauges = held_gauges(ev, chosen, names)
     for spec, alias in gauges:
         for inst, snaps in by_inst.items():
-            add_held(spec, (((round(run.t0 + k * w, 6), named or inst, dp), v) for (
-                (named, dp), k), v in signal_values(spec, alias, snaps, level, w, bad).items()
-                if k < run.n_windows and math.isfinite(v)), held, waiting)
+            add_held(
+                spec,
+                (
+                    ((round(run.t0 + k * w, 6), named or inst, dp), v)
+                    for ((named, dp), k), v in signal_values(
+                        spec, alias, snaps, level, w, bad
+                    ).items()
+                    if k < run.n_windows and math.isfinite(v)
+                ),
+                held,
+                waiting,
+            )
     kv: dict[Unit, tuple[int, int]] = {}
     info = CACHE_CONFIG.get(chosen)
     if info is not None:
         for inst, snaps in by_inst.items():
             last = next((s.samples for s in reversed(snaps) if s.samples is not None), ())
-            sets = [dict(labels) | {"instance": inst} for name, labels, _ in last
-                    if normalise_name(name) == normalise_name(info.name)]
+            sets = [
+                dict(labels) | {"instance": inst}
+                for name, labels, _ in last
+                if normalise_name(name) == normalise_name(info.name)
+            ]
             kv.update(kv_config_of(info, sets))
-    return WorkloadEvidence(ev, chosen, run.t0, run.t0 + run.n_windows * w, buckets, means,
-                            kv_config=kv, held_at_end=held, waiting_at_end=waiting)
+    return WorkloadEvidence(
+        ev,
+        chosen,
+        run.t0,
+        run.t0 + run.n_windows * w,
+        buckets,
+        means,
+        kv_config=kv,
+        held_at_end=held,
+        waiting_at_end=waiting,
+    )

@@ -77,8 +77,10 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 def check_role_label(name: str, where: str = "--role-label") -> str:
     """``name`` if it is a Prometheus label name, else a one-line UsageError."""
     if not _LABEL_NAME.fullmatch(name) or name.startswith("__"):
-        raise UsageError(f"{where}: {name!r} is not a label name (letters, digits, _; "
-                         "e.g. role, worker_type, llm_d_ai_role)")
+        raise UsageError(
+            f"{where}: {name!r} is not a label name (letters, digits, _; "
+            "e.g. role, worker_type, llm_d_ai_role)"
+        )
     return name
 
 
@@ -114,8 +116,10 @@ def pools_from_labels(
         named = sorted(p for p in pools if p)
         if len(named) > 1:  # (a "mixed" series beside a named one does not contradict it)
             shown = " and ".join(named)
-            raise SourceError(f"unit {unit} carries {role.label} = {shown} on different series; "
-                              "a unit serves one pool: fix the label (or --role-label)")
+            raise SourceError(
+                f"unit {unit} carries {role.label} = {shown} on different series; "
+                "a unit serves one pool: fix the label (or --role-label)"
+            )
         if named:
             out[unit] = named[0]
     return out
@@ -140,8 +144,10 @@ def resolve_pools(
         shown = ", ".join(f"{p} {n}" for p, n in counts.items())
         return pools, [f"pools from label {role.label}: {shown}; each pool judged on its own"]
     if role_label:
-        raise SourceError(f"--role-label {role_label}: no series carries this label in the "
-                          "range; check the name (or leave it out)")
+        raise SourceError(
+            f"--role-label {role_label}: no series carries this label in the "
+            "range; check the name (or leave it out)"
+        )
     return {}, []
 
 
@@ -160,9 +166,11 @@ def pools_by_output(df: pl.DataFrame) -> dict[str, str]:
 
     per = df.group_by("instance").agg(pl.col("requests").sum(), pl.col("generation_tokens").sum())
     per = per.filter(pl.col("requests") > 0)
-    kinds = {i: PREFILL if g <= PREFILL_OUTPUT_TOKENS * n else DECODE
-             for i, n, g in per.select("instance", "requests", "generation_tokens").iter_rows()
-             if g == g}  # NaN: not measured
+    kinds = {
+        i: PREFILL if g <= PREFILL_OUTPUT_TOKENS * n else DECODE
+        for i, n, g in per.select("instance", "requests", "generation_tokens").iter_rows()
+        if g == g
+    }  # NaN: not measured
     return kinds if len(set(kinds.values())) == 2 else {}
 
 
@@ -173,8 +181,11 @@ def with_pools(ev: Evidence, pools: Mapping[str, str], note: str) -> Evidence:
     def put(frame: UnitFrame | None) -> UnitFrame | None:
         if frame is None:
             return None
-        col = pl.col("instance").replace_strict(dict(pools), default=None,
-                                                return_dtype=pl.Utf8).alias("pool")
+        col = (
+            pl.col("instance")
+            .replace_strict(dict(pools), default=None, return_dtype=pl.Utf8)
+            .alias("pool")
+        )
         return dataclasses.replace(frame, df=frame.df.with_columns(col))
 
     inst = put(ev.instance)
@@ -189,7 +200,12 @@ def infer_pools(ev: Evidence) -> Evidence:
     if not pools:
         return ev
     counts = {p: sum(1 for v in pools.values() if v == p) for p in (PREFILL, DECODE)}
-    return with_pools(ev, pools, (
-        f"pools inferred from output tokens: prefill {counts[PREFILL]} (at most "
-        f"{PREFILL_OUTPUT_TOKENS:g} generated per request: a disaggregated prefill worker), "
-        f"decode {counts[DECODE]}; each pool judged on its own"))
+    return with_pools(
+        ev,
+        pools,
+        (
+            f"pools inferred from output tokens: prefill {counts[PREFILL]} (at most "
+            f"{PREFILL_OUTPUT_TOKENS:g} generated per request: a disaggregated prefill worker), "
+            f"decode {counts[DECODE]}; each pool judged on its own"
+        ),
+    )

@@ -94,9 +94,7 @@ def load_profiler(
     # every window is a whole number of ticks: the window given, else whole seconds (the
     # default window is); a zoom needs the rows until the whole capture's span is known
     tick_s = window_s if window_s is not None and window_s > 0 else 1.0
-    instances = load_all(
-        discover_all(specs), clocks, None if zooming else tick_s, budget, progress
-    )
+    instances = load_all(discover_all(specs), clocks, None if zooming else tick_s, budget, progress)
     pr.check_clocks({i.name: span([i]) for i in instances}, clocks)
     instances, zoomed = zoom(instances, start, end, last_s)
     grid = make_grid(instances, window_s, windows)
@@ -109,5 +107,6 @@ def load_profiler(
         steps = pf.step_loads([(i.name, i.forward) for i in dp_instances])
         dp_frame = replace(dp_frame, step_loads=steps)
     # no pool label offline: a prefill worker shows by generating one token per request
-    return infer_pools(Evidence(instance=instance_frame, dp=dp_frame,
-                                notes=tuple(notes + dp_notes)))
+    return infer_pools(
+        Evidence(instance=instance_frame, dp=dp_frame, notes=tuple(notes + dp_notes))
+    )

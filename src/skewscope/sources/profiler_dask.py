@@ -62,21 +62,26 @@ def dask_executor(address: str) -> Iterator[Executor]:
         from distributed import Client
     except ImportError:
         raise UsageError(
-            "--scheduler needs Dask's distributed: pip install 'skewscope[dask]'") from None
+            "--scheduler needs Dask's distributed: pip install 'skewscope[dask]'"
+        ) from None
     if refused(address):
-        raise SourceError(f"--scheduler {address}: cannot reach the Dask scheduler "
-                          "(connection refused)")
+        raise SourceError(
+            f"--scheduler {address}: cannot reach the Dask scheduler (connection refused)"
+        )
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError) as error:
-        raise SourceError(f"--scheduler {address}: cannot reach the Dask scheduler "
-                          f"({type(error).__name__}: {error})") from None
+        raise SourceError(
+            f"--scheduler {address}: cannot reach the Dask scheduler "
+            f"({type(error).__name__}: {error})"
+        ) from None
     try:
         yield client.get_executor(retries=RETRIES, pure=False)
     except Exception as error:
         if type(error).__name__ == "KilledWorker":  # the task killed every worker it ran on
-            raise SourceError(f"--scheduler {address}: a read task failed on every worker it "
-                              f"was given ({error})") from None
+            raise SourceError(
+                f"--scheduler {address}: a read task failed on every worker it was given ({error})"
+            ) from None
         raise
     finally:
         client.close()

@@ -56,8 +56,9 @@ def unrecorded_kv(
     blocks = [c for c in LEVEL_COLUMNS if c in df.columns]
     fixes = [pl.when(none).then(None).otherwise(pl.col(c)).alias(c) for c in blocks]
     if USAGE in df.columns:
-        fixes.append(pl.when(none & (pl.col(USAGE) == 0)).then(None).otherwise(pl.col(USAGE))
-                     .alias(USAGE))
+        fixes.append(
+            pl.when(none & (pl.col(USAGE) == 0)).then(None).otherwise(pl.col(USAGE)).alias(USAGE)
+        )
     n = int(df.select((none & (pl.lit(True) if counted is None else counted)).sum()).item())
     out = df.with_columns(fixes).drop(NO_BLOCKS, strict=False)
     if n == 0:
@@ -72,9 +73,7 @@ def unrecorded_kv(
     ]
 
 
-def action_format(
-    df: pl.DataFrame, file: str, header: list[str]
-) -> tuple[pl.DataFrame, list[str]]:
+def action_format(df: pl.DataFrame, file: str, header: list[str]) -> tuple[pl.DataFrame, list[str]]:
     """kvcache.csv of the action format (a ``device_kvcache_left`` header, action names): usage
     only where the exporter computed it."""
     left = any(h.strip().lower() == "device_kvcache_left" for h in header)
@@ -85,9 +84,13 @@ def action_format(
     other = ~pl.col("name").is_in(list(USAGE_ACTIONS)).fill_null(False)
     n = int(df.select((other & pl.col(USAGE).is_not_null()).sum()).item())
     out = df.with_columns(pl.when(other).then(None).otherwise(pl.col(USAGE)).alias(USAGE))
-    notes = [f"{file}: vLLM v0 action rows (Allocate, AppendSlot, Free, ...): "
-             "device_kvcache_left counts block tables, not free blocks — not read"]
+    notes = [
+        f"{file}: vLLM v0 action rows (Allocate, AppendSlot, Free, ...): "
+        "device_kvcache_left counts block tables, not free blocks — not read"
+    ]
     if n:
-        notes.append(f"{file}: {n} row(s) of other actions (blocks, SwapIn, SwapOut) carry no "
-                     f"usage (the exporter writes 0) — {USAGE} read as missing")
+        notes.append(
+            f"{file}: {n} row(s) of other actions (blocks, SwapIn, SwapOut) carry no "
+            f"usage (the exporter writes 0) — {USAGE} read as missing"
+        )
     return out, notes

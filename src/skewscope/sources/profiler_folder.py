@@ -138,8 +138,7 @@ def _unit_name(unit: float) -> str:
     return next((n for u, n in names.items() if abs(unit / u - 1) < 1e-6), f"{unit:g} s")
 
 
-def _check_agreement(name: str, read: dict[str, Table | BatchRead], clocks: pr.ClockPolicy
-                     ) -> None:
+def _check_agreement(name: str, read: dict[str, Table | BatchRead], clocks: pr.ClockPolicy) -> None:
     """InputError when an instance's files lie further apart than a capture can last (more
     than the clock floor beyond the longest file's own span): windows would span the gap."""
     spans = {f: s for f, g in read.items() if (s := pr.span([_table_of(g).df])) is not None}
@@ -195,8 +194,11 @@ def _align_times(
         if not (t.local_time and not t.df.is_empty()):
             continue
         cols = [c for c, ts in t.res.times.items() if ts.is_datetime and c in t.df.columns]
-        shifted = ([pc.to_utc(t.df[c], segments) for c in cols] if segments is not None
-                   else [pl.col(c) - offset for c in cols])
+        shifted = (
+            [pc.to_utc(t.df[c], segments) for c in cols]
+            if segments is not None
+            else [pl.col(c) - offset for c in cols]
+        )
         moved = replace(t, df=t.df.with_columns(shifted), local_time=False)
         out[file] = _with_table(read[file], moved)
     return out

@@ -42,8 +42,11 @@ def forward_rows(table: Table, ranks: RankMap | None) -> tuple[pl.DataFrame, lis
     counted once (one note), as a repeated request is."""
     notes: list[str] = []
     df = ensure(table.df, ["prof_id", "batch_size", "forward_iter", "dp_rank"])
-    procs = ranks.procs if ranks is not None else pl.DataFrame(
-        schema={"prof_id": pl.Utf8, "r": pl.Int64})
+    procs = (
+        ranks.procs
+        if ranks is not None
+        else pl.DataFrame(schema={"prof_id": pl.Utf8, "r": pl.Int64})
+    )
     df = with_rank(df, procs).with_columns(
         pl.col("prof_id").cast(pl.Utf8).fill_null("").alias(DEVICE)
     )
@@ -77,9 +80,13 @@ def busy_share(
     if df is None or df.is_empty():
         return None
     devices = df.group_by(keys).agg(pl.col(DEVICE).n_unique().alias("_devices"))
-    per_device = df.with_columns(index).group_by([*keys, DEVICE, wi]).agg(
-        (pl.col("during_ms").sum() / (window_s * 1000.0)).clip(upper_bound=1.0).alias("_s"),
-        pl.len().alias(ROWS),
+    per_device = (
+        df.with_columns(index)
+        .group_by([*keys, DEVICE, wi])
+        .agg(
+            (pl.col("during_ms").sum() / (window_s * 1000.0)).clip(upper_bound=1.0).alias("_s"),
+            pl.len().alias(ROWS),
+        )
     )
     per_window = per_device.group_by([*keys, wi]).agg(pl.col("_s").sum(), pl.col(ROWS).sum())
     return (

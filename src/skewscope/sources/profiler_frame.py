@@ -61,8 +61,12 @@ BUSY_AGGS = pp.window_stats(pp.BUSY_STATS)
 # signal -> column counting the rows of its part in a window (null: the window had none)
 PART_ROWS: dict[str, str] = {
     sig: f"_n_{part}"
-    for part, aggs in (("req", REQUEST_AGGS), ("step", STEP_AGGS), ("kv", KV_AGGS),
-                       ("busy", BUSY_AGGS))
+    for part, aggs in (
+        ("req", REQUEST_AGGS),
+        ("step", STEP_AGGS),
+        ("kv", KV_AGGS),
+        ("busy", BUSY_AGGS),
+    )
     for sig in aggs
 } | {pf.SIGNAL: pf.ROWS}
 
@@ -93,8 +97,6 @@ class Grid:
 
     def windows(self) -> pl.DataFrame:
         return pl.DataFrame({WI: pl.int_range(self.first, self.last + 1, eager=True)})
-
-
 
 
 def span(instances: list[Instance]) -> tuple[float, float] | None:
@@ -151,8 +153,7 @@ def _long(instances: list[Instance], attr: str, dp: bool) -> pl.DataFrame | None
         heights.append(df.height)
     if not parts:
         return None
-    label = pl.Series("instance", names, pl.Utf8).gather(
-        np.repeat(np.arange(len(names)), heights))
+    label = pl.Series("instance", names, pl.Utf8).gather(np.repeat(np.arange(len(names)), heights))
     out = pl.concat(parts, how="diagonal_relaxed").with_columns(label)
     return out.filter(pl.col("dp_rank").is_not_null()) if dp else out
 
@@ -292,8 +293,6 @@ def _mask(signal: str) -> pl.Expr:
         never = rows.is_not_null().any().over("unit") & value.is_null().all().over("unit")
         value = pl.when(rows.is_null() & ~never).then(value.fill_null(0.0)).otherwise(value)
     return pl.when(pl.col(f"_a_{signal}")).then(value).otherwise(None).alias(signal)
-
-
 
 
 def _aliases(instances: list[Instance]) -> dict[str, str]:

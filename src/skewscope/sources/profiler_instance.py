@@ -90,8 +90,9 @@ class Instance(Part):
         """First and last event time (every row table but dp_busy, a subset of busy)."""
         if self.tick_s is not None:
             return self.bounds
-        return pr.span([df for f in FRAMES if f != "dp_busy" and (df := getattr(self, f))
-                        is not None])
+        return pr.span(
+            [df for f in FRAMES if f != "dp_busy" and (df := getattr(self, f)) is not None]
+        )
 
 
 def merge(name: str, ranks: tuple[int, ...], parts: list[Part]) -> Instance:
@@ -214,10 +215,14 @@ def from_batch(batch: BatchRead, forward: Table | None) -> tuple[Part, RankMap]:
     rows, aliases = _step_rows(df, found)
     ranks = tuple(sorted(rows["dp_rank"].drop_nulls().unique().to_list()))
     step_signals = {"steps", "batch_size", "running"}
-    if "total_scheduled_tokens" in found or {
-        "prefill_scheduled_tokens",
-        "decode_scheduled_tokens",
-    } <= found:
+    if (
+        "total_scheduled_tokens" in found
+        or {
+            "prefill_scheduled_tokens",
+            "decode_scheduled_tokens",
+        }
+        <= found
+    ):
         step_signals.add("scheduled_tokens")
     kv = {sig for sig, col in KV_SOURCE_COLUMNS.items() if col in found}
     busy = _busy(df, rows, forward, procs, has_dp=len(ranks) >= 2)
@@ -337,12 +342,15 @@ def request_latencies(
     bound = (pl.lit(end) - pl.col("start_s")) * 1000.0
     counts = df.select(waiting.sum().alias("w"), unknown.sum().alias("u")).row(0)
     queue = (
-        pl.when(waiting).then(pl.when(bound > 0).then(bound))
-        .when(unknown).then(None)
+        pl.when(waiting)
+        .then(pl.when(bound > 0).then(bound))
+        .when(unknown)
+        .then(None)
         .otherwise(pl.col("queue_wait_ms"))
     )
-    df = df.with_columns(pl.when(recorded).then(pl.col("ttft_ms")).alias("ttft_ms"),
-                         queue.alias("queue_wait_ms"))
+    df = df.with_columns(
+        pl.when(recorded).then(pl.col("ttft_ms")).alias("ttft_ms"), queue.alias("queue_wait_ms")
+    )
     q, t = raw.get("queue_wait_ms", "queue_wait_ms"), raw.get("ttft_ms", "ttft_ms")
     notes = []
     if counts[0]:
@@ -352,14 +360,14 @@ def request_latencies(
             "capture's end (a lower bound), not 0"
         )
     if counts[1]:
-        notes.append(f"request.csv: {counts[1]} finished request(s) with {q} and {t} 0 (not "
-                     "recorded) — queue wait read as missing")
+        notes.append(
+            f"request.csv: {counts[1]} finished request(s) with {q} and {t} 0 (not "
+            "recorded) — queue wait read as missing"
+        )
     return df, notes
 
 
-def from_requests(
-    table: Table, ranks: RankMap | None, capture_end_s: float | None = None
-) -> Part:
+def from_requests(table: Table, ranks: RankMap | None, capture_end_s: float | None = None) -> Part:
     """Request rows, placed on DP ranks through the res_list rids where the instance has DP;
     latencies the profiler did not record are missing (``request_latencies``)."""
     end_s = None

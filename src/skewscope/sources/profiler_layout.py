@@ -48,8 +48,10 @@ def _entries(folder: Path) -> tuple[dict[str, Path], list[Path]]:
                 csvs.add(entry.name)
             elif _is_dir(entry):
                 subs.append(entry.name)
-    return ({f: folder / f for f in PROFILER_FILES if f in csvs},
-            [folder / name for name in sorted(subs)])
+    return (
+        {f: folder / f for f in PROFILER_FILES if f in csvs},
+        [folder / name for name in sorted(subs)],
+    )
 
 
 _KNOWN = frozenset(PROFILER_FILES)

@@ -84,9 +84,11 @@ def window_stats(stats: dict[str, Stat]) -> dict[str, pl.Expr]:
         elif stat.agg == "total":
             out[signal] = pl.when(known == n).then(total).when(known > 0).then(total / known * n)
         else:
-            out[signal] = pl.col(f"_{stat.agg}_{c}").max() if stat.agg == "max" else pl.col(
-                f"_{stat.agg}_{c}"
-            ).min()
+            out[signal] = (
+                pl.col(f"_{stat.agg}_{c}").max()
+                if stat.agg == "max"
+                else pl.col(f"_{stat.agg}_{c}").min()
+            )
     return out
 
 
@@ -98,8 +100,9 @@ def tick_index(tick_s: float) -> pl.Expr:
     return q.cast(pl.Int64).alias(TICK)
 
 
-def _reduce(df: pl.DataFrame | None, keys: list[str], stats: dict[str, Stat],
-            tick_s: float) -> pl.DataFrame | None:
+def _reduce(
+    df: pl.DataFrame | None, keys: list[str], stats: dict[str, Stat], tick_s: float
+) -> pl.DataFrame | None:
     if df is None:
         return None
     present = {s: st for s, st in stats.items() if st.column is None or st.column in df.columns}

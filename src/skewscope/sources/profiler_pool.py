@@ -56,9 +56,12 @@ class ReadBudget:
 
     def in_processes(self, sizes: Sequence[int]) -> bool:
         """Many small folders, and ``workers`` reads of the largest fit the memory budget."""
-        return (self.workers > 1 and len(sizes) >= self.process_min_instances
-                and sum(sizes) <= self.small_bytes * len(sizes)
-                and self.workers * self.estimate(max(sizes)) <= self.memory_bytes)
+        return (
+            self.workers > 1
+            and len(sizes) >= self.process_min_instances
+            and sum(sizes) <= self.small_bytes * len(sizes)
+            and self.workers * self.estimate(max(sizes)) <= self.memory_bytes
+        )
 
 
 READ_BUDGET = ReadBudget()
@@ -104,8 +107,14 @@ class _Told:
             self.progress(self.done, self.total)
 
 
-def _in_threads(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: Finish[T],
-                budget: ReadBudget, tell: _Told, sizes: Sequence[int] | None = None) -> list[T]:
+def _in_threads(
+    found: Sequence[InstanceFiles],
+    clocks: pr.ClockPolicy,
+    finish: Finish[T],
+    budget: ReadBudget,
+    tell: _Told,
+    sizes: Sequence[int] | None = None,
+) -> list[T]:
     """Up to ``workers`` reads at once within the memory budget; after a failure the reads in
     flight are finished, no new one is started. ``sizes``: of ``found`` (default: all)."""
     sizes = tell.sizes if sizes is None else sizes
@@ -115,12 +124,18 @@ def _in_threads(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: 
         running: dict[Future[T], int] = {}
         nxt = 0
         while running or (nxt < len(found) and not failed):
-            while nxt < len(found) and not failed and (
-                not running
-                or (len(running) < budget.workers
-                and sum(budget.estimate(sizes[i]) for i in running.values())
-                + budget.estimate(sizes[nxt])
-                <= budget.memory_bytes)
+            while (
+                nxt < len(found)
+                and not failed
+                and (
+                    not running
+                    or (
+                        len(running) < budget.workers
+                        and sum(budget.estimate(sizes[i]) for i in running.values())
+                        + budget.estimate(sizes[nxt])
+                        <= budget.memory_bytes
+                    )
+                )
             ):
                 running[pool.submit(_one, found[nxt], clocks, finish)] = nxt
                 nxt += 1
@@ -145,8 +160,9 @@ def _one(files: InstanceFiles, clocks: pr.ClockPolicy, finish: Finish[T]) -> T:
 Batch = tuple[list[T], tuple[int, Exception] | None]
 
 
-def read_batch(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy,
-               finish: Finish[T]) -> Batch[T]:
+def read_batch(
+    found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: Finish[T]
+) -> Batch[T]:
     """A worker's batch, read in order up to its first bad folder: the results before it, and
     that folder's place in the batch with its error (a user-facing error pickles whole)."""
     ps.small_csv_chunks()
@@ -159,8 +175,13 @@ def read_batch(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy,
     return out, None
 
 
-def _in_processes(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: Finish[T],
-                  budget: ReadBudget, tell: _Told) -> list[T]:
+def _in_processes(
+    found: Sequence[InstanceFiles],
+    clocks: pr.ClockPolicy,
+    finish: Finish[T],
+    budget: ReadBudget,
+    tell: _Told,
+) -> list[T]:
     """Batches of consecutive folders on ``workers`` processes (forkserver: forking a process
     that runs polars' thread pool can deadlock the child); batches run in folder order, so on a
     failure the batches not started are dropped and the ones before it are finished."""
@@ -184,9 +205,10 @@ def _in_processes(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish
             if failed and s > min(failed):
                 break
             if s not in got:
-                part = found[s:s + size]
-                got[s] = _in_threads(part, clocks, finish, budget, tell,
-                                     tell.sizes[s:s + len(part)])
+                part = found[s : s + size]
+                got[s] = _in_threads(
+                    part, clocks, finish, budget, tell, tell.sizes[s : s + len(part)]
+                )
     if failed:
         raise failed[min(failed)]
     return [r for s in starts for r in got[s]]
@@ -198,8 +220,13 @@ def _batch_size(n: int, workers: int, budget: ReadBudget) -> int:
     return max(1, min(budget.batch_instances, math.ceil(n / (workers * 8))))
 
 
-def _on_dask(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: Finish[T],
-             budget: ReadBudget, tell: _Told) -> list[T]:
+def _on_dask(
+    found: Sequence[InstanceFiles],
+    clocks: pr.ClockPolicy,
+    finish: Finish[T],
+    budget: ReadBudget,
+    tell: _Told,
+) -> list[T]:
     """Batches as tasks on a Dask cluster (``profiler_dask``): small folders batched as for
     local processes, a large one a task of its own (a worker holds one read at a time)."""
     from skewscope.sources.profiler_dask import dask_executor
@@ -217,12 +244,20 @@ def _on_dask(found: Sequence[InstanceFiles], clocks: pr.ClockPolicy, finish: Fin
     return [r for s in starts for r in got[s]]
 
 
-def _run_batches(pool: Executor, found: Sequence[InstanceFiles], clocks: pr.ClockPolicy,
-                 finish: Finish[T], starts: list[int], size: int, got: dict[int, list[T]],
-                 failed: dict[int, Exception], tell: _Told) -> None:
+def _run_batches(
+    pool: Executor,
+    found: Sequence[InstanceFiles],
+    clocks: pr.ClockPolicy,
+    finish: Finish[T],
+    starts: list[int],
+    size: int,
+    got: dict[int, list[T]],
+    failed: dict[int, Exception],
+    tell: _Told,
+) -> None:
     """Every batch submitted to ``pool``; results kept by batch start, a bad folder's error
     by its place, and the batches after it that have not started cancelled."""
-    futures = {pool.submit(read_batch, found[s:s + size], clocks, finish): s for s in starts}
+    futures = {pool.submit(read_batch, found[s : s + size], clocks, finish): s for s in starts}
     pending = set(futures)
     while pending:
         finished, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -63,15 +63,19 @@ def drop_time_outliers(
         return df, []
     start = pl.col("start_s")
     inside = start.is_between(*bounds).fill_null(False)
-    counts = df.select((~inside & start.is_null()).sum().alias("none"),
-                       (~inside & start.is_not_null()).sum().alias("far"))
+    counts = df.select(
+        (~inside & start.is_null()).sum().alias("none"),
+        (~inside & start.is_not_null()).sum().alias("far"),
+    )
     none, far = int(counts["none"][0]), int(counts["far"][0])
     notes = []
     if none:
         notes.append(f"{file}: {none} row(s) without a start time — dropped")
     if far:
-        notes.append(f"{file}: {far} row(s) with a start time far outside the rest of the "
-                     "capture or no clock time (a bad clock or cell) — dropped")
+        notes.append(
+            f"{file}: {far} row(s) with a start time far outside the rest of the "
+            "capture or no clock time (a bad clock or cell) — dropped"
+        )
     out = df.filter(inside) if none or far else df
     if "end_s" in out.columns:
         out = out.with_columns(
@@ -80,9 +84,7 @@ def drop_time_outliers(
     return out, notes
 
 
-def check_clocks(
-    spans: dict[str, tuple[float, float] | None], th: ClockPolicy = CLOCKS
-) -> None:
+def check_clocks(spans: dict[str, tuple[float, float] | None], th: ClockPolicy = CLOCKS) -> None:
     """InputError when an instance's capture lies far from all the others' (a clock set wrong,
     or captures of different days): windows would span the gap and compare nothing."""
     mids = {name: (s[0] + s[1]) / 2 for name, s in spans.items() if s is not None}

@@ -30,7 +30,6 @@ class RankMap:
         return len(self.ranks) >= 2
 
 
-
 def _as_int(col: str) -> pl.Expr:
     return pl.col(col).round(0).cast(pl.Int64)
 
@@ -80,7 +79,6 @@ def with_rank(df: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.coalesce(_as_int("dp_rank"), proc_rank).alias("dp_rank"))
 
 
-
 def place_requests(requests: pl.DataFrame, rid_ranks: pl.DataFrame) -> pl.DataFrame:
     """Add ``dp_rank`` to requests: the rank where the request's rid first appears in res_list.
 
@@ -111,7 +109,6 @@ def place_requests(requests: pl.DataFrame, rid_ranks: pl.DataFrame) -> pl.DataFr
     )
     rank = pl.coalesce("_r1", "_r2").alias("dp_rank")
     return second.with_columns(rank).drop("_r1", "_r2", "_k2")
-
 
 
 def pid_ranks(ranks: pl.DataFrame) -> pl.DataFrame:

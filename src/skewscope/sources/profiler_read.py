@@ -120,8 +120,11 @@ def _table(prep: ps.Prepared, res: ps.Resolved, df: pl.DataFrame, notes: list[st
     if df.is_empty():
         notes.append(f"{prep.path.name}: no data rows")
     local = any(ts.is_datetime for ts in res.times.values())
-    guessed = tuple(c for c, ts in res.times.items()
-                    if not ts.is_datetime and ts.unit is None and c in df.columns)
+    guessed = tuple(
+        c
+        for c, ts in res.times.items()
+        if not ts.is_datetime and ts.unit is None and c in df.columns
+    )
     # one row per request or sample: cheap to read twice (batch.csv, forward.csv are not)
     small = res.schema in (ps.REQUEST, ps.REQUEST_STATUS)
     segments = ps.tz_segments(prep, res) if small else None
@@ -236,9 +239,7 @@ def first_rows_of(carried: pl.DataFrame) -> pl.DataFrame | None:
     return _reduce_matches(carried.lazy(), pl.col(MATCH), scheduling=False).collect()
 
 
-def _reduce_matches(
-    lf: pl.LazyFrame, matches: pl.Expr, scheduling: bool = True
-) -> pl.LazyFrame:
+def _reduce_matches(lf: pl.LazyFrame, matches: pl.Expr, scheduling: bool = True) -> pl.LazyFrame:
     """rid -> lowest row over the scheduling rows' ``matches`` (``RID_PATTERN`` or
     ``PREFILL_PATTERN`` matches, the latter read back to their rid); ``scheduling=False``:
     ``lf`` holds no other rows' matches (``carried_matches``)."""
@@ -334,8 +335,7 @@ class RidSearch:
                 first = _collect(self.path, prefill_first_rows(ps.scan(self.prep, self.res)))
             if first.is_empty():  # no prefill at all: whether any rid is there, every entry
                 return _collect(self.path, first_rows(ps.scan(self.prep, self.res)))
-            return fill_missing(self.path, ps.scan(self.prep, self.res), first,
-                                self.request_rids)
+            return fill_missing(self.path, ps.scan(self.prep, self.res), first, self.request_rids)
 
 
 def _rid_pass(
@@ -398,9 +398,11 @@ def read_batch(path: Path, notes: list[str], requests: pl.DataFrame | None = Non
         carried, rows = rows.select(ps.ROW, MATCH, QUOTED), rows.drop(MATCH, QUOTED)
         first = first_rows_of(carried)
         del carried
-        if first is not None and not first.is_empty() and missing_keys(
-            placed["rid"], first
-        ).is_empty():
+        if (
+            first is not None
+            and not first.is_empty()
+            and missing_keys(placed["rid"], first).is_empty()
+        ):
             rids = first  # the usual case: every request placed by the prefills
         else:
             pending = RidSearch(path, prep, res, first, placed["rid"])

@@ -71,13 +71,18 @@ REQUEST = FileSchema(
         Col("rid", ("http_rid",), "text", True),
         # "start_time" is epoch ms in Dec 2025; epoch columns are preferred over datetimes.
         # 2024 (``exporter_request.py``): µs columns and no TTFT (see ``finish``).
-        Col("start_s", ("start_time(ms)", "start_time", "start_datetime",
-                        "start_time_httpreq(microsecond)"), "time", True),
+        Col(
+            "start_s",
+            ("start_time(ms)", "start_time", "start_datetime", "start_time_httpreq(microsecond)"),
+            "time",
+            True,
+        ),
         Col("prompt_tokens", ("recv_token_size",), "number", True),
         Col("generation_tokens", ("reply_token_size",), "number", True),
         Col("e2e_ms", ("execution_time(ms)", "execution_time(microsecond)"), "number", True),
-        Col("queue_wait_ms", ("queue_wait_time(ms)", "queue_wait_time(microsecond)"), "number",
-            True),
+        Col(
+            "queue_wait_ms", ("queue_wait_time(ms)", "queue_wait_time(microsecond)"), "number", True
+        ),
         Col("ttft_ms", ("first_token_latency(ms)",), "number"),
     ),
 )
@@ -113,8 +118,12 @@ KVCACHE = FileSchema(
     "kvcache.csv",
     (
         # mid-2025 writes ``timestamp(ms)`` (epoch ms) and no usage column.
-        Col("start_s", ("start_time", "start_datetime", "start_time(ms)", "timestamp(ms)"),
-            "time", True),
+        Col(
+            "start_s",
+            ("start_time", "start_datetime", "start_time(ms)", "timestamp(ms)"),
+            "time",
+            True,
+        ),
         Col("name", ("name",), "text"),
         Col("kvcache_usage_rate", ("kvcache_usage_rate",), "number"),
         # ``device_kvcache_left`` (the action format) is no free-block count: see
@@ -273,11 +282,18 @@ def _read_units(res: Resolved, head: pl.DataFrame) -> None:
             unit = pc.unit_from_pair(_number(head, ts.raw), local)
             res.times[canon] = replace(ts, unit=unit)
     start, end = res.times.get("start_s"), res.times.get("end_s")
-    if (start is None or end is None or start.is_datetime or end.is_datetime
-            or "during_ms" not in res.raw or (start.unit and end.unit)):
+    if (
+        start is None
+        or end is None
+        or start.is_datetime
+        or end.is_datetime
+        or "during_ms" not in res.raw
+        or (start.unit and end.unit)
+    ):
         return
-    unit = pc.unit_from_durations(_number(head, start.raw), _number(head, end.raw),
-                                  _number(head, res.raw["during_ms"]))
+    unit = pc.unit_from_durations(
+        _number(head, start.raw), _number(head, end.raw), _number(head, res.raw["during_ms"])
+    )
     res.times["start_s"] = replace(start, unit=start.unit or unit)
     res.times["end_s"] = replace(end, unit=end.unit or unit)
 
@@ -399,9 +415,13 @@ MICROSECOND_SUFFIX = "(microsecond)"  # 2024 headers: a duration in µs, read in
 def finish(df: pl.DataFrame, res: Resolved) -> pl.DataFrame:
     """Epoch-number time columns to seconds, each by its own magnitude; durations a header
     labels ``(microsecond)`` to ms."""
-    exprs = [pl.col(canon) / 1000.0 for canon, raw in res.raw.items()
-             if canon not in res.times and canon in df.columns
-             and _normalise(raw).endswith(MICROSECOND_SUFFIX)]
+    exprs = [
+        pl.col(canon) / 1000.0
+        for canon, raw in res.raw.items()
+        if canon not in res.times
+        and canon in df.columns
+        and _normalise(raw).endswith(MICROSECOND_SUFFIX)
+    ]
     for canon, ts in res.times.items():
         if ts.is_datetime or canon not in df.columns:
             continue
@@ -424,8 +444,14 @@ def tz_segments(prep: Prepared, res: Resolved) -> pl.DataFrame | None:
     for ts in res.times.values():
         if ts.is_datetime or ts.paired_datetime is None:
             continue
-        cols = pl.read_csv(prep.path, columns=[ts.raw, ts.paired_datetime], infer_schema=False,
-                           n_rows=prep.n_rows, encoding="utf8-lossy", glob=False)
+        cols = pl.read_csv(
+            prep.path,
+            columns=[ts.raw, ts.paired_datetime],
+            infer_schema=False,
+            n_rows=prep.n_rows,
+            encoding="utf8-lossy",
+            glob=False,
+        )
         epoch = _number(cols, ts.raw)
         local = cols.select(datetime_to_us(pl.col(ts.paired_datetime)) / 1e6).to_series()
         return pc.offset_segments(epoch * unit_of(epoch, ts), local)

@@ -50,8 +50,13 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (codecs.BOM_UTF16_LE, "UTF-16 text (convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8)"),
     (codecs.BOM_UTF16_BE, "UTF-16 text (convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8)"),
 )
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
 
 
 def quote(text: object, limit: int = QUOTE_MAX_CHARS) -> str:
@@ -89,8 +94,9 @@ def check_file(path: Path) -> None:
         what = "UTF-16 text" if head[1::2].count(b"\x00") * 2 > len(head) // 2 else "binary"
         raise SchemaError(f"{path}: looks like {what} (NUL bytes), expected a UTF-8 CSV")
     if _bad_share(head) > BINARY_SHARE:
-        raise SchemaError(f"{path}: not UTF-8 text (binary data in its first bytes), "
-                          "expected a UTF-8 CSV")
+        raise SchemaError(
+            f"{path}: not UTF-8 text (binary data in its first bytes), expected a UTF-8 CSV"
+        )
 
 
 # undecodable (U+FFFD) or control characters but tab, LF and CR: one C-speed scan of a sample
@@ -154,7 +160,7 @@ def check_lines(path: Path, limit: int | None = None) -> None:
 
 def _count(mm: mmap.mmap, end: int) -> int:
     """Newlines before offset ``end`` (error path)."""
-    return sum(mm[i:min(i + (1 << 24), end)].count(b"\n") for i in range(0, end, 1 << 24))
+    return sum(mm[i : min(i + (1 << 24), end)].count(b"\n") for i in range(0, end, 1 << 24))
 
 
 # --------------------------------------------------------------------------- parser failures
@@ -171,8 +177,10 @@ def locate_bad_line(path: Path, n_fields: int) -> str | None:
             try:
                 for row in reader:
                     if reader.line_num > 1 and len(row) > n_fields:
-                        return (f"line {start}: {len(row)} fields, the header has {n_fields} "
-                                "(a stray comma or quote?)")
+                        return (
+                            f"line {start}: {len(row)} fields, the header has {n_fields} "
+                            "(a stray comma or quote?)"
+                        )
                     start = reader.line_num + 1
             except csv.Error as e:
                 return f"line {start}: {_csv_problem(str(e))}"
@@ -204,8 +212,13 @@ def guard(path: Path) -> Iterator[None]:
     """
     try:
         yield
-    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, csv.Error,
-            UnicodeError, OverflowError) as err:
+    except (
+        pl.exceptions.PolarsError,
+        pl.exceptions.PanicException,
+        csv.Error,
+        UnicodeError,
+        OverflowError,
+    ) as err:
         where = locate_bad_line(path, _header_width(path))
         if where is not None:
             raise SchemaError(f"{path}: {where}") from None
@@ -221,15 +234,32 @@ MS_MAX = 30 * 86400 * 1e3  # a latency or step beyond 30 days is not a measureme
 RANK_MAX = 65535.0
 # canonical column -> (lowest, highest) value the profiler can write; others read as missing
 VALID_RANGE: dict[str, tuple[float, float]] = {
-    **{c: (0.0, COUNT_MAX) for c in (
-        "prompt_tokens", "generation_tokens", "batch_size", "prefill_batch_size",
-        "decode_batch_size", "prefill_scheduled_tokens", "decode_scheduled_tokens",
-        "total_scheduled_tokens", "free_blocks", "total_blocks", "used_blocks",
-        "blocks_allocated", "blocks_freed", "waiting", "running", "forward_iter")},
+    **{
+        c: (0.0, COUNT_MAX)
+        for c in (
+            "prompt_tokens",
+            "generation_tokens",
+            "batch_size",
+            "prefill_batch_size",
+            "decode_batch_size",
+            "prefill_scheduled_tokens",
+            "decode_scheduled_tokens",
+            "total_scheduled_tokens",
+            "free_blocks",
+            "total_blocks",
+            "used_blocks",
+            "blocks_allocated",
+            "blocks_freed",
+            "waiting",
+            "running",
+            "forward_iter",
+        )
+    },
     **{c: (0.0, MS_MAX) for c in ("e2e_ms", "queue_wait_ms", "ttft_ms", "during_ms")},
     "kvcache_usage_rate": (0.0, 100.0),  # a fraction, or percent (see _usage_fraction)
     "dp_rank": (0.0, RANK_MAX),
 }
+
 
 def drop_impossible(
     df: pl.DataFrame, file: str, raw: dict[str, str], row: str
@@ -238,18 +268,22 @@ def drop_impossible(
     0-based data row index column (file line = row + 2)."""
     notes: list[str] = []
     fixes = []
-    checked = {c: r for c, r in VALID_RANGE.items()
-               if c in df.columns and df[c].dtype == pl.Float64}
-    bads = {c: pl.col(c).is_not_null() & (pl.col(c).is_nan() | ~pl.col(c).is_between(lo, hi))
-            for c, (lo, hi) in checked.items()}
+    checked = {
+        c: r for c, r in VALID_RANGE.items() if c in df.columns and df[c].dtype == pl.Float64
+    }
+    bads = {
+        c: pl.col(c).is_not_null() & (pl.col(c).is_nan() | ~pl.col(c).is_between(lo, hi))
+        for c, (lo, hi) in checked.items()
+    }
     # every column's count in one query; the first offending row only where there is one
     counts = df.select(bad.sum().alias(c) for c, bad in bads.items()).row(0) if bads else ()
     for (canon, (lo, hi)), n in zip(checked.items(), counts, strict=True):
         if n == 0:
             continue
         bad, col = bads[canon], pl.col(canon)
-        hits = df.select(pl.col(row).filter(bad).first().alias("r"),
-                         col.filter(bad).first().alias("v"))
+        hits = df.select(
+            pl.col(row).filter(bad).first().alias("r"), col.filter(bad).first().alias("v")
+        )
         line, value = int(hits["r"][0]) + 2, hits["v"][0]
         notes.append(
             f"{file}: {n} row(s) with {raw.get(canon, canon)} outside {lo:g}..{hi:g} "
@@ -271,8 +305,9 @@ def drop_duplicate_requests(df: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     ]
 
 
-def missing_value_notes(df: pl.DataFrame, file: str, raw: dict[str, str],
-                        columns: tuple[str, ...]) -> list[str]:
+def missing_value_notes(
+    df: pl.DataFrame, file: str, raw: dict[str, str], columns: tuple[str, ...]
+) -> list[str]:
     """A note per column with blank/N/A cells in rows that are otherwise counted."""
     notes = []
     for canon in columns:

@@ -57,9 +57,11 @@ class ReadCost:
     def line(self) -> str:
         if self.full_reason:
             return f"full read of {self.windows} windows: {self.full_reason}"
-        return (f"incremental read: {self.windows_read} of {self.windows} windows read, "
-                f"{self.windows - self.windows_read} kept"
-                + ("; nothing changed, the previous evidence stands" if self.unchanged else ""))
+        return (
+            f"incremental read: {self.windows_read} of {self.windows} windows read, "
+            f"{self.windows - self.windows_read} kept"
+            + ("; nothing changed, the previous evidence stands" if self.unchanged else "")
+        )
 
 
 @dataclass
@@ -97,8 +99,10 @@ def _by_window(table: dict[Key, float]) -> ByWindow:
 
 
 def _split(tables: RangeTables) -> dict[Level, dict[str, ByWindow]]:
-    return {level: {signal: _by_window(table) for signal, table in values.items()}
-            for level, values in tables.per_level.items()}
+    return {
+        level: {signal: _by_window(table) for signal, table in values.items()}
+        for level, values in tables.per_level.items()
+    }
 
 
 def _flat(per_window: dict[Level, dict[str, ByWindow]]) -> dict[Level, Values]:
@@ -147,11 +151,12 @@ class IncrementalPrometheus:
         role_label: str = "",
     ) -> None:
         self.role_label = role_label  # the pool label (sources/pools.py), read every run
-        self.client, self.url_note = open_client(url, auth=auth, timeout_s=timeout_s,
-                                                 limits=limits)
+        self.client, self.url_note = open_client(url, auth=auth, timeout_s=timeout_s, limits=limits)
         self.step_s, self.window_s, self.windows = step_s, window_s, windows
-        self.selector, self.device_selector = (normalise_selector(selector),
-                                               normalise_selector(device_selector))
+        self.selector, self.device_selector = (
+            normalise_selector(selector),
+            normalise_selector(device_selector),
+        )
         self.dialect, self.max_workers, self.device_map = dialect, max_workers, device_map
         self.settle_s = limits.watch_settle_s
         self.debug = debug
@@ -171,14 +176,22 @@ class IncrementalPrometheus:
         start = data.get("startTime") if isinstance(data, dict) else None
         return start if isinstance(start, str) else None
 
-    def _read(self, plan: RangePlan, first_t: float, last_t: float, w: float,
-              dup_range_s: float) -> RangeTables:
-        return read_tables(self.client, plan, span=(first_t, last_t, w), selector=self.selector,
-                           device_selector=self.device_selector, max_workers=self.max_workers,
-                           duplicates_range_s=dup_range_s)
+    def _read(
+        self, plan: RangePlan, first_t: float, last_t: float, w: float, dup_range_s: float
+    ) -> RangeTables:
+        return read_tables(
+            self.client,
+            plan,
+            span=(first_t, last_t, w),
+            selector=self.selector,
+            device_selector=self.device_selector,
+            max_workers=self.max_workers,
+            duplicates_range_s=dup_range_s,
+        )
 
-    def _distrust(self, plan: RangePlan, w: float, server: str | None, first_t: float,
-                  last_t: float) -> str:
+    def _distrust(
+        self, plan: RangePlan, w: float, server: str | None, first_t: float, last_t: float
+    ) -> str:
         """Why the kept tables cannot serve this range ('' when they can)."""
         kept = self.kept
         if kept is None:
@@ -196,14 +209,22 @@ class IncrementalPrometheus:
         return ""
 
     def load(self, start: float, end: float) -> Evidence:
-        w = range_window(start, end, step_s=self.step_s, window_s=self.window_s,
-                         windows=self.windows)
+        w = range_window(
+            start, end, step_s=self.step_s, window_s=self.window_s, windows=self.windows
+        )
         first_t, last_t, n = plan_windows(start, end, w, self.windows.max_windows)
         dup_range_s = max(last_t - first_t, w)
         self.client.warnings.clear()  # a full read starts with a new client: no old warnings
-        plan = plan_range(self.client, start=start, end=end, selector=self.selector,
-                          dialect=self.dialect, window_s=w, device_selector=self.device_selector,
-                          url_note=self.url_note)
+        plan = plan_range(
+            self.client,
+            start=start,
+            end=end,
+            selector=self.selector,
+            dialect=self.dialect,
+            window_s=w,
+            device_selector=self.device_selector,
+            url_note=self.url_note,
+        )
         server = self._server_start()
         reason = self._distrust(plan, w, server, first_t, last_t)
         read_from = first_t
@@ -219,22 +240,46 @@ class IncrementalPrometheus:
             fresh = _split(tables)
             self.kept = _Kept(plan.key, w, server, {lvl: {} for lvl in plan.levels}, {})
         assert self.kept is not None
-        inputs = (first_t, last_t, plan.names, plan.notes, tuple(tables.notes),
-                  tuple(tables.bad), tuple(self.client.warnings),
-                  tuple(sorted(tables.device_aliases.items())))
-        same = (not reason and self._previous is not None and self._previous[0] == inputs
-                and self._unchanged(fresh, tables))
+        inputs = (
+            first_t,
+            last_t,
+            plan.names,
+            plan.notes,
+            tuple(tables.notes),
+            tuple(tables.bad),
+            tuple(self.client.warnings),
+            tuple(sorted(tables.device_aliases.items())),
+        )
+        same = (
+            not reason
+            and self._previous is not None
+            and self._previous[0] == inputs
+            and self._unchanged(fresh, tables)
+        )
         self._merge(tables, fresh, first_t, read_from, last_t, end, w)
         self.last = ReadCost(round((last_t - read_from) / w) + 1, n, reason, same)
         if self.debug is not None:
             self.debug(self.last.line())
         if same and self._previous is not None:
             return self._previous[1]  # nothing changed: the very Evidence (watch reuses its report)
-        merged = RangeTables(_flat(self.kept.per_window), list(self.kept.devices.values()),
-                             tables.device_aliases, self._bad(), tables.notes)
-        evidence = evidence_of(self.client, plan, merged, start=start, end=end,
-                               selector=self.selector, window_s=w, device_map=self.device_map,
-                               role_label=self.role_label)
+        merged = RangeTables(
+            _flat(self.kept.per_window),
+            list(self.kept.devices.values()),
+            tables.device_aliases,
+            self._bad(),
+            tables.notes,
+        )
+        evidence = evidence_of(
+            self.client,
+            plan,
+            merged,
+            start=start,
+            end=end,
+            selector=self.selector,
+            window_s=w,
+            device_map=self.device_map,
+            role_label=self.role_label,
+        )
         self._previous = (inputs, evidence)
         return evidence
 
@@ -252,8 +297,9 @@ class IncrementalPrometheus:
                         return False
         for d in tables.devices:
             old = self.kept.devices.get(_device_id(d))
-            if old is None or any(not _exact(old.values.get(t, math.nan), v)
-                                  for t, v in d.values.items()):
+            if old is None or any(
+                not _exact(old.values.get(t, math.nan), v) for t, v in d.values.items()
+            ):
                 return False
         return bool(fresh)
 
@@ -282,15 +328,25 @@ class IncrementalPrometheus:
                 if a == b:  # the usual case, compared in C
                     continue
                 if a.keys() != b.keys():
-                    return (f"the window at {start:.0f} read again has other units for "
-                            f"{level.value} {signal} ({len(b)} where {len(a)} were kept)")
+                    return (
+                        f"the window at {start:.0f} read again has other units for "
+                        f"{level.value} {signal} ({len(b)} where {len(a)} were kept)"
+                    )
                 changed += sum(not _same(a[k], b[k]) for k in a)
         if changed:
             return f"the window at {start:.0f} read again differs in {changed} values"
         return ""
 
-    def _merge(self, tables: RangeTables, fresh: dict[Level, dict[str, ByWindow]],
-               first_t: float, read_from: float, last_t: float, now: float, w: float) -> None:
+    def _merge(
+        self,
+        tables: RangeTables,
+        fresh: dict[Level, dict[str, ByWindow]],
+        first_t: float,
+        read_from: float,
+        last_t: float,
+        now: float,
+        w: float,
+    ) -> None:
         """Drop what left the range, replace the windows read, keep the rest."""
         kept = self.kept
         assert kept is not None
@@ -299,8 +355,7 @@ class IncrementalPrometheus:
             new = fresh.get(level, {})
             merged: dict[str, ByWindow] = {}
             for signal in dict.fromkeys([*signals, *new]):
-                windows = {t: part for t, part in signals.get(signal, {}).items()
-                           if lo <= t < cut}
+                windows = {t: part for t, part in signals.get(signal, {}).items() if lo <= t < cut}
                 windows.update(new.get(signal, {}))
                 if windows:
                     merged[signal] = windows
@@ -316,8 +371,9 @@ class IncrementalPrometheus:
             if values:
                 devices[ident] = replace(series, values=values)
         kept.devices = devices
-        kept.read_at = {e: at for e, at in kept.read_at.items() if first_t - EPS <= e < read_from
-                        - EPS}
+        kept.read_at = {
+            e: at for e, at in kept.read_at.items() if first_t - EPS <= e < read_from - EPS
+        }
         for i in range(round((last_t - read_from) / w) + 1):
             kept.read_at[round(read_from + i * w, 6)] = now
         kept.bad = [(e, b) for e, b in kept.bad if e >= first_t - EPS and b]

@@ -40,6 +40,7 @@ def checked_points(points: list[Any], named: str) -> tuple[tuple[float, ...], li
         values.append(value)
     return tuple(times), values
 
+
 def plan_windows(
     start: float, end: float, window_s: float, max_windows: int = WINDOWS.max_windows
 ) -> tuple[float, float, int]:
@@ -126,8 +127,9 @@ def matrix_to_values(
             for t, v in zip(window_starts(fast[0]), fast[1], strict=True):
                 acc[(t, inst, dp)].append(v)
             continue
-        for ts, value in zip(*checked_points(points, f"{where} returned series {i} ({inst})"),
-                             strict=True):
+        for ts, value in zip(
+            *checked_points(points, f"{where} returned series {i} ({inst})"), strict=True
+        ):
             acc[(round(ts - window_s, 6), inst, dp)].append(value)
     out = {k: combine(vs, across) for k, vs in acc.items()}
     for (inst, dp), (grid, vs) in whole.items():

@@ -100,14 +100,25 @@ def plan_jobs(
     dp = resolved.get(Level.DP, {}) if Level.DP in levels else {}
     derived: set[str] = set()
     if shared:
-        derived = {s.signal for s in SIGNAL_SPECS if s.signal in dp
-                   and resolved[Level.INSTANCE].get(s.signal) == dp[s.signal]
-                   and group_labels(Level.DP, dp[s.signal]) is not None
-                   and _derivable(s, dp[s.signal])}
+        derived = {
+            s.signal
+            for s in SIGNAL_SPECS
+            if s.signal in dp
+            and resolved[Level.INSTANCE].get(s.signal) == dp[s.signal]
+            and group_labels(Level.DP, dp[s.signal]) is not None
+            and _derivable(s, dp[s.signal])
+        }
     # the mean signal whose _count each derived percentile's buckets also give (same alias)
-    counted = {p.signal: m.signal for p in SIGNAL_SPECS for m in SIGNAL_SPECS
-               if p.over_time == "quantile" and m.over_time == "mean" and p.role == m.role
-               and {p.signal, m.signal} <= derived and dp[p.signal] == dp[m.signal]}
+    counted = {
+        p.signal: m.signal
+        for p in SIGNAL_SPECS
+        for m in SIGNAL_SPECS
+        if p.over_time == "quantile"
+        and m.over_time == "mean"
+        and p.role == m.role
+        and {p.signal, m.signal} <= derived
+        and dp[p.signal] == dp[m.signal]
+    }
     jobs: list[Job] = []
     for level in levels:
         for spec in SIGNAL_SPECS:
@@ -115,9 +126,14 @@ def plan_jobs(
             if alias is None or (level is Level.INSTANCE and spec.signal in derived):
                 continue
             if level is Level.DP and spec.signal in derived:
-                jobs += _shared_jobs(spec, alias, selector, window_s,
-                                     counts=counted.get(spec.signal, ""),
-                                     spare=spec.signal in counted.values())
+                jobs += _shared_jobs(
+                    spec,
+                    alias,
+                    selector,
+                    window_s,
+                    counts=counted.get(spec.signal, ""),
+                    spare=spec.signal in counted.values(),
+                )
                 continue
             q = build_query(spec, alias, level=level, window_s=window_s, selector=selector)
             if q is not None:
@@ -125,8 +141,15 @@ def plan_jobs(
     return jobs
 
 
-def _shared_jobs(spec: SignalSpec, alias: Alias, selector: str, window_s: float, *,
-                 counts: str = "", spare: bool = False) -> list[Job]:
+def _shared_jobs(
+    spec: SignalSpec,
+    alias: Alias,
+    selector: str,
+    window_s: float,
+    *,
+    counts: str = "",
+    spare: bool = False,
+) -> list[Job]:
     """A derived signal's rank-level queries: its value, its buckets (``counts``: the mean
     signal they count too), or its sum and count (``spare``: a count the buckets give)."""
     parts = [VALUE]
@@ -134,13 +157,24 @@ def _shared_jobs(spec: SignalSpec, alias: Alias, selector: str, window_s: float,
         parts = [BUCKETS] if spec.over_time == "quantile" else [SUM, COUNT]
     jobs = []
     for part in parts:
-        q = (build_query(spec, alias, level=Level.DP, window_s=window_s, selector=selector)
-             if part == VALUE else
-             part_query(alias, part, level=Level.DP, window_s=window_s, selector=selector))
+        q = (
+            build_query(spec, alias, level=Level.DP, window_s=window_s, selector=selector)
+            if part == VALUE
+            else part_query(alias, part, level=Level.DP, window_s=window_s, selector=selector)
+        )
         assert q is not None  # group_labels(DP) was checked
-        jobs.append(Job(Level.DP, spec.signal, alias, q, part, derive=True,
-                        counts=counts if part == BUCKETS else "",
-                        spare=spare and part == COUNT))
+        jobs.append(
+            Job(
+                Level.DP,
+                spec.signal,
+                alias,
+                q,
+                part,
+                derive=True,
+                counts=counts if part == BUCKETS else "",
+                spare=spare and part == COUNT,
+            )
+        )
     return jobs
 
 
@@ -165,7 +199,8 @@ def series_rows(result: list[Any], alias: Alias, where: str) -> list[Row]:
         if not isinstance(labels.get(unit_label, ""), str):
             raise SourceError(f"{where} returned series {i} with a non-text {unit_label} label")
         times, values = checked_points(
-            points, f"{where} returned series {i} ({labels.get(unit_label, '')})")
+            points, f"{where} returned series {i} ({labels.get(unit_label, '')})"
+        )
         rows.append((labels, times, values))
     return rows
 
@@ -176,8 +211,9 @@ def _reduce(how: str) -> Callable[..., Any]:
     return {"sum": np.add.reduce, "max": np.fmax.reduce, "min": np.fmin.reduce}[how]
 
 
-def fold_instances(rows: Iterable[Row], alias: Alias, how: str, window_s: float,
-                   bad: list[str]) -> dict[Key, float]:
+def fold_instances(
+    rows: Iterable[Row], alias: Alias, how: str, window_s: float, bad: list[str]
+) -> dict[Key, float]:
     """The instance level from rank-level groups: each instance's groups combined by ``how``,
     window by window (a group without a point at a time adds nothing there)."""
     per: dict[str, list[tuple[tuple[float, ...], list[float]]]] = defaultdict(list)
@@ -196,8 +232,11 @@ def fold_instances(rows: Iterable[Row], alias: Alias, how: str, window_s: float,
     for inst, got in per.items():
         grid = got[0][0]
         if all(t == grid for t, _ in got):
-            values = got[0][1] if len(got) == 1 else reduce(np.array([v for _, v in got]),
-                                                            axis=0).tolist()
+            values = (
+                got[0][1]
+                if len(got) == 1
+                else reduce(np.array([v for _, v in got]), axis=0).tolist()
+            )
         else:  # groups on different time grids: combine time by time
             by_t: dict[float, list[float]] = defaultdict(list)
             for times, vs in got:
@@ -212,16 +251,26 @@ def fold_instances(rows: Iterable[Row], alias: Alias, how: str, window_s: float,
     return out
 
 
-def inf_bucket_counts(result: list[Any], rows: list[Row], alias: Alias, window_s: float,
-                      where: str) -> dict[Level, dict[Key, float]]:
+def inf_bucket_counts(
+    result: list[Any], rows: list[Row], alias: Alias, window_s: float, where: str
+) -> dict[Level, dict[Key, float]]:
     """Both levels' ``_count`` increases from a rank-level bucket answer's ``le="+Inf"``
     series (what the ``_count`` query would answer: the exposition's same counter); ``rows``
     are the answer's ``series_rows``, in its order."""
     at = [i for i, (labels, _, _) in enumerate(rows) if parse_bound(labels.get("le")) == math.inf]
     bad: list[str] = []  # the _sum answer notes the unusable series, as the _count one did not
-    return {Level.DP: matrix_to_values([result[i] for i in at], window_s=window_s, alias=alias,
-                                       level=Level.DP, across="sum", bad=bad, where=where),
-            Level.INSTANCE: fold_instances([rows[i] for i in at], alias, "sum", window_s, bad)}
+    return {
+        Level.DP: matrix_to_values(
+            [result[i] for i in at],
+            window_s=window_s,
+            alias=alias,
+            level=Level.DP,
+            across="sum",
+            bad=bad,
+            where=where,
+        ),
+        Level.INSTANCE: fold_instances([rows[i] for i in at], alias, "sum", window_s, bad),
+    }
 
 
 def counts_cover(sums: Mapping[Key, float], counts: Mapping[Key, float]) -> bool:
@@ -237,8 +286,9 @@ def ratio(total: float, count: float) -> float:
     return math.nan if total == 0 or math.isnan(total) else math.copysign(math.inf, total)
 
 
-def mean_table(sums: Mapping[Key, float], counts: Mapping[Key, float],
-               scale: float) -> dict[Key, float]:
+def mean_table(
+    sums: Mapping[Key, float], counts: Mapping[Key, float], scale: float
+) -> dict[Key, float]:
     """``scale * (sum / count)`` where both have the group (PromQL's one-to-one match)."""
     return {k: scale * ratio(s, counts[k]) for k, s in sums.items() if k in counts}
 
@@ -249,15 +299,21 @@ def query_scale(spec: SignalSpec, alias: Alias) -> float:
 
 
 def bucket_quantiles(
-    rows: list[Row], spec: SignalSpec, alias: Alias, window_s: float, bad: list[str],
-    *, across: Callable[[list[float], str], float] = combine,
+    rows: list[Row],
+    spec: SignalSpec,
+    alias: Alias,
+    window_s: float,
+    bad: list[str],
+    *,
+    across: Callable[[list[float], str], float] = combine,
 ) -> tuple[dict[Level, dict[Key, float]], set[float]]:
     """Both levels' ``scale * histogram_quantile(q, ...)`` from per-rank bucket increases, and
     the bucket bounds the answer holds (for the bound marks)."""
     assert spec.quantile is not None
     scale = query_scale(spec, alias)
-    parsed = [(parse_bound(labels.get("le")), labels, times, values)
-              for labels, times, values in rows]
+    parsed = [
+        (parse_bound(labels.get("le")), labels, times, values) for labels, times, values in rows
+    ]
     parsed = [p for p in parsed if p[0] is not None]  # PromQL skips a bucket without le
     bounds = sorted({p[0] for p in parsed if p[0] is not None})
     times = sorted({t for p in parsed for t in p[2]})
@@ -275,20 +331,43 @@ def bucket_quantiles(
             g = groups.get(key)
             if g is None:
                 g = groups[key] = len(groups)
-                names.append({k: v for k, v in labels.items() if k != "le"} if level is Level.DP
-                             else {unit_label: key})
+                names.append(
+                    {k: v for k, v in labels.items() if k != "le"}
+                    if level is Level.DP
+                    else {unit_label: key}
+                )
             assert le is not None
             cells.append((g, bounds.index(le), ts, vs))
-        out[level] = _quantile_table(q=spec.quantile, bounds=bounds, times=times, cells=cells,
-                                     names=names, alias=alias, level=level, scale=scale,
-                                     window_s=window_s, how=spec.across, bad=bad, across=across)
+        out[level] = _quantile_table(
+            q=spec.quantile,
+            bounds=bounds,
+            times=times,
+            cells=cells,
+            names=names,
+            alias=alias,
+            level=level,
+            scale=scale,
+            window_s=window_s,
+            how=spec.across,
+            bad=bad,
+            across=across,
+        )
     return out, set(bounds)
 
 
 def _quantile_table(
-    *, q: float, bounds: list[float], times: list[float],
-    cells: list[tuple[int, int, tuple[float, ...], list[float]]], names: list[dict[str, str]],
-    alias: Alias, level: Level, scale: float, window_s: float, how: str, bad: list[str],
+    *,
+    q: float,
+    bounds: list[float],
+    times: list[float],
+    cells: list[tuple[int, int, tuple[float, ...], list[float]]],
+    names: list[dict[str, str]],
+    alias: Alias,
+    level: Level,
+    scale: float,
+    window_s: float,
+    how: str,
+    bad: list[str],
     across: Callable[[list[float], str], float],
 ) -> dict[Key, float]:
     if not cells:
@@ -326,9 +405,11 @@ def _quantile_table(
     gi, ti = np.nonzero(has)  # group by group, times in order
     vals = values.reshape(len(names), len(times))[gi, ti].tolist()
     starts = [round(t - window_s, 6) for t in times]
-    keys: list[Key] = [(starts[t], u[0], u[1]) for g, t in zip(gi.tolist(), ti.tolist(),
-                                                                strict=True)
-                       if (u := units[g]) is not None]
+    keys: list[Key] = [
+        (starts[t], u[0], u[1])
+        for g, t in zip(gi.tolist(), ti.tolist(), strict=True)
+        if (u := units[g]) is not None
+    ]
     if len(keys) < len(vals):
         vals = [v for g, v in zip(gi.tolist(), vals, strict=True) if units[g] is not None]
     used = [u for u in units if u is not None]
@@ -354,8 +435,11 @@ def _note_unusable(labels: dict[str, str], alias: Alias, level: Level, bad: list
 
 
 def mark_bucket_bounds(
-    jobs: list[Job], levels: list[Level], per_level: Mapping[Level, Values],
-    bounds: Mapping[str, Future[list[Any]]], known: Mapping[tuple[Level, str], set[float]],
+    jobs: list[Job],
+    levels: list[Level],
+    per_level: Mapping[Level, Values],
+    bounds: Mapping[str, Future[list[Any]]],
+    known: Mapping[tuple[Level, str], set[float]],
 ) -> list[str]:
     """Add the ``<signal>_bound`` tables from the bucket bounds each histogram's answer held
     (``known``) or its probe found."""
@@ -365,16 +449,18 @@ def mark_bucket_bounds(
             table = per_level[level].get(spec.signal)
             if spec.over_time != "quantile" or not table:
                 continue
-            alias = next(j.alias for j in jobs if j.signal == spec.signal
-                         and (j.level is level or j.derive))
+            alias = next(
+                j.alias for j in jobs if j.signal == spec.signal and (j.level is level or j.derive)
+            )
             found = known.get((level, spec.signal))
             if found is None:
                 if alias.name not in les:
                     try:
                         result = bounds[alias.name].result()
                     except SourceError as exc:
-                        return [f"histogram bucket bounds not checked ({exc}): percentiles "
-                                "unmarked"]
+                        return [
+                            f"histogram bucket bounds not checked ({exc}): percentiles unmarked"
+                        ]
                     les[alias.name] = _probe_bounds(result)
                 found = les[alias.name]
             marks = bound_marks(table, found, ROLES[spec.role].scale)

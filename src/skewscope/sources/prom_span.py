@@ -32,8 +32,9 @@ _FINEST_MS = 10  # narrowed until a step is this short (timestamps are whole mil
 _LOOK_AROUND_S = 10 * 365 * 86400.0  # the first query covers a decade before now and the range
 
 
-def empty_range_error(client: PromClient, start: float, end: float, selector: str
-                      ) -> SourceError | None:
+def empty_range_error(
+    client: PromClient, start: float, end: float, selector: str
+) -> SourceError | None:
     """The error to raise when [start, end] lists no engine metric but the server holds some at
     other times; None when it holds none at all (the caller's own error stands)."""
     try:
@@ -61,13 +62,18 @@ def _known_metric(names: list[str]) -> str | None:
         dialect = DIALECTS[detect_dialect(names)]
     except SourceError:
         return None
-    wanted = {normalise_name(s) for role, aliases in dialect.roles.items() for a in aliases
-              for s in required_samples(a, ROLES[role].kind)}
+    wanted = {
+        normalise_name(s)
+        for role, aliases in dialect.roles.items()
+        for a in aliases
+        for s in required_samples(a, ROLES[role].kind)
+    }
     return next((n for n in sorted(names) if normalise_name(n) in wanted), None)
 
 
-def data_span(client: PromClient, series: str, start: float, end: float
-              ) -> tuple[float, float] | None:
+def data_span(
+    client: PromClient, series: str, start: float, end: float
+) -> tuple[float, float] | None:
     """(first, last) sample time of ``series`` (a PromQL selector) to within 10 ms, searched
     from a decade before ``min(start, now)`` to ``max(end, now)``; None when it has none.
 
@@ -92,8 +98,7 @@ def data_span(client: PromClient, series: str, start: float, end: float
     return first // 1000, last // 1000
 
 
-def _nonempty(client: PromClient, series: str, lo_ms: int, hi_ms: int, step_ms: int
-              ) -> list[int]:
+def _nonempty(client: PromClient, series: str, lo_ms: int, hi_ms: int, step_ms: int) -> list[int]:
     """Evaluation times (ms) in [lo, hi] whose preceding step holds a sample of ``series``."""
     query = f"count(count_over_time({series}[{step_ms}ms]))"
     times: list[int] = []

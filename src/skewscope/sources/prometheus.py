@@ -89,22 +89,31 @@ def _decode(client: PromClient, job: Job, result: list[Any], window_s: float) ->
     where = client.where
 
     def read(level: Level, across: str) -> dict[Key, float]:
-        return matrix_to_values(result, window_s=window_s, alias=job.alias, level=level,
-                                across=across, bad=bad, where=where)
+        return matrix_to_values(
+            result,
+            window_s=window_s,
+            alias=job.alias,
+            level=level,
+            across=across,
+            bad=bad,
+            where=where,
+        )
 
     if job.part == BUCKETS:
         rows = series_rows(result, job.alias, where)
         tables, les = bucket_quantiles(rows, spec, job.alias, window_s, bad)
-        counts = (inf_bucket_counts(result, rows, job.alias, window_s, where) if job.counts
-                  else None)
+        counts = inf_bucket_counts(result, rows, job.alias, window_s, where) if job.counts else None
         return Decoded(tables, bad, les, counts)
     across = spec.across if job.part == VALUE else "sum"
     tables = {job.level: read(job.level, across)}
     if job.derive:
         tables[Level.INSTANCE] = (
-            read(Level.INSTANCE, across) if job.alias.rank_in_unit else
-            fold_instances(series_rows(result, job.alias, where), job.alias, across, window_s,
-                           bad))
+            read(Level.INSTANCE, across)
+            if job.alias.rank_in_unit
+            else fold_instances(
+                series_rows(result, job.alias, where), job.alias, across, window_s, bad
+            )
+        )
     return Decoded(tables, bad if job.part != COUNT else [])  # a mean's series noted once
 
 
@@ -134,15 +143,18 @@ def _load_tables(
     with DaemonPool(max_workers) as pool:  # a stopping watch abandons its queries
 
         def run(job: Job) -> Decoded:
-            got = _decode(client, job, client.query_range_series(job.query, first_t, last_t, w),
-                          w)
-            if (job.part == VALUE and got.tables[job.level]
-                    and SPEC_BY_SIGNAL[job.signal].over_time == "quantile"):
+            got = _decode(client, job, client.query_range_series(job.query, first_t, last_t, w), w)
+            if (
+                job.part == VALUE
+                and got.tables[job.level]
+                and SPEC_BY_SIGNAL[job.signal].over_time == "quantile"
+            ):
                 with lock:
                     if job.alias.name not in bounds:
                         q = bucket_bounds_query(job.alias, whole, selector)
-                        bounds[job.alias.name] = pool.submit(client.query_range, q, last_t,
-                                                             last_t, whole)
+                        bounds[job.alias.name] = pool.submit(
+                            client.query_range, q, last_t, last_t, whole
+                        )
             return got
 
         sent = [job for job in jobs if not job.spare]
@@ -168,8 +180,8 @@ def _load_tables(
                 continue
             counts = inf.get(job.signal)
             if counts is None or not all(
-                    counts_cover(parts[(lvl, job.signal)].get(SUM, {}), counts[lvl])
-                    for lvl in counts):
+                counts_cover(parts[(lvl, job.signal)].get(SUM, {}), counts[lvl]) for lvl in counts
+            ):
                 counts = run(job).tables
             for level, table in counts.items():
                 parts[(level, job.signal)][COUNT] = table
@@ -199,8 +211,9 @@ def _engines(
         inst = ls.get("instance", "")
         if inst:
             labels.setdefault(inst, ls)
-    found = engines_from_keys([*per_level.get(Level.INSTANCE, {}).values(),
-                               *per_level.get(Level.DP, {}).values()])
+    found = engines_from_keys(
+        [*per_level.get(Level.INSTANCE, {}).values(), *per_level.get(Level.DP, {}).values()]
+    )
     return [EngineInstance(e.instance, e.ranks, labels.get(e.instance, {})) for e in found]
 
 
@@ -263,8 +276,11 @@ class RangePlan:
 
     @property
     def key(self) -> tuple[object, ...]:
-        return (self.dialect, tuple(job.query for job in self.jobs),
-                tuple(a.name for a in self.device_aliases()))
+        return (
+            self.dialect,
+            tuple(job.query for job in self.jobs),
+            tuple(a.name for a in self.device_aliases()),
+        )
 
     def device_aliases(self) -> list[Alias]:
         return [alias for _, _, alias in resolve_devices(list(self.device_names))]
@@ -283,8 +299,15 @@ class RangeTables:
 
 
 def plan_range(
-    client: PromClient, *, start: float, end: float, selector: str, dialect: str | None,
-    window_s: float, device_selector: str, url_note: str | None = None,
+    client: PromClient,
+    *,
+    start: float,
+    end: float,
+    selector: str,
+    dialect: str | None,
+    window_s: float,
+    device_selector: str,
+    url_note: str | None = None,
     shared_plan: bool = True,
 ) -> RangePlan:
     """Read the metric names of [start, end] and decide the queries (no sample is read);
@@ -301,45 +324,86 @@ def plan_range(
     levels = [Level.INSTANCE]
     if resolved[Level.DP]:
         levels.append(Level.DP)
-    jobs = plan_jobs(resolved, levels, window_s=window_s, selector=selector,
-                     shared=shared_plan)
+    jobs = plan_jobs(resolved, levels, window_s=window_s, selector=selector, shared=shared_plan)
     # the engine selector does not apply to device exporters: list their names apart
-    dev_names = (client.metric_names(start, end, device_selector)
-                 if selector or device_selector else names)
+    dev_names = (
+        client.metric_names(start, end, device_selector) if selector or device_selector else names
+    )
     if not resolved[Level.INSTANCE] or not resolve_devices(dev_names):
         dev_names = []  # no engine to join devices to, or no device exporter
-    return RangePlan(tuple(names), chosen.name, resolved, tuple(levels), tuple(jobs),
-                     tuple(dev_names), tuple(notes))
+    return RangePlan(
+        tuple(names),
+        chosen.name,
+        resolved,
+        tuple(levels),
+        tuple(jobs),
+        tuple(dev_names),
+        tuple(notes),
+    )
 
 
 def read_tables(
-    client: PromClient, plan: RangePlan, *, span: tuple[float, float, float], selector: str,
-    device_selector: str, max_workers: int = 4, duplicates_range_s: float | None = None,
+    client: PromClient,
+    plan: RangePlan,
+    *,
+    span: tuple[float, float, float],
+    selector: str,
+    device_selector: str,
+    max_workers: int = 4,
+    duplicates_range_s: float | None = None,
 ) -> RangeTables:
     """Fetch ``plan``'s tables for the windows of ``span`` (first evaluation, last, window).
     With ``duplicates_range_s`` the units exported twice over that range (ending at the last
     evaluation) are noted too, checked beside the tables."""
     last_t = span[1]
-    first = next((plan.resolved[Level.INSTANCE][s.signal] for s in SIGNAL_SPECS
-                  if s.signal in plan.resolved[Level.INSTANCE]), None)
+    first = next(
+        (
+            plan.resolved[Level.INSTANCE][s.signal]
+            for s in SIGNAL_SPECS
+            if s.signal in plan.resolved[Level.INSTANCE]
+        ),
+        None,
+    )
     notes: list[str] = []
     with DaemonPool(1) as side:  # beside the tables, not after them
-        dup = None if first is None or duplicates_range_s is None else side.submit(
-            duplicate_notes, client, first, last_t=last_t, range_s=duplicates_range_s,
-            selector=selector)
+        dup = (
+            None
+            if first is None or duplicates_range_s is None
+            else side.submit(
+                duplicate_notes,
+                client,
+                first,
+                last_t=last_t,
+                range_s=duplicates_range_s,
+                selector=selector,
+            )
+        )
         per_level, bad, bound_notes = _load_tables(
-            client, list(plan.jobs), list(plan.levels), selector=selector, span=span,
+            client,
+            list(plan.jobs),
+            list(plan.levels),
+            selector=selector,
+            span=span,
             max_workers=max_workers,
         )
         notes += bound_notes + (dup.result() if dup is not None else [])
-    devices, device_aliases = _device_series(client, list(plan.device_names), span=span,
-                                             device_selector=device_selector)
+    devices, device_aliases = _device_series(
+        client, list(plan.device_names), span=span, device_selector=device_selector
+    )
     return RangeTables(per_level, devices, device_aliases, bad, notes)
 
 
 def evidence_of(
-    client: PromClient, plan: RangePlan, tables: RangeTables, *, start: float, end: float,
-    selector: str, window_s: float, device_map: DeviceMap | None, role_label: str = "",
+    client: PromClient,
+    plan: RangePlan,
+    tables: RangeTables,
+    *,
+    start: float,
+    end: float,
+    selector: str,
+    window_s: float,
+    device_map: DeviceMap | None,
+    role_label: str = "",
 ) -> Evidence:
     """The Evidence of ``tables`` (read, or kept and merged, for the range [start, end]); each
     unit's prefill/decode pool from the series carrying the role label (sources/pools.py)."""
@@ -352,20 +416,34 @@ def evidence_of(
     if not tables.per_level[Level.INSTANCE]:
         if not plan.names:
             raise empty_range_error(client, start, end, selector) or SourceError(
-                f"{client.where} holds no samples in this range; widen it or check the "
-                "selector")
+                f"{client.where} holds no samples in this range; widen it or check the selector"
+            )
         raise SourceError(
             f"{client.where} has {plan.dialect} metric names but no samples "
             "in whole windows of the range; widen the range or check the selector"
         )
     engine_alias = next(iter(plan.resolved[Level.INSTANCE].values()), None)
     per_level, device_notes = _join_devices(
-        client, tables.devices, engine_alias, tables.per_level, start=start, end=end,
-        selector=selector, device_map=device_map)
+        client,
+        tables.devices,
+        engine_alias,
+        tables.per_level,
+        start=start,
+        end=end,
+        selector=selector,
+        device_map=device_map,
+    )
     notes += device_notes
-    pools, pool_notes = resolve_pools(plan.dialect, role_label, lambda role: [
-        (labels, "") for labels in client.series(
-            "{" + ",".join(p for p in (f'{role.label}!=""', selector) if p) + "}", start, end)])
+    pools, pool_notes = resolve_pools(
+        plan.dialect,
+        role_label,
+        lambda role: [
+            (labels, "")
+            for labels in client.series(
+                "{" + ",".join(p for p in (f'{role.label}!=""', selector) if p) + "}", start, end
+            )
+        ],
+    )
     notes += pool_notes
     notes.extend(dict.fromkeys(client.warnings))
     return build_evidence(
@@ -382,14 +460,16 @@ def evidence_of(
     )
 
 
-def open_client(url: str, *, auth: HttpAuth | None, timeout_s: float,
-                limits: SourceLimits) -> tuple[PromClient, str | None]:
+def open_client(
+    url: str, *, auth: HttpAuth | None, timeout_s: float, limits: SourceLimits
+) -> tuple[PromClient, str | None]:
     """A client for ``url`` (checked) and the note on how the URL was normalised."""
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s}")
     url, url_note = normalise_url(url, "--prometheus")
-    return PromClient(url, auth=auth, timeout_s=timeout_s,
-                      max_bytes=limits.max_query_bytes), url_note
+    return PromClient(
+        url, auth=auth, timeout_s=timeout_s, max_bytes=limits.max_query_bytes
+    ), url_note
 
 
 def load_prometheus(
@@ -422,20 +502,49 @@ def load_prometheus(
     sel, dev_sel = normalise_selector(selector), normalise_selector(device_selector)
     client, url_note = open_client(url, auth=auth, timeout_s=timeout_s, limits=limits)
     try:
-        plan = plan_range(client, start=start, end=end, selector=sel, dialect=dialect,
-                          window_s=w, device_selector=dev_sel, url_note=url_note,
-                          shared_plan=shared_plan)
-        tables = read_tables(client, plan, span=(first_t, last_t, w), selector=sel,
-                             device_selector=dev_sel, max_workers=max_workers,
-                             duplicates_range_s=max(last_t - first_t, w))
-        return evidence_of(client, plan, tables, start=start, end=end, selector=sel,
-                           window_s=w, device_map=device_map, role_label=role_label)
+        plan = plan_range(
+            client,
+            start=start,
+            end=end,
+            selector=sel,
+            dialect=dialect,
+            window_s=w,
+            device_selector=dev_sel,
+            url_note=url_note,
+            shared_plan=shared_plan,
+        )
+        tables = read_tables(
+            client,
+            plan,
+            span=(first_t, last_t, w),
+            selector=sel,
+            device_selector=dev_sel,
+            max_workers=max_workers,
+            duplicates_range_s=max(last_t - first_t, w),
+        )
+        return evidence_of(
+            client,
+            plan,
+            tables,
+            start=start,
+            end=end,
+            selector=sel,
+            window_s=w,
+            device_map=device_map,
+            role_label=role_label,
+        )
     finally:
         client.close()
 
 
-def range_window(start: float, end: float, *, step_s: float | None, window_s: float | None,
-                 windows: WindowPolicy = WINDOWS) -> float:
+def range_window(
+    start: float,
+    end: float,
+    *,
+    step_s: float | None,
+    window_s: float | None,
+    windows: WindowPolicy = WINDOWS,
+) -> float:
     """The window of a read of [start, end]: the step (or window) given, else the policy's."""
     if end <= start:
         raise UsageError("end must be after start")

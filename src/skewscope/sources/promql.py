@@ -144,8 +144,7 @@ def duplicates_query(alias: Alias, range_s: float, selector: str = "") -> str:
     unit = check_label_name(alias.unit_label or "instance")
     scrape = [c for c in ("job", "instance") if c in alias.read_once and c != unit]
     sel = series_selector(alias.name, alias, selector)
-    return (f"count by ({', '.join([unit, *scrape])}) "
-            f"(last_over_time({sel}[{duration(range_s)}]))")
+    return f"count by ({', '.join([unit, *scrape])}) (last_over_time({sel}[{duration(range_s)}]))"
 
 
 def _increase(name: str, alias: Alias, by: str, w: str, selector: str) -> str:
@@ -157,14 +156,17 @@ def _increase(name: str, alias: Alias, by: str, w: str, selector: str) -> str:
     lookback would carry a vanished one on at 0); where the counter reset, or the series has no
     sample before the window (it just appeared), ``increase()`` answers as before."""
     sel = series_selector(name, alias, selector)
-    exact = (f"(({sel} - {sel} offset {w}) >= 0 and count_over_time({sel}[{w}])"
-             f" unless resets({sel}[{w}]) > 0)")
+    exact = (
+        f"(({sel} - {sel} offset {w}) >= 0 and count_over_time({sel}[{w}])"
+        f" unless resets({sel}[{w}]) > 0)"
+    )
     inner = read_once(f"({exact} or increase({sel}[{w}]))", alias)
     return f"sum by ({by}) ({inner})"
 
 
-def part_query(alias: Alias, part: str, *, level: Level, window_s: float,
-               selector: str = "") -> str | None:
+def part_query(
+    alias: Alias, part: str, *, level: Level, window_s: float, selector: str = ""
+) -> str | None:
     """A histogram part's increase over each window, grouped at ``level``, unscaled: ``part``
     "bucket" (grouped by ``le`` too: the buckets of ``histogram_quantile``), "sum" or "count"
     (the two sides of a mean), for the client to combine (``prom_plan``)."""

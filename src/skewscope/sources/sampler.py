@@ -105,9 +105,7 @@ class RollingScraper:
         self.device_map, self.limits, self.role_label = device_map, limits, role_label
         self.clock = clock
         keep = math.ceil(span_s / interval_s) + 2
-        self._buf: dict[str, deque[tuple[float, Snapshot]]] = {
-            u: deque(maxlen=keep) for u in urls
-        }
+        self._buf: dict[str, deque[tuple[float, Snapshot]]] = {u: deque(maxlen=keep) for u in urls}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="skewscope-sampler", daemon=True)
@@ -127,8 +125,13 @@ class RollingScraper:
         """Rounds on ``ticker.Ticker``'s grid (as ``collect``), each stamped with its nominal
         tick time; one client and fetch pool for the sampler's life."""
         ticker = Ticker(self.interval_s, self.clock)
-        with RoundScraper(self.urls, interval_s=self.interval_s, auth=self.auth,
-                          timeout_s=self.timeout_s, limits=self.limits) as scraper:
+        with RoundScraper(
+            self.urls,
+            interval_s=self.interval_s,
+            auth=self.auth,
+            timeout_s=self.timeout_s,
+            limits=self.limits,
+        ) as scraper:
             for t in ticker.ticks(until=self._stop):
                 round_ = scraper.round(t)
                 with self._lock:
@@ -162,9 +165,7 @@ class RollingScraper:
             t0 = math.ceil(first / w - 1e-9) * w
         n_windows = math.floor((latest - t0) / w + 1e-6)
         if n_windows < 1:
-            raise NotReady(
-                f"warming up: {latest - first:.0f}s scraped, one window is {w:g}s"
-            )
+            raise NotReady(f"warming up: {latest - first:.0f}s scraped, one window is {w:g}s")
         base = max(t for b in bufs.values() for t, _ in b if t <= t0 + 1e-6)
         snaps = {
             u: [replace(s, t=round(t - t0, 6)) for t, s in b if t >= base - 1e-6]

@@ -63,9 +63,18 @@ def load_scrape(
     ambient token (``auth.token_ambient``) is never sent to /metrics targets. ``clock`` times
     the rounds (a test's ManualClock runs them back to back).
     """
-    run = scrape_targets(urls, duration_s=duration_s, interval_s=interval_s, progress=progress,
-                         window_s=window_s, auth=auth, timeout_s=timeout_s, limits=limits,
-                         windows=windows, clock=clock)
+    run = scrape_targets(
+        urls,
+        duration_s=duration_s,
+        interval_s=interval_s,
+        progress=progress,
+        window_s=window_s,
+        auth=auth,
+        timeout_s=timeout_s,
+        limits=limits,
+        windows=windows,
+        clock=clock,
+    )
     return evidence_from_targets(
         run.snaps,
         t0=run.t0,

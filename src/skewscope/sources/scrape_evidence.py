@@ -153,11 +153,20 @@ def evidence_from_snapshots(
             "not zero"
         )
     # a unit's pool does not change while it runs: its last answered scrape says it
-    last = {inst: next((s.samples for s in reversed(snaps) if s.samples), ())
-            for inst, snaps in snapshots.items()}
-    pools, pool_notes = resolve_pools(chosen.name, role_label, lambda role: [
-        (dict(labels), inst) for inst, samples in last.items() for _, labels, _ in samples
-        if any(k == role.label and v for k, v in labels)])
+    last = {
+        inst: next((s.samples for s in reversed(snaps) if s.samples), ())
+        for inst, snaps in snapshots.items()
+    }
+    pools, pool_notes = resolve_pools(
+        chosen.name,
+        role_label,
+        lambda role: [
+            (dict(labels), inst)
+            for inst, samples in last.items()
+            for _, labels, _ in samples
+            if any(k == role.label and v for k, v in labels)
+        ],
+    )
     all_notes += pool_notes
     return build_evidence(
         per_level[Level.INSTANCE],
@@ -177,11 +186,14 @@ def _twice_note(twice: dict[str, set[str]]) -> list[str]:
     """The note naming units exported by more than one target (their copies read once)."""
     if not twice:
         return []
-    shown = "; ".join(f"{quoted(u, 60)} from {', '.join(sorted(t))}"
-                      for u, t in sorted(twice.items())[:3])
+    shown = "; ".join(
+        f"{quoted(u, 60)} from {', '.join(sorted(t))}" for u, t in sorted(twice.items())[:3]
+    )
     more = f" and {len(twice) - 3} more" if len(twice) > 3 else ""
-    return [f"{len(twice)} unit(s) exported by more than one scrape job or target: {shown}{more}; "
-            "each series is read once (their max), not summed"]
+    return [
+        f"{len(twice)} unit(s) exported by more than one scrape job or target: {shown}{more}; "
+        "each series is read once (their max), not summed"
+    ]
 
 
 def _ranges(ks: list[int]) -> str:

@@ -73,9 +73,7 @@ ACROSS: dict[str, Callable[[list[float]], float]] = {
 }
 
 
-def gauge_reduce(
-    points: Sequence[Point], t0: float, window_s: float, how: str
-) -> dict[int, float]:
+def gauge_reduce(points: Sequence[Point], t0: float, window_s: float, how: str) -> dict[int, float]:
     """Per-window avg/max/min of one gauge series (of its finite samples)."""
     buckets: dict[int, list[float]] = defaultdict(list)
     for t, v in points:

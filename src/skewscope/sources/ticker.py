@@ -30,8 +30,9 @@ class Ticker:
         """Seconds since ``t0``."""
         return self.clock.monotonic() - self._m0
 
-    def ticks(self, count: int | None = None, until: threading.Event | None = None
-              ) -> Iterator[float]:
+    def ticks(
+        self, count: int | None = None, until: threading.Event | None = None
+    ) -> Iterator[float]:
         """The nominal offset from ``t0`` (``k * interval``) of each tick that is on time, for
         ``k`` in ``0 .. count - 1`` (forever when None), each yielded once it is due; ends when
         ``until`` is set (a wait is cut short)."""

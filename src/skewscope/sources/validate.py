@@ -40,9 +40,12 @@ def parse_points(points: object) -> tuple[tuple[float, ...], list[float]] | None
         return None
     try:
         times, values = zip(*points, strict=True)
-        if not (set(map(type, times)) <= _TIME_TYPES and all(map(math.isfinite, times))
-                and set(map(type, values)) == _TEXT
-                and _NUMBERS.fullmatch("\n".join(values))):
+        if not (
+            set(map(type, times)) <= _TIME_TYPES
+            and all(map(math.isfinite, times))
+            and set(map(type, values)) == _TEXT
+            and _NUMBERS.fullmatch("\n".join(values))
+        ):
             return None
         return times, list(map(float, values))
     except (TypeError, ValueError):  # not pairs, or a value with a newline inside

@@ -21,12 +21,25 @@ from skewscope.sources.profiler_layout import discover_all
 from skewscope.sources.profiler_pool import READ_BUDGET, Progress, ReadBudget, read_all
 
 REQUEST_COLUMNS: tuple[str, ...] = (
-    "instance", "dp_rank", "arrival_s", "prompt_tokens", "output_tokens", "queue_wait_ms",
-    "ttft_ms", "e2e_ms",
+    "instance",
+    "dp_rank",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "queue_wait_ms",
+    "ttft_ms",
+    "e2e_ms",
 )
 STEP_COLUMNS: tuple[str, ...] = (
-    "instance", "dp_rank", "start_s", "exec_ms", "prefill_tokens", "decode_seqs", "batch_size",
-    "kv_usage", "free_blocks",
+    "instance",
+    "dp_rank",
+    "start_s",
+    "exec_ms",
+    "prefill_tokens",
+    "decode_seqs",
+    "batch_size",
+    "kv_usage",
+    "free_blocks",
 )
 
 
@@ -72,30 +85,50 @@ def _steps(inst: Instance) -> pl.DataFrame:
     row of the same rank starting at or after the scheduling row (an as-of join)."""
     assert inst.steps is not None
     rank = pl.col("dp_rank").fill_null(0).cast(pl.Int64) if inst.has_dp else pl.lit(0, pl.Int64)
-    sched = inst.steps.select(
-        pl.col("start_s"),
-        rank.alias("dp_rank"),
-        (pl.col("scheduled_tokens") - pl.col("running").fill_null(0)).clip(0)
-        .alias("prefill_tokens"),
-        pl.col("running").fill_null(0).alias("decode_seqs"),
-        pl.col("batch_size").cast(pl.Float64),
-        pl.col("kvcache_usage_rate").alias("kv_usage"),
-        pl.col("free_blocks").cast(pl.Float64),
-    ).drop_nulls("start_s").sort("dp_rank", "start_s")
+    sched = (
+        inst.steps.select(
+            pl.col("start_s"),
+            rank.alias("dp_rank"),
+            (pl.col("scheduled_tokens") - pl.col("running").fill_null(0))
+            .clip(0)
+            .alias("prefill_tokens"),
+            pl.col("running").fill_null(0).alias("decode_seqs"),
+            pl.col("batch_size").cast(pl.Float64),
+            pl.col("kvcache_usage_rate").alias("kv_usage"),
+            pl.col("free_blocks").cast(pl.Float64),
+        )
+        .drop_nulls("start_s")
+        .sort("dp_rank", "start_s")
+    )
     busy = inst.dp_busy if inst.has_dp else inst.busy
     if busy is None or busy.is_empty():
         joined = sched.with_columns(pl.lit(None, pl.Float64).alias("exec_ms"))
     else:
-        b = busy.select(
-            pl.col("start_s").alias("_exec_start"),
-            (pl.col("dp_rank").fill_null(0).cast(pl.Int64) if inst.has_dp
-             else pl.lit(0, pl.Int64)).alias("dp_rank"),
-            pl.col("busy_ms").alias("exec_ms"),
-        ).drop_nulls("_exec_start").sort("dp_rank", "_exec_start")
-        joined = sched.sort("start_s").join_asof(
-            b.sort("_exec_start"), left_on="start_s", right_on="_exec_start", by="dp_rank",
-            strategy="forward", check_sortedness=False,
-        ).drop("_exec_start")
+        b = (
+            busy.select(
+                pl.col("start_s").alias("_exec_start"),
+                (
+                    pl.col("dp_rank").fill_null(0).cast(pl.Int64)
+                    if inst.has_dp
+                    else pl.lit(0, pl.Int64)
+                ).alias("dp_rank"),
+                pl.col("busy_ms").alias("exec_ms"),
+            )
+            .drop_nulls("_exec_start")
+            .sort("dp_rank", "_exec_start")
+        )
+        joined = (
+            sched.sort("start_s")
+            .join_asof(
+                b.sort("_exec_start"),
+                left_on="start_s",
+                right_on="_exec_start",
+                by="dp_rank",
+                strategy="forward",
+                check_sortedness=False,
+            )
+            .drop("_exec_start")
+        )
     return joined.select(pl.lit(inst.name).alias("instance"), *STEP_COLUMNS[1:])
 
 
@@ -123,8 +156,9 @@ def replay_rows(inst: Instance) -> ReplayRows:
     )
 
 
-def load_request_log(specs: Sequence[str], *, budget: ReadBudget = READ_BUDGET,
-                     progress: Progress | None = None) -> RequestLog:
+def load_request_log(
+    specs: Sequence[str], *, budget: ReadBudget = READ_BUDGET, progress: Progress | None = None
+) -> RequestLog:
     """Read profiler folders (``PATH`` or ``NAME=PATH``) into a RequestLog, several at once as
     for ``diagnose`` (``profiler_pool``: a fleet of tiny folders in worker processes);
     ``progress(done, total)`` is told the CSV bytes read.
@@ -135,12 +169,17 @@ def load_request_log(specs: Sequence[str], *, budget: ReadBudget = READ_BUDGET,
     notes = [n for r in rows for n in r.notes]
     with_requests = [r.requests for r in rows if r.requests is not None]
     if not with_requests:
-        raise InputError("whatif: no request.csv in any instance folder (a replay needs the "
-                         "requests: arrival times and lengths)")
+        raise InputError(
+            "whatif: no request.csv in any instance folder (a replay needs the "
+            "requests: arrival times and lengths)"
+        )
     requests = pl.concat(with_requests).sort("arrival_s")
     stepped = [r.steps for r in rows if r.steps is not None]
-    steps = (pl.concat(stepped) if stepped
-             else pl.DataFrame(schema=dict.fromkeys(STEP_COLUMNS, pl.Float64)))
+    steps = (
+        pl.concat(stepped)
+        if stepped
+        else pl.DataFrame(schema=dict.fromkeys(STEP_COLUMNS, pl.Float64))
+    )
     if not stepped:
         notes.append("no batch.csv steps: the service model cannot be calibrated")
     ranks = {r.name: r.ranks for r in rows}

@@ -69,7 +69,8 @@ def _law_and_speeds(steps: pl.DataFrame) -> tuple[tuple[float, float, float], pl
         law = _fit(steps, y / speed)
         fitted = law[0] + law[1] * pl.col("prefill_tokens") + law[2] * pl.col("decode_seqs")
         ranks = steps.group_by("instance", "dp_rank").agg(
-            (pl.col("exec_ms") / fitted).median().alias("speed"))
+            (pl.col("exec_ms") / fitted).median().alias("speed")
+        )
         speed = steps.join(ranks, on=["instance", "dp_rank"], how="left")["speed"].to_numpy()
     return law, ranks
 
@@ -82,22 +83,28 @@ def uncalibrated(layout: Layout, why: W) -> ServiceModel:
 
 def calibrate(log: RequestLog, layout: Layout, s: WhatIfSettings = WHATIF) -> ServiceModel:
     steps = log.steps.drop_nulls(["exec_ms", "prefill_tokens", "decode_seqs"]).filter(
-        pl.col("exec_ms") > 0)
+        pl.col("exec_ms") > 0
+    )
     if steps.height < 10:
         return uncalibrated(layout, W.FEW_TIMED_STEPS)
     kv = steps.group_by("instance", "dp_rank").agg(
         (pl.col("free_blocks") / (1 - pl.col("kv_usage")))
-        .filter(pl.col("kv_usage") < 0.98).median().alias("total_blocks"))
+        .filter(pl.col("kv_usage") < 0.98)
+        .median()
+        .alias("total_blocks")
+    )
     blocks = {(r["instance"], r["dp_rank"]): r["total_blocks"] for r in kv.iter_rows(named=True)}
     max_batch = int(log.steps["batch_size"].max() or DEFAULT.max_running)  # type: ignore[arg-type]
-    max_tokens = float(np.max(steps["prefill_tokens"].to_numpy() + steps["decode_seqs"]
-                              .to_numpy()))
+    max_tokens = float(np.max(steps["prefill_tokens"].to_numpy() + steps["decode_seqs"].to_numpy()))
     return fit_model(steps, blocks, (max_batch, max_tokens), layout, s)
 
 
 def fit_model(
-    steps: pl.DataFrame, blocks: dict[tuple[str, int], float | None],
-    seen: tuple[float, float], layout: Layout, s: WhatIfSettings = WHATIF,
+    steps: pl.DataFrame,
+    blocks: dict[tuple[str, int], float | None],
+    seen: tuple[float, float],
+    layout: Layout,
+    s: WhatIfSettings = WHATIF,
     budget: str = "",
 ) -> ServiceModel:
     """The service model from timed steps (``instance``, ``dp_rank``, ``exec_ms``,
@@ -117,11 +124,23 @@ def fit_model(
         per_prefill_token_ms=a,
         per_decode_seq_ms=b,
     )
-    notes = [Note(W.SERVICE_MODEL, {
-        "fixed_ms": fixed, "per_prefill_token_ms": a, "per_decode_seq_ms": b,
-        "max_running": base.max_running, "token_budget": base.token_budget,
-        "max_batch_seen": max_batch, "max_tokens_seen": max_tokens,
-        "block_size": s.block_size, "budget": budget, "default_budget": DEFAULT.token_budget})]
+    notes = [
+        Note(
+            W.SERVICE_MODEL,
+            {
+                "fixed_ms": fixed,
+                "per_prefill_token_ms": a,
+                "per_decode_seq_ms": b,
+                "max_running": base.max_running,
+                "token_budget": base.token_budget,
+                "max_batch_seen": max_batch,
+                "max_tokens_seen": max_tokens,
+                "block_size": s.block_size,
+                "budget": budget,
+                "default_budget": DEFAULT.token_budget,
+            },
+        )
+    ]
     speeds = [float(look[u]) if look.get(u) else 1.0 for u in units]
     # normalise so the median rank has speed 1 (the fit absorbs the fleet's common scale)
     real = [sp for sp, ok in zip(speeds, present, strict=True) if ok]
@@ -134,17 +153,24 @@ def fit_model(
             if ok:
                 no_kv.append(u)
             total = DEFAULT.total_blocks
-        ranks.append(RankSpec(
-            max_running=base.max_running, token_budget=base.token_budget,
-            block_size=base.block_size, total_blocks=round(total),
-            fixed_ms=fixed * med, per_prefill_token_ms=a * med, per_decode_seq_ms=b * med,
-            speed=sp / med,
-        ))
+        ranks.append(
+            RankSpec(
+                max_running=base.max_running,
+                token_budget=base.token_budget,
+                block_size=base.block_size,
+                total_blocks=round(total),
+                fixed_ms=fixed * med,
+                per_prefill_token_ms=a * med,
+                per_decode_seq_ms=b * med,
+                speed=sp / med,
+            )
+        )
     if no_kv:
         notes.append(Note(W.NO_KV, {"ranks": len(no_kv), "blocks": DEFAULT.total_blocks}))
     missing = [u for u, ok in zip(units, present, strict=True) if ok and u not in look]
     if missing:
         notes.append(Note(W.NO_TIMED_STEP, {"ranks": len(missing)}))
-    base = dataclasses.replace(base, fixed_ms=fixed * med, per_prefill_token_ms=a * med,
-                               per_decode_seq_ms=b * med)
+    base = dataclasses.replace(
+        base, fixed_ms=fixed * med, per_prefill_token_ms=a * med, per_decode_seq_ms=b * med
+    )
     return ServiceModel(base, tuple(ranks), True, tuple(notes))

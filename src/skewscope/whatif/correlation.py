@@ -44,8 +44,9 @@ def _z(x: np.ndarray, rest: np.ndarray) -> float:
     return float((x.mean() - rest.mean()) / se) if se > 0 else 0.0
 
 
-def _scan(weight: np.ndarray, unit: np.ndarray, among: np.ndarray, n: int,
-          s: WhatIfSettings) -> tuple[list[int], float]:
+def _scan(
+    weight: np.ndarray, unit: np.ndarray, among: np.ndarray, n: int, s: WhatIfSettings
+) -> tuple[list[int], float]:
     """Units (of ``n``, requests ``among``) heavier than the others by ``weight_correlation_z``."""
     lw = np.log(np.maximum(weight, 1.0))
     zs = [_z(lw[among & (unit == u)], lw[among & (unit != u)]) for u in range(n)]
@@ -84,5 +85,6 @@ def detect(obs: Observed, s: WhatIfSettings = WHATIF) -> Correlation | None:
 
 def tagged(wl: Workload, c: Correlation) -> Workload:
     """The workload with its heavy requests tagged, for the pin of a robustness replay."""
-    return dataclasses.replace(wl, tag=np.where(c.heavy, 1, 0).astype(np.int64),
-                               tags=(NO_TAG, HEAVY))
+    return dataclasses.replace(
+        wl, tag=np.where(c.heavy, 1, 0).astype(np.int64), tags=(NO_TAG, HEAVY)
+    )

@@ -93,8 +93,7 @@ def _equal(counts: np.ndarray, s: WhatIfSettings, expected: np.ndarray | None = 
     return bool(np.all(np.abs(counts - n * p) <= s.equal_share_z * sd))
 
 
-def rank_weights(counts: np.ndarray, layout: Layout, s: WhatIfSettings) -> tuple[np.ndarray,
-                                                                                  bool]:
+def rank_weights(counts: np.ndarray, layout: Layout, s: WhatIfSettings) -> tuple[np.ndarray, bool]:
     """Per DP rank index, its relative weight in its instance's dispatcher (1 = a fair share),
     and whether the counts are consistent with equal weights. ``counts``: instances x grid
     placed requests. A rank's share is judged within its own instance, so a DP=2 instance's
@@ -102,8 +101,9 @@ def rank_weights(counts: np.ndarray, layout: Layout, s: WhatIfSettings) -> tuple
     n_i = counts.sum(axis=1)
     sizes = np.array([layout.size(i) for i in range(len(layout.instances))], dtype=float)
     present = np.array(layout.present()).reshape(counts.shape)
-    rel = np.divide(counts * sizes[:, None], n_i[:, None], out=np.zeros_like(counts),
-                    where=n_i[:, None] > 0)
+    rel = np.divide(
+        counts * sizes[:, None], n_i[:, None], out=np.zeros_like(counts), where=n_i[:, None] > 0
+    )
     weight = (rel * n_i[:, None] * present).sum(axis=0)
     norm = (n_i[:, None] * present).sum(axis=0)
     w = np.divide(weight, norm, out=np.ones(layout.dp_ranks), where=norm > 0)
@@ -169,9 +169,15 @@ def extract(log: RequestLog, s: WhatIfSettings = WHATIF) -> Observed:
     return observe(layout, wl, duration, notes, s)
 
 
-def observe(layout: Layout, wl: Workload, duration: float, notes: list[Note],
-            s: WhatIfSettings = WHATIF, has_sessions: bool = False,
-            through: tuple[tuple[str, tuple[float, ...]], ...] = ()) -> Observed:
+def observe(
+    layout: Layout,
+    wl: Workload,
+    duration: float,
+    notes: list[Note],
+    s: WhatIfSettings = WHATIF,
+    has_sessions: bool = False,
+    through: tuple[tuple[str, tuple[float, ...]], ...] = (),
+) -> Observed:
     """The current routing's shape from a placed workload (``instance_hint``/``rank_hint``):
     who was in the pool when, the request shares per instance and per DP rank, and what the
     routing looks like. Shared by the offline and online sources."""
@@ -190,21 +196,34 @@ def observe(layout: Layout, wl: Workload, duration: float, notes: list[Note],
     eq_inst = _equal(np.rint(inst_share * counts.sum()), s)
     inferred = [("instance", _describe(eq_inst, inst_share, layout.instances))]
     if layout.dp_ranks > 1:
-        inferred.append(("dp", _describe(eq_rank, rank_share,
-                                         tuple(f"dp{d}" for d in range(layout.dp_ranks)))))
+        inferred.append(
+            ("dp", _describe(eq_rank, rank_share, tuple(f"dp{d}" for d in range(layout.dp_ranks))))
+        )
     for i, (lo, hi) in enumerate(avail):
         name = layout.instances[i]
         if 0 < lo < duration:
             pool_notes.append(Note(W.JOINED_LATE, {"instance": name, "at_s": lo}))
         if math.isfinite(hi) and hi > lo:
             pool_notes.append(Note(W.LEFT_EARLY, {"instance": name, "at_s": hi}))
-    return Observed(layout, wl, duration, tuple(avail), tuple(inst_share.tolist()),
-                    tuple(rank_share.tolist()), tuple(inferred), eq_inst, eq_rank, has_sessions,
-                    tuple(pool_notes + notes), through)
+    return Observed(
+        layout,
+        wl,
+        duration,
+        tuple(avail),
+        tuple(inst_share.tolist()),
+        tuple(rank_share.tolist()),
+        tuple(inferred),
+        eq_inst,
+        eq_rank,
+        has_sessions,
+        tuple(pool_notes + notes),
+        through,
+    )
 
 
-def _place_unplaced(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, n_inst: int,
-                    n_dp: int) -> np.ndarray:
+def _place_unplaced(
+    req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, n_inst: int, n_dp: int
+) -> np.ndarray:
     """A request never scheduled while profiled has no DP rank; it waited, so it goes to the
     rank of its instance whose requests waited longest (mean queue wait)."""
     if n_dp == 1:
@@ -212,8 +231,12 @@ def _place_unplaced(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, n_ins
     if not (rank < 0).any():
         return rank
     waits = req.with_columns(pl.Series("_i", inst)).filter(pl.col("dp_rank").is_not_null())
-    worst = (waits.group_by("_i", "dp_rank").agg(pl.col("queue_wait_ms").mean().alias("w"))
-             .sort("w", descending=True).unique("_i", keep="first"))
+    worst = (
+        waits.group_by("_i", "dp_rank")
+        .agg(pl.col("queue_wait_ms").mean().alias("w"))
+        .sort("w", descending=True)
+        .unique("_i", keep="first")
+    )
     target = np.zeros(n_inst, dtype=np.int64)
     for i, d, _ in worst.iter_rows():
         target[i] = d
@@ -223,8 +246,9 @@ def _place_unplaced(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, n_ins
     return out
 
 
-def _step_ms(steps: pl.DataFrame, inst: np.ndarray, rank: np.ndarray,
-             names: tuple[str, ...]) -> np.ndarray:
+def _step_ms(
+    steps: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, names: tuple[str, ...]
+) -> np.ndarray:
     """Per request, the median step time of its unit (the fleet's where the unit has none)."""
     out = np.full(inst.shape[0], np.nan)
     timed = steps.drop_nulls("exec_ms").filter(pl.col("exec_ms") > 0)
@@ -239,8 +263,14 @@ def _step_ms(steps: pl.DataFrame, inst: np.ndarray, rank: np.ndarray,
     return out
 
 
-def _outputs(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, log: RequestLog,
-             names: tuple[str, ...], s: WhatIfSettings) -> tuple[np.ndarray, int]:
+def _outputs(
+    req: pl.DataFrame,
+    inst: np.ndarray,
+    rank: np.ndarray,
+    log: RequestLog,
+    names: tuple[str, ...],
+    s: WhatIfSettings,
+) -> tuple[np.ndarray, int]:
     """Output lengths: a finished request's own. An unfinished one shows no length. One that
     started had been decoding since its first token until the end of the capture: at its
     unit's median step time that is some tokens already, so its length is drawn from the
@@ -266,20 +296,23 @@ def _outputs(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, log: Request
     fleet = np.sort(out[~unfinished])
     # the unit's uncensored sample: requests that arrived before its first unfinished one all
     # finished, so their lengths are not biased short (a long request is likelier unfinished)
-    first_open = {u: float(arrival[unfinished & (unit == u)].min())
-                  for u in np.unique(unit[unfinished])}
+    first_open = {
+        u: float(arrival[unfinished & (unit == u)].min()) for u in np.unique(unit[unfinished])
+    }
     never = np.flatnonzero(unfinished & (ttft <= 0))
     # never started: no sign of its length beyond the fleet's. Stratified (each of the m draws
     # from its own 1/m of the fleet's lengths, then shuffled): the draws hold as many long
     # requests as the fleet does, which near saturation is what moves a candidate's tail
-    strata = (np.arange(never.shape[0]) + rng.uniform(size=never.shape[0])) / max(
-        never.shape[0], 1)
+    strata = (np.arange(never.shape[0]) + rng.uniform(size=never.shape[0])) / max(never.shape[0], 1)
     drawn = fleet[np.minimum((strata * fleet.shape[0]).astype(np.int64), fleet.shape[0] - 1)]
     rng.shuffle(drawn)
     for k, v in zip(never, drawn, strict=True):
         pool = fleet[fleet >= floor[k]]
-        out[k] = v if v >= floor[k] else (
-            pool[int(rng.integers(pool.shape[0]))] if pool.shape[0] else floor[k])
+        out[k] = (
+            v
+            if v >= floor[k]
+            else (pool[int(rng.integers(pool.shape[0]))] if pool.shape[0] else floor[k])
+        )
     for k in np.flatnonzero(unfinished & (ttft > 0)):
         done = ~unfinished & (unit == unit[k])
         early = done & (arrival < first_open[unit[k]])
@@ -294,5 +327,6 @@ def _outputs(req: pl.DataFrame, inst: np.ndarray, rank: np.ndarray, log: Request
 def _describe(equal: bool, share: np.ndarray, names: tuple[str, ...]) -> Note:
     if equal:
         return Note(W.ROUTING_EQUAL)
-    return Note(W.ROUTING_WEIGHTED,
-                {"shares": [[n, float(v)] for n, v in zip(names, share, strict=True)]})
+    return Note(
+        W.ROUTING_WEIGHTED, {"shares": [[n, float(v)] for n, v in zip(names, share, strict=True)]}
+    )

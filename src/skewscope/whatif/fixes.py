@@ -20,8 +20,14 @@ from skewscope.report.whatif_model import CLOSEST, EXACT, NONE, FixSetting
 GATEWAYS: tuple[str, ...] = ("nginx", "sglang-router", "vllm-router", "llm-d")
 ENGINES: tuple[str, ...] = ("vllm", "sglang")
 # the evidence's dialect -> the engine, and the gateway when the dialect is one
-ENGINE_OF: dict[str, str] = {"vllm": "vllm", "ms-service-metric": "vllm", "llm-d": "vllm",
-                             "sglang": "sglang", "mindie": "mindie", "profiler": "mindie"}
+ENGINE_OF: dict[str, str] = {
+    "vllm": "vllm",
+    "ms-service-metric": "vllm",
+    "llm-d": "vllm",
+    "sglang": "sglang",
+    "mindie": "mindie",
+    "profiler": "mindie",
+}
 GATEWAY_OF: dict[str, str] = {"llm-d": "llm-d"}
 
 
@@ -39,12 +45,19 @@ def _router(policy: str, stack: str) -> tuple[str, str]:
 
 def _weights(names: tuple[str, ...], weights: tuple[float, ...]) -> str:
     lo = min(w for w in weights if w > 0)
-    return " ".join(f"server {n} weight={max(1, round(10 * w / lo))};"
-                    for n, w in zip(names, weights, strict=True))
+    return " ".join(
+        f"server {n} weight={max(1, round(10 * w / lo))};"
+        for n, w in zip(names, weights, strict=True)
+    )
 
 
-def _gateway(policy: str, stack: str, names: tuple[str, ...], weights: tuple[float, ...],
-             units: tuple[str, ...]) -> tuple[str, str]:
+def _gateway(
+    policy: str,
+    stack: str,
+    names: tuple[str, ...],
+    weights: tuple[float, ...],
+    units: tuple[str, ...],
+) -> tuple[str, str]:
     out = ", ".join(units)
     if policy == "remove_slow_unit":
         if stack == "nginx":
@@ -54,8 +67,9 @@ def _gateway(policy: str, stack: str, names: tuple[str, ...], weights: tuple[flo
         return f"--worker-urls without {out}", EXACT
     if policy == "restore_pool":
         if stack == "nginx":
-            return " ".join(f"server {u};" for u in units) + " (no down, health check passing)", \
-                EXACT
+            return " ".join(
+                f"server {u};" for u in units
+            ) + " (no down, health check passing)", EXACT
         if stack == "llm-d":
             return f"{out} back in the InferencePool (ready, selector label)", EXACT
         return f"--worker-urls with {out}", EXACT
@@ -71,8 +85,10 @@ def _gateway(policy: str, stack: str, names: tuple[str, ...], weights: tuple[flo
     if stack == "llm-d":
         return {
             "least_requests": ("queue-scorer weight 1 (the only scorer)", CLOSEST),
-            "least_tokens": ("kv-cache-utilization-scorer weight 2, queue-scorer weight 1",
-                             CLOSEST),
+            "least_tokens": (
+                "kv-cache-utilization-scorer weight 2, queue-scorer weight 1",
+                CLOSEST,
+            ),
             "fix_weights": ("queue-scorer weight 1 (the only scorer)", CLOSEST),
             "cache_aware": ("prefix-cache-scorer weight 2, queue-scorer weight 1", CLOSEST),
             "consistent_hash": ("session-affinity-scorer weight 1", CLOSEST),
@@ -85,9 +101,14 @@ def _dp(policy: str, stack: str, correlated: bool) -> tuple[str, str]:
     if stack == "vllm":
         lb = f"--data-parallel-size N with vLLM's own DP balancer; {unpin}"
         return lb, EXACT if policy == "vllm_dp" else CLOSEST
-    method = {"round_robin": "round_robin", "fix_weights": "round_robin",
-              "shortest_queue": "shortest_queue", "least_requests": "shortest_queue",
-              "minimum_tokens": "minimum_tokens", "least_tokens": "minimum_tokens"}.get(policy)
+    method = {
+        "round_robin": "round_robin",
+        "fix_weights": "round_robin",
+        "shortest_queue": "shortest_queue",
+        "least_requests": "shortest_queue",
+        "minimum_tokens": "minimum_tokens",
+        "least_tokens": "minimum_tokens",
+    }.get(policy)
     newer = {"shortest_queue": "total_requests", "minimum_tokens": "total_tokens"}
     if method is None:  # vllm_dp, power_of_two: the nearest SGLang method is the queue
         method, match = "shortest_queue", CLOSEST
@@ -101,9 +122,15 @@ def _dp(policy: str, stack: str, correlated: bool) -> tuple[str, str]:
     return text, match
 
 
-def fix_settings(name: str, level: str, engine: str, names: tuple[str, ...],
-                 weights: tuple[float, ...] = (), units: tuple[str, ...] = (),
-                 correlated: bool = False) -> tuple[FixSetting, ...]:
+def fix_settings(
+    name: str,
+    level: str,
+    engine: str,
+    names: tuple[str, ...],
+    weights: tuple[float, ...] = (),
+    units: tuple[str, ...] = (),
+    correlated: bool = False,
+) -> tuple[FixSetting, ...]:
     """The settings for the candidate ``name`` (a plan name: ``least_tokens``,
     ``dp:minimum_tokens``, ``fix_weights``…) at ``level``; ``engine`` = the evidence's dialect
     (``profiler`` offline), ``names`` the instances, ``weights`` the plan's gateway weights,
@@ -114,8 +141,7 @@ def fix_settings(name: str, level: str, engine: str, names: tuple[str, ...],
     in_gateway = GATEWAY_OF.get(engine, "")
     if level == "dp":
         policy = name.removeprefix("dp:")
-        return tuple(FixSetting(s, *_dp(policy, s, correlated), s == in_engine)
-                     for s in ENGINES)
+        return tuple(FixSetting(s, *_dp(policy, s, correlated), s == in_engine) for s in ENGINES)
     w = tuple(x for x in weights if math.isfinite(x))
     out = []
     for s in GATEWAYS:

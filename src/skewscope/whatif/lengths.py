@@ -37,8 +37,9 @@ def _trapezoid(u: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.where(flat, u, (root - p) / safe)
 
 
-def draw_lengths(rng: np.random.Generator, n: int, buckets: Buckets | None,
-                 mean: float | None) -> np.ndarray:
+def draw_lengths(
+    rng: np.random.Generator, n: int, buckets: Buckets | None, mean: float | None
+) -> np.ndarray:
     """``n`` whole lengths >= 1: a bucket by its share, a value inside it from the bucket's
     frequency-polygon density, then scaled toward ``mean`` when given (the counters' exact
     mean) without leaving its bucket. Without a histogram: ``mean`` for every request."""
@@ -62,7 +63,6 @@ def draw_lengths(rng: np.random.Generator, n: int, buckets: Buckets | None,
     # whole numbers inside the bucket they were drawn for: (lo, hi] holds floor(lo)+1..floor(hi)
     le = np.array(les)
     lo = np.floor(np.concatenate([[0.0], le[:-1]]))[pick] + 1
-    hi = np.where(np.isfinite(le[pick]), np.floor(np.where(np.isfinite(le), le, 0.0))[pick],
-                  np.inf)
+    hi = np.where(np.isfinite(le[pick]), np.floor(np.where(np.isfinite(le), le, 0.0))[pick], np.inf)
     out: np.ndarray = np.clip(np.rint(x), np.maximum(lo, 1), np.maximum(hi, 1)).astype(np.int64)
     return out

@@ -82,16 +82,25 @@ def _lookup(table: Mapping[Unit, Buckets], inst: str, rank: int, dp: bool) -> Bu
     return add_buckets(list(table.values())) if table else None
 
 
-def _arrivals(rows: pl.DataFrame, end_held: np.ndarray, w: float, t0: float,
-              rng: np.random.Generator, at_start: bool) -> np.ndarray:
+def _arrivals(
+    rows: pl.DataFrame,
+    end_held: np.ndarray,
+    w: float,
+    t0: float,
+    rng: np.random.Generator,
+    at_start: bool,
+) -> np.ndarray:
     """Arrival times of one unit: per window, finished + change in requests in the system
     (running + waiting at the window's end; the window mean where that sample is missing),
     each window's count spread uniformly inside it (the first window also brings the requests
     already in the system at the start). ``at_start``: the request counter counts requests
     leaving the queue (SGLang per rank), so only the waiting ones are in between."""
     fin = rows["requests"].fill_null(0).to_numpy()
-    mean_held = (rows["waiting"].fill_null(0) if at_start else
-                 rows["running"].fill_null(0) + rows["waiting"].fill_null(0)).to_numpy()
+    mean_held = (
+        rows["waiting"].fill_null(0)
+        if at_start
+        else rows["running"].fill_null(0) + rows["waiting"].fill_null(0)
+    ).to_numpy()
     held = np.where(np.isnan(end_held), mean_held, end_held)
     prev = np.concatenate([[0.0], held[:-1]])
     expect = np.clip(fin + held - prev, 0.0, None)
@@ -101,8 +110,9 @@ def _arrivals(rows: pl.DataFrame, end_held: np.ndarray, w: float, t0: float,
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
-                  logged: AccessLog | None = None) -> tuple[Observed, pl.DataFrame, bool]:
+def workload_from(
+    we: WorkloadEvidence, s: WhatIfSettings = WHATIF, logged: AccessLog | None = None
+) -> tuple[Observed, pl.DataFrame, bool]:
     """The replayable workload and the current routing's shape, from online evidence (with
     session keys from the gateway's access log when ``logged``)."""
     df, dp = _frame(we)
@@ -120,36 +130,49 @@ def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
     if at_start:
         notes.append(Note(W.COUNTED_AT_START, {"alias": frame.aliases["requests"]}))
     for (inst, rank), rows in df.sort("window_start_s").group_by(
-            ["instance", "dp_rank"], maintain_order=True):
+        ["instance", "dp_rank"], maintain_order=True
+    ):
         rows = rows.sort("window_start_s")
         table = we.waiting_at_end if at_start else we.held_at_end
-        ends = np.array([table.get((ws, str(inst), int(rank) if dp else None),
-                                   table.get((ws, str(inst), 0), np.nan))
-                         for ws in rows["window_start_s"].to_list()])
+        ends = np.array(
+            [
+                table.get(
+                    (ws, str(inst), int(rank) if dp else None),
+                    table.get((ws, str(inst), 0), np.nan),
+                )
+                for ws in rows["window_start_s"].to_list()
+            ]
+        )
         arr = _arrivals(rows, ends, w, t0, rng, at_start)
         done = float(rows["requests"].fill_null(0).sum())
         lengths = []
-        for role, counter in (("prompt_length", "prompt_tokens"), ("output_length",
-                                                                  "generation_tokens")):
+        for role, counter in (
+            ("prompt_length", "prompt_tokens"),
+            ("output_length", "generation_tokens"),
+        ):
             total = rows[counter].fill_null(0).sum() if counter in rows.columns else 0
             mean = float(total) / done if done > 0 and total else None
-            lengths.append(draw_lengths(rng, arr.shape[0], _lookup(
-                hist[role], str(inst), int(rank), dp), mean))
-        parts.append((arr, lengths[0], lengths[1], inst_of[str(inst)],
-                      index[(str(inst), int(rank))]))
+            lengths.append(
+                draw_lengths(rng, arr.shape[0], _lookup(hist[role], str(inst), int(rank), dp), mean)
+            )
+        parts.append(
+            (arr, lengths[0], lengths[1], inst_of[str(inst)], index[(str(inst), int(rank))])
+        )
     arrival = np.concatenate([p[0] for p in parts])
     order = np.argsort(arrival, kind="stable")
     n = arrival.shape[0]
 
     def col(k: int) -> np.ndarray:
-        out: np.ndarray = np.concatenate([np.broadcast_to(p[k], p[0].shape)
-                                          for p in parts])[order]
+        out: np.ndarray = np.concatenate([np.broadcast_to(p[k], p[0].shape) for p in parts])[order]
         return out
 
     wl = Workload(
-        arrival_s=arrival[order], input_tokens=col(1).astype(np.int64),
-        output_tokens=np.maximum(col(2), 1).astype(np.int64), tag=np.zeros(n, dtype=np.int64),
-        session=np.full(n, -1, dtype=np.int64), instance_hint=col(3).astype(np.int64),
+        arrival_s=arrival[order],
+        input_tokens=col(1).astype(np.int64),
+        output_tokens=np.maximum(col(2), 1).astype(np.int64),
+        tag=np.zeros(n, dtype=np.int64),
+        session=np.full(n, -1, dtype=np.int64),
+        instance_hint=col(3).astype(np.int64),
         rank_hint=col(4).astype(np.int64),
     )
     notes.append(Note(W.ONLINE_WORKLOAD, {"requests": n, "window_s": w}))
@@ -164,8 +187,11 @@ def workload_from(we: WorkloadEvidence, s: WhatIfSettings = WHATIF,
         has_sessions = bool((wl.session >= 0).any())
     if not has_sessions:
         notes.append(Note(W.NO_SESSIONS_ONLINE))
-    through = tuple((key, tuple(1000.0 * b for b in sorted(_fleet(we, role))))
-                    for key, role, _ in THROUGH if _fleet(we, role))
+    through = tuple(
+        (key, tuple(1000.0 * b for b in sorted(_fleet(we, role))))
+        for key, role, _ in THROUGH
+        if _fleet(we, role)
+    )
     through += (("kv_peak", (w,)),)  # the usage gauge is read as window means
     if exact_spent(df, at_start):  # load from counter deltas, not gauges sampled at window ends
         through += tuple((key, ()) for key in SPENT_KEYS)
@@ -187,8 +213,7 @@ def exact_spent(df: pl.DataFrame, at_start: bool) -> bool:
     return not done.is_empty() and done["e2e_mean_ms"].null_count() == 0
 
 
-def spent_load(df: pl.DataFrame, obs: Observed, index: dict[tuple[str, int], int]
-               ) -> np.ndarray:
+def spent_load(df: pl.DataFrame, obs: Observed, index: dict[tuple[str, int], int]) -> np.ndarray:
     """Per grid slot: seconds its finished requests spent in the system / the run."""
     lay = obs.layout
     load = np.zeros(len(lay.present()))
@@ -196,22 +221,27 @@ def spent_load(df: pl.DataFrame, obs: Observed, index: dict[tuple[str, int], int
         i = lay.instances.index(str(inst))
         spent = (rows["requests"].fill_null(0) * rows["e2e_mean_ms"].fill_null(0)).sum()
         load[i * lay.dp_ranks + index[(str(inst), int(rank))]] = (
-            float(spent) / 1000.0 / obs.duration_s)
+            float(spent) / 1000.0 / obs.duration_s
+        )
     return load
 
 
 # Latency metrics the evidence gives as histograms: metric, histogram role, quantile.
 THROUGH: tuple[tuple[str, str, float], ...] = (
-    ("queue_wait_p95_ms", "queue_time", 0.95), ("ttft_p99_ms", "ttft", 0.99),
-    ("e2e_p50_ms", "e2e", 0.5), ("e2e_p99_ms", "e2e", 0.99))
+    ("queue_wait_p95_ms", "queue_time", 0.95),
+    ("ttft_p99_ms", "ttft", 0.99),
+    ("e2e_p50_ms", "e2e", 0.5),
+    ("e2e_p99_ms", "e2e", 0.99),
+)
 
 
 def _fleet(we: WorkloadEvidence, role: str) -> Buckets:
     return add_buckets(list(we.buckets.get(role, {}).values()))
 
 
-def model_from(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame, dp: bool,
-               s: WhatIfSettings = WHATIF) -> ServiceModel:
+def model_from(
+    we: WorkloadEvidence, obs: Observed, df: pl.DataFrame, dp: bool, s: WhatIfSettings = WHATIF
+) -> ServiceModel:
     """Per-unit service model: the step law and speeds fitted on one mean step per unit and
     window (inter-token latency vs prefill tokens per step and running batch), KV pool from free
     blocks and usage (or from the tokens the running batch holds), limits from the peaks."""
@@ -226,7 +256,8 @@ def model_from(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame, dp: bool,
         inst, rank = str(r["instance"]), int(r["dp_rank"])
         own = (r["window_start_s"], inst, rank)
         key: tuple[float, str, int | None] = (
-            own if own in itl else (r["window_start_s"], inst, None))
+            own if own in itl else (r["window_start_s"], inst, None)
+        )
         if key in itl:
             groups.setdefault(key, []).append(r)
     rows = []
@@ -235,13 +266,19 @@ def model_from(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame, dp: bool,
         run = np.array([m["running"] or 0.0 for m in members])
         if not math.isfinite(step) or step <= 0 or run.sum() < 1:
             continue
-        pf = np.array([(m["prompt_tokens"] or 0.0) / (m["steps"] or 1000.0 * w / step)
-                       for m in members])  # without a step counter: busy all window
+        pf = np.array(
+            [(m["prompt_tokens"] or 0.0) / (m["steps"] or 1000.0 * w / step) for m in members]
+        )  # without a step counter: busy all window
         for m in members:  # each rank of the series gets the series' mean step
-            rows.append({"instance": key[1], "dp_rank": index[(key[1], int(m["dp_rank"]))],
-                         "exec_ms": step,
-                         "prefill_tokens": float((run * pf).sum() / run.sum()),
-                         "decode_seqs": float((run * run).sum() / run.sum())})
+            rows.append(
+                {
+                    "instance": key[1],
+                    "dp_rank": index[(key[1], int(m["dp_rank"]))],
+                    "exec_ms": step,
+                    "prefill_tokens": float((run * pf).sum() / run.sum()),
+                    "decode_seqs": float((run * run).sum() / run.sum()),
+                }
+            )
     if len(rows) < MIN_STEP_ROWS:
         return uncalibrated(layout, W.NO_ITL_HISTOGRAM)
     blocks = _kv_blocks(we, df, index, obs, s)
@@ -249,12 +286,23 @@ def model_from(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame, dp: bool,
     seen = [b for u in top.values() for b, c in u.items() if c > 0 and math.isfinite(b)]
     budget = max(seen) if seen else float(DEFAULT.token_budget)
     ceiling = float(df["running"].max() or 1.0)  # type: ignore[arg-type]
-    return fit_model(pl.DataFrame(rows), blocks, (ceiling, budget), layout, s,
-                     budget="histogram" if seen else "default")
+    return fit_model(
+        pl.DataFrame(rows),
+        blocks,
+        (ceiling, budget),
+        layout,
+        s,
+        budget="histogram" if seen else "default",
+    )
 
 
-def _kv_blocks(we: WorkloadEvidence, df: pl.DataFrame, index: dict[tuple[str, int], int],
-               obs: Observed, s: WhatIfSettings) -> dict[tuple[str, int], float | None]:
+def _kv_blocks(
+    we: WorkloadEvidence,
+    df: pl.DataFrame,
+    index: dict[tuple[str, int], int],
+    obs: Observed,
+    s: WhatIfSettings,
+) -> dict[tuple[str, int], float | None]:
     """KV blocks per rank (of ``s.block_size`` tokens): the configured pool where an info
     gauge tells it, else free blocks / (1 - usage) where both are exported, else the blocks
     the running batch holds (running x (mean prompt + half the mean output) / block size) over
@@ -263,11 +311,9 @@ def _kv_blocks(we: WorkloadEvidence, df: pl.DataFrame, index: dict[tuple[str, in
     held_tokens = float(wl.input_tokens.mean() + wl.output_tokens.mean() / 2) if len(wl) else 0.0
     out: dict[tuple[str, int], float | None] = {}
     for (inst, rank), rows in df.group_by(["instance", "dp_rank"]):
-        conf = we.kv_config.get((str(inst), int(rank))) or we.kv_config.get(
-            (str(inst), None))
+        conf = we.kv_config.get((str(inst), int(rank))) or we.kv_config.get((str(inst), None))
         if conf is not None:  # the pool as configured (blocks of the configured size)
-            out[(str(inst), index[(str(inst), int(rank))])] = (
-                conf[0] * conf[1] / s.block_size)
+            out[(str(inst), index[(str(inst), int(rank))])] = conf[0] * conf[1] / s.block_size
             continue
         kv = rows["kv_usage_max"].fill_null(rows["kv_usage"])
         free = rows["free_blocks_min"]
@@ -275,11 +321,11 @@ def _kv_blocks(we: WorkloadEvidence, df: pl.DataFrame, index: dict[tuple[str, in
             est = (free / (1 - kv)).filter((kv < 0.98) & free.is_not_null())
         else:
             usage = rows["kv_usage"]
-            est = (rows["running"] * held_tokens / s.block_size / usage).filter(
-                usage >= KV_FLOOR)
+            est = (rows["running"] * held_tokens / s.block_size / usage).filter(usage >= KV_FLOOR)
         v = est.drop_nulls().median()
         out[(str(inst), index[(str(inst), int(rank))])] = (
-            float(v) if isinstance(v, (int, float)) else None)
+            float(v) if isinstance(v, (int, float)) else None
+        )
     return out
 
 
@@ -296,7 +342,8 @@ def seen_metrics(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame) -> Metri
         i = lay.instances.index(str(inst))
         held = rows["running"].fill_null(0) + rows["waiting"].fill_null(0)
         load[i * lay.dp_ranks + index[(str(inst), int(rank))]] = (
-            float(held.sum()) * we.evidence.instance.window_s / obs.duration_s)
+            float(held.sum()) * we.evidence.instance.window_s / obs.duration_s
+        )
     from skewscope.whatif.replay import in_pool
 
     pool = np.array(in_pool(obs.availability, lay, obs.duration_s))
@@ -305,20 +352,30 @@ def seen_metrics(we: WorkloadEvidence, obs: Observed, df: pl.DataFrame) -> Metri
     hi, lo = _ratios(load[pool])
     kv = df["kv_usage"].max()  # window means (a max of samples depends on the scrape interval)
     done = float(df["requests"].fill_null(0).sum())
-    q = {key: histogram_quantile(qq, {1000.0 * b: c for b, c in _fleet(we, role).items()})
-         for key, role, qq in THROUGH}
+    q = {
+        key: histogram_quantile(qq, {1000.0 * b: c for b, c in _fleet(we, role).items()})
+        for key, role, qq in THROUGH
+    }
     return Metrics(
-        max_over_median_load=hi, min_over_median_load=lo,
-        queue_wait_p95_ms=q["queue_wait_p95_ms"], ttft_p99_ms=q["ttft_p99_ms"],
-        e2e_p50_ms=q["e2e_p50_ms"], e2e_p99_ms=q["e2e_p99_ms"],
+        max_over_median_load=hi,
+        min_over_median_load=lo,
+        queue_wait_p95_ms=q["queue_wait_p95_ms"],
+        ttft_p99_ms=q["ttft_p99_ms"],
+        e2e_p50_ms=q["e2e_p50_ms"],
+        e2e_p99_ms=q["e2e_p99_ms"],
         kv_peak=float(kv) if isinstance(kv, (int, float)) else None,
         throughput_rps=done / obs.duration_s if obs.duration_s > 0 else None,
     )
 
 
 def whatif_online(
-    we: WorkloadEvidence, source: str, policies: tuple[str, ...], dp_policies: tuple[str, ...],
-    s: WhatIfSettings = WHATIF, progress: Callable[[str], None] | None = None, jobs: int = 1,
+    we: WorkloadEvidence,
+    source: str,
+    policies: tuple[str, ...],
+    dp_policies: tuple[str, ...],
+    s: WhatIfSettings = WHATIF,
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
     logged: AccessLog | None = None,
 ) -> WhatIfReport:
     """What-if from online evidence: rebuild the workload, fit the model, replay, rank."""
@@ -329,8 +386,10 @@ def whatif_online(
     seen = seen_metrics(we, obs, df)
     if obs.through:
         model = dataclasses.replace(model, notes=(*model.notes, Note(W.THROUGH_BUCKETS)))
-    report = predict(obs, model, seen, source, policies, dp_policies, s, progress, jobs,
-                     engine=we.dialect)
-    extra = tuple(Note.text(n) for n in (*we.notes, *we.evidence.notes)
-                  if not n.startswith("dialect"))
+    report = predict(
+        obs, model, seen, source, policies, dp_policies, s, progress, jobs, engine=we.dialect
+    )
+    extra = tuple(
+        Note.text(n) for n in (*we.notes, *we.evidence.notes) if not n.startswith("dialect")
+    )
     return dataclasses.replace(report, notes=(*report.notes, *extra))

@@ -33,8 +33,9 @@ from skewscope.whatif.replay import Plan, in_pool, observed, replayed, run_plan
 RATIO_METRICS = frozenset({"max_over_median_load", "min_over_median_load", "kv_peak"})
 
 
-def calibration_rows(obs: Metrics, rep: Metrics, s: WhatIfSettings, step_ms: float
-                     ) -> list[CalibrationRow]:
+def calibration_rows(
+    obs: Metrics, rep: Metrics, s: WhatIfSettings, step_ms: float
+) -> list[CalibrationRow]:
     """Per metric: the relative error, ok within ``calibration_max_error`` or the floor (a
     latency within ``calibration_floor_steps`` engine steps of ``step_ms``)."""
     rows = []
@@ -44,8 +45,11 @@ def calibration_rows(obs: Metrics, rep: Metrics, s: WhatIfSettings, step_ms: flo
             rows.append(CalibrationRow(key, o, r, None, True))
             continue
         err = (r - o) / o if o != 0 else None
-        floor = (s.calibration_floor_ratio if key in RATIO_METRICS
-                 else s.calibration_floor_steps * step_ms)
+        floor = (
+            s.calibration_floor_ratio
+            if key in RATIO_METRICS
+            else s.calibration_floor_steps * step_ms
+        )
         if key == "throughput_rps":
             floor = 0.0
         ok = abs(r - o) <= floor or (err is not None and abs(err) <= s.calibration_max_error)
@@ -55,8 +59,9 @@ def calibration_rows(obs: Metrics, rep: Metrics, s: WhatIfSettings, step_ms: flo
 
 def _shares(load: np.ndarray, units: list[str]) -> tuple[tuple[str, float], ...]:
     total = float(load.sum())
-    return tuple((u, float(v) / total if total > 0 else 0.0)
-                 for u, v in zip(units, load, strict=True))
+    return tuple(
+        (u, float(v) / total if total > 0 else 0.0) for u, v in zip(units, load, strict=True)
+    )
 
 
 Replay = tuple[Metrics, np.ndarray, Metrics | None, Spread]
@@ -69,8 +74,13 @@ def replay_one(plan: Plan, obs: Observed, model: ServiceModel) -> Replay:
     return replayed(result, kv, obs, pool, window_kv)
 
 
-def _replay_all(plans: list[Plan], obs: Observed, model: ServiceModel, jobs: int,
-                progress: Callable[[str], None] | None) -> list[Replay]:
+def _replay_all(
+    plans: list[Plan],
+    obs: Observed,
+    model: ServiceModel,
+    jobs: int,
+    progress: Callable[[str], None] | None,
+) -> list[Replay]:
     """Replays are independent: with ``jobs`` > 1 they run in worker processes (the simulator
     is pure Python, so threads would not help)."""
     if jobs <= 1 or len(plans) == 1:
@@ -95,19 +105,28 @@ def _replay_all(plans: list[Plan], obs: Observed, model: ServiceModel, jobs: int
 
 
 def whatif(
-    log: RequestLog, source: str, policies: tuple[str, ...], dp_policies: tuple[str, ...],
-    s: WhatIfSettings = WHATIF, progress: Callable[[str], None] | None = None, jobs: int = 1,
+    log: RequestLog,
+    source: str,
+    policies: tuple[str, ...],
+    dp_policies: tuple[str, ...],
+    s: WhatIfSettings = WHATIF,
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> WhatIfReport:
     """What-if from profiler evidence (request by request)."""
     obs = extract(log, s)
     model = calibrate(log, obs.layout, s)
     seen, _ = observed(log, obs, in_pool(obs.availability, obs.layout, obs.duration_s))
-    return predict(obs, model, seen, source, policies, dp_policies, s, progress, jobs,
-                   engine="profiler")
+    return predict(
+        obs, model, seen, source, policies, dp_policies, s, progress, jobs, engine="profiler"
+    )
 
 
 def prepare(
-    obs: Observed, model: ServiceModel, policies: tuple[str, ...], dp_policies: tuple[str, ...],
+    obs: Observed,
+    model: ServiceModel,
+    policies: tuple[str, ...],
+    dp_policies: tuple[str, ...],
     s: WhatIfSettings = WHATIF,
 ) -> tuple[Observed, list[Plan], list[Note], Correlation | None]:
     """The plans to replay: the candidates, and with a correlated placement (request weight
@@ -116,8 +135,10 @@ def prepare(
     corr = detect(obs, s)
     if corr is not None:
         units = correlated_units(corr, obs)
-        inferred = tuple((lvl, Note(n.code, {**n.values, "correlated": units})
-                          if lvl == corr.level else n) for lvl, n in obs.inferred)
+        inferred = tuple(
+            (lvl, Note(n.code, {**n.values, "correlated": units}) if lvl == corr.level else n)
+            for lvl, n in obs.inferred
+        )
         obs = dataclasses.replace(obs, workload=tagged(obs.workload, corr), inferred=inferred)
     plans, notes = build_plans(obs, model, policies, dp_policies)
     if corr is not None:
@@ -134,15 +155,31 @@ def correlated_units(c: Correlation, obs: Observed) -> list[str]:
 
 def correlation_note(c: Correlation, obs: Observed, excluded: frozenset[str]) -> Note:
     units = correlated_units(c, obs)
-    return Note(W.CORRELATED, {"level": c.level, "units": units, "ratio": c.ratio,
-                               "z": c.z, "heavy_tokens": c.heavy_tokens,
-                               "heavy": int(c.heavy.sum()), "excluded": sorted(excluded)})
+    return Note(
+        W.CORRELATED,
+        {
+            "level": c.level,
+            "units": units,
+            "ratio": c.ratio,
+            "z": c.z,
+            "heavy_tokens": c.heavy_tokens,
+            "heavy": int(c.heavy.sum()),
+            "excluded": sorted(excluded),
+        },
+    )
 
 
 def predict(
-    obs: Observed, model: ServiceModel, seen: Metrics, source: str,
-    policies: tuple[str, ...], dp_policies: tuple[str, ...], s: WhatIfSettings = WHATIF,
-    progress: Callable[[str], None] | None = None, jobs: int = 1, engine: str = "",
+    obs: Observed,
+    model: ServiceModel,
+    seen: Metrics,
+    source: str,
+    policies: tuple[str, ...],
+    dp_policies: tuple[str, ...],
+    s: WhatIfSettings = WHATIF,
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+    engine: str = "",
 ) -> WhatIfReport:
     """Replay every plan, check the current replay against ``seen`` (the evidence's own
     metrics), rank the candidates. Shared by the offline and online sources."""
@@ -152,16 +189,25 @@ def predict(
     results: list[PolicyResult] = []
     rep_current: Metrics | None = None
     replays = _replay_all(plans, obs, model, jobs, progress)
-    robust = {plan.robust_of: m for plan, (m, *_) in zip(plans, replays, strict=True)
-              if plan.robust_of}
+    robust = {
+        plan.robust_of: m for plan, (m, *_) in zip(plans, replays, strict=True) if plan.robust_of
+    }
     for plan, (m, load, read, spread) in zip(plans, replays, strict=True):
         if plan.robust_of:
             continue
         if plan.name == CURRENT:
             rep_current = m if read is None else read  # as the evidence's buckets read it
-        results.append(PolicyResult(plan.name, plan.level, plan.description, m,
-                                    _shares(load[present], units), spread,
-                                    robust.get(plan.name)))
+        results.append(
+            PolicyResult(
+                plan.name,
+                plan.level,
+                plan.description,
+                m,
+                _shares(load[present], units),
+                spread,
+                robust.get(plan.name),
+            )
+        )
     assert rep_current is not None
     rows = calibration_rows(seen, rep_current, s, model.base.fixed_ms)
     trusted = model.calibrated and all(r.ok for r in rows)
@@ -176,9 +222,15 @@ def predict(
     fix = _fix(next(p for p in plans if p.name == recommended), obs, engine, corr)
     wl = obs.workload
     grid = len(present)
-    requests = (np.bincount(wl.instance_hint * obs.layout.dp_ranks + np.maximum(
-        wl.rank_hint if wl.rank_hint is not None else 0, 0), minlength=grid)[:grid]
-        if wl.instance_hint is not None else np.zeros(grid, dtype=np.int64))
+    requests = (
+        np.bincount(
+            wl.instance_hint * obs.layout.dp_ranks
+            + np.maximum(wl.rank_hint if wl.rank_hint is not None else 0, 0),
+            minlength=grid,
+        )[:grid]
+        if wl.instance_hint is not None
+        else np.zeros(grid, dtype=np.int64)
+    )
     specs = [spec for spec, ok in zip(model.ranks, present, strict=True) if ok]
     unit_models = tuple(
         UnitModel(u, spec.speed, spec.total_blocks, int(n))
@@ -186,26 +238,52 @@ def predict(
     )
     b = model.base
     return WhatIfReport(
-        source=source, duration_s=obs.duration_s, n_requests=len(obs.workload),
-        instances=len(obs.layout.instances), dp_ranks=obs.layout.dp_ranks,
-        current_policy=CURRENT, inferred=obs.inferred,
-        step_model={"fixed_ms": b.fixed_ms, "per_prefill_token_ms": b.per_prefill_token_ms,
-                    "per_decode_seq_ms": b.per_decode_seq_ms, "max_running": b.max_running,
-                    "token_budget": b.token_budget, "block_size": b.block_size},
-        units=unit_models, calibration=tuple(rows), trusted=trusted, policies=tuple(results),
-        recommended=recommended, gain=gain, ranking=ranking, notes=tuple(notes),
-        dp_sizes=tuple((name, obs.layout.size(i))
-                       for i, name in enumerate(obs.layout.instances)),
-        engine=engine, fix=fix,
+        source=source,
+        duration_s=obs.duration_s,
+        n_requests=len(obs.workload),
+        instances=len(obs.layout.instances),
+        dp_ranks=obs.layout.dp_ranks,
+        current_policy=CURRENT,
+        inferred=obs.inferred,
+        step_model={
+            "fixed_ms": b.fixed_ms,
+            "per_prefill_token_ms": b.per_prefill_token_ms,
+            "per_decode_seq_ms": b.per_decode_seq_ms,
+            "max_running": b.max_running,
+            "token_budget": b.token_budget,
+            "block_size": b.block_size,
+        },
+        units=unit_models,
+        calibration=tuple(rows),
+        trusted=trusted,
+        policies=tuple(results),
+        recommended=recommended,
+        gain=gain,
+        ranking=ranking,
+        notes=tuple(notes),
+        dp_sizes=tuple((name, obs.layout.size(i)) for i, name in enumerate(obs.layout.instances)),
+        engine=engine,
+        fix=fix,
     )
 
 
-def _fix(plan: Plan, obs: Observed, engine: str, corr: Correlation | None
-         ) -> tuple[FixSetting, ...]:
+def _fix(
+    plan: Plan, obs: Observed, engine: str, corr: Correlation | None
+) -> tuple[FixSetting, ...]:
     """The recommended plan as each stack's setting (``whatif.fixes``)."""
     lay = obs.layout
     weights = plan.gateway.weights or () if plan.name == "fix_weights" else ()
-    changed = tuple(lay.instances[i] for i, (a, b) in enumerate(
-        zip(plan.availability, obs.availability, strict=True)) if a != b)
-    return fix_settings(plan.name, plan.level, engine, lay.instances, tuple(weights), changed,
-                        corr is not None and corr.level == plan.level)
+    changed = tuple(
+        lay.instances[i]
+        for i, (a, b) in enumerate(zip(plan.availability, obs.availability, strict=True))
+        if a != b
+    )
+    return fix_settings(
+        plan.name,
+        plan.level,
+        engine,
+        lay.instances,
+        tuple(weights),
+        changed,
+        corr is not None and corr.level == plan.level,
+    )

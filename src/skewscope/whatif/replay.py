@@ -55,16 +55,25 @@ def scenario_for(plan: Plan, obs: Observed, model: ServiceModel) -> Scenario:
     )
     truth = GroundTruth("whatif", Verdict.BALANCED, Level.INSTANCE)
     return Scenario(
-        name=f"whatif-{plan.name}", summary=f"what-if replay: {plan.name}", truth=truth,
-        duration_s=obs.duration_s, seed=WHATIF.seed, instances=len(lay.instances),
-        dp_ranks=lay.dp_ranks, rank=model.base, overrides=overrides, health=health,
+        name=f"whatif-{plan.name}",
+        summary=f"what-if replay: {plan.name}",
+        truth=truth,
+        duration_s=obs.duration_s,
+        seed=WHATIF.seed,
+        instances=len(lay.instances),
+        dp_ranks=lay.dp_ranks,
+        rank=model.base,
+        overrides=overrides,
+        health=health,
         dp_sizes=lay.sizes if lay.mixed else (),
-        gateway=plan.gateway, dispatcher=plan.dispatcher,
+        gateway=plan.gateway,
+        dispatcher=plan.dispatcher,
     )
 
 
-def run_plan(plan: Plan, obs: Observed, model: ServiceModel
-             ) -> tuple[SimResult, float | None, float | None]:
+def run_plan(
+    plan: Plan, obs: Observed, model: ServiceModel
+) -> tuple[SimResult, float | None, float | None]:
     """Replay the plan: its KV peak and, when the evidence's KV usage is a gauge read per window
     (online), the highest window-mean usage; the steps are not kept (only their stats, or the
     window sums as they stream), so a long replay holds no whole-run step table."""
@@ -95,13 +104,24 @@ def _pct(values: pl.Series, q: float) -> float | None:
     return None if out is None else float(out)
 
 
-def _metrics(load: np.ndarray, queue_ms: pl.Series, ttft_ms: pl.Series, e2e_ms: pl.Series,
-             kv_peak: float | None, finished: int, duration: float) -> Metrics:
+def _metrics(
+    load: np.ndarray,
+    queue_ms: pl.Series,
+    ttft_ms: pl.Series,
+    e2e_ms: pl.Series,
+    kv_peak: float | None,
+    finished: int,
+    duration: float,
+) -> Metrics:
     hi, lo = _ratios(load)
     return Metrics(
-        max_over_median_load=hi, min_over_median_load=lo,
-        queue_wait_p95_ms=_pct(queue_ms, 0.95), ttft_p99_ms=_pct(ttft_ms, 0.99),
-        e2e_p50_ms=_pct(e2e_ms, 0.5), e2e_p99_ms=_pct(e2e_ms, 0.99), kv_peak=kv_peak,
+        max_over_median_load=hi,
+        min_over_median_load=lo,
+        queue_wait_p95_ms=_pct(queue_ms, 0.95),
+        ttft_p99_ms=_pct(ttft_ms, 0.99),
+        e2e_p50_ms=_pct(e2e_ms, 0.5),
+        e2e_p99_ms=_pct(e2e_ms, 0.99),
+        kv_peak=kv_peak,
         throughput_rps=finished / duration if duration > 0 else None,
     )
 
@@ -112,8 +132,9 @@ def in_pool(avail: tuple[tuple[float, float], ...], layout: Layout, duration: fl
     return [per_inst[k // layout.dp_ranks] and ok for k, ok in enumerate(layout.present())]
 
 
-def requests_in_system(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray,
-                       n_ranks: int, duration: float) -> np.ndarray:
+def requests_in_system(
+    rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray, n_ranks: int, duration: float
+) -> np.ndarray:
     """Time-average requests in the system (waiting + running) per rank: each request counts
     from its arrival to its finish (or the end of the run). By Little's law this is arrival rate
     times residence time, so more requests, longer requests and a slower unit all raise it."""
@@ -122,9 +143,13 @@ def requests_in_system(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray,
     return np.bincount(rank[ok], weights=stay[ok], minlength=n_ranks)[:n_ranks] / duration
 
 
-def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool],
-             window_kv: float | None = None
-             ) -> tuple[Metrics, np.ndarray, Metrics | None, Spread]:
+def replayed(
+    result: SimResult,
+    kv: float | None,
+    obs: Observed,
+    pool: list[bool],
+    window_kv: float | None = None,
+) -> tuple[Metrics, np.ndarray, Metrics | None, Spread]:
     """Metrics of a replay (``kv``: its KV peak), the load per rank (simulator order), when
     the evidence gave latencies as histograms (``obs.through``) the metrics read through those
     buckets (``window_kv``: the highest window-mean KV usage), and its persistent load spread
@@ -132,15 +157,18 @@ def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool
     lay = obs.layout
     rq = result.requests.filter(pl.col("status") != "rejected")
     t0 = result.start_s
-    rank = (rq["instance"].str.strip_prefix("inst-").cast(pl.Int64) * lay.dp_ranks
-            + rq["dp_rank"]).to_numpy()
+    rank = (
+        rq["instance"].str.strip_prefix("inst-").cast(pl.Int64) * lay.dp_ranks + rq["dp_rank"]
+    ).to_numpy()
     leave = (rq["finish_s"].fill_null(result.end_s) - t0).to_numpy()
     arrival = (rq["arrival_s"] - t0).to_numpy()
     load = requests_in_system(rank, arrival, leave, len(pool), obs.duration_s)
     window_s = WINDOWS.choose(obs.duration_s)
-    spread = persistent_spread(window_loads(rank, arrival, leave, len(pool), obs.duration_s,
-                                            window_s)[np.array(pool)], window_s,
-                               DEFAULT_THRESHOLDS)
+    spread = persistent_spread(
+        window_loads(rank, arrival, leave, len(pool), obs.duration_s, window_s)[np.array(pool)],
+        window_s,
+        DEFAULT_THRESHOLDS,
+    )
     started = rq.filter(pl.col("first_token_s").is_not_null())
     finished = int(rq["finish_s"].is_not_null().sum())
     queue = (started["first_scheduled_s"] - started["arrival_s"]) * 1000
@@ -151,12 +179,18 @@ def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool
         return m, load, None, spread
     from skewscope.sources.online_workload import histogram_quantile, through_buckets
 
-    raw = {"queue_wait_p95_ms": (queue, 0.95), "ttft_p99_ms": (ttft, 0.99),
-           "e2e_p50_ms": (e2e, 0.5), "e2e_p99_ms": (e2e, 0.99)}
+    raw = {
+        "queue_wait_p95_ms": (queue, 0.95),
+        "ttft_p99_ms": (ttft, 0.99),
+        "e2e_p50_ms": (e2e, 0.5),
+        "e2e_p99_ms": (e2e, 0.99),
+    }
     read: dict[str, float | None] = {}
     done = leave < obs.duration_s  # finished in the range: what the E2E counters count
-    spent = np.bincount(rank[done], weights=(leave - arrival)[done],
-                        minlength=len(pool))[:len(pool)] / obs.duration_s
+    spent = (
+        np.bincount(rank[done], weights=(leave - arrival)[done], minlength=len(pool))[: len(pool)]
+        / obs.duration_s
+    )
     spent_hi, spent_lo = _ratios(spent[np.array(pool)])
     for key, bounds in obs.through:
         if key == "kv_peak":  # a gauge sampled per window: the highest window mean
@@ -166,8 +200,9 @@ def replayed(result: SimResult, kv: float | None, obs: Observed, pool: list[bool
         elif key == "min_over_median_load":
             read[key] = spent_lo
         else:
-            read[key] = histogram_quantile(raw[key][1], through_buckets(
-                raw[key][0].drop_nulls().to_list(), bounds))
+            read[key] = histogram_quantile(
+                raw[key][1], through_buckets(raw[key][0].drop_nulls().to_list(), bounds)
+            )
     return m, load, dataclasses.replace(m, **read), spread
 
 
@@ -181,12 +216,20 @@ class WindowPeak:
         self.area: dict[tuple[str, int, float], float] = {}
 
     def add(self, steps: pl.DataFrame) -> None:
-        per = steps.select(
-            "instance", "dp_rank",
-            ((pl.col("start_s") - self.t0) // self.window_s).alias("k"),
-            (pl.col("used_blocks") / pl.col("total_blocks")
-             * (pl.col("end_s") - pl.col("start_s"))).alias("area"),
-        ).group_by("instance", "dp_rank", "k").agg(pl.col("area").sum())
+        per = (
+            steps.select(
+                "instance",
+                "dp_rank",
+                ((pl.col("start_s") - self.t0) // self.window_s).alias("k"),
+                (
+                    pl.col("used_blocks")
+                    / pl.col("total_blocks")
+                    * (pl.col("end_s") - pl.col("start_s"))
+                ).alias("area"),
+            )
+            .group_by("instance", "dp_rank", "k")
+            .agg(pl.col("area").sum())
+        )
         for inst, rank, k, area in per.iter_rows():
             key = (inst, rank, k)
             self.area[key] = self.area.get(key, 0.0) + area
@@ -208,6 +251,13 @@ def observed(log: RequestLog, obs: Observed, pool: list[bool]) -> tuple[Metrics,
     rq = req.filter(pl.col("ttft_ms").is_not_null() & (pl.col("ttft_ms") > 0))
     kv = log.steps["kv_usage"].max() if not log.steps.is_empty() else None
     finished = int(req["e2e_ms"].is_not_null().sum())
-    m = _metrics(load[np.array(pool)], rq["queue_wait_ms"], rq["ttft_ms"], req["e2e_ms"],
-                 float(kv) if isinstance(kv, (int, float)) else None, finished, obs.duration_s)
+    m = _metrics(
+        load[np.array(pool)],
+        rq["queue_wait_ms"],
+        rq["ttft_ms"],
+        req["e2e_ms"],
+        float(kv) if isinstance(kv, (int, float)) else None,
+        finished,
+        obs.duration_s,
+    )
     return m, load

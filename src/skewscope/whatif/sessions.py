@@ -31,9 +31,15 @@ def session_id(key: str) -> int:
     return zlib.crc32(key.encode("utf-8")) & 0x7FFFFFFF
 
 
-def with_sessions(wl: Workload, layout: Layout, t0: float, window_s: float,
-                  logged: Sequence[LoggedRequest], key_name: str | None,
-                  rng: np.random.Generator) -> tuple[Workload, list[Note]]:
+def with_sessions(
+    wl: Workload,
+    layout: Layout,
+    t0: float,
+    window_s: float,
+    logged: Sequence[LoggedRequest],
+    key_name: str | None,
+    rng: np.random.Generator,
+) -> tuple[Workload, list[Note]]:
     """``wl`` with a session id per request from ``logged`` (-1 where its instance's upstream
     logged no key), and notes saying what was matched."""
     assert wl.instance_hint is not None
@@ -63,8 +69,7 @@ def with_sessions(wl: Workload, layout: Layout, t0: float, window_s: float,
     notes: list[Note] = []
     if ids:
         share = float((session >= 0).mean()) if len(wl) else 0.0
-        notes.append(Note(W.SESSIONS, {"keys": len(ids), "key_name": key_name,
-                                       "share": share}))
+        notes.append(Note(W.SESSIONS, {"keys": len(ids), "key_name": key_name, "share": share}))
     if unmatched:
         notes.append(Note(W.UNMATCHED_UPSTREAMS, {"upstreams": list(unmatched)}))
     return dataclasses.replace(wl, session=session), notes

@@ -13,8 +13,14 @@ from skewscope.config import Thresholds
 from skewscope.report.whatif_model import Spread
 
 
-def window_loads(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray, n_ranks: int,
-                 duration: float, window_s: float) -> np.ndarray:
+def window_loads(
+    rank: np.ndarray,
+    arrival: np.ndarray,
+    leave: np.ndarray,
+    n_ranks: int,
+    duration: float,
+    window_s: float,
+) -> np.ndarray:
     """Time-average requests in the system per rank and window (ranks x windows): each request
     counts from its arrival to its leaving, split over the windows it spans (a difference array
     for the whole windows, so O(requests + windows))."""
@@ -27,17 +33,18 @@ def window_loads(rank: np.ndarray, arrival: np.ndarray, leave: np.ndarray, n_ran
     k1 = np.minimum((b // window_s).astype(np.int64), n_win - 1)
     size = n_ranks * (n_win + 1)
     same = k0 == k1
-    area = np.bincount(r[same] * (n_win + 1) + k0[same], weights=b[same] - a[same],
-                       minlength=size).astype(float)  # (an empty bincount is integer)
+    area = np.bincount(
+        r[same] * (n_win + 1) + k0[same], weights=b[same] - a[same], minlength=size
+    ).astype(float)  # (an empty bincount is integer)
     d = ~same
     rd, k0d, k1d = r[d], k0[d], k1[d]
-    area += np.bincount(rd * (n_win + 1) + k0d, weights=(k0d + 1) * window_s - a[d],
-                        minlength=size)
+    area += np.bincount(rd * (n_win + 1) + k0d, weights=(k0d + 1) * window_s - a[d], minlength=size)
     area += np.bincount(rd * (n_win + 1) + k1d, weights=b[d] - k1d * window_s, minlength=size)
     full = np.bincount(rd * (n_win + 1) + k0d + 1, minlength=size).astype(float)
     full -= np.bincount(rd * (n_win + 1) + k1d, minlength=size)
     grid = area.reshape(n_ranks, n_win + 1) + window_s * np.cumsum(
-        full.reshape(n_ranks, n_win + 1), axis=1)
+        full.reshape(n_ranks, n_win + 1), axis=1
+    )
     return grid[:, :n_win] / window_s
 
 

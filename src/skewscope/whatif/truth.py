@@ -32,9 +32,15 @@ from skewscope.whatif.rank import recommend
 from skewscope.whatif.replay import Plan, in_pool, replayed
 
 # The metrics of the error table (issue 22), in its order.
-TRUTH_METRICS: tuple[str, ...] = ("ttft_p99_ms", "queue_wait_p95_ms", "e2e_p50_ms",
-                                  "e2e_p99_ms", "max_over_median_load", "kv_peak",
-                                  "throughput_rps")
+TRUTH_METRICS: tuple[str, ...] = (
+    "ttft_p99_ms",
+    "queue_wait_p95_ms",
+    "e2e_p50_ms",
+    "e2e_p99_ms",
+    "max_over_median_load",
+    "kv_peak",
+    "throughput_rps",
+)
 
 
 def request_log(res: SimResult) -> RequestLog:
@@ -44,16 +50,22 @@ def request_log(res: SimResult) -> RequestLog:
     rq = res.requests.filter(pl.col("status") != "rejected")
     ms = 1000.0
     requests = rq.select(
-        "instance", "dp_rank", "arrival_s",
+        "instance",
+        "dp_rank",
+        "arrival_s",
         pl.col("input_tokens").alias("prompt_tokens"),
-        pl.when(pl.col("finish_s").is_not_null()).then(pl.col("output_tokens"))
-        .otherwise(1).alias("output_tokens"),
+        pl.when(pl.col("finish_s").is_not_null())
+        .then(pl.col("output_tokens"))
+        .otherwise(1)
+        .alias("output_tokens"),
         ((pl.col("first_scheduled_s") - pl.col("arrival_s")) * ms).alias("queue_wait_ms"),
         ((pl.col("first_token_s") - pl.col("arrival_s")) * ms).alias("ttft_ms"),
         ((pl.col("finish_s") - pl.col("arrival_s")) * ms).alias("e2e_ms"),
     )
     steps = res.steps.select(
-        "instance", "dp_rank", "start_s",
+        "instance",
+        "dp_rank",
+        "start_s",
         ((pl.col("end_s") - pl.col("start_s")) * ms).alias("exec_ms"),
         pl.col("prefill_tokens").cast(pl.Float64),
         pl.col("decode_batch_size").cast(pl.Float64).alias("decode_seqs"),
@@ -61,8 +73,9 @@ def request_log(res: SimResult) -> RequestLog:
         (pl.col("used_blocks") / pl.col("total_blocks")).alias("kv_usage"),
         pl.col("free_blocks").cast(pl.Float64),
     )
-    ranks = {i: tuple(sorted({r.dp_rank for r in res.ranks if r.instance == i}))
-             for i in res.instances}
+    ranks = {
+        i: tuple(sorted({r.dp_rank for r in res.ranks if r.instance == i})) for i in res.instances
+    }
     return RequestLog(requests, steps, ranks, res.start_s, res.end_s)
 
 
@@ -76,9 +89,11 @@ def truth_scenario(sc: Scenario, plan: Plan, obs: Observed) -> Scenario:
         return rerouted(sc, health=())
     health = None
     if plan.availability != obs.availability:
-        health = tuple(Health(obs.layout.instances[i], fail_at_s=hi, join_at_s=lo)
-                       for i, (lo, hi) in enumerate(plan.availability)
-                       if (lo > 0 or math.isfinite(hi)) and lo < hi)
+        health = tuple(
+            Health(obs.layout.instances[i], fail_at_s=hi, join_at_s=lo)
+            for i, (lo, hi) in enumerate(plan.availability)
+            if (lo > 0 or math.isfinite(hi)) and lo < hi
+        )
     if plan.level == "dp":
         return rerouted(sc, dispatcher=plan.dispatcher, health=health)
     return rerouted(sc, gateway=plan.gateway, health=health)
@@ -92,8 +107,9 @@ def actual_one(sc: Scenario, plan: Plan, obs: Observed) -> PolicyResult:
     m, load, _, spread = replayed(res, kv, obs, pool)
     present = np.array(obs.layout.present())
     total = float(load[present].sum()) or 1.0
-    share = tuple((u, float(v) / total)
-                  for u, v in zip(obs.layout.rank_units(), load[present], strict=True))
+    share = tuple(
+        (u, float(v) / total) for u, v in zip(obs.layout.rank_units(), load[present], strict=True)
+    )
     return PolicyResult(plan.name, plan.level, Note(W.PLAN_CURRENT), m, share, spread)
 
 
@@ -115,19 +131,27 @@ class Checked:
         if self.report.recommended == self.truly_best:
             return True
         rec, best = self.actual_of(self.report.recommended), self.actual_of(self.truly_best)
-        pairs = ((rec.predicted.ttft_p99_ms, best.predicted.ttft_p99_ms),
-                 (rec.spread.value, best.spread.value))
+        pairs = (
+            (rec.predicted.ttft_p99_ms, best.predicted.ttft_p99_ms),
+            (rec.spread.value, best.spread.value),
+        )
         return all(a is not None and b is not None and a <= b * (1 + margin) for a, b in pairs)
 
 
-def check(sc: Scenario, policies: tuple[str, ...], dp_policies: tuple[str, ...],
-          s: WhatIfSettings = WHATIF, jobs: int = 1) -> Checked:
+def check(
+    sc: Scenario,
+    policies: tuple[str, ...],
+    dp_policies: tuple[str, ...],
+    s: WhatIfSettings = WHATIF,
+    jobs: int = 1,
+) -> Checked:
     """Simulate ``sc``, predict from its evidence alone, then run every candidate for real."""
     res = simulate(sc)
     log = request_log(res)
     report = whatif(log, sc.name, policies, dp_policies, s, jobs=jobs)
-    obs, plans, _, _ = prepare(extract(log, s), calibrate(log, obs_layout(log), s), policies,
-                               dp_policies, s)
+    obs, plans, _, _ = prepare(
+        extract(log, s), calibrate(log, obs_layout(log), s), policies, dp_policies, s
+    )
     plans = [p for p in plans if not p.robust_of]  # a pinned client is no plan to run
     assert [p.name for p in plans] == [p.name for p in report.policies]
     if jobs <= 1:
@@ -144,8 +168,9 @@ def check(sc: Scenario, policies: tuple[str, ...], dp_policies: tuple[str, ...],
     return Checked(sc.name, report, tuple(actual), best)
 
 
-def ape(pred: float | None, true: float | None, key: str, s: WhatIfSettings = WHATIF
-        ) -> float | None:
+def ape(
+    pred: float | None, true: float | None, key: str, s: WhatIfSettings = WHATIF
+) -> float | None:
     """Absolute percentage error; a latency divides by at least ``s.error_floor_ms`` (a wait
     shorter than a step is no percentage to bet on)."""
     if pred is None or true is None:
@@ -163,8 +188,9 @@ class ErrorRow:
     n: int
 
 
-def error_table(checked: list[Checked], s: WhatIfSettings = WHATIF,
-                candidates_only: bool = True) -> list[ErrorRow]:
+def error_table(
+    checked: list[Checked], s: WhatIfSettings = WHATIF, candidates_only: bool = True
+) -> list[ErrorRow]:
     """MAPE and worst case per metric over every (scenario, candidate) pair."""
     out = []
     for key in TRUTH_METRICS:
@@ -180,6 +206,7 @@ def error_table(checked: list[Checked], s: WhatIfSettings = WHATIF,
             out.append(ErrorRow(key, None, None, "", 0))
             continue
         worst = max(errs)
-        out.append(ErrorRow(key, float(np.mean([e for e, _ in errs])), worst[0], worst[1],
-                            len(errs)))
+        out.append(
+            ErrorRow(key, float(np.mean([e for e, _ in errs])), worst[0], worst[1], len(errs))
+        )
     return out

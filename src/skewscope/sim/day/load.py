@@ -73,7 +73,7 @@ class DayLoad:
         for e in plan.episodes:
             if e.kind == "capability":
                 on = (t > e.start) & (t <= e.end)
-                speed[e.instance * nr:(e.instance + 1) * nr, on] = SLOW
+                speed[e.instance * nr : (e.instance + 1) * nr, on] = SLOW
         self.speed = speed
         cost_in = PREFILL_SHARE / (IN_TOKENS * _mu_nominal(spec.peak_rps))
         cost_out = (1 - PREFILL_SHARE) / (OUT_TOKENS * _mu_nominal(spec.peak_rps))
@@ -137,10 +137,12 @@ class DayLoad:
         rng = np.random.default_rng((self.spec.seed, 31))
         c = self.done
         spread = 1.0 / np.sqrt(np.maximum(c, 1.0))
-        pin = np.rint(c * self.inp * np.clip(1 + 0.8 * spread * rng.standard_normal(c.shape),
-                                             0.2, None))
-        pout = np.rint(c * self.out * np.clip(1 + 0.7 * spread * rng.standard_normal(c.shape),
-                                              0.2, None))
+        pin = np.rint(
+            c * self.inp * np.clip(1 + 0.8 * spread * rng.standard_normal(c.shape), 0.2, None)
+        )
+        pout = np.rint(
+            c * self.out * np.clip(1 + 0.7 * spread * rng.standard_normal(c.shape), 0.2, None)
+        )
         return pin, pout
 
     @cached_property
@@ -148,13 +150,23 @@ class DayLoad:
         pin, pout = self.tokens
         rng = np.random.default_rng((self.spec.seed, 37))
         pre = rng.poisson(self.done * np.clip(self.kv - 0.9, 0.0, None) * 3.0).astype(float)
-        incs = {"finished": self.done, "prompt_tokens": pin, "generation_tokens": pout,
-                "preemptions": pre}
+        incs = {
+            "finished": self.done,
+            "prompt_tokens": pin,
+            "generation_tokens": pout,
+            "preemptions": pre,
+        }
         n0 = self.before
-        per_request = {"finished": 1.0, "prompt_tokens": IN_TOKENS,
-                       "generation_tokens": OUT_TOKENS, "preemptions": 0.001}
-        return {role: reset_cumsum(x, self.up, np.rint(n0 * per_request[role]))
-                for role, x in incs.items()}
+        per_request = {
+            "finished": 1.0,
+            "prompt_tokens": IN_TOKENS,
+            "generation_tokens": OUT_TOKENS,
+            "preemptions": 0.001,
+        }
+        return {
+            role: reset_cumsum(x, self.up, np.rint(n0 * per_request[role]))
+            for role, x in incs.items()
+        }
 
     @cached_property
     def before(self) -> F64:
@@ -178,9 +190,14 @@ class DayLoad:
         kv = np.clip(self.kv * (1 + 0.03 * rng.standard_normal(self.kv.shape)), 0.0, 0.99)
         kv = np.where(running > 0, kv, 0.0)
         ones = np.ones_like(kv)
-        return {"running": running, "waiting": waiting, "kv_usage": np.round(kv, 4),
-                "cache_config": ones, "kv_capacity_tokens": ones * KV_TOKENS,
-                "total_blocks": ones * (KV_TOKENS // 16)}
+        return {
+            "running": running,
+            "waiting": waiting,
+            "kv_usage": np.round(kv, 4),
+            "cache_config": ones,
+            "kv_capacity_tokens": ones * KV_TOKENS,
+            "total_blocks": ones * (KV_TOKENS // 16),
+        }
 
     def _observations(self, role: str) -> tuple[F64, F64, float]:
         """(observations per step, their mean, log-sd) of a histogram role."""
@@ -210,8 +227,10 @@ class DayLoad:
         n, mean, sd = self._observations(role)
         rng = np.random.default_rng((self.spec.seed, 43, len(bounds), _ROLE_KEY[role]))
         median = np.log(np.maximum(mean, 1e-9)) - sd * sd / 2
-        cdf = np.stack([_phi((math.log(b) - median) / sd) if b > 0 else np.zeros_like(n)
-                        for b in bounds], axis=-1)  # [unit, time, bound]
+        cdf = np.stack(
+            [_phi((math.log(b) - median) / sd) if b > 0 else np.zeros_like(n) for b in bounds],
+            axis=-1,
+        )  # [unit, time, bound]
         left = n.astype(np.int64)
         counts = np.zeros((*n.shape, len(bounds)))
         prev = np.zeros_like(n)
@@ -221,8 +240,10 @@ class DayLoad:
             counts[..., k] = x
             left = left - x
             prev = cdf[..., k]
-        sums = {"request_prompt_tokens": self.tokens[0],
-                "request_generation_tokens": self.tokens[1]}.get(role, n * mean)
+        sums = {
+            "request_prompt_tokens": self.tokens[0],
+            "request_generation_tokens": self.tokens[1],
+        }.get(role, n * mean)
         # before the day: as many observations per request as over the day, spread alike
         total = np.maximum(n.sum(axis=1), 1.0)
         n0 = np.rint(self.before * total / np.maximum(self.done.sum(axis=1), 1.0))
@@ -234,9 +255,22 @@ class DayLoad:
 
 
 _COUNTERS = ("finished", "prompt_tokens", "generation_tokens", "preemptions")
-_ROLE_KEY = {r: k for k, r in enumerate((
-    "ttft", "e2e", "queue", "queue_at_schedule", "tpot", "itl", "request_prompt_tokens",
-    "request_generation_tokens", "iteration_tokens"))}
+_ROLE_KEY = {
+    r: k
+    for k, r in enumerate(
+        (
+            "ttft",
+            "e2e",
+            "queue",
+            "queue_at_schedule",
+            "tpot",
+            "itl",
+            "request_prompt_tokens",
+            "request_generation_tokens",
+            "iteration_tokens",
+        )
+    )
+}
 
 
 def reset_cumsum(inc: F64, up: NDArray[np.bool_], before: F64 | None = None) -> F64:
@@ -262,8 +296,9 @@ def _phi(z: F64) -> F64:
     """The standard normal CDF (Abramowitz-Stegun 7.1.26, error < 1.5e-7)."""
     x = np.abs(z) / math.sqrt(2.0)
     t = 1.0 / (1.0 + 0.3275911 * x)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
-        -1.453152027 + t * 1.061405429))))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
     erf = 1.0 - poly * np.exp(-x * x)
     out: F64 = 0.5 * (1.0 + np.sign(z) * erf)
     return out
@@ -320,8 +355,9 @@ def _dp_split(plan: Plan, t: F64) -> F64:
             times = t[on][:, None] - s.step_s * (1 - sub)[None, :]  # inside each step
             phase = np.floor((times - e.start) / s.stale_publish_s).astype(np.int64) % nr
             other = (1 - STALE_SHARE) / (nr - 1)
-            shares = np.stack([np.where(phase == r, STALE_SHARE, other).mean(axis=1)
-                               for r in range(nr)])
+            shares = np.stack(
+                [np.where(phase == r, STALE_SHARE, other).mean(axis=1) for r in range(nr)]
+            )
             split[rows, on] = nr * shares
     return split
 

@@ -66,17 +66,28 @@ class DaySpec:
         """90 min of 8 x 2 (+2 joining) for the default suite: every noise and every skew
         kind, episodes of ~7 min sized for 1 min windows (3 min persistence + 3 windows)."""
         base: dict[str, Any] = dict(
-            instances=8, hours=1.5, window_s=60, night_share=1 / 15, restart_spacing_s=120,
-            deploy_s=180, warm_s=150, gap_share=0.12, length_spread=0.1, bursts=8)
+            instances=8,
+            hours=1.5,
+            window_s=60,
+            night_share=1 / 15,
+            restart_spacing_s=120,
+            deploy_s=180,
+            warm_s=150,
+            gap_share=0.12,
+            length_spread=0.1,
+            bursts=8,
+        )
         return cls(**(base | kw))
 
     def __post_init__(self) -> None:
         if self.dialect not in DAY_DIALECTS:
             raise ValueError(f"dialect {self.dialect!r}: the day writes {DAY_DIALECTS}")
         if self.ranks < 2 or self.instances < len(EPISODE_KINDS) + 1:
-            raise ValueError(f"a day needs >= 2 ranks and >= {len(EPISODE_KINDS) + 1} "
-                             f"instances (one per episode and a peer), got {self.instances} x "
-                             f"{self.ranks}")
+            raise ValueError(
+                f"a day needs >= 2 ranks and >= {len(EPISODE_KINDS) + 1} "
+                f"instances (one per episode and a peer), got {self.instances} x "
+                f"{self.ranks}"
+            )
         if self.step_s <= 0 or self.hours <= 0:
             raise ValueError("step_s and hours must be positive")
 
@@ -142,19 +153,41 @@ class Plan:
 
         eps = []
         for e in self.episodes:
-            d: dict[str, Any] = {"id": e.id, "level": e.level, "instance": inst(e.instance),
-                                 "dp_rank": rank(e.dp_rank), "kind": e.kind,
-                                 "start": _at(e.start), "end": _at(e.end)}
+            d: dict[str, Any] = {
+                "id": e.id,
+                "level": e.level,
+                "instance": inst(e.instance),
+                "dp_rank": rank(e.dp_rank),
+                "kind": e.kind,
+                "start": _at(e.start),
+                "end": _at(e.end),
+            }
             if e.kind == "stale_load":
                 d["publish_period_s"] = s.stale_publish_s
             eps.append(d)
-        noise = [{"what": n.what, "instance": inst(n.instance), "dp_rank": rank(n.dp_rank),
-                  "start": _at(n.start), "end": _at(n.end),
-                  **{k: _at(v) if k in _TIME_KEYS else v for k, v in n.extra.items()}}
-                 for n in self.noise]
-        return {"t0": T0, "t1": T0 + s.span_s, "step_s": s.step_s, "dialect": s.dialect,
-                "window_s": s.window_s, "instances": s.instances, "ranks": s.ranks,
-                "seed": s.seed, "episodes": eps, "noise": noise}
+        noise = [
+            {
+                "what": n.what,
+                "instance": inst(n.instance),
+                "dp_rank": rank(n.dp_rank),
+                "start": _at(n.start),
+                "end": _at(n.end),
+                **{k: _at(v) if k in _TIME_KEYS else v for k, v in n.extra.items()},
+            }
+            for n in self.noise
+        ]
+        return {
+            "t0": T0,
+            "t1": T0 + s.span_s,
+            "step_s": s.step_s,
+            "dialect": s.dialect,
+            "window_s": s.window_s,
+            "instances": s.instances,
+            "ranks": s.ranks,
+            "seed": s.seed,
+            "episodes": eps,
+            "noise": noise,
+        }
 
 
 _TIME_KEYS = ("back",)
@@ -180,8 +213,10 @@ def make_plan(spec: DaySpec) -> Plan:
     gap = spec.gap_share * mean
     lengths = [mean * (1 + spec.length_spread * f) for f in _LENGTH_SHAPE]
     if min(lengths) < 4 * spec.window_s:
-        raise ValueError(f"{spec.hours:g} h is too short for {n_ep} episodes of >= 4 windows "
-                         f"of {spec.window_s} s beside the operations")
+        raise ValueError(
+            f"{spec.hours:g} h is too short for {n_ep} episodes of >= 4 windows "
+            f"of {spec.window_s} s beside the operations"
+        )
     # instances: the episodes' (distinct, never one that joins late), then the others
     order = rng.permutation(spec.instances)
     ep_inst = [int(i) for i in order[:n_ep]]
@@ -231,9 +266,14 @@ def make_plan(spec: DaySpec) -> Plan:
     return Plan(spec, tuple(episodes), tuple(noise), restart, joins, night_end, deploy)
 
 
-def _bursts(spec: DaySpec, rng: np.random.Generator, night_end: float,
-            restart: dict[int, tuple[float, float]], joins: dict[int, float],
-            episodes: list[Episode]) -> list[Noise]:
+def _bursts(
+    spec: DaySpec,
+    rng: np.random.Generator,
+    night_end: float,
+    restart: dict[int, tuple[float, float]],
+    joins: dict[int, float],
+    episodes: list[Episode],
+) -> list[Noise]:
     """Bursts of 30-90 s on random units after the night, never on an absent or cold unit,
     nor on an episode's instance during its episode (the truth stays one thing at a time)."""
     out: list[Noise] = []

@@ -63,15 +63,30 @@ def write_day(spec: DaySpec, out_dir: Path) -> DayFiles:
     return DayFiles(history, truth, samples, job_label(spec.dialect))
 
 
-def layouts(spec: DaySpec, specs: list[MetricSpec]) -> list[list[list[list[tuple[str, tuple[
-        tuple[str, str], ...]]]]]]:
+def layouts(
+    spec: DaySpec, specs: list[MetricSpec]
+) -> list[list[list[list[tuple[str, tuple[tuple[str, str], ...]]]]]]:
     """[instance][family][group][series] (name, labels) as the simulator's exposition names
     them (``InstanceModel.layout``)."""
     out = []
     for i in range(spec.n_instances):
         name = spec.instance_label(i)
-        ranks = [RankModel(RankInfo(name, r, f"node-{i}", 1000 + r, 1.0, KV_TOKENS // BLOCK_SIZE,
-                                    BLOCK_SIZE, 256, 8192)) for r in range(spec.ranks)]
+        ranks = [
+            RankModel(
+                RankInfo(
+                    name,
+                    r,
+                    f"node-{i}",
+                    1000 + r,
+                    1.0,
+                    KV_TOKENS // BLOCK_SIZE,
+                    BLOCK_SIZE,
+                    256,
+                    8192,
+                )
+            )
+            for r in range(spec.ranks)
+        ]
         out.append(InstanceModel(name, MODEL_NAME, specs, ranks).layout())
     return out
 
@@ -96,9 +111,14 @@ def write_history(plan: Plan, load: DayLoad, out: BinaryIO) -> int:
     return lines
 
 
-def _write_instance(out: BinaryIO, groups: list[list[tuple[str, tuple[tuple[str, str], ...]]]],
-                    values: NDArray[np.float64], idx: NDArray[np.int64], stamps: pl.Series,
-                    extra: dict[str, str]) -> int:
+def _write_instance(
+    out: BinaryIO,
+    groups: list[list[tuple[str, tuple[tuple[str, str], ...]]]],
+    values: NDArray[np.float64],
+    idx: NDArray[np.int64],
+    stamps: pl.Series,
+    extra: dict[str, str],
+) -> int:
     """One instance's series of one family at the scrapes ``idx``: each label group's
     samples together, a MetricPoint (all of the group's series) per scrape."""
     heads: list[str] = []
@@ -109,19 +129,23 @@ def _write_instance(out: BinaryIO, groups: list[list[tuple[str, tuple[tuple[str,
     for group in groups:
         m = len(group)
         first = len(heads)
-        heads.extend(f"{name}{format_labels(sorted({**dict(labels), **extra}.items()))}"
-                     for name, labels in group)
-        block = values[row:row + m][:, idx]
+        heads.extend(
+            f"{name}{format_labels(sorted({**dict(labels), **extra}.items()))}"
+            for name, labels in group
+        )
+        block = values[row : row + m][:, idx]
         row += m
         head_idx.append(np.tile(np.arange(first, first + m), len(idx)))
         vals.append(block.T.ravel())
         stamp_idx.append(np.repeat(idx, m))
     if not heads or not len(idx):
         return 0
-    frame = pl.DataFrame([
-        pl.Series("h", heads).gather(np.concatenate(head_idx)),
-        value_text(np.concatenate(vals).round(4)),
-        stamps.gather(np.concatenate(stamp_idx)),
-    ])
+    frame = pl.DataFrame(
+        [
+            pl.Series("h", heads).gather(np.concatenate(head_idx)),
+            value_text(np.concatenate(vals).round(4)),
+            stamps.gather(np.concatenate(stamp_idx)),
+        ]
+    )
     frame.write_csv(out, separator=" ", quote_style="never", include_header=False)
     return frame.height

@@ -61,8 +61,9 @@ class Observations:
         order = np.argsort(times[ok], kind="stable")
         self.times = times[ok][order]
         self.values = values[ok][order]
-        self.weights = (np.ones(len(self.times)) if weights is None
-                        else weights[ok][order].astype(np.float64))
+        self.weights = (
+            np.ones(len(self.times)) if weights is None else weights[ok][order].astype(np.float64)
+        )
 
     def at(self, bounds: tuple[float, ...], t: F64) -> tuple[F64, F64, F64]:
         """(cumulative ``le`` bucket counts [len(t), len(bounds)], count, sum) at times t."""
@@ -73,8 +74,9 @@ class Observations:
         base, base_sum = self._base.get(bounds, (np.zeros(nb), 0.0))
         grid: F64 = flat.astype(np.float64).reshape(len(t) + 1, nb)[:-1]
         grid = np.concatenate([base[None, :], grid]).cumsum(axis=0)[1:].cumsum(axis=1)
-        per = np.bincount(seg, weights=self.weights * self.values,
-                          minlength=len(t) + 1).astype(np.float64)[:-1]
+        per = np.bincount(seg, weights=self.weights * self.values, minlength=len(t) + 1).astype(
+            np.float64
+        )[:-1]
         sums: F64 = np.concatenate([[base_sum], per]).cumsum()[1:]
         if len(t):
             self._last[bounds] = (np.diff(grid[-1], prepend=0.0), float(sums[-1]))

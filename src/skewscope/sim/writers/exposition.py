@@ -59,18 +59,37 @@ if TYPE_CHECKING:
 
     F64 = NDArray[np.float64]
 
+
 def _col(df: pl.DataFrame, name: str) -> F64:
     return df.get_column(name).cast(pl.Float64).fill_null(np.nan).to_numpy()
 
 
-COUNTERS = ("arrived", "scheduled", "finished", "prompt_tokens", "generation_tokens",
-            "preemptions")
-HISTOGRAMS = ("ttft", "e2e", "queue", "queue_at_schedule", "tpot", "request_prompt_tokens",
-              "request_generation_tokens", "input_tokens", "itl", "iteration_tokens",
-              "batch_size", "waiting_batch_size")
+COUNTERS = ("arrived", "scheduled", "finished", "prompt_tokens", "generation_tokens", "preemptions")
+HISTOGRAMS = (
+    "ttft",
+    "e2e",
+    "queue",
+    "queue_at_schedule",
+    "tpot",
+    "request_prompt_tokens",
+    "request_generation_tokens",
+    "input_tokens",
+    "itl",
+    "iteration_tokens",
+    "batch_size",
+    "waiting_batch_size",
+)
 # step columns a rank model reads (``_feed_steps``), in this order
-STEP_COLUMNS = ("start_s", "end_s", "decode_tokens", "preempted", "prefill_tokens",
-                "batch_size", "waiting", "used_blocks")
+STEP_COLUMNS = (
+    "start_s",
+    "end_s",
+    "decode_tokens",
+    "preempted",
+    "prefill_tokens",
+    "batch_size",
+    "waiting",
+    "used_blocks",
+)
 
 
 @dataclass
@@ -129,9 +148,11 @@ def counter_feeds(req: RequestEvents, sev: StepEvents) -> dict[str, Feed]:
         "scheduled": (r, req.at_sched, None),
         "finished": (r, req.at_finish, None),
         "prompt_tokens": (r, req.at_first, req.inp),
-        "generation_tokens": (np.concatenate([r, sev.end_rank]),
-                              np.concatenate([req.at_first, t_end]),
-                              np.concatenate([np.ones(len(r)), decode])),
+        "generation_tokens": (
+            np.concatenate([r, sev.end_rank]),
+            np.concatenate([req.at_first, t_end]),
+            np.concatenate([np.ones(len(r)), decode]),
+        ),
         "preemptions": (sev.start_rank, sev.start, sev.preempted),
     }
 
@@ -190,16 +211,28 @@ class RankModel:
     @classmethod
     def build(cls, result: SimResult, info: RankInfo) -> RankModel:
         """The whole run at once (live mode, tests): every time is answerable."""
-        req = result.requests.filter((pl.col("instance") == info.instance)
-                                     & (pl.col("dp_rank") == info.dp_rank))
-        st = result.steps.filter((pl.col("instance") == info.instance)
-                                 & (pl.col("dp_rank") == info.dp_rank)).sort("start_s")
+        req = result.requests.filter(
+            (pl.col("instance") == info.instance) & (pl.col("dp_rank") == info.dp_rank)
+        )
+        st = result.steps.filter(
+            (pl.col("instance") == info.instance) & (pl.col("dp_rank") == info.dp_rank)
+        ).sort("start_s")
         arrival, sched = _col(req, "arrival_s"), _col(req, "first_scheduled_s")
         first, finish = _col(req, "first_token_s"), _col(req, "finish_s")
         accepted = (req.get_column("status") != "rejected").to_numpy()
-        ev = RequestEvents(arrival, sched, first, finish, _col(req, "input_tokens"),
-                           _col(req, "output_tokens"), accepted,
-                           arrival, sched, first, finish)
+        ev = RequestEvents(
+            arrival,
+            sched,
+            first,
+            finish,
+            _col(req, "input_tokens"),
+            _col(req, "output_tokens"),
+            accepted,
+            arrival,
+            sched,
+            first,
+            finish,
+        )
         m = cls(info)
         m.feed(ev, np.column_stack([_col(st, c) for c in STEP_COLUMNS]), math.inf)
         return m
@@ -230,9 +263,18 @@ class RankModel:
         self.step_start, self.step_end, self.step_used = start, end, h[:, 7]
         ended = h[e0:e1]
         prev = np.concatenate([[self._prev_end], end[:-1]])[e0:e1]
-        return StepEvents(np.zeros(e1 - e0, np.int64), ended[:, 1], prev, ended[:, 2],
-                          ended[:, 4], ended[:, 5], ended[:, 6], np.zeros(s1 - s0, np.int64),
-                          start[s0:s1], h[s0:s1, 3])
+        return StepEvents(
+            np.zeros(e1 - e0, np.int64),
+            ended[:, 1],
+            prev,
+            ended[:, 2],
+            ended[:, 4],
+            ended[:, 5],
+            ended[:, 6],
+            np.zeros(s1 - s0, np.int64),
+            start[s0:s1],
+            h[s0:s1, 3],
+        )
 
     def _trim(self) -> None:
         """Drop held steps no later query reads: counted, ended ``DEVICE_AVERAGE_S`` (and a
@@ -240,9 +282,12 @@ class RankModel:
         if not math.isfinite(self.upto) or not len(self._held):
             return
         h = self._held
-        k = min(self._n_started, self._n_ended,
-                int(np.searchsorted(h[:, 1], self.upto - DEVICE_AVERAGE_S - 1.0, side="right")),
-                max(int(np.searchsorted(h[:, 0], self.upto, side="right")) - 1, 0))
+        k = min(
+            self._n_started,
+            self._n_ended,
+            int(np.searchsorted(h[:, 1], self.upto - DEVICE_AVERAGE_S - 1.0, side="right")),
+            max(int(np.searchsorted(h[:, 0], self.upto, side="right")) - 1, 0),
+        )
         if k <= 0:
             return
         self._prev_end = float(h[k - 1, 1])
@@ -252,8 +297,16 @@ class RankModel:
 
     def gauge(self, role: str, t: F64) -> F64:
         i = self.info
-        return gauge_values(role, t, lambda k: self.counters[k].at(t), self._used, self._busy,
-                            np.full(len(t), float(i.total_blocks)), i.block_size, i.max_running)
+        return gauge_values(
+            role,
+            t,
+            lambda k: self.counters[k].at(t),
+            self._used,
+            self._busy,
+            np.full(len(t), float(i.total_blocks)),
+            i.block_size,
+            i.max_running,
+        )
 
     def _used(self, t: F64, running: F64) -> F64:
         """KV blocks used at ``t``: the last step started's (0 while nothing runs)."""
@@ -269,22 +322,32 @@ class RankModel:
         done = self._done  # busy time before each held step (and after the last)
         i = np.searchsorted(end, t, side="right")  # steps finished by t
         nxt = np.minimum(i, max(len(start) - 1, 0))
-        partial = np.where((i < len(start)) & (start[nxt] < t), t - start[nxt], 0.0) if len(
-            start) else np.zeros(len(t))
+        partial = (
+            np.where((i < len(start)) & (start[nxt] < t), t - start[nxt], 0.0)
+            if len(start)
+            else np.zeros(len(t))
+        )
         busy: F64 = done[i] + partial
         return busy
 
     def value(self, spec: MetricSpec, t: F64) -> F64:
         if spec.kind is MetricType.COUNTER or (
-                spec.kind is MetricType.GAUGE and spec.role in self.counters):
+            spec.kind is MetricType.GAUGE and spec.role in self.counters
+        ):
             return self.counters[spec.role].at(t)
         return self.gauge(spec.role, t)
 
 
-def gauge_values(role: str, t: F64, count: Callable[[str], F64],
-                 used: Callable[[F64, F64], F64], busy: Callable[[F64], F64], total: F64,
-                 block_size: int | NDArray[np.int64], max_running: int | NDArray[np.int64]
-                 ) -> F64:
+def gauge_values(
+    role: str,
+    t: F64,
+    count: Callable[[str], F64],
+    used: Callable[[F64, F64], F64],
+    busy: Callable[[F64], F64],
+    total: F64,
+    block_size: int | NDArray[np.int64],
+    max_running: int | NDArray[np.int64],
+) -> F64:
     """A gauge of one rank (``total`` of shape [time]) or of many ([rank, time], the per-rank
     numbers as [rank, 1] columns): ``count(role)`` a counter at ``t``, ``used(t, running)``
     the KV blocks in use, ``busy(times)`` the time spent in steps up to each of ``times``."""
@@ -344,8 +407,9 @@ class InstanceModel:
     """All metric families of one instance in one dialect (and its devices' exporter, if any:
     one device per DP rank, on the instance's own target so the host join places them)."""
 
-    def __init__(self, instance: str, model_name: str, specs: list[MetricSpec],
-                 ranks: list[RankModel]) -> None:
+    def __init__(
+        self, instance: str, model_name: str, specs: list[MetricSpec], ranks: list[RankModel]
+    ) -> None:
         self.instance = instance
         self.model_name = model_name
         self.specs = specs
@@ -356,19 +420,29 @@ class InstanceModel:
         labels = dict(spec.labels)
         if spec.model_label:
             labels["model_name"] = self.model_name
-        if rank is not None and spec.rank_label is not None and (
-                spec.rank_label_single or len(self.ranks) > 1):
+        if (
+            rank is not None
+            and spec.rank_label is not None
+            and (spec.rank_label_single or len(self.ranks) > 1)
+        ):
             labels[spec.rank_label] = str(rank.info.dp_rank)
         if spec.unit_label is not None:
             multi = spec.rank_in_unit and rank is not None and len(self.ranks) > 1
-            labels[spec.unit_label] = (f"{self.instance}-rank-{rank.info.dp_rank}"
-                                       if multi and rank is not None else self.instance)
+            labels[spec.unit_label] = (
+                f"{self.instance}-rank-{rank.info.dp_rank}"
+                if multi and rank is not None
+                else self.instance
+            )
         if spec.host_label is not None and rank is not None:
             labels[spec.host_label] = rank.info.hostname
         if spec.role == "cache_config" and rank is not None:
             bs, nb = rank.info.block_size, rank.info.total_blocks
-            labels.update(block_size=str(bs), effective_attention_block_size=str(bs),
-                          num_gpu_blocks=str(nb), kv_cache_size_tokens=str(bs * nb))
+            labels.update(
+                block_size=str(bs),
+                effective_attention_block_size=str(bs),
+                num_gpu_blocks=str(nb),
+                kv_cache_size_tokens=str(bs * nb),
+            )
         return labels
 
     def _groups(self, spec: MetricSpec) -> list[tuple[list[RankModel], RankModel | None]]:
@@ -379,19 +453,26 @@ class InstanceModel:
         """Every family's series names and labels, per label group (``families`` order);
         they never change, so they are worked out once."""
         if self._layout is None:
-            self._layout = [[self._group_layout(spec, rank) for _ranks, rank in self._groups(spec)]
-                            for spec in self.specs]
+            self._layout = [
+                [self._group_layout(spec, rank) for _ranks, rank in self._groups(spec)]
+                for spec in self.specs
+            ]
         return [[g for gs in fam for g in gs] for fam in self._layout]
 
-    def _group_layout(self, spec: MetricSpec, rank: RankModel | None
-                      ) -> list[list[tuple[str, Labels]]]:
+    def _group_layout(
+        self, spec: MetricSpec, rank: RankModel | None
+    ) -> list[list[tuple[str, Labels]]]:
         """The label groups one rank group of ``spec`` exposes (several for split/parts)."""
         labels = self._labels(spec, rank)
         if spec.kind is MetricType.HISTOGRAM:
             les = [format_value(b) for b in spec.buckets] + ["+Inf"]
-            return [[(spec.name + "_bucket", sorted_labels({**labels, "le": le})) for le in les]
-                    + [(spec.name + "_count", sorted_labels(labels)),
-                       (spec.name + "_sum", sorted_labels(labels))]]
+            return [
+                [(spec.name + "_bucket", sorted_labels({**labels, "le": le})) for le in les]
+                + [
+                    (spec.name + "_count", sorted_labels(labels)),
+                    (spec.name + "_sum", sorted_labels(labels)),
+                ]
+            ]
         sample = spec.name + ("_total" if spec.kind is MetricType.COUNTER else "")
         if spec.parts is not None:
             key, roles = spec.parts
@@ -413,8 +494,11 @@ class InstanceModel:
         fams: list[Family] = []
         for spec, groups, values in zip(self.specs, self.layout(), self.values(t), strict=True):
             rows = iter(values)
-            fams.append(Family(spec, [[Series(name, labels, next(rows)) for name, labels in g]
-                                      for g in groups]))
+            fams.append(
+                Family(
+                    spec, [[Series(name, labels, next(rows)) for name, labels in g] for g in groups]
+                )
+            )
         return fams
 
 
@@ -428,8 +512,9 @@ class ClusterModel:
     """Every instance's exposition model for one run and dialect (``devices``: a device
     exporter, ``metric_specs.DEVICE_EXPORTERS``, written next to it)."""
 
-    def __init__(self, result: SimResult, dialect: str = "vllm",
-                 devices: str | None = None) -> None:
+    def __init__(
+        self, result: SimResult, dialect: str = "vllm", devices: str | None = None
+    ) -> None:
         dialect_specs(dialect)  # validate early
         if devices:
             device_specs(devices)
@@ -438,9 +523,14 @@ class ClusterModel:
         self.model_name = result.model_name
         specs = model_specs(dialect, devices, result.meta)
         self.instances = {
-            i: InstanceModel(i, result.model_name, specs,
-                             [RankModel.build(result, r) for r in result.ranks if r.instance == i])
-            for i in result.instances}
+            i: InstanceModel(
+                i,
+                result.model_name,
+                specs,
+                [RankModel.build(result, r) for r in result.ranks if r.instance == i],
+            )
+            for i in result.instances
+        }
 
     def text(self, instance: str, t: float) -> str:
         """Prometheus text format 0.0.4 of ``instance`` at simulated time ``t``."""

@@ -70,8 +70,9 @@ def type_name(spec: MetricSpec, openmetrics: bool) -> str:
     return spec.name + ("_total" if spec.kind is MetricType.COUNTER and not openmetrics else "")
 
 
-def render_text(families: Iterable[Family], index: int = 0,
-                extra: Mapping[str, str] | None = None) -> str:
+def render_text(
+    families: Iterable[Family], index: int = 0, extra: Mapping[str, str] | None = None
+) -> str:
     """Prometheus text exposition (0.0.4) of the ``index``-th queried time, no timestamps."""
     lines: list[str] = []
     for fam in families:

@@ -49,7 +49,8 @@ def family_values(specs: list[MetricSpec], src: RankSource, n_dp: int, t: F64) -
 def roles_read(specs: list[MetricSpec]) -> set[str]:
     """The counter and histogram roles the families read (and gauge roles, harmlessly)."""
     return {spec.role for spec in specs} | {
-        role for spec in specs if spec.parts is not None for _v, role in spec.parts[1] if role}
+        role for spec in specs if spec.parts is not None for _v, role in spec.parts[1] if role
+    }
 
 
 def _family(spec: MetricSpec, src: RankSource, n_dp: int, t: F64) -> F64:
@@ -82,7 +83,8 @@ def _family(spec: MetricSpec, src: RankSource, n_dp: int, t: F64) -> F64:
 def _scalar(spec: MetricSpec, src: RankSource, n_dp: int, t: F64) -> F64:
     """[unit, time]: per rank, or summed over each instance's ranks (KV usage pooled)."""
     if spec.kind is MetricType.COUNTER or (
-            spec.kind is MetricType.GAUGE and src.is_counter(spec.role)):
+        spec.kind is MetricType.GAUGE and src.is_counter(spec.role)
+    ):
         v = src.counter(spec.role, t)
     elif spec.role == "kv_usage" and not spec.per_rank and n_dp > 1:  # pooled, not averaged
         used = _sum_dp(src.gauge("used_blocks", t), n_dp)

@@ -74,8 +74,9 @@ class HistorySinks:
     job: str = DEFAULT_JOB
     instance_labels: dict[str, str] | None = None  # instance -> ``instance`` label
 
-    def __call__(self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo],
-                 duration: float) -> HistorySink:
+    def __call__(
+        self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo], duration: float
+    ) -> HistorySink:
         return HistorySink(self, lo, hi, wl, ranks, duration)
 
 
@@ -101,25 +102,34 @@ _EVENTS = ("arrival", "sched", "first", "finish")
 class HistorySink:
     """One instance group's running /metrics state; see the module docstring."""
 
-    def __init__(self, f: HistorySinks, lo: int, hi: int, wl: Workload,
-                 ranks: list[RankInfo], duration: float) -> None:
+    def __init__(
+        self,
+        f: HistorySinks,
+        lo: int,
+        hi: int,
+        wl: Workload,
+        ranks: list[RankInfo],
+        duration: float,
+    ) -> None:
         self.f, self.times, self.end = f, f.times, duration
         self.arrival = wl.arrival_s
         self.inp = wl.input_tokens.astype(np.float64)
         self.out = wl.output_tokens.astype(np.float64)
         n_dp = sum(r.instance == ranks[0].instance for r in ranks)
         self.g0, self.g1 = lo * n_dp, hi * n_dp
-        infos = ranks[self.g0:self.g1]
+        infos = ranks[self.g0 : self.g1]
         self.n_dp = n_dp
         specs = model_specs(f.dialect, f.devices, f.meta)
         self.group = RankGroup(infos, roles_read(specs))
         names = list(dict.fromkeys(r.instance for r in infos))
         # the group's ranks instance by instance, DP ranks in order (``families.family_values``)
         assert [(r.instance, r.dp_rank) for r in infos] == [
-            (i, d) for i in names for d in range(n_dp)], "ranks out of instance order"
-        self.instances = [InstanceModel(i, f.model_name, specs,
-                                        [RankModel(r) for r in infos if r.instance == i])
-                          for i in names]
+            (i, d) for i in names for d in range(n_dp)
+        ], "ranks out of instance order"
+        self.instances = [
+            InstanceModel(i, f.model_name, specs, [RankModel(r) for r in infos if r.instance == i])
+            for i in names
+        ]
         self.specs = specs
         files = [f.spill / f"{lo:05d}-{k:03d}.f64" for k in range(len(specs))]
         self.part = HistoryPart(names, specs, [], files, f.times)
@@ -129,15 +139,16 @@ class HistorySink:
         self.done = np.zeros((len(_EVENTS), 0), dtype=bool)
         self.held: list[F64] = []  # step rows of chunks with no scrape time yet
 
-    def chunk(self, rows: F64, members: pl.DataFrame | None, first_id: int, cut: float,
-              reqs: RequestState) -> None:
+    def chunk(
+        self, rows: F64, members: pl.DataFrame | None, first_id: int, cut: float, reqs: RequestState
+    ) -> None:
         final = cut >= self.end
         times = self.times
         stop = len(times) if final else int(np.searchsorted(times, cut + START_S, "left"))
         self.held.append(rows)
         if stop <= self.next_t:
             return
-        t = times[self.next_t:stop]
+        t = times[self.next_t : stop]
         self.next_t = stop
         steps = np.concatenate(self.held) if len(self.held) > 1 else self.held[0]
         self.held = []
@@ -156,7 +167,7 @@ class HistorySink:
         """Open the requests routed to this group since the last chunk."""
         q = np.arange(self.next_q, q_end, dtype=np.int64)
         self.next_q = q_end
-        rank = np.asarray(reqs.rank[q[0]:q_end] if len(q) else [], dtype=np.int64)
+        rank = np.asarray(reqs.rank[q[0] : q_end] if len(q) else [], dtype=np.int64)
         q = q[(rank >= self.g0) & (rank < self.g1)]
         self.open = np.concatenate([self.open, q])
         self.done = np.concatenate([self.done, np.zeros((len(_EVENTS), len(q)), bool)], axis=1)
@@ -171,8 +182,9 @@ class HistorySink:
         rank = np.asarray(_take(reqs.rank, q), dtype=np.int64) - self.g0
         a, sc, fi, fn = times
         at = [np.where(n, x, np.nan) for n, x in zip(now, times, strict=True)]
-        ev = RequestEvents(a, sc, fi, fn, self.inp[q], self.out[q], ~rejected,
-                           at[0], at[1], at[2], at[3], rank)
+        ev = RequestEvents(
+            a, sc, fi, fn, self.inp[q], self.out[q], ~rejected, at[0], at[1], at[2], at[3], rank
+        )
         self.group.feed(ev, steps[:, 0].astype(np.int64) - self.g0, steps, upto)
         for d, n in zip(self.done, now, strict=True):
             d |= n
@@ -185,8 +197,10 @@ class HistorySink:
         part, f = self.part, self.f
         part.extra = scrape_labels(part.instances, f.job, f.instance_labels)
         stamps = stamp_texts(self.times)
-        part.sizes = [lines_size(part_series(part, k, len(self.times)), stamps, part.extra)
-                      for k in range(len(part.specs))]
+        part.sizes = [
+            lines_size(part_series(part, k, len(self.times)), stamps, part.extra)
+            for k in range(len(part.specs))
+        ]
         return part
 
 
@@ -209,21 +223,25 @@ def part_series(part: HistoryPart, k: int, n_times: int) -> list[tuple[str, list
     at = 0
     for n in part.chunks:
         for i, size in enumerate(sizes):
-            blocks[i].append(flat[at:at + size * n].reshape(size, n))
+            blocks[i].append(flat[at : at + size * n].reshape(size, n))
             at += size * n
     out = []
     for i, inst in enumerate(part.instances):
         vals = np.concatenate(blocks[i], axis=1) if blocks[i] else np.zeros((sizes[i], 0))
         it = iter(vals)
-        groups = [[Series(name, labels, next(it)) for name, labels in g]
-                  for g in part.series[i][k]]
+        groups = [[Series(name, labels, next(it)) for name, labels in g] for g in part.series[i][k]]
         assert vals.shape[1] == n_times
         out.append((inst, groups))
     return out
 
 
-def write_history(path: Path, parts: list[HistoryPart], *, jobs: int | None = None,
-                  progress: Callable[[float], None] | None = None) -> Path:
+def write_history(
+    path: Path,
+    parts: list[HistoryPart],
+    *,
+    jobs: int | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> Path:
     """The OpenMetrics file of the parts (in instance order), written whole or not at all (as
     ``openmetrics.write_openmetrics`` writes a kept run's): every family's header, then each
     part's lines of it. The parts' sizes place every (family, part) text before any is
@@ -283,8 +301,10 @@ def _write_lines(fd: int, part: HistoryPart, k: int, where: int, stamps: list[st
     series = part_series(part, k, len(part.times))
     write_family(cast(BinaryIO, out), part.specs[k], series, stamps, part.extra, header=False)
     if out.at != where + part.sizes[k]:
-        raise RuntimeError(f"history text of {part.specs[k].name} is {out.at - where} bytes, "
-                           f"{part.sizes[k]} were placed")
+        raise RuntimeError(
+            f"history text of {part.specs[k].name} is {out.at - where} bytes, "
+            f"{part.sizes[k]} were placed"
+        )
 
 
 class _At(io.RawIOBase):

@@ -89,9 +89,16 @@ class Routed:
                 continue
             extra = getattr(self, role)
             carrier = fam.spec.split
-            for s in fam.metrics[0] if carrier is None else [
-                    s for g in fam.metrics[: len(carrier[1])] for s in g
-                    if (carrier[0], carrier[2]) in s.labels]:
+            for s in (
+                fam.metrics[0]
+                if carrier is None
+                else [
+                    s
+                    for g in fam.metrics[: len(carrier[1])]
+                    for s in g
+                    if (carrier[0], carrier[2]) in s.labels
+                ]
+            ):
                 s.values = s.values + np.float64(extra)
         return fams
 
@@ -180,12 +187,21 @@ class _Handler(BaseHTTPRequestHandler):
         """``POST /sim/advance``: the whole cluster ``seconds`` on (manual clock only)."""
         cluster = self.server.cluster
         if cluster.live_clock is not LiveClock.MANUAL:
-            self._json(409, {"error": f"simulated time runs on the {cluster.live_clock} clock; "
-                                      "only a manual one is advanced"})
+            self._json(
+                409,
+                {
+                    "error": f"simulated time runs on the {cluster.live_clock} clock; "
+                    "only a manual one is advanced"
+                },
+            )
             return
-        if not (isinstance(seconds, int | float) and not isinstance(seconds, bool)
-                and math.isfinite(seconds) and seconds >= 0):
-            self._json(400, {"error": "expected {\"seconds\": N}, N a number >= 0"})
+        if not (
+            isinstance(seconds, int | float)
+            and not isinstance(seconds, bool)
+            and math.isfinite(seconds)
+            and seconds >= 0
+        ):
+            self._json(400, {"error": 'expected {"seconds": N}, N a number >= 0'})
             return
         cluster.advance(float(seconds))
         self._json(200, cluster.time_info())
@@ -193,8 +209,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _complete(self, path: str, body: dict[str, object], routed: Routed) -> None:
         """Answer after a delay that follows this instance's routed load; count the request."""
         chat = path.endswith("chat/completions")
-        text = (" ".join(str(m.get("content", "")) for m in body.get("messages", [])  # type: ignore[attr-defined]
-                         if isinstance(m, dict)) if chat else str(body.get("prompt", "")))
+        text = (
+            " ".join(
+                str(m.get("content", ""))
+                for m in body.get("messages", [])  # type: ignore[attr-defined]
+                if isinstance(m, dict)
+            )
+            if chat
+            else str(body.get("prompt", ""))
+        )
         prompt = float(len(text.split()))
         raw = body.get("max_tokens", body.get("max_completion_tokens", 16))
         out = float(raw) if isinstance(raw, int | float) and 0 < raw <= 1e6 else 16.0
@@ -203,22 +226,41 @@ class _Handler(BaseHTTPRequestHandler):
             routed.running += 1
             load = routed.running
         try:
-            time.sleep(min(ROUTED_MAX_S, (ROUTED_BASE_S + ROUTED_PER_TOKEN_S * out)
-                           * (1 + load / ROUTED_SLOTS)))
+            time.sleep(
+                min(
+                    ROUTED_MAX_S,
+                    (ROUTED_BASE_S + ROUTED_PER_TOKEN_S * out) * (1 + load / ROUTED_SLOTS),
+                )
+            )
         finally:
             with lock:
                 routed.running -= 1
                 routed.finished += 1
                 routed.prompt_tokens += prompt
                 routed.generation_tokens += out
-        choice = ({"index": 0, "message": {"role": "assistant", "content": "ok"},
-                   "finish_reason": "length"} if chat else
-                  {"index": 0, "text": "ok", "finish_reason": "length"})
-        self._json(200, {"id": "cmpl-sim", "object": "chat.completion" if chat else
-                         "text_completion", "model": self.server.cluster.model.model_name,
-                         "choices": [choice],
-                         "usage": {"prompt_tokens": int(prompt), "completion_tokens": int(out),
-                                   "total_tokens": int(prompt + out)}})
+        choice = (
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok"},
+                "finish_reason": "length",
+            }
+            if chat
+            else {"index": 0, "text": "ok", "finish_reason": "length"}
+        )
+        self._json(
+            200,
+            {
+                "id": "cmpl-sim",
+                "object": "chat.completion" if chat else "text_completion",
+                "model": self.server.cluster.model.model_name,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": int(prompt),
+                    "completion_tokens": int(out),
+                    "total_tokens": int(prompt + out),
+                },
+            },
+        )
 
     def _json(self, status: int, obj: object) -> None:
         data = json.dumps(obj).encode()
@@ -235,9 +277,18 @@ class _Handler(BaseHTTPRequestHandler):
 class LiveCluster:
     """Running /metrics servers of a simulated cluster; a context manager that stops them."""
 
-    def __init__(self, model: ClusterModel, start_s: float, speed: float, grace_s: float,
-                 read_timeout_s: float = READ_TIMEOUT_S, *, clock: Clock = SYSTEM_CLOCK,
-                 live_clock: LiveClock = LiveClock.WALL, step_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        model: ClusterModel,
+        start_s: float,
+        speed: float,
+        grace_s: float,
+        read_timeout_s: float = READ_TIMEOUT_S,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        live_clock: LiveClock = LiveClock.WALL,
+        step_s: float = 0.0,
+    ) -> None:
         self.model = model
         self.read_timeout_s = read_timeout_s
         self.start_s = start_s
@@ -287,14 +338,20 @@ class LiveCluster:
 
     def time_info(self) -> dict[str, object]:
         """What ``GET /sim/time`` answers."""
-        return {"sim_time": self.sim_time(), "start_s": self.start_s, "end_s": self.model.end_s,
-                "clock": str(self.live_clock)}
+        return {
+            "sim_time": self.sim_time(),
+            "start_s": self.start_s,
+            "end_s": self.model.end_s,
+            "clock": str(self.live_clock),
+        }
 
     @property
     def urls(self) -> dict[str, str]:
         """instance name -> ``http://127.0.0.1:<port>/metrics``."""
-        return {i: f"http://{s.server_address[0]!s}:{s.server_address[1]}/metrics"
-                for i, s in self._servers.items()}
+        return {
+            i: f"http://{s.server_address[0]!s}:{s.server_address[1]}/metrics"
+            for i, s in self._servers.items()
+        }
 
     @property
     def stopped(self) -> bool:
@@ -309,12 +366,17 @@ class LiveCluster:
                 raise OSError(e.errno, e.strerror, f"{host}:{port}") from None
             srv.cluster, srv.instance, srv.read_timeout_s = self, inst, self.read_timeout_s
             self._servers[inst] = srv
-            th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2},
-                                  name=f"skewscope-live-{inst}", daemon=True)
+            th = threading.Thread(
+                target=srv.serve_forever,
+                kwargs={"poll_interval": 0.2},
+                name=f"skewscope-live-{inst}",
+                daemon=True,
+            )
             th.start()
             self._threads.append(th)
-        watchdog = threading.Thread(target=self._expire, daemon=True,
-                                    name="skewscope-live-watchdog")
+        watchdog = threading.Thread(
+            target=self._expire, daemon=True, name="skewscope-live-watchdog"
+        )
         watchdog.start()
 
     def _expire(self) -> None:
@@ -338,8 +400,11 @@ class LiveCluster:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._stopped.is_set():
-            left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S,
-                                                              deadline - time.monotonic())
+            left = (
+                _WAIT_SLICE_S
+                if deadline is None
+                else min(_WAIT_SLICE_S, deadline - time.monotonic())
+            )
             if left <= 0:
                 break
             self._stopped.wait(left)
@@ -358,16 +423,29 @@ class LiveCluster:
     def __enter__(self) -> LiveCluster:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 
 def serve(
-    result: SimResult, dialect: str = "vllm", host: str = "127.0.0.1", base_port: int = 0,
-    speed: float = 1.0, *, start_s: float | None = None, grace_s: float = 60.0,
-    read_timeout_s: float = READ_TIMEOUT_S, devices: str | None = None,
-    clock: Clock = SYSTEM_CLOCK, live_clock: LiveClock = LiveClock.WALL, step_s: float = 0.0,
+    result: SimResult,
+    dialect: str = "vllm",
+    host: str = "127.0.0.1",
+    base_port: int = 0,
+    speed: float = 1.0,
+    *,
+    start_s: float | None = None,
+    grace_s: float = 60.0,
+    read_timeout_s: float = READ_TIMEOUT_S,
+    devices: str | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    live_clock: LiveClock = LiveClock.WALL,
+    step_s: float = 0.0,
 ) -> LiveCluster:
     """Start one /metrics server per instance (instance ``k`` on ``base_port + k``, or an
     ephemeral port when ``base_port`` is 0).  Loopback only: the simulator is a test fixture,
@@ -381,11 +459,20 @@ def serve(
     if live_clock is LiveClock.SCRAPE and not (math.isfinite(step_s) and step_s > 0):
         raise ValueError("a clock stepped per scrape needs a finite positive step_s")
     if not 0 <= base_port <= MAX_PORT - (len(result.instances) - 1 if base_port else 0):
-        raise ValueError(f"ports {base_port}..{base_port + len(result.instances) - 1} are not all "
-                         f"in 1..{MAX_PORT}")
-    cluster = LiveCluster(ClusterModel(result, dialect, devices),
-                          result.start_s if start_s is None else start_s, speed, grace_s,
-                          read_timeout_s, clock=clock, live_clock=live_clock, step_s=step_s)
+        raise ValueError(
+            f"ports {base_port}..{base_port + len(result.instances) - 1} are not all "
+            f"in 1..{MAX_PORT}"
+        )
+    cluster = LiveCluster(
+        ClusterModel(result, dialect, devices),
+        result.start_s if start_s is None else start_s,
+        speed,
+        grace_s,
+        read_timeout_s,
+        clock=clock,
+        live_clock=live_clock,
+        step_s=step_s,
+    )
     try:
         cluster._start(host, base_port)
     except BaseException:

@@ -52,15 +52,17 @@ def scrape_times(start_s: float, end_s: float, step_s: float) -> NDArray[np.floa
     return start_s + step_s * np.arange(n, dtype=np.float64)
 
 
-def scrape_labels(instances: list[str], job: str,
-                   instance_labels: Mapping[str, str] | None,
-                   pools: Mapping[str, str] | None = None,
-                   role_label: str | None = None) -> dict[str, dict[str, str]]:
+def scrape_labels(
+    instances: list[str],
+    job: str,
+    instance_labels: Mapping[str, str] | None,
+    pools: Mapping[str, str] | None = None,
+    role_label: str | None = None,
+) -> dict[str, dict[str, str]]:
     """Per instance, the labels a scraper adds: ``instance``, ``job`` and, in a prefill/decode
     run, its pool under the dialect's role label (``metric_specs.ROLE_LABELS``)."""
     names = instance_labels or {}
-    out = {i: {"instance": names.get(i, default_instance_label(i)), "job": job}
-           for i in instances}
+    out = {i: {"instance": names.get(i, default_instance_label(i)), "job": job} for i in instances}
     if pools and role_label:
         for i, labels in out.items():
             if i in pools:
@@ -68,8 +70,11 @@ def scrape_labels(instances: list[str], job: str,
     return out
 
 
-def pool_labels(result: SimResult, dialect: str, role_label: str | None = None,
-                ) -> tuple[Mapping[str, str] | None, str | None]:
+def pool_labels(
+    result: SimResult,
+    dialect: str,
+    role_label: str | None = None,
+) -> tuple[Mapping[str, str] | None, str | None]:
     """(instance -> pool, the role label: ``role_label``, else the dialect's) of a run (no pools:
     aggregated serving)."""
     return result.meta.get("pools"), role_label or ROLE_LABELS.get(dialect)
@@ -98,14 +103,24 @@ def value_text(values: NDArray[np.float64]) -> pl.Series:
     column = pl.Series("v", values, dtype=pl.Float64)
     if not np.isinf(values).any():
         return column.cast(pl.String)
-    return (pl.DataFrame([column]).select(
-        pl.when(pl.col("v") == np.inf).then(pl.lit("+Inf"))
-        .when(pl.col("v") == -np.inf).then(pl.lit("-Inf"))
-        .otherwise(pl.col("v").cast(pl.String))).to_series())
+    return (
+        pl.DataFrame([column])
+        .select(
+            pl.when(pl.col("v") == np.inf)
+            .then(pl.lit("+Inf"))
+            .when(pl.col("v") == -np.inf)
+            .then(pl.lit("-Inf"))
+            .otherwise(pl.col("v").cast(pl.String))
+        )
+        .to_series()
+    )
 
 
-def lines_size(per_instance: Iterable[tuple[str, list[list[Series]]]], stamps: list[str],
-               extra: Mapping[str, Mapping[str, str]]) -> int:
+def lines_size(
+    per_instance: Iterable[tuple[str, list[list[Series]]]],
+    stamps: list[str],
+    extra: Mapping[str, Mapping[str, str]],
+) -> int:
     """The bytes ``write_family(..., header=False)`` writes for these series: known before
     any line is written, so groups formatted apart can write into one file side by side."""
     n, stamp_bytes = len(stamps), sum(len(s.encode()) for s in stamps)
@@ -132,20 +147,28 @@ def check_scrapes(span_s: float, step_s: float, n_instances: int) -> None:
     if not n <= MAX_SCRAPES:
         raise SimulationError(
             f"metrics interval {step_s:g} s over {span_s:g} s for {n_instances} instances gives "
-            f"{n:,.0f} scrapes; at most {MAX_SCRAPES:,} (choose a longer interval)")
+            f"{n:,.0f} scrapes; at most {MAX_SCRAPES:,} (choose a longer interval)"
+        )
 
 
-def _history(result: SimResult, dialect: str, step_s: float, devices: str | None = None
-             ) -> tuple[NDArray[np.float64], dict[str, list[Family]]]:
+def _history(
+    result: SimResult, dialect: str, step_s: float, devices: str | None = None
+) -> tuple[NDArray[np.float64], dict[str, list[Family]]]:
     check_scrapes(result.end_s - result.start_s, step_s, len(result.instances))
     model = ClusterModel(result, dialect, devices)
     times = scrape_times(result.start_s, result.end_s, step_s)
     return times, {i: m.families(times) for i, m in model.instances.items()}
 
 
-def write_family(out: BinaryIO, spec: MetricSpec,
-                 per_instance: Iterable[tuple[str, list[list[Series]]]], stamps: list[str],
-                 extra: Mapping[str, Mapping[str, str]], *, header: bool = True) -> None:
+def write_family(
+    out: BinaryIO,
+    spec: MetricSpec,
+    per_instance: Iterable[tuple[str, list[list[Series]]]],
+    stamps: list[str],
+    extra: Mapping[str, Mapping[str, str]],
+    *,
+    header: bool = True,
+) -> None:
     """One family of the history: its header, then per instance and label group one
     MetricPoint per scrape (all samples of a group at time j, then j+1).
 
@@ -177,32 +200,46 @@ def write_family(out: BinaryIO, spec: MetricSpec,
 _BLOCK_ROWS = 500_000
 
 
-def _write_rows(out: BinaryIO, heads: list[str],
-                rows: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]],
-                stamps: list[str]) -> None:
+def _write_rows(
+    out: BinaryIO,
+    heads: list[str],
+    rows: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]],
+    stamps: list[str],
+) -> None:
     """``heads[h] value stamps[t]`` lines of the rows (head index, value, stamp index)."""
-    frame = pl.DataFrame([
-        pl.Series("h", heads).gather(np.concatenate([r[0] for r in rows])),
-        value_text(np.concatenate([r[1] for r in rows])),
-        pl.Series("s", stamps).gather(np.concatenate([r[2] for r in rows])),
-    ])
+    frame = pl.DataFrame(
+        [
+            pl.Series("h", heads).gather(np.concatenate([r[0] for r in rows])),
+            value_text(np.concatenate([r[1] for r in rows])),
+            pl.Series("s", stamps).gather(np.concatenate([r[2] for r in rows])),
+        ]
+    )
     frame.write_csv(out, separator=" ", quote_style="never", include_header=False)
 
 
-def _write_om(out: BinaryIO, times: NDArray[np.float64], fams: dict[str, list[Family]],
-              extra: dict[str, dict[str, str]]) -> None:
+def _write_om(
+    out: BinaryIO,
+    times: NDArray[np.float64],
+    fams: dict[str, list[Family]],
+    extra: dict[str, dict[str, str]],
+) -> None:
     stamps = stamp_texts(times)
     instances = list(fams)
     for k, first in enumerate(fams[instances[0]]):
-        write_family(out, first.spec, ((i, fams[i][k].metrics) for i in instances), stamps,
-                     extra)
+        write_family(out, first.spec, ((i, fams[i][k].metrics) for i in instances), stamps, extra)
     out.write(b"# EOF\n")
 
 
 def write_openmetrics(
-    result: SimResult, path: Path, dialect: str = "vllm", step_s: float = 15.0, *,
-    job: str = DEFAULT_JOB, instance_labels: Mapping[str, str] | None = None,
-    devices: str | None = None, role_label: str | None = None,
+    result: SimResult,
+    path: Path,
+    dialect: str = "vllm",
+    step_s: float = 15.0,
+    *,
+    job: str = DEFAULT_JOB,
+    instance_labels: Mapping[str, str] | None = None,
+    devices: str | None = None,
+    role_label: str | None = None,
 ) -> Path:
     """Write every instance's exposition sampled every ``step_s`` over the run as OpenMetrics.
 
@@ -213,8 +250,9 @@ def write_openmetrics(
     openmetrics``.
     """
     times, fams = _history(result, dialect, step_s, devices)
-    extra = scrape_labels(list(fams), job, instance_labels, *pool_labels(result, dialect,
-                                                                       role_label))
+    extra = scrape_labels(
+        list(fams), job, instance_labels, *pool_labels(result, dialect, role_label)
+    )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open_binary(path) as out:  # an interrupted write leaves no truncated history
@@ -223,15 +261,21 @@ def write_openmetrics(
 
 
 def iter_import_lines(
-    result: SimResult, dialect: str = "vllm", step_s: float = 15.0, *,
-    job: str = DEFAULT_JOB, instance_labels: Mapping[str, str] | None = None,
-    devices: str | None = None, role_label: str | None = None,
+    result: SimResult,
+    dialect: str = "vllm",
+    step_s: float = 15.0,
+    *,
+    job: str = DEFAULT_JOB,
+    instance_labels: Mapping[str, str] | None = None,
+    devices: str | None = None,
+    role_label: str | None = None,
 ) -> Iterator[str]:
     """The same samples as ``name{labels} value ts_ms`` lines (no newline) for
     VictoriaMetrics ``/api/v1/import/prometheus``."""
     times, fams = _history(result, dialect, step_s, devices)
-    extra = scrape_labels(list(fams), job, instance_labels, *pool_labels(result, dialect,
-                                                                       role_label))
+    extra = scrape_labels(
+        list(fams), job, instance_labels, *pool_labels(result, dialect, role_label)
+    )
     stamps = [str(round(t * 1000)) for t in times]
     for inst, families in fams.items():
         for fam in families:

@@ -33,6 +33,7 @@ class StepTables(Protocol):
     steps: pl.DataFrame
     members: pl.DataFrame | None
 
+
 GENERATIONS: tuple[str, ...] = tuple(g.value for g in Generation)
 
 # Asia/Shanghai has no DST: a fixed offset reproduces the profiler's local timestamps.
@@ -43,33 +44,91 @@ LOCAL_OFFSET_S = 8 * 3600
 SCHED_SLICE_S = 0.0002
 
 REQUEST_HEADERS: dict[str, tuple[str, ...]] = {
-    Generation.CURRENT: ("http_rid", "start_datetime", "recv_token_size", "reply_token_size",
-                "execution_time(ms)", "queue_wait_time(ms)", "first_token_latency(ms)",
-                "cache_hit_rate", "start_time(ms)"),
-    Generation.DEC2025: ("http_rid", "start_time", "start_datetime", "recv_token_size",
-                "reply_token_size", "execution_time(ms)", "queue_wait_time(ms)",
-                "first_token_latency(ms)", "cache_hit_rate"),
-    Generation.CANN2025: ("http_rid", "start_time(ms)", "recv_token_size", "reply_token_size",
-                 "execution_time(ms)", "queue_wait_time(ms)", "first_token_latency(ms)",
-                 "cache_hit_rate"),
+    Generation.CURRENT: (
+        "http_rid",
+        "start_datetime",
+        "recv_token_size",
+        "reply_token_size",
+        "execution_time(ms)",
+        "queue_wait_time(ms)",
+        "first_token_latency(ms)",
+        "cache_hit_rate",
+        "start_time(ms)",
+    ),
+    Generation.DEC2025: (
+        "http_rid",
+        "start_time",
+        "start_datetime",
+        "recv_token_size",
+        "reply_token_size",
+        "execution_time(ms)",
+        "queue_wait_time(ms)",
+        "first_token_latency(ms)",
+        "cache_hit_rate",
+    ),
+    Generation.CANN2025: (
+        "http_rid",
+        "start_time(ms)",
+        "recv_token_size",
+        "reply_token_size",
+        "execution_time(ms)",
+        "queue_wait_time(ms)",
+        "first_token_latency(ms)",
+        "cache_hit_rate",
+    ),
 }
 REQUEST_HEADERS[Generation.MINDIE] = REQUEST_HEADERS[Generation.CURRENT]
 
-_KV_COLUMNS = ("total_blocks", "used_blocks", "free_blocks", "blocks_allocated",
-               "blocks_freed", "kvcache_usage_rate")
-_BATCH_CURRENT = ("name", "res_list", "start_datetime", "end_datetime", "during_time(ms)",
-                  "batch_type", "prof_id", "batch_size", *_KV_COLUMNS, "prefill_batch_size",
-                  "decode_batch_size", "prefill_scheduled_tokens", "decode_scheduled_tokens",
-                  "total_scheduled_tokens", "dp_rank", "start_time(ms)", "end_time(ms)")
-_DEC2025_RENAMES = {"start_datetime": "start_time", "end_datetime": "end_time",
-                    "batch_size": "total_batch_size"}
+_KV_COLUMNS = (
+    "total_blocks",
+    "used_blocks",
+    "free_blocks",
+    "blocks_allocated",
+    "blocks_freed",
+    "kvcache_usage_rate",
+)
+_BATCH_CURRENT = (
+    "name",
+    "res_list",
+    "start_datetime",
+    "end_datetime",
+    "during_time(ms)",
+    "batch_type",
+    "prof_id",
+    "batch_size",
+    *_KV_COLUMNS,
+    "prefill_batch_size",
+    "decode_batch_size",
+    "prefill_scheduled_tokens",
+    "decode_scheduled_tokens",
+    "total_scheduled_tokens",
+    "dp_rank",
+    "start_time(ms)",
+    "end_time(ms)",
+)
+_DEC2025_RENAMES = {
+    "start_datetime": "start_time",
+    "end_datetime": "end_time",
+    "batch_size": "total_batch_size",
+}
 BATCH_HEADERS: dict[str, tuple[str, ...]] = {
     Generation.CURRENT: _BATCH_CURRENT,
     Generation.DEC2025: tuple(_DEC2025_RENAMES.get(c, c) for c in _BATCH_CURRENT),
-    Generation.CANN2025: ("name", "res_list", "start_time(ms)", "end_time(ms)", "during_time(ms)",
-                 "batch_type", "prof_id", "total_batch_size", "Prefill_batch_size",
-                 "Decode_batch_size", "Prefill_scheduled_tokens", "Decode_scheduled_tokens",
-                 "total_scheduled_tokens"),
+    Generation.CANN2025: (
+        "name",
+        "res_list",
+        "start_time(ms)",
+        "end_time(ms)",
+        "during_time(ms)",
+        "batch_type",
+        "prof_id",
+        "total_batch_size",
+        "Prefill_batch_size",
+        "Decode_batch_size",
+        "Prefill_scheduled_tokens",
+        "Decode_scheduled_tokens",
+        "total_scheduled_tokens",
+    ),
     Generation.MINDIE: tuple(c for c in _BATCH_CURRENT if c not in _KV_COLUMNS),
 }
 KVCACHE_HEADERS: dict[str, tuple[str, ...]] = {
@@ -79,21 +138,55 @@ KVCACHE_HEADERS: dict[str, tuple[str, ...]] = {
 KVCACHE_HEADERS[Generation.DEC2025] = KVCACHE_HEADERS[Generation.CURRENT]
 KVCACHE_HEADERS[Generation.CANN2025] = KVCACHE_HEADERS[Generation.CURRENT]
 
-_FORWARD_CURRENT = ("name", "relative_start_time(ms)", "start_datetime", "end_datetime",
-                    "during_time(ms)", "bubble_time(ms)", "batch_size", "batch_type",
-                    "forward_iter", "dp_rank", "prof_id", "hostname", "start_time(ms)",
-                    "end_time(ms)")
+_FORWARD_CURRENT = (
+    "name",
+    "relative_start_time(ms)",
+    "start_datetime",
+    "end_datetime",
+    "during_time(ms)",
+    "bubble_time(ms)",
+    "batch_size",
+    "batch_type",
+    "forward_iter",
+    "dp_rank",
+    "prof_id",
+    "hostname",
+    "start_time(ms)",
+    "end_time(ms)",
+)
 # forward.csv per generation (exporter_forward.py and its docs/checks at
 # Cztk5380/msserviceprofiler): Dec 2025 renames the datetimes to start_time/end_time and has no
 # epoch columns; CANN 2025 has the epoch ms columns only.
 FORWARD_HEADERS: dict[str, tuple[str, ...]] = {
     Generation.CURRENT: _FORWARD_CURRENT,
-    Generation.DEC2025: ("name", "relative_start_time(ms)", "start_time", "end_time",
-                         "during_time(ms)", "bubble_time(ms)", "batch_size", "batch_type",
-                         "forward_iter", "dp_rank", "prof_id", "hostname"),
-    Generation.CANN2025: ("name", "relative_start_time(ms)", "start_time(ms)", "end_time(ms)",
-                 "during_time(ms)", "bubble_time(ms)", "batch_size", "batch_type",
-                 "forward_iter", "dp_rank", "prof_id", "hostname"),
+    Generation.DEC2025: (
+        "name",
+        "relative_start_time(ms)",
+        "start_time",
+        "end_time",
+        "during_time(ms)",
+        "bubble_time(ms)",
+        "batch_size",
+        "batch_type",
+        "forward_iter",
+        "dp_rank",
+        "prof_id",
+        "hostname",
+    ),
+    Generation.CANN2025: (
+        "name",
+        "relative_start_time(ms)",
+        "start_time(ms)",
+        "end_time(ms)",
+        "during_time(ms)",
+        "bubble_time(ms)",
+        "batch_size",
+        "batch_type",
+        "forward_iter",
+        "dp_rank",
+        "prof_id",
+        "hostname",
+    ),
     Generation.MINDIE: _FORWARD_CURRENT,
 }
 
@@ -104,8 +197,14 @@ _STEP_NAMES: dict[str, tuple[str, str]] = {
     Generation.CANN2025: ("batchFrameworkProcessing", "modelExec"),
     Generation.MINDIE: ("BatchSchedule", "Execute"),
 }
-_RES_KEYS_VLLM = ("rid", "iter", "type", "num_scheduled_tokens", "num_prompt_tokens",
-                  "num_computed_tokens")
+_RES_KEYS_VLLM = (
+    "rid",
+    "iter",
+    "type",
+    "num_scheduled_tokens",
+    "num_prompt_tokens",
+    "num_computed_tokens",
+)
 _RES_KEYS_MINDIE = ("rid", "iter")
 _SAFE_RID = re.compile(r"^[A-Za-z0-9_.:\-]*$")
 
@@ -144,7 +243,10 @@ def _py_str(expr: pl.Expr, safe: bool) -> pl.Expr:
 
 
 def res_list_frame(
-    members: pl.DataFrame, *, keys: Sequence[str] = _RES_KEYS_VLLM, suffix: bool = False,
+    members: pl.DataFrame,
+    *,
+    keys: Sequence[str] = _RES_KEYS_VLLM,
+    suffix: bool = False,
 ) -> pl.DataFrame:
     """``step_id, res_list``: each step's members as the Python repr of a list of dicts.
 
@@ -165,8 +267,9 @@ def res_list_frame(
         members.select(pl.col("step_id"), pl.concat_str(parts).alias("_item"))
         .group_by("step_id", maintain_order=True)
         .agg(pl.col("_item").str.join(", "))
-        .select("step_id", pl.concat_str(pl.lit("["), pl.col("_item"), pl.lit("]"))
-                .alias("res_list"))
+        .select(
+            "step_id", pl.concat_str(pl.lit("["), pl.col("_item"), pl.lit("]")).alias("res_list")
+        )
     )
 
 
@@ -175,11 +278,20 @@ def _rank_table(result: StepTables, instance: str) -> pl.DataFrame:
     ranks = [r for r in result.ranks if r.instance == instance]
     dp = len(ranks) > 1
     return pl.DataFrame(
-        {"dp_rank": [r.dp_rank for r in ranks], "prof_id": [r.prof_id for r in ranks],
-         "hostname": [r.hostname for r in ranks], "pid": [r.pid for r in ranks],
-         "dp_text": [str(r.dp_rank) if dp else None for r in ranks]},
-        schema={"dp_rank": pl.Int64, "prof_id": pl.Utf8, "hostname": pl.Utf8,
-                "pid": pl.Int64, "dp_text": pl.Utf8},
+        {
+            "dp_rank": [r.dp_rank for r in ranks],
+            "prof_id": [r.prof_id for r in ranks],
+            "hostname": [r.hostname for r in ranks],
+            "pid": [r.pid for r in ranks],
+            "dp_text": [str(r.dp_rank) if dp else None for r in ranks],
+        },
+        schema={
+            "dp_rank": pl.Int64,
+            "prof_id": pl.Utf8,
+            "hostname": pl.Utf8,
+            "pid": pl.Int64,
+            "dp_text": pl.Utf8,
+        },
     )
 
 
@@ -192,13 +304,15 @@ def request_table(result: SimResult, instance: str, generation: str) -> pl.DataF
         "start_datetime": datetime_expr(a),
         "recv_token_size": pl.col("input_tokens"),
         # the real column is float as soon as one value is missing: prints ``128.0``
-        "reply_token_size": pl.when(pl.col("finish_s").is_not_null())
-        .then(pl.col("output_tokens").cast(pl.Float64)),
+        "reply_token_size": pl.when(pl.col("finish_s").is_not_null()).then(
+            pl.col("output_tokens").cast(pl.Float64)
+        ),
         "execution_time(ms)": _ms(pl.col("finish_s") - a),
         "queue_wait_time(ms)": _ms(pl.col("first_scheduled_s") - a).fill_null(0.0),
         "first_token_latency(ms)": _ms(pl.col("first_token_s") - a).fill_null(0.0),
         "cache_hit_rate": pl.when(pl.col("first_scheduled_s").is_null())
-        .then(pl.lit("N/A")).otherwise(pl.lit("0.0")),
+        .then(pl.lit("N/A"))
+        .otherwise(pl.lit("0.0")),
         "start_time(ms)": _ms(a),
         "start_time": _ms(a),
     }
@@ -207,44 +321,64 @@ def request_table(result: SimResult, instance: str, generation: str) -> pl.DataF
 
 def _batch_type() -> pl.Expr:
     p, d = pl.col("prefill_batch_size") > 0, pl.col("decode_batch_size") > 0
-    return (pl.when(p & d).then(pl.lit("Prefill,Decode"))
-            .when(p).then(pl.lit("Prefill")).otherwise(pl.lit("Decode")))
+    return (
+        pl.when(p & d)
+        .then(pl.lit("Prefill,Decode"))
+        .when(p)
+        .then(pl.lit("Prefill"))
+        .otherwise(pl.lit("Decode"))
+    )
 
 
 def _instance_steps(result: StepTables, instance: str) -> pl.DataFrame:
-    return (result.steps.filter(pl.col("instance") == instance)
-            .join(_rank_table(result, instance), on="dp_rank", how="left")
-            .sort("start_s", "step_id"))
+    return (
+        result.steps.filter(pl.col("instance") == instance)
+        .join(_rank_table(result, instance), on="dp_rank", how="left")
+        .sort("start_s", "step_id")
+    )
 
 
 def batch_table(
-    result: StepTables, instance: str, generation: str, *, rid_suffix: bool = False,
+    result: StepTables,
+    instance: str,
+    generation: str,
+    *,
+    rid_suffix: bool = False,
 ) -> pl.DataFrame:
     """batch.csv rows: a scheduling row and an execution row per step, in time order."""
     steps = _instance_steps(result, instance)
     keys = _RES_KEYS_MINDIE if generation == Generation.MINDIE else _RES_KEYS_VLLM
     if result.members is not None:
         ids = steps.get_column("step_id")
-        res = res_list_frame(result.members.filter(pl.col("step_id").is_in(ids.implode())),
-                             keys=keys, suffix=rid_suffix)
+        res = res_list_frame(
+            result.members.filter(pl.col("step_id").is_in(ids.implode())),
+            keys=keys,
+            suffix=rid_suffix,
+        )
         steps = steps.join(res, on="step_id", how="left")
     else:
         steps = steps.with_columns(pl.lit(None, dtype=pl.Utf8).alias("res_list"))
     sched_name, exec_name = _STEP_NAMES[generation]
     sched_end = pl.col("start_s") + pl.min_horizontal(
-        pl.lit(SCHED_SLICE_S), (pl.col("end_s") - pl.col("start_s")) * 0.5)
+        pl.lit(SCHED_SLICE_S), (pl.col("end_s") - pl.col("start_s")) * 0.5
+    )
     cann = generation == Generation.CANN2025
 
     def rows(kind: int, name: str, start: pl.Expr, end: pl.Expr) -> pl.DataFrame:
         kv = kind == 0
         zero = pl.lit(0, dtype=pl.Int64)
         cols: dict[str, pl.Expr] = {
-            "name": pl.lit(name), "res_list": pl.col("res_list").fill_null("[]"),
-            "start_datetime": datetime_expr(start), "end_datetime": datetime_expr(end),
-            "during_time(ms)": _ms(end - start), "batch_type": _batch_type(),
-            "prof_id": pl.col("prof_id"), "batch_size": pl.col("batch_size"),
+            "name": pl.lit(name),
+            "res_list": pl.col("res_list").fill_null("[]"),
+            "start_datetime": datetime_expr(start),
+            "end_datetime": datetime_expr(end),
+            "during_time(ms)": _ms(end - start),
+            "batch_type": _batch_type(),
+            "prof_id": pl.col("prof_id"),
+            "batch_size": pl.col("batch_size"),
             "kvcache_usage_rate": (pl.col("used_blocks") / pl.col("total_blocks")).round(6)
-            if kv else pl.lit(0.0),
+            if kv
+            else pl.lit(0.0),
             "prefill_batch_size": pl.col("prefill_batch_size"),
             "decode_batch_size": pl.col("decode_batch_size"),
             "prefill_scheduled_tokens": pl.col("prefill_tokens"),
@@ -260,16 +394,25 @@ def batch_table(
             cols[c] = pl.col(c) if kv else zero
         for new, old in _DEC2025_RENAMES.items():
             cols[old] = cols[new]
-        for c in ("prefill_batch_size", "decode_batch_size", "prefill_scheduled_tokens",
-                  "decode_scheduled_tokens"):
+        for c in (
+            "prefill_batch_size",
+            "decode_batch_size",
+            "prefill_scheduled_tokens",
+            "decode_scheduled_tokens",
+        ):
             cols[c[0].upper() + c[1:]] = cols[c]
         cols["total_batch_size"] = cols["batch_size"]
         return steps.select(
             [pl.col("start_s").alias("_t"), pl.lit(kind).alias("_k")]
-            + [cols[c].alias(c) for c in BATCH_HEADERS[generation]])
+            + [cols[c].alias(c) for c in BATCH_HEADERS[generation]]
+        )
 
-    out = pl.concat([rows(0, sched_name, pl.col("start_s"), sched_end),
-                     rows(1, exec_name, pl.col("start_s"), pl.col("end_s"))])
+    out = pl.concat(
+        [
+            rows(0, sched_name, pl.col("start_s"), sched_end),
+            rows(1, exec_name, pl.col("start_s"), pl.col("end_s")),
+        ]
+    )
     return out.sort("_t", "_k", maintain_order=True).drop("_t", "_k")
 
 
@@ -279,19 +422,23 @@ def kvcache_table(result: StepTables, instance: str, generation: str) -> pl.Data
     usage = (pl.col("used_blocks") / pl.col("total_blocks")).round(6)
     if generation != Generation.MINDIE:
         return steps.select(
-            pl.lit("KVCacheStatus").alias("name"), datetime_expr(pl.col("start_s"))
-            .alias("start_time"), *[pl.col(c) for c in _KV_COLUMNS[:-1]],
-            usage.alias("kvcache_usage_rate"))
+            pl.lit("KVCacheStatus").alias("name"),
+            datetime_expr(pl.col("start_s")).alias("start_time"),
+            *[pl.col(c) for c in _KV_COLUMNS[:-1]],
+            usage.alias("kvcache_usage_rate"),
+        )
     if result.members is not None:
-        first = result.members.group_by("step_id", maintain_order=True).agg(
-            pl.col("rid").first())
+        first = result.members.group_by("step_id", maintain_order=True).agg(pl.col("rid").first())
         steps = steps.join(first, on="step_id", how="left")
     else:
         steps = steps.with_columns(pl.lit(None, dtype=pl.Utf8).alias("rid"))
     return steps.select(
-        pl.col("rid"), pl.lit("Allocate").alias("name"),
+        pl.col("rid"),
+        pl.lit("Allocate").alias("name"),
         datetime_expr(pl.col("start_s")).alias("start_time"),
-        pl.col("free_blocks").alias("device_kvcache_left"), usage.alias("kvcache_usage_rate"))
+        pl.col("free_blocks").alias("device_kvcache_left"),
+        usage.alias("kvcache_usage_rate"),
+    )
 
 
 def forward_table(
@@ -330,21 +477,29 @@ def forward_table(
 def request_status_table(result: StepTables, instance: str) -> pl.DataFrame:
     """request_status.csv: queue gauges per step, one of waiting/running set per row."""
     steps = _instance_steps(result, instance)
-    base = [pl.col("hostname").alias("hostuid"), pl.col("pid"),
-            datetime_expr(pl.col("start_s")).alias("start_datetime"),
-            _ms(pl.col("start_s") - result.start_s).alias("relative_timestamp(ms)")]
+    base = [
+        pl.col("hostname").alias("hostuid"),
+        pl.col("pid"),
+        datetime_expr(pl.col("start_s")).alias("start_datetime"),
+        _ms(pl.col("start_s") - result.start_s).alias("relative_timestamp(ms)"),
+    ]
     none = pl.lit(None, dtype=pl.Int64)
     tail = [_ms(pl.col("start_s")).alias("timestamp(ms)"), pl.col("start_s").alias("_t")]
-    waiting = steps.select(*base, pl.col("waiting"), none.alias("running"),
-                           none.alias("swapped"), *tail)
-    running = steps.select(*base, none.alias("waiting"), pl.col("running"),
-                           none.alias("swapped"), *tail)
+    waiting = steps.select(
+        *base, pl.col("waiting"), none.alias("running"), none.alias("swapped"), *tail
+    )
+    running = steps.select(
+        *base, none.alias("waiting"), pl.col("running"), none.alias("swapped"), *tail
+    )
     return pl.concat([running, waiting]).sort("_t", maintain_order=True).drop("_t")
 
 
 # ----------------------------------------------------------------------------- writer
 def write_profiler(
-    result: SimResult, out_dir: Path, generation: str = Generation.CURRENT, *,
+    result: SimResult,
+    out_dir: Path,
+    generation: str = Generation.CURRENT,
+    *,
     rid_suffix: bool = False,
 ) -> list[Path]:
     """Write one msServiceProfiler output folder per instance: ``out_dir/<instance>/*.csv``.

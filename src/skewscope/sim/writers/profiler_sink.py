@@ -39,8 +39,7 @@ if TYPE_CHECKING:
     from skewscope.sim.workload import Workload
 
 # the step columns forward.csv reads, spilled per instance until the run ends
-_FORWARD = ("start_s", "end_s", "batch_size", "prefill_batch_size", "decode_batch_size",
-            "dp_rank")
+_FORWARD = ("start_s", "end_s", "batch_size", "prefill_batch_size", "decode_batch_size", "dp_rank")
 
 
 @dataclass
@@ -61,11 +60,13 @@ class ProfilerSinks:
     generation: str = Generation.CURRENT
     rid_suffix: bool = False
 
-    def __call__(self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo],
-                 duration: float) -> ProfilerSink:
+    def __call__(
+        self, lo: int, hi: int, wl: Workload, ranks: list[RankInfo], duration: float
+    ) -> ProfilerSink:
         if self.generation not in GENERATIONS:
-            raise ValueError(f"unknown profiler generation {self.generation!r}; "
-                             f"expected {GENERATIONS}")
+            raise ValueError(
+                f"unknown profiler generation {self.generation!r}; expected {GENERATIONS}"
+            )
         return ProfilerSink(self, lo, hi, ranks)
 
 
@@ -81,18 +82,26 @@ class ProfilerSink:
 
     def _append(self, path: Path, table: pl.DataFrame) -> None:
         with path.open("ab") as out:
-            table.write_csv(out, include_header=path not in self.started,
-                            quote_style="necessary", null_value="")
+            table.write_csv(
+                out, include_header=path not in self.started, quote_style="necessary", null_value=""
+            )
         self.started.add(path)
 
-    def chunk(self, rows: NDArray[np.float64], members: pl.DataFrame | None, first_id: int,
-              cut: float, reqs: RequestState) -> None:
+    def chunk(
+        self,
+        rows: NDArray[np.float64],
+        members: pl.DataFrame | None,
+        first_id: int,
+        cut: float,
+        reqs: RequestState,
+    ) -> None:
         f = self.f
         view = _Tables(START_S, self.ranks, steps_frame(rows, self.ranks, first_id), members)
         for inst in self.instances:
             folder = f.out_dir / inst
-            self._append(folder / "batch.csv",
-                         batch_table(view, inst, f.generation, rid_suffix=f.rid_suffix))
+            self._append(
+                folder / "batch.csv", batch_table(view, inst, f.generation, rid_suffix=f.rid_suffix)
+            )
             self._append(folder / "kvcache.csv", kvcache_table(view, inst, f.generation))
             if f.generation == Generation.CURRENT:
                 self._append(folder / "request_status.csv", request_status_table(view, inst))
@@ -106,9 +115,12 @@ class ProfilerSink:
             spill = self.f.out_dir / inst / ".forward.f64"
             a = np.fromfile(spill, dtype=np.float64).reshape(-1, len(_FORWARD))
             steps = pl.DataFrame(
-                {"step_id": np.arange(len(a), dtype=np.int64),
-                 "instance": pl.Series([inst] * len(a), dtype=pl.Utf8),
-                 **{c: a[:, k] for k, c in enumerate(_FORWARD)}})
+                {
+                    "step_id": np.arange(len(a), dtype=np.int64),
+                    "instance": pl.Series([inst] * len(a), dtype=pl.Utf8),
+                    **{c: a[:, k] for k, c in enumerate(_FORWARD)},
+                }
+            )
             steps = steps.with_columns(pl.col(c).cast(pl.Int64) for c in _FORWARD[2:])
             view = _Tables(START_S, self.ranks, steps, None)
             path = self.f.out_dir / inst / "forward.csv"
@@ -122,4 +134,3 @@ def write_requests(result: SimResult, out_dir: Path, generation: str) -> None:
     for inst in result.instances:
         table = request_table(result, inst, generation)
         table.write_csv(out_dir / inst / "request.csv", quote_style="necessary", null_value="")
-

@@ -58,8 +58,9 @@ class _GroupEvents:
             weights = None if weights is None else weights[ok]
         self.rank, self.times = rank, times
         self.weights = None if weights is None else np.asarray(weights, dtype=np.float64)
-        self.total = np.bincount(self.rank, weights=self.weights,
-                                 minlength=self.n).astype(np.float64)
+        self.total = np.bincount(self.rank, weights=self.weights, minlength=self.n).astype(
+            np.float64
+        )
         self._cache = None
 
     def at(self, t: F64) -> F64:
@@ -68,8 +69,9 @@ class _GroupEvents:
             return self._cache[1]
         m = len(t)
         seg = np.searchsorted(t, self.times, side="left")  # counted from t[seg] on
-        bins = np.bincount(self.rank * (m + 1) + seg, weights=self.weights,
-                           minlength=self.n * (m + 1)).reshape(self.n, m + 1)[:, :m]
+        bins = np.bincount(
+            self.rank * (m + 1) + seg, weights=self.weights, minlength=self.n * (m + 1)
+        ).reshape(self.n, m + 1)[:, :m]
         out: F64 = self.base[:, None] + np.cumsum(bins, axis=1)
         self._cache = (t, out)
         return out
@@ -90,8 +92,9 @@ class _GroupObservations:
         self._last: dict[tuple[float, ...], tuple[F64, F64]] = {}
         self._cache: dict[tuple[float, ...], tuple[F64, tuple[F64, F64, F64]]] = {}
 
-    def feed(self, rank: I64, times: F64, values: F64, weights: F64 | None,
-             by_rank: bool = False) -> None:
+    def feed(
+        self, rank: I64, times: F64, values: F64, weights: F64 | None, by_rank: bool = False
+    ) -> None:
         """``by_rank``: each rank's observations are in time order already (the steps: a
         rank's steps end one after another; ``_GroupSteps`` gives them in the engine's
         order). A (rank, scrape interval) bin adds its observations in the order given, so
@@ -127,8 +130,11 @@ class _GroupObservations:
         grid = np.concatenate([base[:, None, :], grid], axis=1).cumsum(axis=1)[:, 1:]
         grid = grid.cumsum(axis=2)
         wv = self.values if self.weights is None else self.weights * self.values
-        per = np.bincount(cell, weights=wv,
-                          minlength=n * (m + 1)).astype(np.float64).reshape(n, m + 1)[:, :-1]
+        per = (
+            np.bincount(cell, weights=wv, minlength=n * (m + 1))
+            .astype(np.float64)
+            .reshape(n, m + 1)[:, :-1]
+        )
         sums: F64 = np.concatenate([base_sum[:, None], per], axis=1).cumsum(axis=1)[:, 1:]
         if m:
             self._last[bounds] = (np.diff(grid[:, -1], axis=1, prepend=0.0), sums[:, -1].copy())
@@ -148,8 +154,18 @@ class _GroupSteps:
     order too): what ``RankModel`` holds for one rank, with the same event times, the same
     busy-time sums (added rank by rank in time order) and the same previous step ends."""
 
-    _FIELDS = ("start", "end", "used", "preempted", "decode", "prefill", "batch", "waiting",
-               "prev", "done")
+    _FIELDS = (
+        "start",
+        "end",
+        "used",
+        "preempted",
+        "decode",
+        "prefill",
+        "batch",
+        "waiting",
+        "prev",
+        "done",
+    )
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -174,9 +190,18 @@ class _GroupSteps:
         self.upto, self._cache = upto, {}
         self.order = np.argsort(r.astype(np.int16), kind="stable")  # radix: ranks < 2**15
         self.off[1:] = np.cumsum(np.bincount(r, minlength=self.n))
-        return StepEvents(r[ended], end[ended], c["prev"][ended], c["decode"][ended],
-                          c["prefill"][ended], c["batch"][ended], c["waiting"][ended],
-                          r[p0:p1], start[p0:p1], c["preempted"][p0:p1])
+        return StepEvents(
+            r[ended],
+            end[ended],
+            c["prev"][ended],
+            c["decode"][ended],
+            c["prefill"][ended],
+            c["batch"][ended],
+            c["waiting"][ended],
+            r[p0:p1],
+            start[p0:p1],
+            c["preempted"][p0:p1],
+        )
 
     def _append(self, keep: NDArray[np.bool_] | None, rank: I64, rows: F64) -> None:
         """The held steps ``keep`` (None: all) and the new ``rows``, each column written once
@@ -197,8 +222,13 @@ class _GroupSteps:
         np.add(rows[:, 1], START_S, out=start)  # epoch s, as the table's
         np.add(rows[:, 2], START_S, out=end)
         np.add(rows[:, 3], rows[:, 4], out=new["batch"])
-        for name, f in (("used", 8), ("preempted", 11), ("decode", 4), ("prefill", 5),
-                        ("waiting", 7)):
+        for name, f in (
+            ("used", 8),
+            ("preempted", 11),
+            ("decode", 4),
+            ("prefill", 5),
+            ("waiting", 7),
+        ):
             new[name][:] = rows[:, f]
         # rank by rank (time order within): the previous step's end, the busy time before
         order = np.argsort(rank.astype(np.int16), kind="stable")
@@ -215,7 +245,7 @@ class _GroupSteps:
             seg[0] += self.done_last[r]
             cum = np.cumsum(seg)  # as RankModel's cumsum from its last busy time
             done_r[a] = self.done_last[r]
-            done_r[a + 1:b] = cum[:-1]
+            done_r[a + 1 : b] = cum[:-1]
             self.done_last[r] = cum[-1]
         new["prev"][order], new["done"][order] = prev_r, done_r
 
@@ -278,8 +308,9 @@ class RankGroup:
     """The ranks ``infos`` of a sink (instance-major, DP ranks in order), counted at once;
     a ``families.RankSource``."""
 
-    def __init__(self, infos: list[RankInfo], roles: Collection[str] = COUNTERS + HISTOGRAMS
-                 ) -> None:
+    def __init__(
+        self, infos: list[RankInfo], roles: Collection[str] = COUNTERS + HISTOGRAMS
+    ) -> None:
         """``roles``: the counters and histograms read (the others are not counted); the
         gauges' request counters always are."""
         self.n = n = len(infos)
@@ -312,6 +343,13 @@ class RankGroup:
         return self.hists[role].at(bounds, t)
 
     def gauge(self, role: str, t: F64) -> F64:
-        return gauge_values(role, t, lambda k: self.counters[k].at(t), self.steps.used,
-                            self.steps.busy, np.repeat(self.total, len(t), axis=1),
-                            self.block_size, self.max_running)
+        return gauge_values(
+            role,
+            t,
+            lambda k: self.counters[k].at(t),
+            self.steps.used,
+            self.steps.busy,
+            np.repeat(self.total, len(t), axis=1),
+            self.block_size,
+            self.max_running,
+        )

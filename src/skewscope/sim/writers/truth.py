@@ -25,8 +25,13 @@ def truth_dict(result: SimResult) -> dict[str, Any]:
         "model_name": result.model_name,
         "instances": result.instances,
         "units": [
-            {"instance": r.instance, "dp_rank": r.dp_rank, "prof_id": r.prof_id,
-             "speed": r.speed, "total_blocks": r.total_blocks}
+            {
+                "instance": r.instance,
+                "dp_rank": r.dp_rank,
+                "prof_id": r.prof_id,
+                "speed": r.speed,
+                "total_blocks": r.total_blocks,
+            }
             for r in result.ranks
         ],
     }
