@@ -100,10 +100,13 @@ class LevelRules:
             )
 
     def smoothed(self) -> None:
+        """The median of the span's evaluations, not their mean: a burst and the queue it
+        leaves raise the window's rate for a third of the span, which a mean spreads over all of
+        it (the rules' form of the diagnosis' ``outlasts_burst``)."""
         sm = param("smooth")
         for name, base in HEAT.items():
             if base in self.have:
-                self.record(f"{name}:smoothed", f"avg_over_time({self.r(base)}[{sm}])")
+                self.record(f"{name}:smoothed", f"quantile_over_time(0.5, {self.r(base)}[{sm}])")
 
     def activity(self) -> None:
         """A group is judged only with enough units and traffic (the diagnosis' gates)."""
