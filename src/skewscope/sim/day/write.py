@@ -25,7 +25,8 @@ from skewscope.sim.day.plan import DaySpec, Plan, make_plan
 from skewscope.sim.records import RankInfo
 from skewscope.sim.writers.exposition import InstanceModel, RankModel, format_labels
 from skewscope.sim.writers.families import family_values
-from skewscope.sim.writers.metric_specs import MetricSpec, dialect_specs
+from skewscope.sim.writers.metric_spec import MetricSpec
+from skewscope.sim.writers.metric_specs import dialect_specs
 from skewscope.sim.writers.openmetrics import family_header, value_text
 
 if TYPE_CHECKING:

@@ -40,15 +40,15 @@ from skewscope.sim.writers.exposition_text import format_value as format_value
 from skewscope.sim.writers.exposition_text import render_text as render_text
 from skewscope.sim.writers.exposition_text import type_name as type_name
 from skewscope.sim.writers.families import family_values
-from skewscope.sim.writers.metric_specs import (
+from skewscope.sim.writers.metric_spec import MetricSpec as MetricSpec
+from skewscope.sim.writers.metric_specs import DIALECTS as DIALECTS
+from skewscope.sim.writers.metric_specs import dialect_specs as dialect_specs
+from skewscope.sim.writers.specs_devices import (
     DEVICE_AVERAGE_S,
     DEVICE_BLOCK_MB,
     DEVICE_MODEL_MB,
     device_specs,
 )
-from skewscope.sim.writers.metric_specs import DIALECTS as DIALECTS
-from skewscope.sim.writers.metric_specs import MetricSpec as MetricSpec
-from skewscope.sim.writers.metric_specs import dialect_specs as dialect_specs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -510,7 +510,7 @@ def model_specs(dialect: str, devices: str | None, meta: Mapping[str, object]) -
 
 class ClusterModel:
     """Every instance's exposition model for one run and dialect (``devices``: a device
-    exporter, ``metric_specs.DEVICE_EXPORTERS``, written next to it)."""
+    exporter, ``specs_devices.DEVICE_EXPORTERS``, written next to it)."""
 
     def __init__(
         self, result: SimResult, dialect: str = "vllm", devices: str | None = None

@@ -25,7 +25,7 @@ from skewscope.sim.writers.exposition import (
     gauge_values,
     hist_feeds,
 )
-from skewscope.sim.writers.metric_specs import DEVICE_AVERAGE_S
+from skewscope.sim.writers.specs_devices import DEVICE_AVERAGE_S
 
 if TYPE_CHECKING:
     from collections.abc import Collection
