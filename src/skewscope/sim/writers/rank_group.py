@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from skewscope.sim.records import START_S
-from skewscope.sim.writers.exposition import (
+from skewscope.sim.writers.rank_events import (
     COUNTERS,
     HISTOGRAMS,
     RequestEvents,
