@@ -21,11 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from skewscope.sim.writers.specs_devices import (
-    DEVICE_AVERAGE_S,
-    DEVICE_BLOCK_MB,
-    DEVICE_MODEL_MB,
-)
+from skewscope.sim.writers.specs_devices import DEVICE_AVERAGE_S, DEVICE_BLOCK_MB, DEVICE_MODEL_MB
 
 if TYPE_CHECKING:
     from collections.abc import Callable
