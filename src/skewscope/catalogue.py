@@ -157,7 +157,7 @@ SIMULATED_DIALECTS: tuple[str, ...] = (
     Dialect.DYNAMO,
     Dialect.LLM_D,
 )
-# Device exporters the simulator can write next to an engine dialect (sim/writers/metric_specs.py;
+# Device exporters the simulator can write next to an engine dialect (sim/writers/specs_devices.py;
 # read by sources/device_exporters.py DEVICE_EXPORTERS under the same names).
 SIMULATED_DEVICE_EXPORTERS: tuple[str, ...] = ("dcgm", "npu-exporter")
 
@@ -174,7 +174,7 @@ class LiveClock(StrEnum):
 
 class MetricType(StrEnum):
     """A Prometheus metric family's type (the exposition's ``# TYPE``): how a role's series
-    are read (sources/dialects.py) and written (sim/writers/metric_specs.py)."""
+    are read (sources/dialects.py) and written (sim/writers/metric_specs.py and its tables)."""
 
     COUNTER = "counter"
     GAUGE = "gauge"

@@ -1,5 +1,6 @@
 """The method's steps over one UnitFrame: detect the hot and starved units, classify them,
-weigh the impact and the resources, and write the findings and per-unit rows of a Report.
+weigh the impact and the resources, and find what the Report of it holds (``assembly`` puts it
+together).
 
 ``analysis.diagnose`` decides which frames (levels, DP drill-downs) are judged; this module
 judges one.
@@ -12,6 +13,14 @@ from dataclasses import replace
 
 import numpy as np
 
+from skewscope.analysis.assembly import (
+    FrameFacts,
+    insufficient_report,
+    judged_report,
+    stalled_report,
+    unit_identity,
+    unit_report,
+)
 from skewscope.analysis.classify import Classification, classify
 from skewscope.analysis.detect import UnitHeat, detect, without_starved
 from skewscope.analysis.findings import (
@@ -26,21 +35,17 @@ from skewscope.analysis.findings import (
     starved_finding,
 )
 from skewscope.analysis.impact import gap_trend, impact
-from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix, median
+from skewscope.analysis.matrix import Flags, SignalMatrix, build_matrix
 from skewscope.analysis.pools import pd_findings
 from skewscope.analysis.presence import presence
 from skewscope.analysis.price import price_note, skew_price
-from skewscope.analysis.resource import (
-    cost_ratio,
-    device_state,
-    kv_shortage,
-)
+from skewscope.analysis.resource import cost_ratio, device_state, kv_shortage
 from skewscope.analysis.saturation import saturation, unplaced_link
 from skewscope.analysis.seen import requests_seen
 from skewscope.analysis.significance import weight_p_value
 from skewscope.analysis.spread import fleet_summary
 from skewscope.analysis.stale import StaleLoad, find_stale_load
-from skewscope.analysis.stall import Stall, find_stalls, no_progress_note
+from skewscope.analysis.stall import find_stalls, no_progress_note
 from skewscope.analysis.summary import (
     reference_bounds,
     reference_summary,
@@ -49,11 +54,11 @@ from skewscope.analysis.summary import (
     with_measured_weight,
 )
 from skewscope.analysis.timeline import episodes, peer_bands, series, timeline
-from skewscope.catalogue import KV_SERIES, SERIES_BY_KEY, Kind, Role, Verdict
+from skewscope.catalogue import KV_SERIES, SERIES_BY_KEY, Kind, Role
 from skewscope.config import DEFAULT_THRESHOLDS, Thresholds
 from skewscope.frame import Level, UnitFrame
 from skewscope.report.facts import Note, NoteCode
-from skewscope.report.model import Finding, Report, UnitReport
+from skewscope.report.model import Finding, Report
 
 
 def diagnose_frame(
@@ -71,25 +76,15 @@ def diagnose_frame(
     needs (unit summaries, series, episodes, fleet summary): for drills that may be dropped.
     ``matrix``: the frame's matrix when already built (a drill's slice of the fleet's)."""
     notes = _unique((*extra_notes, *map(Note.text, frame.notes)))  # same note from two layers
-    base = {
-        "level": str(frame.level),
-        "source": frame.source,
-        "window_s": frame.window_s,
-        "missing": frame.missing,
-        "placed_share": frame.placed_share,
-        "aliases": dict(frame.aliases),
-        "thresholds": th.as_dict(),
-        "thresholds_overridden": th.overridden(),
-    }
+    facts = FrameFacts.of(frame, th)
     if frame.df.height == 0:
-        return _insufficient(base, notes, Note(NoteCode.EMPTY_RANGE))
+        return insufficient_report(facts, notes, Note(NoteCode.EMPTY_RANGE))
     if matrix is None:
         matrix = build_matrix(
             frame.df, group_by_instance=frame.level == Level.DP, window_s=frame.window_s
         )
     m = matrix
-    span = (float(m.windows[0]), float(m.windows[-1] + frame.window_s))
-    base.update(windows=len(m.windows), start_s=span[0], end_s=span[1])
+    facts = facts.spanning(m)
     reason = _gate(m, th, request_source="requests" in frame.aliases)
     if reason is None and not m.has("requests") and "requests" not in frame.aliases:
         notes = (*notes, QUEUE_ONLY_NOTE)
@@ -100,12 +95,12 @@ def diagnose_frame(
     stalled = {s.index for s in stalls}
     if reason is not None:
         if stalls:
-            return _stalled_only(m, base, notes, reason, stalls)
+            return stalled_report(m, facts, notes, reason, stalls)
         units = tuple(
-            _unit_report(m, j, None, Role.NORMAL, np.ones(len(m.windows), bool))
+            unit_report(m, j, None, Role.NORMAL, np.ones(len(m.windows), bool))
             for j in range(len(m.units))
         )
-        return _insufficient(base, notes, reason, units)
+        return insufficient_report(facts, notes, reason, units)
 
     heats = detect(m, frame.window_s, th)
     stale = find_stale_load(m, heats, th, finished=counts_finished(frame))
@@ -121,9 +116,9 @@ def diagnose_frame(
             },
         )
         if stalls:
-            return _stalled_only(m, base, notes, reason, stalls)
-        units = tuple(_unit_report(m, h.index, h, Role.NORMAL, h.active) for h in heats)
-        return _insufficient(base, notes, reason, units)
+            return stalled_report(m, facts, notes, reason, stalls)
+        units = tuple(unit_report(m, h.index, h, Role.NORMAL, h.active) for h in heats)
+        return insufficient_report(facts, notes, reason, units)
     fed = without_starved(m, heats, th)
     if fed:
         # Starved units' zeros would drag their peers' median down: judge against the rest.
@@ -214,7 +209,7 @@ def diagnose_frame(
     ]
     if unexplained:
         notes = (*notes, Note(NoteCode.UNEXPLAINED_PRESSURE, {"units": unexplained}))
-    report = _unit_report if detail else _unit_identity
+    report = unit_report if detail else unit_identity
     units = tuple(
         report(
             m,
@@ -229,19 +224,18 @@ def diagnose_frame(
     prices = tuple(skew_price(m, frame.step_loads, lockstep=frame.lockstep)) if dp_detail else ()
     hot_instances = {m.groups[j] for j in hot_idx}
     notes = (*notes, *(price_note(p) for p in prices if p.instance in hot_instances))
-    return Report(
-        verdict=Verdict.IMBALANCED if findings else Verdict.BALANCED,
-        skew_price=prices,
+    return judged_report(
+        facts,
+        findings=tuple(findings),
         hot_units=hot_units,
         starved_units=tuple(m.units[j] for j in starved_idx),
         units=units,
-        findings=tuple(findings),
+        notes=notes,
         transient=transient,
         episodes=episodes(m, heats, set(hot_idx), th) if detail else (),
         series=series(m, heats) if detail else None,
-        notes=notes,
         fleet=fleet_summary(units, th) if detail else None,
-        **base,  # type: ignore[arg-type]
+        skew_price=prices,
     )
 
 
@@ -273,31 +267,6 @@ def _role(h: UnitHeat, hot_units: tuple[str, ...], stalled: set[int], starved: l
     return Role.STARVED if h.index in starved else Role.NORMAL
 
 
-def _stalled_only(
-    m: SignalMatrix,
-    base: dict[str, object],
-    notes: tuple[Note, ...],
-    reason: Note,
-    stalls: list[Stall],
-) -> Report:
-    """Too little finished traffic to judge skew, but a unit is hung: that is the finding."""
-    stalled = {s.index for s in stalls}
-    every = np.ones(len(m.windows), dtype=bool)
-    units = tuple(
-        _unit_report(m, j, None, Role.STALLED if j in stalled else Role.NORMAL, every)
-        for j in range(len(m.units))
-    )
-    return Report(
-        verdict=Verdict.IMBALANCED,
-        hot_units=tuple(s.unit for s in stalls),
-        starved_units=(),
-        units=units,
-        findings=tuple(stall_findings(m, stalls)),
-        notes=(*notes, Note(NoteCode.SKEW_NOT_JUDGED, {"reason": reason})),
-        **base,  # type: ignore[arg-type]
-    )
-
-
 def _when(
     m: SignalMatrix, f: Finding, flags: Flags, judged: Flags, charts: tuple[str, ...] | None = None
 ) -> Finding:
@@ -325,23 +294,6 @@ def _cold_minorities(
         if cold and len(cold) < th.cold_minority_share * len(members):
             out[g] = cold
     return out
-
-
-def _insufficient(
-    base: dict[str, object],
-    notes: tuple[Note, ...],
-    reason: Note,
-    units: tuple[UnitReport, ...] = (),
-) -> Report:
-    return Report(
-        verdict=Verdict.INSUFFICIENT_DATA,
-        hot_units=(),
-        starved_units=(),
-        units=units,
-        findings=(),
-        notes=(reason, *notes),
-        **{"windows": 0, "start_s": math.nan, "end_s": math.nan, **base},  # type: ignore[arg-type]
-    )
 
 
 QUEUE_ONLY_NOTE = Note(NoteCode.QUEUE_ONLY)
@@ -440,21 +392,21 @@ def _judge_hot(
             return None
         cls = replace(cls, kind=Kind.UNKNOWN)
     return HotResult(
-        heat,
-        cls,
-        imp,
-        trend,
-        hot,
-        ref,
-        tuple(m.units[k] for k in ref_cols),
-        sat,
-        lower,
-        linked,
-        m.window_s,
-        p_value,
-        hot_bounds,
-        ref_bounds,
-        device_state(
+        heat=heat,
+        cls=cls,
+        imp=imp,
+        trend=trend,
+        hot=hot,
+        ref=ref,
+        ref_units=tuple(m.units[k] for k in ref_cols),
+        sat=sat,
+        lower_bound=lower,
+        unplaced=linked,
+        window_s=m.window_s,
+        weight_p=p_value,
+        hot_bounds=hot_bounds,
+        ref_bounds=ref_bounds,
+        dev=device_state(
             hot,
             ref,
             th,
@@ -463,7 +415,7 @@ def _judge_hot(
                 cost_ratio(m, j, ref_cols, mask, "busy_ms", th),
             ),
         ),
-        kv,
+        kv=kv,
     )
 
 
@@ -497,46 +449,3 @@ def _transient_note(m: SignalMatrix, h: UnitHeat, window_s: float, th: Threshold
             "sigmas": th.hot_noise_sigmas,
         },
     )
-
-
-def _unit_report(
-    m: SignalMatrix, j: int, heat: UnitHeat | None, role: Role, mask: Flags
-) -> UnitReport:
-    return UnitReport(
-        unit=m.units[j],
-        instance=m.instances[j],
-        dp_rank=m.dp_ranks[j],
-        role=role,
-        hot_share=heat.hot_share if heat else math.nan,
-        longest_hot_run=heat.hot_run if heat else 0,
-        metrics=unit_summary(m, j, mask),
-        load_ratios=_load_ratios(heat) if heat else {},
-        heat_by_window=tuple(np.where(heat.active, heat.score, np.nan).tolist()) if heat else (),
-        bounds=unit_bounds(m, j, mask),
-        pool=m.pools[j] or None if m.pools else None,
-    )
-
-
-def _unit_identity(
-    m: SignalMatrix, j: int, heat: UnitHeat | None, role: Role, mask: Flags
-) -> UnitReport:
-    """A unit's identity and role only (``detail=False``: a drill that may be dropped)."""
-    return UnitReport(
-        unit=m.units[j],
-        instance=m.instances[j],
-        dp_rank=m.dp_ranks[j],
-        role=role,
-        hot_share=heat.hot_share if heat else math.nan,
-        longest_hot_run=heat.hot_run if heat else 0,
-        metrics={},
-        pool=m.pools[j] or None if m.pools else None,
-    )
-
-
-def _load_ratios(heat: UnitHeat) -> dict[str, float]:
-    """Unit / peers per heat signal: the median of the scored ratio over the judged windows."""
-    out: dict[str, float] = {}
-    for sig, ratio in heat.ratios.items():
-        vals = ratio[heat.active & np.isfinite(ratio)]
-        out[sig] = median(vals) if vals.size else math.nan
-    return out

@@ -10,11 +10,7 @@ the same range gives the same windows on every backend; only whole windows insid
 from __future__ import annotations
 
 import math
-import threading
-from collections import defaultdict
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 from skewscope.errors import SourceError, UsageError
 from skewscope.frame import WINDOWS, Evidence, Level, WindowPolicy
@@ -22,242 +18,18 @@ from skewscope.settings import DEFAULT_LIMITS, SourceLimits
 from skewscope.sources.auth import HttpAuth, normalise_url
 from skewscope.sources.daemon_pool import DaemonPool
 from skewscope.sources.device_exporters import resolve_devices
-from skewscope.sources.devices import (
-    SIGNAL_OF_ROLE,
-    DeviceMap,
-    DeviceSeries,
-    EngineInstance,
-    device_values,
-    engines_from_keys,
-    merge_values,
-)
-from skewscope.sources.dialects import (
-    SIGNAL_SPECS,
-    SPEC_BY_SIGNAL,
-    Alias,
-    detect_dialect,
-    get_dialect,
-    resolve,
-)
-from skewscope.sources.evidence import Key, Values, build_evidence
+from skewscope.sources.devices import DeviceMap, DeviceSeries
+from skewscope.sources.dialects import SIGNAL_SPECS, Alias, detect_dialect, get_dialect, resolve
+from skewscope.sources.evidence import Values, build_evidence
 from skewscope.sources.pools import resolve_pools
 from skewscope.sources.prom_client import PromClient
+from skewscope.sources.prom_devices import join_devices, read_device_series
 from skewscope.sources.prom_duplicates import duplicate_notes
-from skewscope.sources.prom_matrix import device_series, matrix_to_values, plan_windows
-from skewscope.sources.prom_plan import (
-    BUCKETS,
-    COUNT,
-    SUM,
-    VALUE,
-    Job,
-    bucket_quantiles,
-    counts_cover,
-    fold_instances,
-    inf_bucket_counts,
-    mark_bucket_bounds,
-    mean_table,
-    plan_jobs,
-    query_scale,
-    series_rows,
-)
+from skewscope.sources.prom_matrix import plan_windows
+from skewscope.sources.prom_plan import Job, plan_jobs
 from skewscope.sources.prom_span import empty_range_error
-from skewscope.sources.promql import (
-    bucket_bounds_query,
-    duration,
-    normalise_selector,
-    series_selector,
-)
-
-Tables = dict[Level, dict[Key, float]]
-
-
-@dataclass
-class Decoded:
-    """One job's answer read: its value tables per level, the series without a usable unit,
-    a percentile's bucket bounds and a bucket answer's +Inf counts (``prom_plan``)."""
-
-    tables: Tables
-    bad: list[str]
-    les: set[float] | None = None
-    counts: Tables | None = None
-
-
-def _decode(client: PromClient, job: Job, result: list[Any], window_s: float) -> Decoded:
-    """One job's answer as value tables (``prom_plan``)."""
-    spec = SPEC_BY_SIGNAL[job.signal]
-    bad: list[str] = []
-    where = client.where
-
-    def read(level: Level, across: str) -> dict[Key, float]:
-        return matrix_to_values(
-            result,
-            window_s=window_s,
-            alias=job.alias,
-            level=level,
-            across=across,
-            bad=bad,
-            where=where,
-        )
-
-    if job.part == BUCKETS:
-        rows = series_rows(result, job.alias, where)
-        tables, les = bucket_quantiles(rows, spec, job.alias, window_s, bad)
-        counts = inf_bucket_counts(result, rows, job.alias, window_s, where) if job.counts else None
-        return Decoded(tables, bad, les, counts)
-    across = spec.across if job.part == VALUE else "sum"
-    tables = {job.level: read(job.level, across)}
-    if job.derive:
-        tables[Level.INSTANCE] = (
-            read(Level.INSTANCE, across)
-            if job.alias.rank_in_unit
-            else fold_instances(
-                series_rows(result, job.alias, where), job.alias, across, window_s, bad
-            )
-        )
-    return Decoded(tables, bad if job.part != COUNT else [])  # a mean's series noted once
-
-
-def _load_tables(
-    client: PromClient,
-    jobs: list[Job],
-    levels: list[Level],
-    *,
-    selector: str,
-    span: tuple[float, float, float],
-    max_workers: int,
-) -> tuple[dict[Level, Values], list[str], list[str]]:
-    """(value tables per level, series without a usable unit, notes) of every job's range query.
-
-    Each worker decodes its own answer into value tables as soon as it arrives, so the
-    client's decoding overlaps the server's work on the other queries (a bare fetch is server
-    bound). Percentiles worked out from rank-level buckets (``prom_plan``) mark the values
-    equal to a bucket bound of their answer (frame.py ``<signal>_bound``); where
-    histogram_quantile answered instead, one ``count by (le)`` query per histogram over the
-    whole range finds the bounds, sent as soon as its first quantile table is read. That check
-    is an extra: when the backend refuses it, the percentiles stay unmarked and a note says so.
-    """
-    first_t, last_t, w = span
-    whole = max(last_t - first_t, 1.0)
-    bounds: dict[str, Future[list[Any]]] = {}
-    lock = threading.Lock()
-    with DaemonPool(max_workers) as pool:  # a stopping watch abandons its queries
-
-        def run(job: Job) -> Decoded:
-            got = _decode(client, job, client.query_range_series(job.query, first_t, last_t, w), w)
-            if (
-                job.part == VALUE
-                and got.tables[job.level]
-                and SPEC_BY_SIGNAL[job.signal].over_time == "quantile"
-            ):
-                with lock:
-                    if job.alias.name not in bounds:
-                        q = bucket_bounds_query(job.alias, whole, selector)
-                        bounds[job.alias.name] = pool.submit(
-                            client.query_range, q, last_t, last_t, whole
-                        )
-            return got
-
-        sent = [job for job in jobs if not job.spare]
-        results = [f.result() for f in [pool.submit(run, job) for job in sent]]
-        found: dict[Level, dict[str, dict[Key, float]]] = {lvl: {} for lvl in levels}
-        parts: dict[tuple[Level, str], dict[str, dict[Key, float]]] = defaultdict(dict)
-        les: dict[tuple[Level, str], set[float]] = {}
-        inf: dict[str, Tables] = {}
-        bad: list[str] = []
-        for job, got in zip(sent, results, strict=True):
-            bad += got.bad
-            if got.counts is not None:
-                inf[job.counts] = got.counts
-            for level, table in got.tables.items():
-                if job.part in (SUM, COUNT):
-                    parts[(level, job.signal)][job.part] = table
-                    continue
-                found[level][job.signal] = table
-                if got.les is not None:
-                    les[(level, job.signal)] = got.les
-        for job in jobs:  # a mean's count: its buckets' +Inf where that covers its sums
-            if not job.spare:
-                continue
-            counts = inf.get(job.signal)
-            if counts is None or not all(
-                counts_cover(parts[(lvl, job.signal)].get(SUM, {}), counts[lvl]) for lvl in counts
-            ):
-                counts = run(job).tables
-            for level, table in counts.items():
-                parts[(level, job.signal)][COUNT] = table
-        for (level, signal), pair in parts.items():
-            if len(pair) == 2:
-                scale = query_scale(SPEC_BY_SIGNAL[signal], resolve_alias(jobs, signal))
-                found[level][signal] = mean_table(pair[SUM], pair[COUNT], scale)
-        per_level: dict[Level, Values] = {lvl: {} for lvl in levels}
-        for level in levels:  # the tables in signal order, as one query per table gave them
-            for spec in SIGNAL_SPECS:
-                if found[level].get(spec.signal):
-                    per_level[level][spec.signal] = found[level][spec.signal]
-        notes = mark_bucket_bounds(jobs, levels, per_level, bounds, les)
-    return per_level, bad, notes
-
-
-def resolve_alias(jobs: list[Job], signal: str) -> Alias:
-    return next(job.alias for job in jobs if job.signal == signal)
-
-
-def _engines(
-    label_sets: list[dict[str, str]], per_level: dict[Level, Values], alias: Alias
-) -> list[EngineInstance]:
-    """Engine instances (ranks from the DP tables, labels from their series) for the join."""
-    labels: dict[str, dict[str, str]] = {}
-    for ls in label_sets:
-        inst = ls.get("instance", "")
-        if inst:
-            labels.setdefault(inst, ls)
-    found = engines_from_keys(
-        [*per_level.get(Level.INSTANCE, {}).values(), *per_level.get(Level.DP, {}).values()]
-    )
-    return [EngineInstance(e.instance, e.ranks, labels.get(e.instance, {})) for e in found]
-
-
-def _device_series(
-    client: PromClient, names: list[str], *, span: tuple[float, float, float], device_selector: str
-) -> tuple[list[DeviceSeries], dict[str, str]]:
-    """The device exporters' per-window series over ``span`` (first evaluation, last, window)
-    and the signal -> alias names read; ``([], {})`` when no exporter is found."""
-    first_t, last_t, w = span
-    series: list[DeviceSeries] = []
-    aliases: dict[str, str] = {}
-    for role, exporter, alias in resolve_devices(names):
-        sel = series_selector(alias.name, alias, device_selector)
-        result = client.query_range(f"avg_over_time({sel}[{duration(w)}])", first_t, last_t, w)
-        for got in device_series(result, exporter, role, w, client.where):
-            scaled = {t: v * alias.scale for t, v in got.values.items()}
-            series.append(DeviceSeries(exporter, got.target, got.labels, role, scaled))
-        signal = SIGNAL_OF_ROLE[role]
-        aliases[signal] = "|".join(filter(None, (aliases.get(signal), alias.name)))
-    return series, aliases
-
-
-def _join_devices(
-    client: PromClient,
-    series: list[DeviceSeries],
-    engine_alias: Alias | None,
-    per_level: dict[Level, Values],
-    *,
-    start: float,
-    end: float,
-    selector: str,
-    device_map: DeviceMap | None,
-) -> tuple[dict[Level, Values], list[str]]:
-    """The engine tables with the device signals joined to their units, and the join's notes."""
-    if not series or engine_alias is None:
-        return per_level, []
-    match = series_selector(engine_alias.name, engine_alias, selector)
-    engines = _engines(client.series(match, start, end), per_level, engine_alias)
-    tables, notes = device_values(series, engines, device_map)
-    out = dict(per_level)
-    for level, values in tables.items():
-        if level in out:
-            out[level] = merge_values(out[level], values)
-    return out, notes
+from skewscope.sources.prom_tables import load_tables
+from skewscope.sources.promql import normalise_selector
 
 
 @dataclass(frozen=True)
@@ -378,7 +150,7 @@ def read_tables(
                 selector=selector,
             )
         )
-        per_level, bad, bound_notes = _load_tables(
+        per_level, bad, bound_notes = load_tables(
             client,
             list(plan.jobs),
             list(plan.levels),
@@ -387,7 +159,7 @@ def read_tables(
             max_workers=max_workers,
         )
         notes += bound_notes + (dup.result() if dup is not None else [])
-    devices, device_aliases = _device_series(
+    devices, device_aliases = read_device_series(
         client, list(plan.device_names), span=span, device_selector=device_selector
     )
     return RangeTables(per_level, devices, device_aliases, bad, notes)
@@ -423,7 +195,7 @@ def evidence_of(
             "in whole windows of the range; widen the range or check the selector"
         )
     engine_alias = next(iter(plan.resolved[Level.INSTANCE].values()), None)
-    per_level, device_notes = _join_devices(
+    per_level, device_notes = join_devices(
         client,
         tables.devices,
         engine_alias,

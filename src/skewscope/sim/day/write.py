@@ -23,10 +23,12 @@ from skewscope.atomic import atomic_open_binary
 from skewscope.sim.day.load import KV_TOKENS, DayLoad
 from skewscope.sim.day.plan import DaySpec, Plan, make_plan
 from skewscope.sim.records import RankInfo
-from skewscope.sim.writers.exposition import InstanceModel, RankModel, format_labels
+from skewscope.sim.writers.exposition import InstanceModel, format_labels
 from skewscope.sim.writers.families import family_values
-from skewscope.sim.writers.metric_specs import MetricSpec, dialect_specs
+from skewscope.sim.writers.metric_spec import MetricSpec
+from skewscope.sim.writers.metric_specs import dialect_specs
 from skewscope.sim.writers.openmetrics import family_header, value_text
+from skewscope.sim.writers.rank_model import RankModel
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

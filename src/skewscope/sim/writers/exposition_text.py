@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from skewscope.catalogue import MetricType
-from skewscope.sim.writers.metric_specs import MetricSpec
+from skewscope.sim.writers.metric_spec import MetricSpec
 
 if TYPE_CHECKING:
     import numpy as np

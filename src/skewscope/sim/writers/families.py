@@ -19,7 +19,7 @@ from skewscope.catalogue import MetricType
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from skewscope.sim.writers.metric_specs import MetricSpec
+    from skewscope.sim.writers.metric_spec import MetricSpec
 
     F64 = NDArray[np.float64]
 

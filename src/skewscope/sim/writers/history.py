@@ -2,7 +2,7 @@
 
 A ``HistorySinks`` (a ``simulate(sinks=...)`` factory) gives each instance group, in the
 process that runs it, a ``HistorySink``: at each time chunk it counts the group's request and
-step events into the ranks' running state (``exposition.RankModel``: counters, histogram
+step events into the ranks' running state (``rank_model.RankModel``: counters, histogram
 buckets, the last steps a gauge reads) and evaluates every family at the scrape times before
 the chunk's cut. The values go to one spill file per family (the OpenMetrics file wants each
 family's samples together, the run produces them scrape by scrape). When the run ends each sink
@@ -27,14 +27,7 @@ import numpy as np
 
 from skewscope.atomic import atomic_open_binary
 from skewscope.sim.records import START_S
-from skewscope.sim.writers.exposition import (
-    InstanceModel,
-    MetricSpec,
-    RankModel,
-    RequestEvents,
-    Series,
-    model_specs,
-)
+from skewscope.sim.writers.exposition import InstanceModel, MetricSpec, Series, model_specs
 from skewscope.sim.writers.families import family_values, roles_read
 from skewscope.sim.writers.openmetrics import (
     DEFAULT_JOB,
@@ -44,7 +37,9 @@ from skewscope.sim.writers.openmetrics import (
     stamp_texts,
     write_family,
 )
+from skewscope.sim.writers.rank_events import RequestEvents
 from skewscope.sim.writers.rank_group import RankGroup
+from skewscope.sim.writers.rank_model import RankModel
 
 if TYPE_CHECKING:
     from collections.abc import Callable

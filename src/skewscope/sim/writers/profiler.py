@@ -18,6 +18,17 @@ from typing import TYPE_CHECKING, Protocol
 import polars as pl
 
 from skewscope.catalogue import Generation
+from skewscope.sim.writers.profiler_headers import (
+    BATCH_HEADERS,
+    DEC2025_RENAMES,
+    FORWARD_HEADERS,
+    GENERATIONS,
+    KV_COLUMNS,
+    REQUEST_HEADERS,
+    RES_KEYS_MINDIE,
+    RES_KEYS_VLLM,
+    STEP_NAMES,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,8 +45,6 @@ class StepTables(Protocol):
     members: pl.DataFrame | None
 
 
-GENERATIONS: tuple[str, ...] = tuple(g.value for g in Generation)
-
 # Asia/Shanghai has no DST: a fixed offset reproduces the profiler's local timestamps.
 LOCAL_OFFSET_S = 8 * 3600
 
@@ -43,169 +52,6 @@ LOCAL_OFFSET_S = 8 * 3600
 # separate scheduling time, so a short fixed slice is used (never longer than half the step).
 SCHED_SLICE_S = 0.0002
 
-REQUEST_HEADERS: dict[str, tuple[str, ...]] = {
-    Generation.CURRENT: (
-        "http_rid",
-        "start_datetime",
-        "recv_token_size",
-        "reply_token_size",
-        "execution_time(ms)",
-        "queue_wait_time(ms)",
-        "first_token_latency(ms)",
-        "cache_hit_rate",
-        "start_time(ms)",
-    ),
-    Generation.DEC2025: (
-        "http_rid",
-        "start_time",
-        "start_datetime",
-        "recv_token_size",
-        "reply_token_size",
-        "execution_time(ms)",
-        "queue_wait_time(ms)",
-        "first_token_latency(ms)",
-        "cache_hit_rate",
-    ),
-    Generation.CANN2025: (
-        "http_rid",
-        "start_time(ms)",
-        "recv_token_size",
-        "reply_token_size",
-        "execution_time(ms)",
-        "queue_wait_time(ms)",
-        "first_token_latency(ms)",
-        "cache_hit_rate",
-    ),
-}
-REQUEST_HEADERS[Generation.MINDIE] = REQUEST_HEADERS[Generation.CURRENT]
-
-_KV_COLUMNS = (
-    "total_blocks",
-    "used_blocks",
-    "free_blocks",
-    "blocks_allocated",
-    "blocks_freed",
-    "kvcache_usage_rate",
-)
-_BATCH_CURRENT = (
-    "name",
-    "res_list",
-    "start_datetime",
-    "end_datetime",
-    "during_time(ms)",
-    "batch_type",
-    "prof_id",
-    "batch_size",
-    *_KV_COLUMNS,
-    "prefill_batch_size",
-    "decode_batch_size",
-    "prefill_scheduled_tokens",
-    "decode_scheduled_tokens",
-    "total_scheduled_tokens",
-    "dp_rank",
-    "start_time(ms)",
-    "end_time(ms)",
-)
-_DEC2025_RENAMES = {
-    "start_datetime": "start_time",
-    "end_datetime": "end_time",
-    "batch_size": "total_batch_size",
-}
-BATCH_HEADERS: dict[str, tuple[str, ...]] = {
-    Generation.CURRENT: _BATCH_CURRENT,
-    Generation.DEC2025: tuple(_DEC2025_RENAMES.get(c, c) for c in _BATCH_CURRENT),
-    Generation.CANN2025: (
-        "name",
-        "res_list",
-        "start_time(ms)",
-        "end_time(ms)",
-        "during_time(ms)",
-        "batch_type",
-        "prof_id",
-        "total_batch_size",
-        "Prefill_batch_size",
-        "Decode_batch_size",
-        "Prefill_scheduled_tokens",
-        "Decode_scheduled_tokens",
-        "total_scheduled_tokens",
-    ),
-    Generation.MINDIE: tuple(c for c in _BATCH_CURRENT if c not in _KV_COLUMNS),
-}
-KVCACHE_HEADERS: dict[str, tuple[str, ...]] = {
-    Generation.CURRENT: ("name", "start_time", *_KV_COLUMNS),
-    Generation.MINDIE: ("rid", "name", "start_time", "device_kvcache_left", "kvcache_usage_rate"),
-}
-KVCACHE_HEADERS[Generation.DEC2025] = KVCACHE_HEADERS[Generation.CURRENT]
-KVCACHE_HEADERS[Generation.CANN2025] = KVCACHE_HEADERS[Generation.CURRENT]
-
-_FORWARD_CURRENT = (
-    "name",
-    "relative_start_time(ms)",
-    "start_datetime",
-    "end_datetime",
-    "during_time(ms)",
-    "bubble_time(ms)",
-    "batch_size",
-    "batch_type",
-    "forward_iter",
-    "dp_rank",
-    "prof_id",
-    "hostname",
-    "start_time(ms)",
-    "end_time(ms)",
-)
-# forward.csv per generation (exporter_forward.py and its docs/checks at
-# Cztk5380/msserviceprofiler): Dec 2025 renames the datetimes to start_time/end_time and has no
-# epoch columns; CANN 2025 has the epoch ms columns only.
-FORWARD_HEADERS: dict[str, tuple[str, ...]] = {
-    Generation.CURRENT: _FORWARD_CURRENT,
-    Generation.DEC2025: (
-        "name",
-        "relative_start_time(ms)",
-        "start_time",
-        "end_time",
-        "during_time(ms)",
-        "bubble_time(ms)",
-        "batch_size",
-        "batch_type",
-        "forward_iter",
-        "dp_rank",
-        "prof_id",
-        "hostname",
-    ),
-    Generation.CANN2025: (
-        "name",
-        "relative_start_time(ms)",
-        "start_time(ms)",
-        "end_time(ms)",
-        "during_time(ms)",
-        "bubble_time(ms)",
-        "batch_size",
-        "batch_type",
-        "forward_iter",
-        "dp_rank",
-        "prof_id",
-        "hostname",
-    ),
-    Generation.MINDIE: _FORWARD_CURRENT,
-}
-
-# (scheduling row name, execution row name) per generation.
-_STEP_NAMES: dict[str, tuple[str, str]] = {
-    Generation.CURRENT: ("batchFrameworkProcessing", "modelExec"),
-    Generation.DEC2025: ("batchFrameworkProcessing", "modelExec"),
-    Generation.CANN2025: ("batchFrameworkProcessing", "modelExec"),
-    Generation.MINDIE: ("BatchSchedule", "Execute"),
-}
-_RES_KEYS_VLLM = (
-    "rid",
-    "iter",
-    "type",
-    "num_scheduled_tokens",
-    "num_prompt_tokens",
-    "num_computed_tokens",
-)
-_RES_KEYS_MINDIE = ("rid", "iter")
 _SAFE_RID = re.compile(r"^[A-Za-z0-9_.:\-]*$")
 
 
@@ -245,7 +91,7 @@ def _py_str(expr: pl.Expr, safe: bool) -> pl.Expr:
 def res_list_frame(
     members: pl.DataFrame,
     *,
-    keys: Sequence[str] = _RES_KEYS_VLLM,
+    keys: Sequence[str] = RES_KEYS_VLLM,
     suffix: bool = False,
 ) -> pl.DataFrame:
     """``step_id, res_list``: each step's members as the Python repr of a list of dicts.
@@ -347,7 +193,7 @@ def batch_table(
 ) -> pl.DataFrame:
     """batch.csv rows: a scheduling row and an execution row per step, in time order."""
     steps = _instance_steps(result, instance)
-    keys = _RES_KEYS_MINDIE if generation == Generation.MINDIE else _RES_KEYS_VLLM
+    keys = RES_KEYS_MINDIE if generation == Generation.MINDIE else RES_KEYS_VLLM
     if result.members is not None:
         ids = steps.get_column("step_id")
         res = res_list_frame(
@@ -358,7 +204,7 @@ def batch_table(
         steps = steps.join(res, on="step_id", how="left")
     else:
         steps = steps.with_columns(pl.lit(None, dtype=pl.Utf8).alias("res_list"))
-    sched_name, exec_name = _STEP_NAMES[generation]
+    sched_name, exec_name = STEP_NAMES[generation]
     sched_end = pl.col("start_s") + pl.min_horizontal(
         pl.lit(SCHED_SLICE_S), (pl.col("end_s") - pl.col("start_s")) * 0.5
     )
@@ -390,9 +236,9 @@ def batch_table(
             "start_time(ms)": _ms(start) if cann else _us(start),
             "end_time(ms)": _ms(end) if cann else _us(end),
         }
-        for c in _KV_COLUMNS[:-1]:
+        for c in KV_COLUMNS[:-1]:
             cols[c] = pl.col(c) if kv else zero
-        for new, old in _DEC2025_RENAMES.items():
+        for new, old in DEC2025_RENAMES.items():
             cols[old] = cols[new]
         for c in (
             "prefill_batch_size",
@@ -424,7 +270,7 @@ def kvcache_table(result: StepTables, instance: str, generation: str) -> pl.Data
         return steps.select(
             pl.lit("KVCacheStatus").alias("name"),
             datetime_expr(pl.col("start_s")).alias("start_time"),
-            *[pl.col(c) for c in _KV_COLUMNS[:-1]],
+            *[pl.col(c) for c in KV_COLUMNS[:-1]],
             usage.alias("kvcache_usage_rate"),
         )
     if result.members is not None:

@@ -21,13 +21,13 @@ from skewscope.catalogue import Generation
 from skewscope.sim.records import START_S
 from skewscope.sim.tables import steps_frame
 from skewscope.sim.writers.profiler import (
-    GENERATIONS,
     batch_table,
     forward_table,
     kvcache_table,
     request_status_table,
     request_table,
 )
+from skewscope.sim.writers.profiler_headers import GENERATIONS
 
 if TYPE_CHECKING:
     from pathlib import Path

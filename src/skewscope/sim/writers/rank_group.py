@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from skewscope.sim.records import START_S
-from skewscope.sim.writers.exposition import (
+from skewscope.sim.writers.rank_events import (
     COUNTERS,
     HISTOGRAMS,
     RequestEvents,
@@ -25,7 +25,7 @@ from skewscope.sim.writers.exposition import (
     gauge_values,
     hist_feeds,
 )
-from skewscope.sim.writers.metric_specs import DEVICE_AVERAGE_S
+from skewscope.sim.writers.specs_devices import DEVICE_AVERAGE_S
 
 if TYPE_CHECKING:
     from collections.abc import Collection
