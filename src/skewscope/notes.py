@@ -101,6 +101,9 @@ class WhatifNoteCode(StrEnum):
     SERVICE_MODEL = "whatif_service_model"  # {fixed_ms, per_prefill_token_ms,
     # per_decode_seq_ms, max_running, token_budget, max_batch_seen, max_tokens_seen,
     # block_size, budget ("" offline | "histogram" | "default"), default_budget}
+    # {estimator, decode_windows, prefill_windows, min_windows}: online, fitted on light load
+    # (the means of ITL and TTFT; fewer than min_windows windows averaged a running request)
+    LIGHT_LOAD = "whatif_light_load"
     NO_KV = "whatif_no_kv"  # {ranks, blocks}: ranks without KV figures, blocks assumed
     NO_TIMED_STEP = "whatif_no_timed_step"  # {ranks}: nominal speed assumed
     THROUGH_BUCKETS = "whatif_through_buckets"  # latency percentiles read through buckets

@@ -230,6 +230,7 @@ class WhatIfReport:
     dp_sizes: tuple[tuple[str, int], ...] = ()  # instance -> DP size (mixed fleets differ)
     engine: str = ""  # the evidence's stack: its dialect online, "profiler" offline
     fix: tuple[FixSetting, ...] = ()  # the recommended candidate as each stack's setting
+    light_load: Note | None = None  # online: the step law fitted on light load's means
 
     def policy(self, name: str) -> PolicyResult:
         return next(p for p in self.policies if p.name == name)
@@ -248,6 +249,11 @@ class WhatIfReport:
             "service_model": {
                 "step": {k: round(v, 6) for k, v in self.step_model.items()},
                 "units": [u.to_dict() for u in self.units],
+                **(
+                    {"light_load": dict(self.light_load.values)}
+                    if self.light_load is not None
+                    else {}
+                ),
             },
             "calibration": {r.metric: r.to_dict() for r in self.calibration},
             "trusted": self.trusted,

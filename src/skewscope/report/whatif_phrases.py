@@ -146,6 +146,14 @@ WHATIF_NOTES: dict[W, Callable[[Mapping[str, Any]], str]] = {
         f"service model: {NOT_CALIBRATED}"
     ),
     W.SERVICE_MODEL: _service_model,
+    W.LIGHT_LOAD: lambda v: (
+        f"light load: fewer than {fmt.count(v['min_windows'])} windows averaged a running "
+        "request, so the service model is calibrated from means: the fixed step from the mean "
+        f"inter-token latency of {fmt.count(v['decode_windows'])} rank-windows (no "
+        "per-sequence cost: a batch near 1 does not tell it), the prefill cost from the mean "
+        f"TTFT less the mean queue wait over {fmt.count(v['prefill_windows'])} with finished "
+        "requests; no batch ceiling is read from window means under one"
+    ),
     W.NO_KV: lambda v: (
         f"{fmt.count(v['ranks'])} rank(s) without KV usage and free blocks: "
         f"{fmt.count(v['blocks'])} blocks assumed"

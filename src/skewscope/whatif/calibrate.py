@@ -31,6 +31,7 @@ class ServiceModel:
     ranks: tuple[RankSpec, ...]  # per engine process in the simulator's rank order
     calibrated: bool
     notes: tuple[Note, ...] = ()
+    light_load: Note | None = None  # online: fitted on light load (whatif_light_load)
 
 
 FIT_ROUNDS = 5  # law <-> per-rank speed alternations (converges in 2-3 on simulator data)

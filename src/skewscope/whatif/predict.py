@@ -264,6 +264,7 @@ def predict(
         dp_sizes=tuple((name, obs.layout.size(i)) for i, name in enumerate(obs.layout.instances)),
         engine=engine,
         fix=fix,
+        light_load=model.light_load,
     )
 
 
