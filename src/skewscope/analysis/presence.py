@@ -36,21 +36,19 @@ def presence(m: SignalMatrix, heats: list[UnitHeat]) -> tuple[tuple[Note, ...], 
     units lost while hot."""
     notes: list[Note] = []
     lost: list[LostUnit] = []
-    groups = np.array(m.groups)
     w = m.window_s
+    # per group, how many of its units reported in each window (one pass, not one per unit):
+    # the others reported where that count exceeds the unit's own report
+    count: dict[str, np.ndarray] = {}
+    size: dict[str, int] = {}
+    for g in heats:
+        key = m.groups[g.index]
+        count[key] = count.get(key, 0) + g.present.astype(np.int64)
+        size[key] = size.get(key, 0) + 1
     for h in heats:
         mine = h.present
-        group = np.any(
-            np.stack(
-                [
-                    g.present
-                    for g in heats
-                    if groups[g.index] == groups[h.index] and g.index != h.index
-                ]
-                or [mine]
-            ),
-            axis=0,
-        )
+        key = m.groups[h.index]
+        group = count[key] - mine > 0 if size[key] > 1 else mine
         if not mine.any() or (mine | ~group).all():
             continue
         at = np.flatnonzero(mine)

@@ -257,7 +257,9 @@ def inf_bucket_counts(
     """Both levels' ``_count`` increases from a rank-level bucket answer's ``le="+Inf"``
     series (what the ``_count`` query would answer: the exposition's same counter); ``rows``
     are the answer's ``series_rows``, in its order."""
-    at = [i for i, (labels, _, _) in enumerate(rows) if parse_bound(labels.get("le")) == math.inf]
+    raws = {raw for labels, _, _ in rows if isinstance(raw := labels.get("le"), str)}
+    inf = {raw: parse_bound(raw) == math.inf for raw in raws}  # each bound parsed once
+    at = [i for i, (labels, _, _) in enumerate(rows) if inf.get(labels.get("le", ""), False)]
     bad: list[str] = []  # the _sum answer notes the unusable series, as the _count one did not
     return {
         Level.DP: matrix_to_values(
@@ -298,6 +300,15 @@ def query_scale(spec: SignalSpec, alias: Alias) -> float:
     return float(f"{ROLES[spec.role].scale * alias.scale:g}")
 
 
+def _without_le(labels: dict[str, str]) -> object:
+    """A bucket series' group: its label set without ``le`` (a set op in C, not a sort; a
+    label value JSON gave as something unhashable falls back to the sorted pairs)."""
+    try:
+        return frozenset(labels.items()) - {("le", labels["le"])}
+    except TypeError:
+        return tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+
+
 def bucket_quantiles(
     rows: list[Row],
     spec: SignalSpec,
@@ -311,11 +322,18 @@ def bucket_quantiles(
     the bucket bounds the answer holds (for the bound marks)."""
     assert spec.quantile is not None
     scale = query_scale(spec, alias)
-    parsed = [
-        (parse_bound(labels.get("le")), labels, times, values) for labels, times, values in rows
-    ]
-    parsed = [p for p in parsed if p[0] is not None]  # PromQL skips a bucket without le
-    bounds = sorted({p[0] for p in parsed if p[0] is not None})
+    le_of: dict[str, float | None] = {}  # the few bounds, each parsed once an answer
+    parsed = []
+    for labels, ts, vs in rows:
+        raw = labels.get("le")
+        if not isinstance(raw, str):
+            le = parse_bound(raw)
+        elif (le := le_of.get(raw, math.nan)) is not None and math.isnan(le):
+            le = le_of[raw] = parse_bound(raw)
+        if le is not None:  # PromQL skips a bucket without le
+            parsed.append((le, labels, ts, vs))
+    bounds = sorted({p[0] for p in parsed})
+    position = {b: i for i, b in enumerate(bounds)}
     times = sorted({t for p in parsed for t in p[2]})
     unit_label = alias.unit_label or "instance"
     out: dict[Level, dict[Key, float]] = {}
@@ -325,7 +343,7 @@ def bucket_quantiles(
         names: list[dict[str, str]] = []
         for le, labels, ts, vs in parsed:
             if level is Level.DP:
-                key: Any = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+                key: Any = _without_le(labels)
             else:
                 key = labels.get(unit_label, "")
             g = groups.get(key)
@@ -336,8 +354,7 @@ def bucket_quantiles(
                     if level is Level.DP
                     else {unit_label: key}
                 )
-            assert le is not None
-            cells.append((g, bounds.index(le), ts, vs))
+            cells.append((g, position[le], ts, vs))
         out[level] = _quantile_table(
             q=spec.quantile,
             bounds=bounds,
