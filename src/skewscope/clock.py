@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol
 
 
@@ -42,6 +45,23 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+_CURRENT: ContextVar[Clock] = ContextVar("skewscope_clock", default=SYSTEM_CLOCK)
+
+
+def current() -> Clock:
+    """The clock of the command being run (``cli.main(argv, clock=...)``); the CLI reads it and
+    passes it on, so ``--last`` and watch's cadence run on a test's ``ManualClock``."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def using(clock: Clock) -> Iterator[Clock]:
+    """Run the block with ``clock`` as :func:`current`."""
+    token = _CURRENT.set(clock)
+    try:
+        yield clock
+    finally:
+        _CURRENT.reset(token)
 
 
 class ManualClock:

@@ -302,3 +302,24 @@ def test_bad_combinations_are_one_line(tmp_path: Path, capsys: pytest.CaptureFix
         )
         err = capsys.readouterr().err
         assert code in (2, 3) and message in err and err.count("\n") == 1, (argv, err)
+
+
+def test_last_counts_back_from_the_commands_clock(
+    prom: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--last`` ends at the clock ``main`` is given (issue 24): on a ManualClock at the
+    history's end, ``--last 60m`` is the same range as ``--start``/``--end``, so the episodes
+    match; at the system's clock the range is years after the history and finds nothing."""
+    from skewscope.clock import ManualClock
+
+    tail = [*ARGS, "--format", "json"]
+    explicit = backtest(prom, capsys=capsys)
+    end = ManualClock(T0 + MINUTES * 60)
+    argv = ["backtest", "--prometheus", prom, "--last", f"{MINUTES}m", *tail]
+    assert main(argv, clock=end) == 0, capsys.readouterr().err
+    on_clock = json.loads(capsys.readouterr().out)
+    assert on_clock["episodes"] == explicit["episodes"] and explicit["episodes"]
+    assert on_clock["start"] == explicit["start"] and on_clock["end"] == explicit["end"]
+    code = main(argv)
+    out = capsys.readouterr()
+    assert code != 0 or not json.loads(out.out)["episodes"], out.err

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from skewscope import __version__
+from skewscope.clock import SYSTEM_CLOCK, Clock, using
 from skewscope.errors import SkewscopeError, UsageError
 
 COMMANDS: tuple[str, ...] = (
@@ -45,14 +46,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, clock: Clock | None = None) -> int:
     """Run one command; every way it can end is an exit code here (cli/streams.py): a
     SkewscopeError one line and its code, Ctrl-C 130, SIGTERM 143 (SIGHUP 129), a closed
-    stdout pipe 141 quietly, a stream that cannot be written (a full disk) one line and 2."""
+    stdout pipe 141 quietly, a stream that cannot be written (a full disk) one line and 2.
+    ``clock`` is the time the command reads (``--last``, watch's runs); the system's by
+    default."""
     from skewscope.cli import streams
 
     try:
-        with streams.guarded():
+        with streams.guarded(), using(clock or SYSTEM_CLOCK):
             return _run(argv)
     except streams.StreamFailed as e:
         streams.silence(e.name)

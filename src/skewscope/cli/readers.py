@@ -6,10 +6,10 @@ backtest; ``cli/common.py`` keeps the option parsing and the output."""
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from skewscope import clock
 from skewscope.cli.common import (
     check_time,
     limits_from_args,
@@ -52,7 +52,7 @@ def online_range(args: argparse.Namespace) -> tuple[float, float]:
     if args.last and (args.start or args.end):
         raise UsageError("--last cannot be combined with --start/--end")
     if args.last:
-        end = time.time()
+        end = clock.current().time()
         start = end - parse_duration(args.last, "--last")
         return check_time(start, "--last", args.last), end
     if not (args.start and args.end):
@@ -220,6 +220,7 @@ def load_scrape_evidence(args: argparse.Namespace, window: float | None) -> Evid
         device_map=device_map_from_args(args),
         limits=limits_from_args(args),
         role_label=role_label_from_args(args),
+        clock=clock.current(),
     )
 
 

@@ -8,10 +8,10 @@ import contextlib
 import json
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from skewscope import clock
 from skewscope.cli import applies, common, readers
 from skewscope.errors import UsageError
 from skewscope.monitor.incidents import CALM_RUNS, OPEN_RUNS
@@ -146,6 +146,7 @@ def build_source(args: argparse.Namespace, last_s: float, window: float | None) 
         device_map=readers.device_map_from_args(args),
         limits=common.limits_from_args(args),
         role_label=common.role_label_from_args(args),
+        clock=clock.current(),
     )
     shown = f"scrape {len(args.scrape)} target(s): " + ", ".join(redact_url(u) for u in args.scrape)
     started = sampler.start()
@@ -207,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
             if not tui:
-                print(screen.log_line(st, time.time()), file=log, flush=True)
+                print(screen.log_line(st, watcher.clock.time()), file=log, flush=True)
 
         watcher = Watcher(
             source,
@@ -219,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
             on_run=on_run,
             calm_runs=args.calm_runs,
             open_runs=args.open_runs,
+            clock=clock.current(),
         )
         with stop_on_signals(watcher):  # from here a signal stops the loop, never kills it
             if args.listen:

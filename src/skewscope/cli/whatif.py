@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from skewscope.cli import applies, common, readers
 from skewscope.cli.scheduler import add_scheduler_arg, read_budget
+from skewscope.clock import current
 from skewscope.errors import UsageError
 
 if TYPE_CHECKING:
@@ -154,5 +155,6 @@ def _online(args: argparse.Namespace) -> tuple[WorkloadEvidence, str]:
         dialect=args.dialect,
         auth=readers.auth_from_args(args),
         timeout_s=common.parse_duration(args.timeout, "--timeout"),
+        clock=current(),
     )
     return we, " ".join(redact_url(u) for u in args.scrape)

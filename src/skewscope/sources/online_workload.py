@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from skewscope.clock import SYSTEM_CLOCK, Clock
 from skewscope.frame import Evidence, Level
 from skewscope.sources.dialects import Alias, SignalSpec, unit_of
 from skewscope.sources.validate import parse_bound
@@ -365,9 +366,10 @@ def load_scrape_workload(
     auth: Any = None,
     timeout_s: float | None = None,
     progress: bool = True,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> WorkloadEvidence:
-    """Scrape ``urls`` (as ``load_scrape``) and read the replay's histograms from the same
-    scrapes."""
+    """Scrape ``urls`` (as ``load_scrape``, on ``clock``) and read the replay's histograms
+    from the same scrapes."""
     from skewscope.sources.scrape import scrape_targets
 
     run = scrape_targets(
@@ -377,6 +379,7 @@ def load_scrape_workload(
         progress=progress,
         auth=auth,
         timeout_s=timeout_s,
+        clock=clock,
     )
     return scrape_workload(run, dialect)
 
