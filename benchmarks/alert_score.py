@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from alert_eval import Fired
-
 from skewscope.report.backtest_model import TruthEpisode as Episode  # the backtest's own episode
 
 

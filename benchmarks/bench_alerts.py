@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
+
 from alert_eval import Fired, promql_episodes, watch_episodes
 from alert_score import Score, Truth, read_truth, score
 from field_rules import field_rules
-
 from skewscope.monitor.incidents import CALM_RUNS
 from skewscope.sources.prom_client import PromClient
 

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from fleet_history import Fleet, openmetrics_chunks
-
 from skewscope.sim.day import DaySpec, write_day
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from fleet_history import T0, Fleet, import_chunks, instance_label, openmetrics_chunks
 
 HERE = Path(__file__).resolve().parent

@@ -4,7 +4,7 @@
     python benchmarks/bench_profiler.py --steps 54000 --instances 16 --repeat 2   # the fleet
     python benchmarks/bench_profiler.py --tiny 10000 [--repeat 2]   # 10,000 tiny folders
 
-With ``--tiny N``, N tiny instance folders (tests/profiler_fixtures.tiny_fleet: 20 requests
+With ``--tiny N``, N tiny instance folders (tests/helpers/profiler_fixtures.tiny_fleet: 20 requests
 each, one folder with three times as many, hard links) are timed with ``skewscope diagnose``
 and ``skewscope whatif`` against ``read_each``, every CSV read once by ``polars.read_csv`` one
 after another in the same run: the floor of a reader that pays a fixed cost per folder (issue
@@ -371,7 +371,7 @@ def _tiny(n: int, root: Path, repeat: int) -> None:
     run = root / f"tiny-{n}"
     if not run.exists():
         sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-        from profiler_fixtures import tiny_fleet
+        from helpers.profiler_fixtures import tiny_fleet
 
         t = time.perf_counter()
         tiny_fleet(run, n)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from bench_fleet import prometheus, victoria
 from fleet_history import T0, Fleet
 

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from bench_sim import bench_scenario
-
 from skewscope.config import WHATIF
 from skewscope.sim.engine import simulate
 from skewscope.sim.scenario import builtin_scenarios, load_scenario

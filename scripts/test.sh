@@ -2,7 +2,7 @@
 # Installs everything the tests need on a fresh Debian machine, then runs lint, types and tests.
 # Real components (Prometheus, promtool, VictoriaMetrics, Chromium for the HTML report, nginx in
 # front of the simulated engines) come from Debian; the tests start them. jsonnet renders the
-# monitoring mixin (tests/test_mixin.py).
+# monitoring mixin (tests/integration/test_mixin.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()

@@ -25,5 +25,5 @@ python3 -m venv "$venv"
 "$venv/bin/pip" install -q --no-deps -e . 2>&1 | grep -v '^WARNING' || true
 echo "min-versions: $(grep -v '^#' "$pins" | tr '\n' ' ')"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/test_profiler_reader.py tests/test_cli_offline.py tests/test_report_render.py \
-  tests/online/test_scrape.py tests/online/test_faults.py tests/online/test_cli_online.py
+  tests/unit/test_profiler_reader.py tests/unit/test_cli_offline.py tests/unit/test_report_render.py \
+  tests/integration/test_scrape.py tests/integration/test_faults.py tests/integration/test_cli_online.py

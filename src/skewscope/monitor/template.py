@@ -5,7 +5,8 @@ token (``param("hot_ratio")``), never as a value: the built rules are a template
 fills the tokens with the values ``params`` computes here; ``mixin`` writes the same template
 in jsonnet's format syntax (``%(hot_ratio)s``, a literal ``%`` doubled) and the mixin's
 ``lib/params.libsonnet`` computes the same parameters from its ``_config``, so overriding a
-threshold in jsonnet changes the rules exactly as ``--config`` does (tests/test_mixin.py).
+threshold in jsonnet changes the rules exactly as ``--config`` does
+(tests/integration/test_mixin.py).
 """
 
 from __future__ import annotations

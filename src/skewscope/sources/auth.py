@@ -259,7 +259,7 @@ def normalise_url(url: str, option: str) -> tuple[str, str | None]:
 # (a lookbehind), every repeat that must be followed by something is bounded (a credential is at
 # most MAX_CREDENTIAL characters), no repeat holds another, and an unbounded repeat is only a
 # pattern's last element (it always matches, so nothing backtracks into it). A scan that fails
-# therefore costs at most a constant per start (tests/test_scrub.py checks the shapes).
+# therefore costs at most a constant per start (tests/unit/test_scrub.py checks the shapes).
 MAX_CREDENTIAL = 1024
 _C = MAX_CREDENTIAL
 _SECRET_PATTERNS = (

@@ -232,7 +232,7 @@ _VLLM_ROLES: dict[str, tuple[Alias, ...]] = {
 # ms-service-metric adds vllm_profiling_* to vLLM's own /metrics: vLLM's names come first, the
 # profiling ones fill roles vLLM lacks. Engine-core metrics carry ``dp``, API-server ones
 # ``engine`` (which is the rank; ``dp`` there is fixed per process). Seen in 26.0.0 on a real
-# vLLM (tests/test_ms_service_metric_capture.py): the KV-block families are histograms, not the
+# vLLM (tests/unit/test_ms_service_metric_capture.py): the KV-block families are histograms, not the
 # gauge read here (newer code: gauges), so they are not read; ``dp="-1"`` is no rank
 # (validate.parse_rank); ``running_to_waiting_count`` is a counter of newer code only.
 _MS_EXTRA: dict[str, tuple[Alias, ...]] = {

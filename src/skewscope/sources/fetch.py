@@ -85,7 +85,7 @@ def make_client(auth: HttpAuth | None, timeout_s: float, **kwargs: Any) -> httpx
     """An httpx client whose requests honour ``bounded_get``'s total deadline.
 
     httpx has no public hook for the socket backend; the pool's backend attribute is set
-    directly (tests/online/test_limits.py fails if a new httpx stops honouring it).
+    directly (tests/integration/test_limits.py fails if a new httpx stops honouring it).
     """
     # a client bound to an http:// base URL sends every request there: it needs no CAs
     plain = str(kwargs.get("base_url", "")).lower().startswith("http://")

@@ -120,7 +120,7 @@ def _production_stack(requests: str, per_s: bool) -> RouterNames:
 
 ROUTERS: tuple[RouterNames, ...] = (
     # sglang-router 0.3.2 (SGLang Model Gateway) and vllm-router 0.1.17 (a fork of it): read
-    # from their live /metrics in front of the simulator (tests/online/test_gateway_router.py).
+    # from their live /metrics in front of the simulator (tests/live/test_gateway_router.py).
     _worker_router(
         GatewaySource.SGLANG_ROUTER,
         "smg_worker_cb_outcomes_total",

@@ -9,7 +9,7 @@ merged, counts made monotonic (a running maximum from the first count that leave
 alone), the rank found by Go's ``sort.Search`` over all buckets but +Inf, the same operations
 in the same order for the interpolation, so the floats are the same to the last bit or two (Go
 may fuse the multiply-add), property-tested against a real Prometheus in
-tests/online/test_prom_quantile_live.py.
+tests/integration/test_prom_quantile_live.py.
 """
 
 from __future__ import annotations

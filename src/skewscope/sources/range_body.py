@@ -13,7 +13,7 @@ numbers are converted in one pass: a value becomes one float, a time grid shared
 is read once. Anything else (warnings, other key orders, whitespace, a bad point, an escape
 this reader does not expand) returns None and the caller decodes JSON as before, so every
 answer reads as ``json.loads`` + ``parse_points`` would (property-tested in
-tests/test_range_body.py), only faster where the layout is the usual one.
+tests/unit/test_range_body.py), only faster where the layout is the usual one.
 """
 
 from __future__ import annotations

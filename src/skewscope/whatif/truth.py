@@ -3,7 +3,7 @@ candidate the prediction replayed (the same arrivals, lengths and sessions: ``si
 and measured the same way, so every predicted number has the number it should have been.
 
 Only a simulated evidence has such a truth; ``benchmarks/bench_whatif.py`` prints the error table
-over the built-in skew scenarios and ``tests/test_whatif_truth.py`` checks it on known cases.
+over the built-in skew scenarios and ``tests/unit/test_whatif_truth.py`` checks it on known cases.
 """
 
 from __future__ import annotations
