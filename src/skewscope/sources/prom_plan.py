@@ -28,6 +28,7 @@ the equality test, and for a source without a DP level nothing changes).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -257,9 +258,7 @@ def inf_bucket_counts(
     """Both levels' ``_count`` increases from a rank-level bucket answer's ``le="+Inf"``
     series (what the ``_count`` query would answer: the exposition's same counter); ``rows``
     are the answer's ``series_rows``, in its order."""
-    raws = {raw for labels, _, _ in rows if isinstance(raw := labels.get("le"), str)}
-    inf = {raw: parse_bound(raw) == math.inf for raw in raws}  # each bound parsed once
-    at = [i for i, (labels, _, _) in enumerate(rows) if inf.get(labels.get("le", ""), False)]
+    at = [i for i, (labels, _, _) in enumerate(rows) if _le(labels) == math.inf]
     bad: list[str] = []  # the _sum answer notes the unusable series, as the _count one did not
     return {
         Level.DP: matrix_to_values(
@@ -300,6 +299,16 @@ def query_scale(spec: SignalSpec, alias: Alias) -> float:
     return float(f"{ROLES[spec.role].scale * alias.scale:g}")
 
 
+# an answer holds a few bucket bounds over thousands of series: each is parsed once
+_bound = functools.lru_cache(maxsize=1024)(parse_bound)
+
+
+def _le(labels: dict[str, str]) -> float | None:
+    """A bucket series' ``parse_bound(le)`` (None without a string ``le``)."""
+    raw = labels.get("le")
+    return _bound(raw) if isinstance(raw, str) else None
+
+
 def _without_le(labels: dict[str, str]) -> object:
     """A bucket series' group: its label set without ``le`` (a set op in C, not a sort; a
     label value JSON gave as something unhashable falls back to the sorted pairs)."""
@@ -322,15 +331,9 @@ def bucket_quantiles(
     the bucket bounds the answer holds (for the bound marks)."""
     assert spec.quantile is not None
     scale = query_scale(spec, alias)
-    le_of: dict[str, float | None] = {}  # the few bounds, each parsed once an answer
     parsed = []
     for labels, ts, vs in rows:
-        raw = labels.get("le")
-        if not isinstance(raw, str):
-            le = parse_bound(raw)
-        elif (le := le_of.get(raw, math.nan)) is not None and math.isnan(le):
-            le = le_of[raw] = parse_bound(raw)
-        if le is not None:  # PromQL skips a bucket without le
+        if (le := _le(labels)) is not None:  # PromQL skips a bucket without le
             parsed.append((le, labels, ts, vs))
     bounds = sorted({p[0] for p in parsed})
     position = {b: i for i, b in enumerate(bounds)}

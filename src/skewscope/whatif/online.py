@@ -241,9 +241,22 @@ def _fleet(we: WorkloadEvidence, role: str) -> Buckets:
     return add_buckets(list(we.buckets.get(role, {}).values()))
 
 
+ItlKey = tuple[float, str, int | None]  # (window start, instance, DP rank or None)
+
+
+def itl_series(itl: Mapping[ItlKey, float], r: Mapping[str, Any]) -> ItlKey | None:
+    """The ITL series a unit-window row's step is read from: its rank's own, else its
+    instance's (SGLang's ITL has no DP label); None when neither was exported."""
+    own: ItlKey = (r["window_start_s"], str(r["instance"]), int(r["dp_rank"]))
+    if own in itl:
+        return own
+    shared: ItlKey = (own[0], own[1], None)
+    return shared if shared in itl else None
+
+
 def light_rows(
     df: pl.DataFrame,
-    itl: Mapping[tuple[float, str, int | None], float],
+    itl: Mapping[ItlKey, float],
     index: dict[tuple[str, int], int],
 ) -> tuple[list[dict[str, Any]], int, int]:
     """Timed steps from light load, where too few windows average a running request (a ~3 ms
@@ -260,8 +273,8 @@ def light_rows(
     prefill: dict[tuple[str, int], list[float]] = {}  # unit -> requests, ms, prompt, windows
     for r in df.iter_rows(named=True):
         inst, rank = str(r["instance"]), int(r["dp_rank"])
-        own = (r["window_start_s"], inst, rank)  # a rank's own ITL, else its instance's
-        step = itl.get(own, itl.get((r["window_start_s"], inst, None), math.nan))
+        key = itl_series(itl, r)
+        step = math.nan if key is None else itl[key]
         done, run = r["requests"] or 0.0, r["running"] or 0.0
         if not math.isfinite(step) or step <= 0 or (done <= 0 and run <= 0):
             continue
@@ -310,14 +323,9 @@ def model_from(
     itl = we.means.get("itl", {})
     # one mean step per ITL series and window: a rank's own, or an instance's (SGLang's ITL has
     # no DP label: its mean weighs each rank's step by its decode tokens, i.e. its running batch)
-    groups: dict[tuple[float, str, int | None], list[dict[str, Any]]] = {}
+    groups: dict[ItlKey, list[dict[str, Any]]] = {}
     for r in df.iter_rows(named=True):
-        inst, rank = str(r["instance"]), int(r["dp_rank"])
-        own = (r["window_start_s"], inst, rank)
-        key: tuple[float, str, int | None] = (
-            own if own in itl else (r["window_start_s"], inst, None)
-        )
-        if key in itl:
+        if (key := itl_series(itl, r)) is not None:
             groups.setdefault(key, []).append(r)
     rows = []
     for key, members in groups.items():
