@@ -194,18 +194,20 @@ class LevelRules:
             return
         th = self.th
         req = self.r("requests:smoothed")
-        share = f"{req} / (({self.peer_ref(req)}) > 0)"
-        ratio, flag = share, f"({share} < bool {th.starved_ratio})"
+        ratio = f"{req} / (({self.peer_ref(req)}) > 0)"
         if "running:smoothed" in self.have:
             run = self.r("running:smoothed")
             busy = f"{run} / clamp_min({self.peer_ref(run)}, {th.floor_running})"
-            ratio = f"({share}) unless on ({self.U}) ({busy} >= {th.starved_busy_ratio})"
-            flag = f"{flag} * on ({self.U}) ({busy} < bool {th.starved_busy_ratio})"
+            ratio = f"({ratio}) unless on ({self.U}) ({busy} >= {th.starved_busy_ratio})"
         self.record("requests:starved_ratio", ratio)
-        # 0 or 1 wherever the unit is judged, busy or not: the alerts' history gate reads
-        # whether the flag existed ``min_windows`` ago, and a flag present only while the unit
-        # is not busy would hold a starved unit back for that long after its onset
-        self.record("starved", f"({flag}) and on ({self.P}) {self.r('group:active')}")
+        # 0 or 1 wherever the unit is judged, busy (no starved ratio) or not: the alerts'
+        # history gate reads whether the flag existed ``min_windows`` ago, and a flag present
+        # only while the unit is not busy would hold a starved unit back that long after onset
+        self.record(
+            "starved",
+            f"(({self.r('requests:starved_ratio')} < bool {th.starved_ratio})"
+            f" or on ({self.U}) ({req} * 0)) and on ({self.P}) {self.r('group:active')}",
+        )
 
     def kind(self) -> None:
         """count / weight / capability / unknown from ratios over the alerts' horizon (the
